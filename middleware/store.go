@@ -42,7 +42,8 @@ type Record struct {
 	// State is the key's state; StateAbsent for a key the store does not hold.
 	State State
 	// Token is the current owner's token while State is StateInProgress, and
-	// empty otherwise.
+	// empty otherwise. Claim reports it only to the owner it creates: the
+	// record of a key held by someone else comes back without its token.
 	Token string
 	// Attempts counts the claims that started a run of the effect: 1 after the
 	// first claim, +1 for every claim of a FAILED key. It restarts from 1 when
