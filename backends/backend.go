@@ -1,0 +1,114 @@
+package backends
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Backend is a Publisher and a Subscriber of one broker, built by New.
+//
+// Hand both to a Watermill router (it closes them when it stops) or close
+// them with Close. Each owns its own connection to the broker, so closing one
+// never breaks the other, except for gochannel, where both are the same
+// in-process instance.
+type Backend struct {
+	// Broker is the broker that Publisher and Subscriber talk to.
+	Broker Broker
+	// Publisher publishes to the broker.
+	Publisher message.Publisher
+	// Subscriber consumes as Config.Group.
+	Subscriber message.Subscriber
+}
+
+// Close closes the Subscriber, then the Publisher, and returns their errors
+// joined. Closing what a router already closed is harmless: every backend's
+// Close is idempotent.
+func (b *Backend) Close() error {
+	var errs []error
+	if b.Subscriber != nil {
+		if err := b.Subscriber.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("backends: close %s subscriber: %w", b.Broker, err))
+		}
+	}
+	if b.Publisher != nil {
+		if err := b.Publisher.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("backends: close %s publisher: %w", b.Broker, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// New builds the Publisher and Subscriber of the broker that cfg.URL names,
+// with the production settings described in the package documentation.
+//
+// New copies cfg, fills its defaults and validates it (see Config.Validate);
+// a nil logger means watermill.NopLogger{}. It connects before it returns:
+// a broker that does not answer within cfg.DialTimeout is an ErrUnreachable
+// naming the address tried, and nothing is left open.
+func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ep, err := parseEndpoint(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	logger = logger.With(watermill.LogFields{"broker": string(ep.broker), "consumer_group": cfg.Group})
+
+	var b *Backend
+	switch ep.broker {
+	case Kafka:
+		b, err = newKafka(cfg, ep, logger)
+	case RedisStreams:
+		b, err = newRedisStreams(cfg, ep, logger)
+	case AMQP:
+		b, err = newAMQP(cfg, ep, logger)
+	case NATS:
+		b, err = newNATS(cfg, ep, logger)
+	case GoChannel:
+		b, err = newGoChannel(cfg, logger)
+	default:
+		// parseEndpoint knows only the brokers above.
+		err = fmt.Errorf("%w: %q", ErrUnknownBroker, ep.broker)
+	}
+	if err != nil {
+		return nil, err
+	}
+	b.Broker = ep.broker
+	return b, nil
+}
+
+// dialAny returns nil as soon as one of addrs accepts a TCP connection, and
+// otherwise an ErrUnreachable naming every address, after at most timeout.
+// Client libraries retry and back off on their own, some for minutes; this
+// check lets New fail fast and say where it looked.
+func dialAny(b Broker, addrs []string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var d net.Dialer
+	var errs []string
+	for _, addr := range addrs {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			_ = c.Close()
+			return nil
+		}
+		errs = append(errs, err.Error())
+	}
+	return unreachable(b, addrs, timeout, errors.New(strings.Join(errs, "; ")))
+}
+
+func unreachable(b Broker, addrs []string, timeout time.Duration, err error) error {
+	return fmt.Errorf("%w: %s at %s (within %v): %v", ErrUnreachable, b, strings.Join(addrs, ","), timeout, err)
+}

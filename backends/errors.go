@@ -1,0 +1,23 @@
+package backends
+
+import "errors"
+
+// Errors returned by ParseURL, FromEnv, Config.Validate and New. They are
+// wrapped with the offending value; check them with errors.Is.
+var (
+	// ErrUnknownBroker is returned for a URL whose scheme names no supported
+	// broker.
+	ErrUnknownBroker = errors.New("backends: unknown broker")
+	// ErrInvalidURL is returned for a broker URL that cannot be parsed or
+	// lacks a part its broker needs (a host, a port).
+	ErrInvalidURL = errors.New("backends: invalid broker URL")
+	// ErrMissingGroup is returned when Config.Group is empty for a broker
+	// that delivers through consumer groups (every broker but gochannel).
+	ErrMissingGroup = errors.New("backends: missing consumer group")
+	// ErrInvalidConfig is returned for a Config field out of range, or an
+	// environment variable that does not parse.
+	ErrInvalidConfig = errors.New("backends: invalid config")
+	// ErrUnreachable is returned by New when the broker does not answer
+	// within Config.DialTimeout; the message names the address tried.
+	ErrUnreachable = errors.New("backends: broker unreachable")
+)

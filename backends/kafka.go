@@ -1,0 +1,179 @@
+package backends
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+
+	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// newKafka builds a Kafka publisher and consumer-group subscriber.
+//
+// Choices over watermill-kafka's defaults:
+//   - protocol version Kafka.Version (2.1.0), where watermill pins 1.0.0,
+//     which Kafka 4 no longer accepts;
+//   - the subscriber joins Group and a new group starts at the oldest
+//     offset, so nothing published before its first start is skipped
+//     (sarama's default is the newest);
+//   - producer acks from all in-sync replicas (sarama's default is the
+//     leader alone, which loses acked messages on leader failover);
+//   - topics are created, with Kafka.Partitions and Kafka.ReplicationFactor,
+//     before the first publish or subscribe to them, so nothing depends on
+//     the broker's auto.create.topics.enable;
+//   - NackResendSleep as configured (redelivered in-process: a nacked
+//     message holds back its partition until it is acked).
+func newKafka(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend, error) {
+	if err := dialAny(Kafka, ep.addrs, cfg.DialTimeout); err != nil {
+		return nil, err
+	}
+	version, err := sarama.ParseKafkaVersion(cfg.Kafka.Version)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Kafka.Version: %v", ErrInvalidConfig, err)
+	}
+	base := func(c *sarama.Config) {
+		c.Version = version
+		c.ClientID = kafkaClientID(cfg.Consumer)
+		c.Net.DialTimeout = cfg.DialTimeout
+	}
+
+	pubConf := kafka.DefaultSaramaSyncPublisherConfig()
+	base(pubConf)
+	pubConf.Producer.RequiredAcks = sarama.WaitForAll
+	subConf := kafka.DefaultSaramaSubscriberConfig()
+	base(subConf)
+	subConf.Consumer.Offsets.Initial = sarama.OffsetOldest
+	if cfg.Kafka.Tune != nil {
+		cfg.Kafka.Tune(pubConf)
+		cfg.Kafka.Tune(subConf)
+	}
+	if err := subConf.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: Kafka: %v", ErrInvalidConfig, err)
+	}
+
+	topics := &kafkaTopics{
+		brokers:     ep.addrs,
+		conf:        subConf,
+		partitions:  cfg.Kafka.Partitions,
+		replication: cfg.Kafka.ReplicationFactor,
+		created:     map[string]bool{},
+	}
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig{
+		Brokers:               ep.addrs,
+		Marshaler:             kafka.DefaultMarshaler{},
+		OverwriteSaramaConfig: pubConf,
+	}, logger)
+	if err != nil {
+		return nil, unreachable(Kafka, ep.addrs, cfg.DialTimeout, err)
+	}
+	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
+		Brokers:               ep.addrs,
+		Unmarshaler:           kafka.DefaultMarshaler{},
+		OverwriteSaramaConfig: subConf,
+		ConsumerGroup:         cfg.Group,
+		NackResendSleep:       cfg.NackResendSleep,
+	}, logger)
+	if err != nil {
+		_ = pub.Close()
+		return nil, fmt.Errorf("backends: kafka subscriber: %w", err)
+	}
+	return &Backend{
+		Publisher:  &kafkaPublisher{pub: pub, topics: topics},
+		Subscriber: &kafkaSubscriber{sub: sub, topics: topics},
+	}, nil
+}
+
+var invalidClientIDChars = regexp.MustCompile(`[^A-Za-z0-9._-]`)
+
+// kafkaClientID turns a consumer name into a client.id that every protocol
+// version accepts.
+func kafkaClientID(consumer string) string {
+	return invalidClientIDChars.ReplaceAllString(consumer, "_")
+}
+
+// kafkaTopics creates topics once per process.
+type kafkaTopics struct {
+	brokers     []string
+	conf        *sarama.Config
+	partitions  int32
+	replication int16
+
+	mu      sync.Mutex
+	created map[string]bool
+}
+
+// ensure creates topic unless this process already did, or it exists. It
+// holds a lock for the whole call, so concurrent first publishes create the
+// topic once.
+func (k *kafkaTopics) ensure(topic string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.created[topic] {
+		return nil
+	}
+	admin, err := sarama.NewClusterAdmin(k.brokers, k.conf)
+	if err != nil {
+		return fmt.Errorf("backends: kafka admin: %w", err)
+	}
+	defer func() { _ = admin.Close() }()
+
+	replication := k.replication
+	if replication == 0 {
+		brokers, _, err := admin.DescribeCluster()
+		if err != nil {
+			return fmt.Errorf("backends: kafka describe cluster: %w", err)
+		}
+		replication = int16(min(len(brokers), defaultKafkaMaxReplicas))
+	}
+	err = admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: k.partitions, ReplicationFactor: replication}, false)
+	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+		return fmt.Errorf("backends: kafka create topic %q (%d partitions, replication %d): %w", topic, k.partitions, replication, err)
+	}
+	k.created[topic] = true
+	return nil
+}
+
+// kafkaPublisher creates a topic before its first publish.
+type kafkaPublisher struct {
+	pub    *kafka.Publisher
+	topics *kafkaTopics
+}
+
+var _ message.Publisher = (*kafkaPublisher)(nil)
+
+func (p *kafkaPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if err := p.topics.ensure(topic); err != nil {
+		return err
+	}
+	return p.pub.Publish(topic, msgs...)
+}
+
+func (p *kafkaPublisher) Close() error { return p.pub.Close() }
+
+// kafkaSubscriber creates a topic before its first subscribe.
+type kafkaSubscriber struct {
+	sub    *kafka.Subscriber
+	topics *kafkaTopics
+}
+
+var (
+	_ message.Subscriber           = (*kafkaSubscriber)(nil)
+	_ message.SubscribeInitializer = (*kafkaSubscriber)(nil)
+)
+
+func (s *kafkaSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if err := s.topics.ensure(topic); err != nil {
+		return nil, err
+	}
+	return s.sub.Subscribe(ctx, topic)
+}
+
+// SubscribeInitialize creates topic if it does not exist.
+func (s *kafkaSubscriber) SubscribeInitialize(topic string) error { return s.topics.ensure(topic) }
+
+func (s *kafkaSubscriber) Close() error { return s.sub.Close() }

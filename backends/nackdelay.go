@@ -1,0 +1,122 @@
+package backends
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// nackDelaySubscriber delays every nack by a fixed time before passing it to
+// the wrapped Subscriber, for brokers whose library redelivers a nacked
+// message at once (RabbitMQ requeues it to the head of the queue, gochannel
+// resends it in a loop). Without it a failing handler, or a message whose
+// idempotency key is in progress elsewhere, spins at full speed.
+//
+// Messages are handed on one at a time per subscription, as the wrapped
+// libraries do themselves, so the delay holds back the messages behind the
+// nacked one just as Kafka's and Redis Streams' NackResendSleep does.
+type nackDelaySubscriber struct {
+	sub   message.Subscriber
+	delay time.Duration
+
+	mu      sync.Mutex
+	closed  bool
+	closing chan struct{}
+	wg      sync.WaitGroup
+}
+
+var (
+	_ message.Subscriber           = (*nackDelaySubscriber)(nil)
+	_ message.SubscribeInitializer = (*nackDelaySubscriber)(nil)
+)
+
+func newNackDelaySubscriber(sub message.Subscriber, delay time.Duration) *nackDelaySubscriber {
+	return &nackDelaySubscriber{sub: sub, delay: delay, closing: make(chan struct{})}
+}
+
+// Subscribe subscribes to topic on the wrapped Subscriber and relays its
+// messages, delaying nacks.
+func (s *nackDelaySubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errors.New("backends: subscriber closed")
+	}
+	in, err := s.sub.Subscribe(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *message.Message)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(out)
+		// Ranging until the wrapped Subscriber closes in, even after Close,
+		// keeps it from blocking on a send nobody receives.
+		for msg := range in {
+			s.relay(msg, out)
+		}
+	}()
+	return out, nil
+}
+
+// relay hands a copy of msg to out and settles msg as the copy is settled,
+// delaying a nack. It gives up, settling nothing, when msg's context ends or
+// the subscriber closes: the wrapped Subscriber then requeues or drops msg
+// as it does on close.
+func (s *nackDelaySubscriber) relay(msg *message.Message, out chan<- *message.Message) {
+	ctx := msg.Context()
+	fwd := msg.Copy()
+	fwd.SetContext(ctx)
+	select {
+	case out <- fwd:
+	case <-ctx.Done():
+		return
+	case <-s.closing:
+		return
+	}
+	select {
+	case <-fwd.Acked():
+		msg.Ack()
+	case <-fwd.Nacked():
+		t := time.NewTimer(s.delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		case <-s.closing:
+		}
+		msg.Nack()
+	case <-ctx.Done():
+	case <-s.closing:
+	}
+}
+
+// SubscribeInitialize passes through to the wrapped Subscriber when it has
+// one, and otherwise does nothing.
+func (s *nackDelaySubscriber) SubscribeInitialize(topic string) error {
+	if si, ok := s.sub.(message.SubscribeInitializer); ok {
+		return si.SubscribeInitialize(topic)
+	}
+	return nil
+}
+
+// Close stops relaying, closes the wrapped Subscriber and waits until every
+// output channel is closed. It is idempotent.
+func (s *nackDelaySubscriber) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.closing)
+	s.mu.Unlock()
+
+	err := s.sub.Close()
+	s.wg.Wait()
+	return err
+}
