@@ -1,0 +1,138 @@
+package httpidem
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// errHijackUnsupported is returned to a handler that tries to hijack the
+// connection: a hijacked response cannot be recorded or replayed.
+var errHijackUnsupported = errors.New("httpidem: hijacking is not supported under the idempotency middleware")
+
+// recorder passes the handler's response through to the client while keeping
+// its status, its headers and up to max bytes of its body.
+type recorder struct {
+	w http.ResponseWriter
+	// outer holds the headers set before the handler ran (by outer
+	// middleware, for this request only); they are not the handler's and
+	// are neither stored nor replayed.
+	outer http.Header
+	max   int
+
+	status int // 0 until the header is written
+	header http.Header
+	body   bytes.Buffer
+	size   int64
+	over   bool
+}
+
+func newRecorder(w http.ResponseWriter, max int) *recorder {
+	return &recorder{w: w, outer: w.Header().Clone(), max: max}
+}
+
+// Header implements http.ResponseWriter.
+func (r *recorder) Header() http.Header { return r.w.Header() }
+
+// WriteHeader implements http.ResponseWriter.
+func (r *recorder) WriteHeader(code int) {
+	// Informational answers (103 Early Hints) precede the real one.
+	if r.status == 0 && code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		r.w.WriteHeader(code)
+		return
+	}
+	if r.status == 0 {
+		r.status = code
+		r.header = handlerHeader(r.w.Header(), r.outer)
+	}
+	r.w.WriteHeader(code)
+}
+
+// Write implements http.ResponseWriter.
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		// Sniff the type as net/http would, but into the header, so that
+		// the stored header and the replay carry the same Content-Type.
+		if _, set := r.w.Header()["Content-Type"]; !set && len(p) > 0 {
+			r.w.Header().Set("Content-Type", http.DetectContentType(p))
+		}
+		r.WriteHeader(http.StatusOK)
+	}
+	n, err := r.w.Write(p)
+	r.keep(p[:n])
+	return n, err
+}
+
+func (r *recorder) keep(p []byte) {
+	r.size += int64(len(p))
+	if r.over {
+		return
+	}
+	if r.body.Len()+len(p) > r.max {
+		r.over = true
+		r.body = bytes.Buffer{}
+		return
+	}
+	r.body.Write(p)
+}
+
+// Flush implements http.Flusher when the underlying writer can flush.
+func (r *recorder) Flush() {
+	if r.status == 0 {
+		r.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(r.w).Flush()
+}
+
+// Hijack refuses: http.ResponseController finds it before Unwrap.
+func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return nil, nil, errHijackUnsupported
+}
+
+// Unwrap lets http.ResponseController reach deadlines and full duplex.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.w }
+
+// response returns what a repeat will be answered with.
+func (r *recorder) response() storedResponse {
+	status, header := r.status, r.header
+	if status == 0 { // the handler wrote nothing: net/http answers 200
+		status, header = http.StatusOK, handlerHeader(r.w.Header(), r.outer)
+	}
+	s := storedResponse{Status: status, Header: header, BodySize: r.size, BodyOmitted: r.over}
+	if !r.over {
+		s.Body = r.body.Bytes()
+	}
+	return s
+}
+
+// handlerHeader returns the headers of h that the handler set: those not
+// in outer with the same values, less the hop-by-hop ones and trailers,
+// which describe one connection or one response's framing. A name set to
+// nil (no values: "send no such header, do not sniff") is kept as such.
+func handlerHeader(h, outer http.Header) http.Header {
+	out := make(http.Header, len(h))
+	for name, values := range h {
+		if ov, ok := outer[name]; ok && slices.Equal(ov, values) {
+			continue
+		}
+		if hopByHop[name] || strings.HasPrefix(name, http.TrailerPrefix) {
+			continue
+		}
+		out[name] = slices.Clone(values)
+	}
+	return out
+}
+
+var hopByHop = map[string]bool{
+	"Connection":        true,
+	"Keep-Alive":        true,
+	"Proxy-Connection":  true,
+	"Transfer-Encoding": true,
+	"Upgrade":           true,
+	"Te":                true,
+	"Trailer":           true,
+}

@@ -1,0 +1,223 @@
+package httpidem
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idempotency/watermill-idempotency/middleware"
+)
+
+// Defaults used for the zero value of the corresponding Config fields.
+const (
+	// DefaultHeader is the request header carrying the key, as named by the
+	// IETF draft "The Idempotency-Key HTTP Header Field".
+	DefaultHeader = "Idempotency-Key"
+	// DefaultKeyPrefix starts every stored key. It differs from the prefix
+	// of the Watermill middleware so that HTTP keys and message keys sharing
+	// one store never meet.
+	DefaultKeyPrefix = "httpidem:"
+	// DefaultMaxKeyLength is the longest key accepted, in bytes (Stripe's
+	// documented bound).
+	DefaultMaxKeyLength = 255
+	// DefaultLease is how long a claim holds a key while the handler runs;
+	// it is renewed every third of it.
+	DefaultLease = 40 * time.Second
+	// DefaultCompletedTTL is how long a completed response is replayed.
+	DefaultCompletedTTL = 24 * time.Hour
+	// DefaultFailedTTL is how long a failed attempt is remembered (its
+	// fingerprint still binds the key; a retry may run again).
+	DefaultFailedTTL = 24 * time.Hour
+	// DefaultMaxRequestBody bounds the request body read to fingerprint it.
+	DefaultMaxRequestBody = 10 << 20
+	// DefaultMaxResponseBody bounds the response body stored for replay.
+	DefaultMaxResponseBody = 1 << 20
+	// DefaultRetryAfter is the Retry-After sent with 409 and 503 answers.
+	DefaultRetryAfter = time.Second
+	// DefaultProblemTypeBase starts the "type" member of every problem
+	// body; the ProblemType constant's name follows, so the URI points at
+	// that constant's documentation.
+	DefaultProblemTypeBase = "https://pkg.go.dev/github.com/idempotency/watermill-idempotency/middleware/httpidem#"
+)
+
+// ErrNilStore is returned by New for a Config without a Store.
+var ErrNilStore = errors.New("httpidem: nil store")
+
+// ErrInvalidConfig is returned by New, wrapped with the reason, for a
+// negative duration or size, or a malformed header name or method.
+var ErrInvalidConfig = errors.New("httpidem: invalid config")
+
+// Config configures a Middleware. Every field but Store has a usable zero
+// value, documented on the field.
+type Config struct {
+	// Store keeps the state of every key. Required: there is no silent
+	// default (use memstore for tests and demos, redisstore in production).
+	Store middleware.Store
+
+	// Methods lists the request methods the middleware applies to; requests
+	// with any other method pass through untouched. Methods are
+	// case-sensitive, as in HTTP. Nil or empty means POST and PATCH.
+	Methods []string
+
+	// Header is the request header carrying the key. Empty means
+	// DefaultHeader ("Idempotency-Key").
+	Header string
+
+	// KeyOptional lets requests without the header pass through without
+	// idempotency. False (the default) answers them 400: a payment API
+	// should not silently lose the protection because a client forgot it.
+	KeyOptional bool
+
+	// MaxKeyLength is the longest key accepted, in bytes. Zero means
+	// DefaultMaxKeyLength (255); longer keys are answered 400.
+	MaxKeyLength int
+
+	// Scope returns the tenant a request belongs to (an authenticated
+	// subject, an API key id). It is part of the stored key, so a client can
+	// never receive the stored response of another scope, and two tenants
+	// may use the same key. Nil means one scope for every request: use that
+	// only when there is one client, or keys are unguessable and
+	// never shared.
+	Scope func(r *http.Request) string
+
+	// KeyPrefix starts every stored key. Empty means DefaultKeyPrefix.
+	KeyPrefix string
+
+	// Lease is how long a claim holds a key while the handler runs; the
+	// middleware renews it every Lease/3. A crashed server stops renewing,
+	// and after Lease a retry may run the handler again. Zero means
+	// DefaultLease (40 s).
+	Lease time.Duration
+
+	// CompletedTTL is how long a completed response is kept and replayed.
+	// Zero means DefaultCompletedTTL (24 h).
+	CompletedTTL time.Duration
+
+	// FailedTTL is how long a failed attempt (5xx or panic) is kept. A
+	// retry with the same request runs the handler again; one with a
+	// different request is refused with 422 until it expires. Zero means
+	// DefaultFailedTTL (24 h).
+	FailedTTL time.Duration
+
+	// MaxRequestBody bounds the request body, which is read in full to
+	// fingerprint it before the handler runs. Larger bodies are answered
+	// 413 without claiming the key. Zero means DefaultMaxRequestBody
+	// (10 MiB).
+	MaxRequestBody int64
+
+	// MaxResponseBody bounds the response body stored for replay. A larger
+	// response still goes to the first client in full, and the key is
+	// completed without it: repeats are answered 410 (ProblemResponseNotStored).
+	// Zero means DefaultMaxResponseBody (1 MiB).
+	MaxResponseBody int
+
+	// RetryAfter is the Retry-After sent when the key is in progress (409)
+	// or the store is unavailable (503), rounded up to whole seconds. Zero
+	// means DefaultRetryAfter (1 s).
+	RetryAfter time.Duration
+
+	// FailOpen runs the handler without idempotency when the store cannot be
+	// reached, and logs it. False (the default) fails closed: 503, the
+	// handler does not run, and the client retries later.
+	FailOpen bool
+
+	// ProblemTypeBase starts the "type" member of problem bodies; the
+	// ProblemType follows. Empty means DefaultProblemTypeBase.
+	ProblemTypeBase string
+}
+
+func (c *Config) setDefaults() {
+	if len(c.Methods) == 0 {
+		c.Methods = []string{http.MethodPost, http.MethodPatch}
+	} else {
+		c.Methods = append([]string(nil), c.Methods...)
+	}
+	if c.Header == "" {
+		c.Header = DefaultHeader
+	}
+	c.Header = http.CanonicalHeaderKey(c.Header)
+	if c.MaxKeyLength == 0 {
+		c.MaxKeyLength = DefaultMaxKeyLength
+	}
+	if c.Scope == nil {
+		c.Scope = func(*http.Request) string { return "" }
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.Lease == 0 {
+		c.Lease = DefaultLease
+	}
+	if c.CompletedTTL == 0 {
+		c.CompletedTTL = DefaultCompletedTTL
+	}
+	if c.FailedTTL == 0 {
+		c.FailedTTL = DefaultFailedTTL
+	}
+	if c.MaxRequestBody == 0 {
+		c.MaxRequestBody = DefaultMaxRequestBody
+	}
+	if c.MaxResponseBody == 0 {
+		c.MaxResponseBody = DefaultMaxResponseBody
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.ProblemTypeBase == "" {
+		c.ProblemTypeBase = DefaultProblemTypeBase
+	}
+}
+
+// Validate reports whether the config, after defaults, can be used.
+func (c Config) Validate() error {
+	if c.Store == nil {
+		return ErrNilStore
+	}
+	for name, d := range map[string]time.Duration{
+		"Lease": c.Lease, "CompletedTTL": c.CompletedTTL, "FailedTTL": c.FailedTTL, "RetryAfter": c.RetryAfter,
+	} {
+		if d < 0 {
+			return fmt.Errorf("%w: %s is %v, must not be negative", ErrInvalidConfig, name, d)
+		}
+	}
+	if c.Lease > 0 && c.Lease < 3*time.Millisecond {
+		return fmt.Errorf("%w: Lease %v is too short to renew every Lease/3", ErrInvalidConfig, c.Lease)
+	}
+	if c.MaxKeyLength < 0 {
+		return fmt.Errorf("%w: MaxKeyLength is %d", ErrInvalidConfig, c.MaxKeyLength)
+	}
+	if c.MaxRequestBody < 0 {
+		return fmt.Errorf("%w: MaxRequestBody is %d", ErrInvalidConfig, c.MaxRequestBody)
+	}
+	if c.MaxResponseBody < 0 {
+		return fmt.Errorf("%w: MaxResponseBody is %d", ErrInvalidConfig, c.MaxResponseBody)
+	}
+	if !isToken(c.Header) {
+		return fmt.Errorf("%w: Header %q is not a header name", ErrInvalidConfig, c.Header)
+	}
+	for _, m := range c.Methods {
+		if !isToken(m) {
+			return fmt.Errorf("%w: method %q is not a method name", ErrInvalidConfig, m)
+		}
+	}
+	return nil
+}
+
+// isToken reports whether s is an RFC 9110 token (header names, methods).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c > 0x20 && c < 0x7f && strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) < 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
