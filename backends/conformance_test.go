@@ -4,15 +4,18 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
 // Watermill's own Pub/Sub conformance suite, run against what backends.New
@@ -96,4 +99,89 @@ func TestConformance_GoChannel(t *testing.T) {
 		RequireSingleInstance: true,
 		ForceShort:            true,
 	}, false)
+}
+
+func TestConformance_Kafka(t *testing.T) {
+	t.Parallel()
+	brokers := testserver.KafkaBrokers(t)
+	conformance(t, backends.Config{
+		URL:             "kafka://" + strings.Join(brokers, ","),
+		Group:           "set-per-test",
+		NackResendSleep: fastNack,
+		Kafka: backends.KafkaConfig{
+			Partitions: 4,
+			// Members of the suite's groups come and go by the dozen; fast
+			// heartbeats make each rebalance take well under a second.
+			Tune: func(c *sarama.Config) {
+				c.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
+				c.Consumer.Group.Session.Timeout = 6 * time.Second
+				c.Consumer.Group.Rebalance.Timeout = 3 * time.Second
+			},
+		},
+	}, tests.Features{
+		ConsumerGroups:      true,
+		ExactlyOnceDelivery: false,
+		// Order holds per partition only, and the topics have four.
+		GuaranteedOrder: false,
+		Persistent:      true,
+		ForceShort:      true,
+	}, true)
+}
+
+func TestConformance_RedisStreams(t *testing.T) {
+	t.Parallel()
+	addr := testserver.RedisAddr(t)
+	conformance(t, backends.Config{
+		URL:             "redis://" + addr + "/0",
+		Group:           "set-per-test",
+		NackResendSleep: fastNack,
+		Redis: backends.RedisConfig{
+			// The suite closes subscribers holding unacked messages and
+			// expects another to get them within seconds.
+			MaxIdleTime:   3 * time.Second,
+			ClaimInterval: time.Second,
+		},
+	}, tests.Features{
+		ConsumerGroups:                      true,
+		ExactlyOnceDelivery:                 false,
+		GuaranteedOrder:                     false,
+		GuaranteedOrderWithSingleSubscriber: true,
+		Persistent:                          true,
+		ForceShort:                          true,
+	}, true)
+}
+
+func TestConformance_AMQP(t *testing.T) {
+	t.Parallel()
+	conformance(t, backends.Config{
+		URL:             testserver.RabbitMQURL(t),
+		Group:           "set-per-test",
+		NackResendSleep: fastNack,
+	}, tests.Features{
+		ConsumerGroups:                      true,
+		ExactlyOnceDelivery:                 false,
+		GuaranteedOrder:                     true,
+		GuaranteedOrderWithSingleSubscriber: true,
+		Persistent:                          true,
+		ForceShort:                          true,
+	}, false)
+}
+
+func TestConformance_NATS(t *testing.T) {
+	t.Parallel()
+	conformance(t, backends.Config{
+		URL:             testserver.NATSURL(t),
+		Group:           "set-per-test",
+		NackResendSleep: fastNack,
+		// The suite closes subscribers holding unacked messages and expects
+		// another to get them within seconds.
+		NATS: backends.NATSConfig{AckWait: 3 * time.Second},
+	}, tests.Features{
+		ConsumerGroups:                      true,
+		ExactlyOnceDelivery:                 false,
+		GuaranteedOrder:                     true,
+		GuaranteedOrderWithSingleSubscriber: true,
+		Persistent:                          true,
+		ForceShort:                          true,
+	}, true)
 }
