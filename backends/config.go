@@ -448,13 +448,13 @@ func parseEndpoint(raw string) (endpoint, error) {
 	case RedisStreams:
 		opts, err := redis.ParseURL(raw)
 		if err != nil {
-			return endpoint{}, fmt.Errorf("%w: %q: %v", ErrInvalidURL, redact(raw), err)
+			return endpoint{}, fmt.Errorf("%w: %q: %s", ErrInvalidURL, redact(raw), scrub(raw, err))
 		}
 		return endpoint{broker: RedisStreams, url: raw, addrs: []string{opts.Addr}}, nil
 	case AMQP:
 		uri, err := amqp091.ParseURI(raw)
 		if err != nil {
-			return endpoint{}, fmt.Errorf("%w: %q: %v", ErrInvalidURL, redact(raw), err)
+			return endpoint{}, fmt.Errorf("%w: %q: %s", ErrInvalidURL, redact(raw), scrub(raw, err))
 		}
 		return endpoint{broker: AMQP, url: raw, addrs: []string{net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))}}, nil
 	case NATS:
@@ -517,6 +517,15 @@ func parseHostList(b Broker, raw, defPort string) (endpoint, error) {
 	}
 	// nats.Connect takes a comma-separated list of full URLs.
 	return endpoint{broker: b, url: strings.Join(urls, ","), addrs: addrs}, nil
+}
+
+// scrub returns err's text with the password of raw, which client libraries
+// quote in their parse errors, hidden.
+func scrub(raw string, err error) string {
+	if r := redact(raw); r != raw {
+		return strings.ReplaceAll(err.Error(), raw, r)
+	}
+	return err.Error()
 }
 
 // redact hides a password in a URL meant for an error message.

@@ -44,6 +44,9 @@ import (
 //     republished message (same UUID) within its duplicate window;
 //   - reconnects never give up (nats.go stops after 60 attempts).
 func newNATS(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend, error) {
+	if err := dialAny(NATS, ep.addrs, cfg.DialTimeout); err != nil {
+		return nil, err
+	}
 	connect := func(role string) (*nats.Conn, nats.JetStreamContext, error) {
 		conn, err := nats.Connect(ep.url,
 			nats.Name(cfg.Consumer+"-"+role),

@@ -1,0 +1,285 @@
+package backends_test
+
+import (
+	"errors"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/backends"
+)
+
+func TestParseURL(t *testing.T) {
+	for _, tc := range []struct {
+		url     string
+		broker  backends.Broker
+		wantErr error
+	}{
+		{url: "kafka://localhost:9092", broker: backends.Kafka},
+		{url: "kafka://k1:9092,k2:9093,k3", broker: backends.Kafka},
+		{url: "kafka://k1,k2:9092", broker: backends.Kafka},
+		{url: "KAFKA://k1:9092/", broker: backends.Kafka},
+		{url: "kafka://[::1]:9092", broker: backends.Kafka},
+		{url: "redis://localhost:6379/0", broker: backends.RedisStreams},
+		{url: "redis://user:secret@localhost:6379/3", broker: backends.RedisStreams},
+		{url: "rediss://cache.example.com:6380/0", broker: backends.RedisStreams},
+		{url: "redis://localhost", broker: backends.RedisStreams},
+		{url: "amqp://guest:guest@localhost:5672/", broker: backends.AMQP},
+		{url: "amqp://user:pass@rabbit:5672/vhost", broker: backends.AMQP},
+		{url: "amqps://user:pass@rabbit:5671/vhost", broker: backends.AMQP},
+		{url: "nats://localhost:4222", broker: backends.NATS},
+		{url: "nats://n1:4222,n2:4222", broker: backends.NATS},
+		{url: "nats://user:pass@n1:4222", broker: backends.NATS},
+		{url: "gochannel://", broker: backends.GoChannel},
+
+		{url: "", wantErr: backends.ErrInvalidURL},
+		{url: "   ", wantErr: backends.ErrInvalidURL},
+		{url: "localhost:9092", wantErr: backends.ErrInvalidURL},
+		{url: "kafka:localhost", wantErr: backends.ErrInvalidURL},
+		{url: "pulsar://localhost:6650", wantErr: backends.ErrUnknownBroker},
+		{url: "http://localhost", wantErr: backends.ErrUnknownBroker},
+		{url: "kafka://", wantErr: backends.ErrInvalidURL},
+		{url: "kafka://k1:9092,,k2:9092", wantErr: backends.ErrInvalidURL},
+		{url: "kafka://k1:notaport", wantErr: backends.ErrInvalidURL},
+		{url: "kafka://k1:70000", wantErr: backends.ErrInvalidURL},
+		{url: "kafka://k1:9092/topic", wantErr: backends.ErrInvalidURL},
+		{url: "kafka://k1:9092?partitions=3", wantErr: backends.ErrInvalidURL},
+		{url: "kafka://user:pass@k1:9092", wantErr: backends.ErrInvalidURL},
+		{url: "redis://localhost:6379/notadb", wantErr: backends.ErrInvalidURL},
+		{url: "redis://localhost:6379/0?unknown_option=1", wantErr: backends.ErrInvalidURL},
+		{url: "amqp://guest:guest@localhost:notaport/", wantErr: backends.ErrInvalidURL},
+		{url: "nats://", wantErr: backends.ErrInvalidURL},
+		{url: "nats://n1:4222/path", wantErr: backends.ErrInvalidURL},
+		{url: "gochannel://somewhere", wantErr: backends.ErrInvalidURL},
+		{url: "gochannel://?x=1", wantErr: backends.ErrInvalidURL},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			cfg, err := backends.ParseURL(tc.url)
+			if tc.wantErr != nil {
+				require.ErrorIs(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.url, cfg.URL)
+			b, err := cfg.Broker()
+			require.NoError(t, err)
+			assert.Equal(t, tc.broker, b)
+		})
+	}
+}
+
+func TestParseURL_ErrorHidesPassword(t *testing.T) {
+	for _, raw := range []string{
+		"amqp://guest:hunter2@localhost:notaport/",
+		"redis://user:hunter2@localhost:6379/notadb",
+		"kafka://user:hunter2@k1:9092",
+	} {
+		_, err := backends.ParseURL(raw)
+		require.Error(t, err)
+		assert.NotContains(t, err.Error(), "hunter2")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	valid := backends.Config{URL: "kafka://localhost:9092", Group: "billing"}
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*backends.Config)
+		wantErr error
+	}{
+		{name: "valid", mutate: func(*backends.Config) {}},
+		{name: "zero optional fields are defaults", mutate: func(c *backends.Config) {
+			*c = backends.Config{URL: c.URL, Group: c.Group}
+		}},
+		{name: "gochannel needs no group", mutate: func(c *backends.Config) { c.URL, c.Group = "gochannel://", "" }},
+		{name: "empty URL", mutate: func(c *backends.Config) { c.URL = "" }, wantErr: backends.ErrInvalidURL},
+		{name: "unknown scheme", mutate: func(c *backends.Config) { c.URL = "sqs://queue" }, wantErr: backends.ErrUnknownBroker},
+		{name: "kafka without group", mutate: func(c *backends.Config) { c.Group = "" }, wantErr: backends.ErrMissingGroup},
+		{name: "blank group", mutate: func(c *backends.Config) { c.Group = "  " }, wantErr: backends.ErrMissingGroup},
+		{name: "redis without group", mutate: func(c *backends.Config) { c.URL, c.Group = "redis://localhost:6379/0", "" }, wantErr: backends.ErrMissingGroup},
+		{name: "amqp without group", mutate: func(c *backends.Config) { c.URL, c.Group = "amqp://guest:guest@localhost:5672/", "" }, wantErr: backends.ErrMissingGroup},
+		{name: "nats without group", mutate: func(c *backends.Config) { c.URL, c.Group = "nats://localhost:4222", "" }, wantErr: backends.ErrMissingGroup},
+		{name: "negative nack sleep", mutate: func(c *backends.Config) { c.NackResendSleep = -time.Second }, wantErr: backends.ErrInvalidConfig},
+		{name: "negative dial timeout", mutate: func(c *backends.Config) { c.DialTimeout = -1 }, wantErr: backends.ErrInvalidConfig},
+		{name: "negative partitions", mutate: func(c *backends.Config) { c.Kafka.Partitions = -1 }, wantErr: backends.ErrInvalidConfig},
+		{name: "negative replication", mutate: func(c *backends.Config) { c.Kafka.ReplicationFactor = -1 }, wantErr: backends.ErrInvalidConfig},
+		{name: "bad kafka version", mutate: func(c *backends.Config) { c.Kafka.Version = "latest" }, wantErr: backends.ErrInvalidConfig},
+		{name: "negative max idle", mutate: func(c *backends.Config) { c.Redis.MaxIdleTime = -1 }, wantErr: backends.ErrInvalidConfig},
+		{name: "negative claim interval", mutate: func(c *backends.Config) { c.Redis.ClaimInterval = -1 }, wantErr: backends.ErrInvalidConfig},
+		{name: "negative maxlen", mutate: func(c *backends.Config) { c.Redis.MaxLen = -1 }, wantErr: backends.ErrInvalidConfig},
+		{name: "negative prefetch", mutate: func(c *backends.Config) { c.AMQP.Prefetch = -1 }, wantErr: backends.ErrInvalidConfig},
+		{name: "empty publish group", mutate: func(c *backends.Config) { c.AMQP.PublishGroups = []string{"a", ""} }, wantErr: backends.ErrInvalidConfig},
+		{name: "negative ack wait", mutate: func(c *backends.Config) { c.NATS.AckWait = -1 }, wantErr: backends.ErrInvalidConfig},
+		{name: "negative max ack pending", mutate: func(c *backends.Config) { c.NATS.MaxAckPending = -1 }, wantErr: backends.ErrInvalidConfig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := valid
+			tc.mutate(&cfg)
+			err := cfg.Validate()
+			if tc.wantErr == nil {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, tc.wantErr)
+		})
+	}
+}
+
+func TestFromEnv(t *testing.T) {
+	t.Setenv(backends.EnvURL, " redis://localhost:6379/0 ")
+	t.Setenv(backends.EnvGroup, "billing")
+	t.Setenv(backends.EnvConsumer, "billing-7f9c")
+	t.Setenv(backends.EnvNackResendSleep, "250ms")
+	t.Setenv(backends.EnvDialTimeout, "3s")
+	t.Setenv(backends.EnvKafkaPartitions, "12")
+	t.Setenv(backends.EnvKafkaReplicationFactor, "3")
+	t.Setenv(backends.EnvKafkaVersion, "3.6.0")
+	t.Setenv(backends.EnvRedisMaxIdleTime, "90s")
+	t.Setenv(backends.EnvRedisClaimInterval, "10s")
+	t.Setenv(backends.EnvRedisMaxLen, "100000")
+	t.Setenv(backends.EnvAMQPPrefetch, "8")
+	t.Setenv(backends.EnvAMQPPublishGroups, "billing, shipping,,")
+	t.Setenv(backends.EnvNATSAckWait, "2m")
+	t.Setenv(backends.EnvNATSMaxAckPending, "50")
+
+	cfg, err := backends.FromEnv()
+	require.NoError(t, err)
+	require.NoError(t, cfg.Validate())
+	assert.Equal(t, backends.Config{
+		URL:             "redis://localhost:6379/0",
+		Group:           "billing",
+		Consumer:        "billing-7f9c",
+		NackResendSleep: 250 * time.Millisecond,
+		DialTimeout:     3 * time.Second,
+		Kafka:           backends.KafkaConfig{Partitions: 12, ReplicationFactor: 3, Version: "3.6.0"},
+		Redis:           backends.RedisConfig{MaxIdleTime: 90 * time.Second, ClaimInterval: 10 * time.Second, MaxLen: 100000},
+		AMQP:            backends.AMQPConfig{Prefetch: 8, PublishGroups: []string{"billing", "shipping"}},
+		NATS:            backends.NATSConfig{AckWait: 2 * time.Minute, MaxAckPending: 50},
+	}, cfg)
+}
+
+func TestFromEnv_UnsetIsZero(t *testing.T) {
+	for _, name := range allEnvVars {
+		t.Setenv(name, "")
+	}
+	t.Setenv(backends.EnvURL, "gochannel://")
+	cfg, err := backends.FromEnv()
+	require.NoError(t, err)
+	assert.Equal(t, backends.Config{URL: "gochannel://"}, cfg)
+	require.NoError(t, cfg.Validate())
+}
+
+func TestFromEnv_Malformed(t *testing.T) {
+	for _, tc := range []struct{ name, value string }{
+		{backends.EnvNackResendSleep, "1"},
+		{backends.EnvDialTimeout, "soon"},
+		{backends.EnvKafkaPartitions, "three"},
+		{backends.EnvKafkaPartitions, "4294967296"},
+		{backends.EnvKafkaReplicationFactor, "70000"},
+		{backends.EnvRedisMaxIdleTime, "60"},
+		{backends.EnvRedisMaxLen, "1e6"},
+		{backends.EnvAMQPPrefetch, "x"},
+		{backends.EnvNATSAckWait, "forever"},
+		{backends.EnvNATSMaxAckPending, "-"},
+	} {
+		t.Run(tc.name+"="+tc.value, func(t *testing.T) {
+			for _, name := range allEnvVars {
+				t.Setenv(name, "")
+			}
+			t.Setenv(backends.EnvURL, "kafka://localhost:9092")
+			t.Setenv(tc.name, tc.value)
+			_, err := backends.FromEnv()
+			require.ErrorIs(t, err, backends.ErrInvalidConfig)
+			assert.Contains(t, err.Error(), tc.name)
+		})
+	}
+}
+
+var allEnvVars = []string{
+	backends.EnvURL, backends.EnvGroup, backends.EnvConsumer, backends.EnvNackResendSleep, backends.EnvDialTimeout,
+	backends.EnvKafkaPartitions, backends.EnvKafkaReplicationFactor, backends.EnvKafkaVersion,
+	backends.EnvRedisMaxIdleTime, backends.EnvRedisClaimInterval, backends.EnvRedisMaxLen,
+	backends.EnvAMQPPrefetch, backends.EnvAMQPPublishGroups, backends.EnvNATSAckWait, backends.EnvNATSMaxAckPending,
+}
+
+func TestNew_BadConfig(t *testing.T) {
+	_, err := backends.New(backends.Config{URL: "mqtt://broker:1883", Group: "g"}, nil)
+	require.ErrorIs(t, err, backends.ErrUnknownBroker)
+	assert.Contains(t, err.Error(), "mqtt")
+
+	_, err = backends.New(backends.Config{URL: "nats://localhost:4222"}, nil)
+	require.ErrorIs(t, err, backends.ErrMissingGroup)
+	assert.Contains(t, err.Error(), backends.EnvGroup)
+
+	_, err = backends.New(backends.Config{URL: "kafka://localhost:x", Group: "g"}, nil)
+	require.ErrorIs(t, err, backends.ErrInvalidURL)
+}
+
+// TestNew_Unreachable needs no server: it points every broker at a loopback
+// port nobody listens on, and at an address that drops packets.
+func TestNew_Unreachable(t *testing.T) {
+	t.Parallel()
+	port := closedPort(t)
+	closed := "127.0.0.1:" + strconv.Itoa(port)
+	for _, tc := range []struct{ name, url string }{
+		{"kafka", "kafka://" + closed},
+		{"kafka list", "kafka://" + closed + "," + closed},
+		{"redis", "redis://" + closed + "/0"},
+		{"amqp", "amqp://guest:guest@" + closed + "/"},
+		{"nats", "nats://" + closed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			b, err := backends.New(backends.Config{URL: tc.url, Group: "g", DialTimeout: 2 * time.Second}, nil)
+			require.ErrorIs(t, err, backends.ErrUnreachable)
+			assert.Nil(t, b)
+			assert.Contains(t, err.Error(), closed)
+			assert.NotContains(t, err.Error(), "guest:guest")
+			// A generous bound: the point is that New gives up, not how fast.
+			assert.Less(t, time.Since(start), 30*time.Second)
+		})
+	}
+}
+
+// TestNew_UnreachableBlackhole checks the bound when nothing answers at all
+// (a dial that hangs rather than being refused). 192.0.2.0/24 is TEST-NET-1,
+// reserved for documentation: packets to it go nowhere, or are refused at
+// once by a host without a route; either way New must return ErrUnreachable.
+func TestNew_UnreachableBlackhole(t *testing.T) {
+	t.Parallel()
+	for _, url := range []string{"kafka://192.0.2.1:9092", "redis://192.0.2.1:6379/0", "amqp://guest:guest@192.0.2.1:5672/", "nats://192.0.2.1:4222"} {
+		t.Run(url, func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			_, err := backends.New(backends.Config{URL: url, Group: "g", DialTimeout: 500 * time.Millisecond}, nil)
+			require.ErrorIs(t, err, backends.ErrUnreachable)
+			assert.Contains(t, err.Error(), "192.0.2.1")
+			assert.Less(t, time.Since(start), 30*time.Second)
+		})
+	}
+}
+
+// closedPort returns a loopback port that was just freed, so a dial to it is
+// refused.
+func closedPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	return port
+}
+
+func TestErrorsAreDistinct(t *testing.T) {
+	all := []error{backends.ErrUnknownBroker, backends.ErrInvalidURL, backends.ErrMissingGroup, backends.ErrInvalidConfig, backends.ErrUnreachable}
+	for i, a := range all {
+		for j, b := range all {
+			assert.Equal(t, i == j, errors.Is(a, b), "%v vs %v", a, b)
+		}
+	}
+}
