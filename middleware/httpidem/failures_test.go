@@ -1,0 +1,282 @@
+package httpidem_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+)
+
+// downStores are stores that cannot be reached.
+var downStores = []struct {
+	name string
+	new  func(t *testing.T) middleware.Store
+}{
+	{name: "memstore closed", new: func(t *testing.T) middleware.Store {
+		s := memstore.New(memstore.Config{})
+		require.NoError(t, s.Close())
+		return s
+	}},
+	{name: "redis not listening", new: func(t *testing.T) middleware.Store {
+		c := redis.NewClient(&redis.Options{
+			Addr:        "127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
+			MaxRetries:  -1,
+			DialTimeout: 200 * time.Millisecond,
+		})
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := redisstore.New(c)
+		require.NoError(t, err)
+		return s
+	}},
+}
+
+func TestStoreUnavailable(t *testing.T) {
+	for _, ds := range downStores {
+		t.Run(ds.name, func(t *testing.T) {
+			t.Run("fail closed", func(t *testing.T) {
+				api := newPayments()
+				h := newMiddleware(t, ds.new(t), "", nil).Handler(api)
+				for range 2 {
+					got := serve(h, newRequest(step{keys: key("k1")}))
+					require.Equal(t, http.StatusServiceUnavailable, got.status)
+					requireProblem(t, got, http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
+				}
+				assert.Zero(t, api.runs.Load(), "the handler must not run without the store")
+			})
+			t.Run("fail open", func(t *testing.T) {
+				api := newPayments()
+				logger := watermill.NewCaptureLogger()
+				m, err := httpidem.New(httpidem.Config{Store: ds.new(t), FailOpen: true}, logger)
+				require.NoError(t, err)
+				for i := range 2 {
+					got := serve(m.Handler(api), newRequest(step{keys: key("k1")}))
+					require.Equal(t, http.StatusCreated, got.status)
+					assert.Contains(t, got.body, fmt.Sprintf(`"run":%d`, i+1))
+				}
+				assert.EqualValues(t, 2, api.runs.Load(), "fail open runs every request")
+				assert.Len(t, logger.Captured()[watermill.ErrorLogLevel], 2, "each unprotected run is logged")
+			})
+		})
+	}
+}
+
+// flakyStore fails the first failComplete calls of Complete, as a store
+// that blips right after the handler ran.
+type flakyStore struct {
+	middleware.Store
+	failComplete atomic.Int64
+	completes    atomic.Int64
+}
+
+func (s *flakyStore) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
+	s.completes.Add(1)
+	if s.failComplete.Add(-1) >= 0 {
+		return errors.New("flaky: connection reset")
+	}
+	return s.Store.Complete(ctx, key, token, result, ttl)
+}
+
+func TestCompleteRetriedWithinLease(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		t.Run("store recovers", func(t *testing.T) {
+			inner, prefix := kind.new(t)
+			store := &flakyStore{Store: inner}
+			store.failComplete.Store(2)
+			api := newPayments()
+			h := newMiddleware(t, store, prefix, nil).Handler(api)
+
+			first := serve(h, newRequest(step{keys: key("k1")}))
+			require.Equal(t, http.StatusCreated, first.status)
+			assert.EqualValues(t, 3, store.completes.Load(), "two failures, then success")
+			again := serve(h, newRequest(step{keys: key("k1")}))
+			requireReplay(t, first, again)
+			assert.EqualValues(t, 1, api.runs.Load())
+		})
+		t.Run("store stays down", func(t *testing.T) {
+			inner, prefix := kind.new(t)
+			store := &flakyStore{Store: inner}
+			store.failComplete.Store(1 << 30)
+			api := newPayments()
+			logger := watermill.NewCaptureLogger()
+			m, err := httpidem.New(httpidem.Config{Store: store, KeyPrefix: prefix, Lease: 150 * time.Millisecond}, logger)
+			require.NoError(t, err)
+
+			first := serve(m.Handler(api), newRequest(step{keys: key("k1")}))
+			require.Equal(t, http.StatusCreated, first.status, "the client still gets the handler's answer")
+			assert.Greater(t, store.completes.Load(), int64(1), "retried")
+			assert.NotEmpty(t, logger.Captured()[watermill.ErrorLogLevel], "giving up is logged")
+		})
+	})
+}
+
+// TestLeaseRenewed holds a handler for several leases: a repeat meanwhile
+// is 409, never a second run.
+func TestLeaseRenewed(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		store, prefix := kind.new(t)
+		api := newPayments()
+		lease := 150 * time.Millisecond
+		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.Lease = lease }).Handler(api)
+
+		first := make(chan result, 1)
+		go func() { first <- serve(h, newRequest(step{keys: key("k1"), path: "/block"})) }()
+		<-api.started
+		time.Sleep(4 * lease) // a lease that were not renewed would expire meanwhile
+
+		repeat := make(chan result, 1)
+		go func() { repeat <- serve(h, newRequest(step{keys: key("k1"), path: "/block"})) }()
+		select {
+		case got := <-repeat:
+			requireProblem(t, got, http.StatusConflict, httpidem.ProblemInProgress)
+		case <-api.started:
+			t.Error("a second request took over a live, renewed lease")
+		}
+		close(api.release)
+		assert.Equal(t, http.StatusCreated, (<-first).status)
+		assert.EqualValues(t, 1, api.runs.Load())
+	})
+}
+
+// TestLeaseLostCancelsHandler deletes the key under a running handler: the
+// next renewal finds the lease lost and cancels the handler's context.
+func TestLeaseLostCancelsHandler(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		store, prefix := kind.new(t)
+		started, cause := make(chan struct{}), make(chan error, 1)
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			close(started)
+			<-r.Context().Done()
+			cause <- context.Cause(r.Context())
+			w.WriteHeader(http.StatusCreated)
+		})
+		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.Lease = 60 * time.Millisecond }).Handler(handler)
+
+		done := make(chan result, 1)
+		go func() { done <- serve(h, newRequest(step{keys: key("k1"), tenant: "t"})) }()
+		<-started
+		// The documented stored key: prefix, scope length, scope, key.
+		require.NoError(t, store.Delete(context.Background(), prefix+"1:t:k1"))
+		assert.ErrorIs(t, <-cause, middleware.ErrLeaseLost)
+		<-done
+	})
+}
+
+// TestOuterHeadersNotReplayed: headers set by outer middleware belong to
+// each request; only the handler's are stored and replayed. Over real HTTP,
+// so that net/http's own header handling (sniffing, Content-Length) counts.
+func TestOuterHeadersNotReplayed(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		store, prefix := kind.new(t)
+		var n atomic.Int64
+		idem := newMiddleware(t, store, prefix, nil)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("X-Request-Id", strconv.FormatInt(n.Add(1), 10))
+			w.Header().Set("Cache-Control", "no-cache")
+			idem.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Cache-Control", "private") // overrides the outer value: the handler's
+				w.WriteHeader(http.StatusAccepted)
+				_, _ = io.WriteString(w, "<html>accepted</html>") // no Content-Type: net/http sniffs
+			})).ServeHTTP(w, r)
+		}))
+		t.Cleanup(srv.Close)
+
+		first := post(t, srv, "/", "k1", "")
+		again := post(t, srv, "/", "k1", "")
+		assert.Equal(t, "1", first.header.Get("X-Request-Id"))
+		assert.Equal(t, "2", again.header.Get("X-Request-Id"), "a replay keeps its own request id")
+		want := first.header.Clone()
+		want.Set("X-Request-Id", "2")
+		want.Set(httpidem.ReplayedHeader, "true")
+		assert.Equal(t, want, again.header)
+		assert.Equal(t, "private", again.header.Get("Cache-Control"))
+		assert.Equal(t, "text/html; charset=utf-8", again.header.Get("Content-Type"))
+		assert.Equal(t, first.body, again.body)
+		assert.Equal(t, http.StatusAccepted, again.status)
+	})
+}
+
+// TestNilHeaderKept: a header set to nil (net/http: send none, do not sniff)
+// stays nil in the replay.
+func TestNilHeaderKept(t *testing.T) {
+	store, prefix := storeKinds[0].new(t)
+	srv := httptest.NewServer(newMiddleware(t, store, prefix, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = nil
+		_, _ = io.WriteString(w, "<html>no type</html>")
+	})))
+	t.Cleanup(srv.Close)
+	first := post(t, srv, "/", "k1", "")
+	again := post(t, srv, "/", "k1", "")
+	assert.Empty(t, first.header.Values("Content-Type"))
+	assert.Empty(t, again.header.Values("Content-Type"))
+	assert.Equal(t, "true", again.header.Get(httpidem.ReplayedHeader))
+	assert.Equal(t, first.body, again.body)
+}
+
+// TestHandlerSeesBody sends a 1 MiB body of unknown length over HTTP: the
+// handler reads exactly what the client sent, after the middleware hashed it.
+func TestHandlerSeesBody(t *testing.T) {
+	store, prefix := storeKinds[0].new(t)
+	h := newMiddleware(t, store, prefix, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		sum := sha256.Sum256(body)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, hex.EncodeToString(sum[:])+" "+strconv.Itoa(len(body)))
+	}))
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	payload := strings.Repeat("0123456789abcdef", 1<<16)
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/", io.MultiReader(strings.NewReader(payload)))
+	require.NoError(t, err)
+	req.ContentLength = -1 // unknown: sent chunked
+	req.Header.Set(httpidem.DefaultHeader, "k1")
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	sum := sha256.Sum256([]byte(payload))
+	assert.Equal(t, http.StatusCreated, resp.StatusCode)
+	assert.Equal(t, hex.EncodeToString(sum[:])+" "+strconv.Itoa(len(payload)), string(got))
+}
+
+// TestCorruptStoredResponse: a COMPLETED record that does not decode is a
+// 500 problem, and the handler does not run again.
+func TestCorruptStoredResponse(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		store, prefix := kind.new(t)
+		ctx := context.Background()
+		c, err := store.Claim(ctx, prefix+"0::k1", time.Minute, nil)
+		require.NoError(t, err)
+		require.NoError(t, store.Complete(ctx, prefix+"0::k1", c.Token, []byte("not a response"), time.Minute))
+
+		api := newPayments()
+		got := serve(newMiddleware(t, store, prefix, nil).Handler(api), newRequest(step{keys: key("k1")}))
+		requireProblem(t, got, http.StatusInternalServerError, httpidem.ProblemStoredResponseCorrupt)
+		assert.Zero(t, api.runs.Load())
+	})
+}

@@ -1,0 +1,161 @@
+package httpidem_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+)
+
+// storeKind builds a fresh store for one test, and a key prefix unique to it
+// so that tests sharing the Redis server never see each other's keys.
+type storeKind struct {
+	name string
+	new  func(t *testing.T) (middleware.Store, string)
+}
+
+var storeKinds = []storeKind{
+	{name: "memstore", new: func(t *testing.T) (middleware.Store, string) {
+		s := memstore.New(memstore.Config{})
+		t.Cleanup(func() { _ = s.Close() })
+		return s, httpidem.DefaultKeyPrefix
+	}},
+	{name: "redisstore", new: func(t *testing.T) (middleware.Store, string) {
+		client := testserver.RedisClient(t)
+		s, err := redisstore.New(client)
+		require.NoError(t, err)
+		prefix := "httpidemtest:" + randomHex(t) + ":"
+		t.Cleanup(func() {
+			ctx := context.Background()
+			iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
+			for iter.Next(ctx) {
+				_ = client.Del(ctx, iter.Val()).Err()
+			}
+		})
+		return s, prefix
+	}},
+}
+
+// eachStore runs f once per store kind.
+func eachStore(t *testing.T, f func(t *testing.T, kind storeKind)) {
+	for _, k := range storeKinds {
+		t.Run(k.name, func(t *testing.T) { f(t, k) })
+	}
+}
+
+func randomHex(t testing.TB) string {
+	var b [8]byte
+	_, err := rand.Read(b[:])
+	require.NoError(t, err)
+	return hex.EncodeToString(b[:])
+}
+
+// payments is the handler under test. Its answer depends on the path:
+//
+//	/pay    201, JSON echoing the run number, method and body
+//	/bad    400, a validation error of the handler's own
+//	/fail   503 from the handler, a failure
+//	/big    201 with a 2 KiB body
+//	/panic  panics
+//	/block  signals started, waits for release, then answers as /pay
+type payments struct {
+	runs    atomic.Int64
+	started chan string
+	release chan struct{}
+}
+
+func newPayments() *payments {
+	return &payments{started: make(chan string, 64), release: make(chan struct{})}
+}
+
+func (p *payments) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := p.runs.Add(1)
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		panic(err)
+	}
+	switch r.URL.Path {
+	case "/bad":
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"error":"amount missing","run":%d}`, n)
+		return
+	case "/fail":
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "bank down, run %d", n)
+		return
+	case "/big":
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(strings.Repeat("x", 2048)))
+		return
+	case "/panic":
+		panic("handler panics")
+	case "/block":
+		p.started <- r.Header.Get(httpidem.DefaultHeader)
+		select {
+		case <-p.release:
+		case <-r.Context().Done():
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", "/payments/"+strconv.FormatInt(n, 10))
+	w.Header().Add("X-Multi", "a")
+	w.Header().Add("X-Multi", "b")
+	w.WriteHeader(http.StatusCreated)
+	fmt.Fprintf(w, `{"run":%d,"method":%q,"body":%q}`, n, r.Method, body)
+}
+
+// tenantScope scopes keys by the X-Tenant header, as an authenticated
+// subject would.
+func tenantScope(r *http.Request) string { return r.Header.Get("X-Tenant") }
+
+// newMiddleware builds a middleware on store with the test's prefix and
+// tenant scope; adjust may change the config first.
+func newMiddleware(t testing.TB, store middleware.Store, prefix string, adjust func(*httpidem.Config)) *httpidem.Middleware {
+	t.Helper()
+	cfg := httpidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	m, err := httpidem.New(cfg, nil)
+	require.NoError(t, err)
+	return m
+}
+
+// result is one response as the client saw it.
+type result struct {
+	status   int
+	header   http.Header
+	body     string
+	panicked any
+}
+
+// serve runs one request through h in-process; a panic that escapes h is
+// caught and reported, as net/http would.
+func serve(h http.Handler, req *http.Request) (res result) {
+	rec := httptest.NewRecorder()
+	defer func() {
+		if v := recover(); v != nil {
+			res = result{panicked: v}
+		}
+	}()
+	h.ServeHTTP(rec, req)
+	resp := rec.Result()
+	body, _ := io.ReadAll(resp.Body)
+	return result{status: resp.StatusCode, header: resp.Header, body: string(body)}
+}

@@ -1,0 +1,277 @@
+package httpidem_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+)
+
+// step is one request of a scenario and what it must get.
+type step struct {
+	name    string
+	method  string   // "" means POST
+	path    string   // "" means /pay
+	keys    []string // Idempotency-Key header values; nil sends none
+	tenant  string
+	body    string
+	blocked bool // the handler blocks; the step runs in the background until the scenario ends
+
+	wantStatus  int
+	wantProblem httpidem.ProblemType // the answer is this problem, not the handler's
+	wantReplays string               // the answer replays the response of the named earlier step
+	wantPanic   bool
+	wantRunsNow int64 // handler runs counted after this step (checked when > 0)
+}
+
+func key(k string) []string { return []string{k} }
+
+func TestStatuses(t *testing.T) {
+	long := strings.Repeat("k", 255)
+	cases := []struct {
+		name     string
+		adjust   func(*httpidem.Config)
+		steps    []step
+		wantRuns int64
+	}{
+		{name: "first request runs, repeat is replayed", steps: []step{
+			{name: "first", keys: key("k1"), body: `{"amount":100}`, wantStatus: 201, wantRunsNow: 1},
+			{keys: key("k1"), body: `{"amount":100}`, wantStatus: 201, wantReplays: "first", wantRunsNow: 1},
+			{keys: key("k1"), body: `{"amount":100}`, wantStatus: 201, wantReplays: "first"},
+		}, wantRuns: 1},
+		{name: "quoted and bare forms are one key", steps: []step{
+			{name: "first", keys: key(`k"1\`), wantStatus: 201},
+			{keys: key(`"k\"1\\"`), wantStatus: 201, wantReplays: "first"},
+		}, wantRuns: 1},
+		{name: "other methods pass through", steps: []step{
+			{method: http.MethodGet, wantStatus: 201},
+			{method: http.MethodPut, keys: key("k1"), wantStatus: 201},
+			{method: http.MethodPut, keys: key("k1"), wantStatus: 201},
+		}, wantRuns: 3},
+		{name: "PATCH is covered by default", steps: []step{
+			{name: "first", method: http.MethodPatch, keys: key("k1"), wantStatus: 201},
+			{method: http.MethodPatch, keys: key("k1"), wantStatus: 201, wantReplays: "first"},
+		}, wantRuns: 1},
+		{name: "configured methods", adjust: func(c *httpidem.Config) { c.Methods = []string{http.MethodPut} }, steps: []step{
+			{name: "put", method: http.MethodPut, keys: key("k1"), wantStatus: 201},
+			{method: http.MethodPut, keys: key("k1"), wantStatus: 201, wantReplays: "put"},
+			{method: http.MethodPost, wantStatus: 201},
+		}, wantRuns: 2},
+		{name: "missing key", steps: []step{
+			{wantStatus: 400, wantProblem: httpidem.ProblemKeyMissing},
+			{method: http.MethodPatch, wantStatus: 400, wantProblem: httpidem.ProblemKeyMissing},
+		}, wantRuns: 0},
+		{name: "missing key allowed when optional", adjust: func(c *httpidem.Config) { c.KeyOptional = true }, steps: []step{
+			{wantStatus: 201}, {wantStatus: 201},
+		}, wantRuns: 2},
+		{name: "invalid keys", steps: []step{
+			{keys: key(""), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
+			{keys: key(long + "k"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
+			{keys: key("k\x01"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
+			{keys: key("k\x7f"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
+			{keys: key("clé"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
+			{keys: key(`"unterminated`), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
+			{keys: key(`"bad\escape"`), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
+			{keys: key(`""`), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
+			{keys: []string{"k1", "k2"}, wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
+		}, wantRuns: 0},
+		{name: "longest key and printable punctuation accepted", steps: []step{
+			{name: "long", keys: key(long), wantStatus: 201},
+			{keys: key(long), wantStatus: 201, wantReplays: "long"},
+			{keys: key(` ~!"#$%&'()*+,-./:;<=>?@[\]^_{|}`), wantStatus: 201},
+		}, wantRuns: 2},
+		{name: "request body over the bound", adjust: func(c *httpidem.Config) { c.MaxRequestBody = 16 }, steps: []step{
+			{keys: key("k1"), body: strings.Repeat("b", 17), wantStatus: 413, wantProblem: httpidem.ProblemBodyTooLarge},
+			{name: "fits", keys: key("k1"), body: strings.Repeat("b", 16), wantStatus: 201},
+			{keys: key("k1"), body: strings.Repeat("b", 16), wantStatus: 201, wantReplays: "fits"},
+		}, wantRuns: 1},
+		{name: "same key different body", steps: []step{
+			{keys: key("k1"), body: `{"amount":100}`, wantStatus: 201},
+			{keys: key("k1"), body: `{"amount":999}`, wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
+		}, wantRuns: 1},
+		{name: "same key different path", steps: []step{
+			{keys: key("k1"), wantStatus: 201},
+			{keys: key("k1"), path: "/bad", wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
+			{keys: key("k1"), path: "/pay?x=1", wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
+		}, wantRuns: 1},
+		{name: "same key different method", steps: []step{
+			{keys: key("k1"), wantStatus: 201},
+			{keys: key("k1"), method: http.MethodPatch, wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
+		}, wantRuns: 1},
+		{name: "handler 4xx is completed and replayed", steps: []step{
+			{name: "bad", keys: key("k1"), path: "/bad", wantStatus: 400},
+			{keys: key("k1"), path: "/bad", wantStatus: 400, wantReplays: "bad"},
+		}, wantRuns: 1},
+		{name: "handler 5xx is failed and runs again", steps: []step{
+			{keys: key("k1"), path: "/fail", wantStatus: 503, wantRunsNow: 1},
+			{keys: key("k1"), path: "/fail", wantStatus: 503, wantRunsNow: 2},
+			{keys: key("k1"), path: "/pay", wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
+		}, wantRuns: 2},
+		{name: "panic is failed, re-panicked, and runs again", steps: []step{
+			{keys: key("k1"), path: "/panic", wantPanic: true, wantRunsNow: 1},
+			{keys: key("k1"), path: "/panic", wantPanic: true, wantRunsNow: 2},
+		}, wantRuns: 2},
+		{name: "in progress", steps: []step{
+			{keys: key("k1"), path: "/block", blocked: true},
+			{keys: key("k1"), path: "/block", wantStatus: 409, wantProblem: httpidem.ProblemInProgress},
+			{keys: key("k1"), path: "/pay", wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
+		}, wantRuns: 1},
+		{name: "response over the bound", adjust: func(c *httpidem.Config) { c.MaxResponseBody = 1024 }, steps: []step{
+			{keys: key("k1"), path: "/big", wantStatus: 201},
+			{keys: key("k1"), path: "/big", wantStatus: 410, wantProblem: httpidem.ProblemResponseNotStored},
+		}, wantRuns: 1},
+		{name: "tenants are apart", steps: []step{
+			{name: "a", tenant: "a", keys: key("k1"), wantStatus: 201, wantRunsNow: 1},
+			{name: "b", tenant: "b", keys: key("k1"), wantStatus: 201, wantRunsNow: 2},
+			{tenant: "a", keys: key("k1"), wantStatus: 201, wantReplays: "a"},
+			{tenant: "b", keys: key("k1"), wantStatus: 201, wantReplays: "b"},
+		}, wantRuns: 2},
+		{name: "scope and key never run together", steps: []step{
+			{name: "ab", tenant: "a:b", keys: key("c"), wantStatus: 201, wantRunsNow: 1},
+			{name: "a", tenant: "a", keys: key("b:c"), wantStatus: 201, wantRunsNow: 2},
+			{tenant: "a:b", keys: key("c"), wantStatus: 201, wantReplays: "ab"},
+			{tenant: "a", keys: key("b:c"), wantStatus: 201, wantReplays: "a"},
+		}, wantRuns: 2},
+	}
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				store, prefix := kind.new(t)
+				api := newPayments()
+				h := newMiddleware(t, store, prefix, tc.adjust).Handler(api)
+				seen := map[string]result{}
+				var background []chan result
+				for i, s := range tc.steps {
+					req := newRequest(s)
+					if s.blocked {
+						done := make(chan result, 1)
+						go func() { done <- serve(h, req) }()
+						<-api.started
+						background = append(background, done)
+						continue
+					}
+					got := serve(h, req)
+					if s.wantPanic {
+						require.NotNil(t, got.panicked, "step %d: want the handler's panic to reach net/http", i)
+						continue
+					}
+					require.Nil(t, got.panicked, "step %d", i)
+					require.Equal(t, s.wantStatus, got.status, "step %d: body %s", i, got.body)
+					if s.wantProblem != "" {
+						requireProblem(t, got, s.wantStatus, s.wantProblem)
+					} else {
+						assert.NotEqual(t, "application/problem+json", got.header.Get("Content-Type"), "step %d", i)
+					}
+					if s.wantReplays != "" {
+						requireReplay(t, seen[s.wantReplays], got)
+					} else {
+						assert.Empty(t, got.header.Get(httpidem.ReplayedHeader), "step %d", i)
+					}
+					if s.wantRunsNow > 0 {
+						assert.Equal(t, s.wantRunsNow, api.runs.Load(), "step %d", i)
+					}
+					if s.name != "" {
+						seen[s.name] = got
+					}
+				}
+				close(api.release)
+				for _, done := range background {
+					got := <-done
+					assert.Equal(t, http.StatusCreated, got.status)
+				}
+				assert.Equal(t, tc.wantRuns, api.runs.Load(), "handler runs")
+			})
+		}
+	})
+}
+
+func newRequest(s step) *http.Request {
+	method, path := s.method, s.path
+	if method == "" {
+		method = http.MethodPost
+	}
+	if path == "" {
+		path = "/pay"
+	}
+	req := httptest.NewRequest(method, path, strings.NewReader(s.body))
+	for _, k := range s.keys {
+		req.Header.Add(httpidem.DefaultHeader, k)
+	}
+	if s.tenant != "" {
+		req.Header.Set("X-Tenant", s.tenant)
+	}
+	return req
+}
+
+// requireProblem checks an RFC 9457 answer of the middleware.
+func requireProblem(t *testing.T, got result, status int, pt httpidem.ProblemType) {
+	t.Helper()
+	require.Equal(t, "application/problem+json", got.header.Get("Content-Type"))
+	var p struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(got.body), &p), got.body)
+	assert.Equal(t, httpidem.DefaultProblemTypeBase+string(pt), p.Type)
+	assert.Equal(t, status, p.Status)
+	assert.NotEmpty(t, p.Title)
+	assert.NotEmpty(t, p.Detail)
+	if status == http.StatusConflict || status == http.StatusServiceUnavailable {
+		assert.Equal(t, "1", got.header.Get("Retry-After"))
+	}
+	if pt == httpidem.ProblemKeyMissing {
+		assert.Contains(t, p.Detail, "requires an Idempotency-Key header")
+	}
+}
+
+// requireReplay checks that got is orig byte for byte, plus the replay marker.
+func requireReplay(t *testing.T, orig, got result) {
+	t.Helper()
+	require.NotZero(t, orig.status, "the replayed step must be named and answered")
+	want := orig.header.Clone()
+	want.Set(httpidem.ReplayedHeader, "true")
+	assert.Equal(t, orig.status, got.status)
+	assert.Equal(t, want, got.header)
+	assert.Equal(t, orig.body, got.body)
+}
+
+func TestNew(t *testing.T) {
+	store, prefix := storeKinds[0].new(t)
+	_, err := httpidem.New(httpidem.Config{}, nil)
+	require.ErrorIs(t, err, httpidem.ErrNilStore)
+	for name, cfg := range map[string]httpidem.Config{
+		"negative lease":     {Store: store, Lease: -time.Second},
+		"tiny lease":         {Store: store, Lease: time.Millisecond},
+		"negative TTL":       {Store: store, CompletedTTL: -1},
+		"negative failed":    {Store: store, FailedTTL: -1},
+		"negative retry":     {Store: store, RetryAfter: -1},
+		"negative key len":   {Store: store, MaxKeyLength: -1},
+		"negative req body":  {Store: store, MaxRequestBody: -1},
+		"negative resp body": {Store: store, MaxResponseBody: -1},
+		"bad header":         {Store: store, Header: "Idempotency Key"},
+		"bad method":         {Store: store, Methods: []string{"PO ST"}},
+	} {
+		_, err := httpidem.New(cfg, nil)
+		assert.ErrorIs(t, err, httpidem.ErrInvalidConfig, name)
+	}
+
+	// The config is copied: changing the caller's slice later changes nothing.
+	methods := []string{http.MethodPut}
+	m, err := httpidem.New(httpidem.Config{Store: store, KeyPrefix: prefix, Methods: methods}, nil)
+	require.NoError(t, err)
+	methods[0] = http.MethodPost
+	api := newPayments()
+	got := serve(m.Handler(api), newRequest(step{}))
+	assert.Equal(t, http.StatusCreated, got.status, "POST must still pass through")
+	got = serve(m.Handler(api), newRequest(step{method: http.MethodPut}))
+	assert.Equal(t, http.StatusBadRequest, got.status, "PUT must still require a key")
+}
