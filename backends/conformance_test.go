@@ -1,10 +1,12 @@
 package backends_test
 
 import (
+	"context"
 	"fmt"
 	"hash/fnv"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
@@ -50,13 +53,44 @@ func groupFor(t *testing.T) string {
 // TestNewSubscriberReceivesOldMessages with a fresh group per constructor
 // call: that test needs each subscriber to see every message, which with one
 // shared group would be a bug.
-func conformance(t *testing.T, base backends.Config, features tests.Features, newGroupReadsHistory bool) {
+//
+// Topics are named bk-<runID>-<testID> and every group used is recorded, so
+// that cleanup (when not nil) can remove exactly what this run created on a
+// shared server, after every subtest has finished.
+func conformance(t *testing.T, base backends.Config, features tests.Features, newGroupReadsHistory bool,
+	cleanup func(t *testing.T, topicPrefix string, topics, groups []string)) {
 	t.Helper()
+	var (
+		mu             sync.Mutex
+		topics, groups []string
+	)
+	topicPrefix := "bk-" + runID + "-"
+	features.GenerateTopicFunc = func(tctx tests.TestContext) string {
+		topic := topicPrefix + string(tctx.TestID)
+		mu.Lock()
+		// TestTopic and TestConcurrentSubscribeMultipleTopics use topic-N.
+		topics = append(topics, topic)
+		for i := range 20 {
+			topics = append(topics, fmt.Sprintf("%s-%d", topic, i))
+		}
+		mu.Unlock()
+		return topic
+	}
+	if cleanup != nil {
+		t.Cleanup(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			cleanup(t, topicPrefix, topics, groups)
+		})
+	}
 	withGroup := func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
 		cfg := base
 		if base.Group != "" || group != "" {
 			cfg.Group = group
 		}
+		mu.Lock()
+		groups = append(groups, group)
+		mu.Unlock()
 		b, err := backends.New(cfg, testLogger())
 		require.NoError(t, err)
 		return b.Publisher, b.Subscriber
@@ -98,7 +132,7 @@ func TestConformance_GoChannel(t *testing.T) {
 		Persistent:            false, // messages live in one instance only
 		RequireSingleInstance: true,
 		ForceShort:            true,
-	}, false)
+	}, false, nil)
 }
 
 func TestConformance_Kafka(t *testing.T) {
@@ -125,7 +159,7 @@ func TestConformance_Kafka(t *testing.T) {
 		GuaranteedOrder: false,
 		Persistent:      true,
 		ForceShort:      true,
-	}, true)
+	}, true, nil) // kfake goes away at cleanup; a shared KAFKA_BROKERS cluster keeps the bk-<runID>-* topics
 }
 
 func TestConformance_RedisStreams(t *testing.T) {
@@ -148,13 +182,22 @@ func TestConformance_RedisStreams(t *testing.T) {
 		GuaranteedOrderWithSingleSubscriber: true,
 		Persistent:                          true,
 		ForceShort:                          true,
-	}, true)
+	}, true, func(t *testing.T, prefix string, _, _ []string) {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		ctx := context.Background()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			_ = rdb.Del(ctx, iter.Val()).Err()
+		}
+	})
 }
 
 func TestConformance_AMQP(t *testing.T) {
 	t.Parallel()
+	url := testserver.RabbitMQURL(t)
 	conformance(t, backends.Config{
-		URL:             testserver.RabbitMQURL(t),
+		URL:             url,
 		Group:           "set-per-test",
 		NackResendSleep: fastNack,
 	}, tests.Features{
@@ -164,13 +207,16 @@ func TestConformance_AMQP(t *testing.T) {
 		GuaranteedOrderWithSingleSubscriber: true,
 		Persistent:                          true,
 		ForceShort:                          true,
-	}, false)
+	}, false, func(t *testing.T, _ string, topics, groups []string) {
+		deleteAMQP(t, url, topics, groups)
+	})
 }
 
 func TestConformance_NATS(t *testing.T) {
 	t.Parallel()
+	url := testserver.NATSURL(t)
 	conformance(t, backends.Config{
-		URL:             testserver.NATSURL(t),
+		URL:             url,
 		Group:           "set-per-test",
 		NackResendSleep: fastNack,
 		// The suite closes subscribers holding unacked messages and expects
@@ -183,5 +229,7 @@ func TestConformance_NATS(t *testing.T) {
 		GuaranteedOrderWithSingleSubscriber: true,
 		Persistent:                          true,
 		ForceShort:                          true,
-	}, true)
+	}, true, func(t *testing.T, prefix string, _, _ []string) {
+		deleteNATSStreams(t, url, prefix)
+	})
 }

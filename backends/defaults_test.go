@@ -151,6 +151,29 @@ func deleteNATSStream(t *testing.T, url, topic string) {
 	}
 }
 
+// deleteNATSStreams deletes the streams whose names start with prefix.
+func deleteNATSStreams(t *testing.T, url, prefix string) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	defer nc.Close()
+	js, err := nc.JetStream()
+	if err != nil {
+		return
+	}
+	var doomed []string
+	for name := range js.StreamNames() {
+		if strings.HasPrefix(name, prefix) {
+			doomed = append(doomed, name)
+		}
+	}
+	for _, name := range doomed {
+		_ = js.DeleteStream(name)
+	}
+}
+
 // An AMQP message published before its group ever subscribed must wait in
 // the group's queue: a fanout exchange drops what no queue is bound to.
 func TestAMQP_QueueDeclaredBeforeFirstPublish(t *testing.T) {
@@ -158,7 +181,7 @@ func TestAMQP_QueueDeclaredBeforeFirstPublish(t *testing.T) {
 	url := testserver.RabbitMQURL(t)
 	topic := uniqueTopic("early")
 	group := "billing-" + runID
-	t.Cleanup(func() { deleteAMQP(t, url, topic, group) })
+	t.Cleanup(func() { deleteAMQP(t, url, []string{topic}, []string{group}) })
 
 	producer := newBackend(t, backends.Config{URL: url, Group: group})
 	publish(t, producer.Publisher, topic, "early")
@@ -177,7 +200,7 @@ func TestAMQP_GroupsFanOut(t *testing.T) {
 	url := testserver.RabbitMQURL(t)
 	topic := uniqueTopic("fanout")
 	a, b := "a-"+runID, "b-"+runID
-	t.Cleanup(func() { deleteAMQP(t, url, topic, a, b) })
+	t.Cleanup(func() { deleteAMQP(t, url, []string{topic}, []string{a, b}) })
 
 	pub := newBackend(t, backends.Config{URL: url, Group: a, AMQP: backends.AMQPConfig{PublishGroups: []string{a, b}}})
 	publish(t, pub.Publisher, topic, "m")
@@ -190,23 +213,41 @@ func TestAMQP_GroupsFanOut(t *testing.T) {
 	}
 }
 
-// deleteAMQP removes what a test declared on the shared RabbitMQ.
-func deleteAMQP(t *testing.T, url, topic string, groups ...string) {
+// deleteAMQP removes the exchanges of topics and the queues of topics and
+// groups (topic_group) that a test declared on the shared RabbitMQ. Deleting
+// a queue or exchange that does not exist is not an error in RabbitMQ; a
+// failed operation closes its channel, so a new one is opened after it.
+func deleteAMQP(t *testing.T, url string, topics, groups []string) {
 	conn, err := amqp091.Dial(url)
 	if err != nil {
 		t.Logf("cleanup: %v", err)
 		return
 	}
 	defer conn.Close()
-	for _, g := range groups {
-		if ch, err := conn.Channel(); err == nil {
-			_, _ = ch.QueueDelete(topic+"_"+g, false, false, false)
-			_ = ch.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	defer func() { _ = ch.Close() }()
+	retry := func(err error) {
+		if err != nil {
+			if ch, err = conn.Channel(); err != nil {
+				t.Logf("cleanup: %v", err)
+			}
 		}
 	}
-	if ch, err := conn.Channel(); err == nil {
-		_ = ch.ExchangeDelete(topic, false, false)
-		_ = ch.Close()
+	seen := map[string]bool{}
+	for _, topic := range topics {
+		for _, g := range groups {
+			if q := topic + "_" + g; !seen[q] && ch != nil {
+				seen[q] = true
+				_, err := ch.QueueDelete(q, false, false, false)
+				retry(err)
+			}
+		}
+		if ch != nil {
+			retry(ch.ExchangeDelete(topic, false, false))
+		}
 	}
 }
 

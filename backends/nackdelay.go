@@ -91,7 +91,9 @@ func (s *nackDelaySubscriber) relay(msg *message.Message, out chan<- *message.Me
 		}
 		msg.Nack()
 	case <-ctx.Done():
+		settleOnStop(fwd, func() { msg.Ack() }, func() { msg.Nack() }, func() {})
 	case <-s.closing:
+		settleOnStop(fwd, func() { msg.Ack() }, func() { msg.Nack() }, func() {})
 	}
 }
 

@@ -90,34 +90,19 @@ func newNATS(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend,
 	if err != nil {
 		return nil, errors.Join(err, pub.Close())
 	}
-	sub, err := wmnats.NewSubscriberWithNatsConn(subConn, wmnats.SubscriberSubscriptionConfig{
-		Unmarshaler:       &wmnats.NATSMarshaler{},
-		SubscribersCount:  1,
-		AckWaitTimeout:    cfg.NATS.AckWait,
-		SubscribeTimeout:  cfg.DialTimeout,
-		SubjectCalculator: subjects,
-		NakDelay:          wmnats.NewStaticDelay(cfg.NackResendSleep),
-		QueueGroupPrefix:  cfg.Group,
-		JetStream: wmnats.JetStreamConfig{
-			SubscribeOptions:  []nats.SubOpt{nats.ManualAck(), nats.AckExplicit()},
-			DurablePrefix:     cfg.Group,
-			DurableCalculator: natsDurable,
-		},
-	}, logger)
-	if err != nil {
-		subConn.Close()
-		return nil, errors.Join(fmt.Errorf("backends: nats subscriber: %w", err), pub.Close())
-	}
-
 	return &Backend{
 		Publisher: &natsPublisher{pub: pub, js: pubJS, streams: streams},
 		Subscriber: &natsSubscriber{
-			sub:           sub,
+			conn:          subConn,
 			js:            subJS,
 			streams:       streams,
 			group:         cfg.Group,
 			ackWait:       cfg.NATS.AckWait,
 			maxAckPending: cfg.NATS.MaxAckPending,
+			nakDelay:      cfg.NackResendSleep,
+			logger:        logger,
+			closing:       make(chan struct{}),
+			consumers:     map[string]bool{},
 		},
 	}, nil
 }
@@ -192,19 +177,33 @@ func (p *natsPublisher) Publish(topic string, msgs ...*message.Message) error {
 
 func (p *natsPublisher) Close() error { return p.pub.Close() }
 
-// natsSubscriber creates the stream and the group's durable consumer before
-// the library subscribes, so that the library binds to the durable instead of
-// creating (and, on Close, deleting) it.
+// natsSubscriber consumes a topic through the group's durable consumer,
+// which it creates (with the topic's stream) before subscribing, so that
+// nats.go binds to it instead of creating, and on close deleting, it.
+//
+// It replaces watermill-nats's Subscriber, which closes its output channel
+// while a message callback may still be sending on it (a data race, and a
+// "send on closed channel" panic when the timing is unlucky). Messages are
+// handled as there: one at a time per subscription, acked with AckSync after
+// the handler acks, NakWithDelay(NackResendSleep) after it nacks, neither
+// when the handler has not answered within AckWait (the server then
+// redelivers). A message held when the subscriber closes is nacked without
+// delay, so another member of the group gets it at once.
 type natsSubscriber struct {
-	sub           *wmnats.Subscriber
+	conn          *nats.Conn
 	js            nats.JetStreamContext
 	streams       *natsStreams
 	group         string
 	ackWait       time.Duration
 	maxAckPending int
+	nakDelay      time.Duration
+	logger        watermill.LoggerAdapter
 
-	mu        sync.Mutex
+	mu        sync.Mutex // guards closed and consumers, and orders Subscribe before Close
+	closed    bool
 	consumers map[string]bool
+	closing   chan struct{}
+	subs      sync.WaitGroup
 }
 
 var (
@@ -212,30 +211,147 @@ var (
 	_ message.SubscribeInitializer = (*natsSubscriber)(nil)
 )
 
+// Subscribe joins the group's durable consumer of topic. The returned
+// channel closes when ctx ends or the subscriber closes.
 func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	if err := s.SubscribeInitialize(topic); err != nil {
+	stream, durable, err := s.initialize(topic)
+	if err != nil {
 		return nil, err
 	}
-	return s.sub.Subscribe(ctx, topic)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errors.New("backends: nats subscriber closed")
+	}
+
+	out := make(chan *message.Message)
+	stop := make(chan struct{})
+	// inflight is held (read-locked) by the message callback while it may
+	// send on out; teardown takes it write-locked before closing out.
+	var inflight sync.RWMutex
+	logFields := watermill.LogFields{"topic": topic, "nats_stream": stream, "nats_durable": durable}
+
+	sub, err := s.js.QueueSubscribe(topic, durable, func(m *nats.Msg) {
+		inflight.RLock()
+		defer inflight.RUnlock()
+		select {
+		case <-stop:
+			_ = m.Nak()
+			return
+		default:
+		}
+		s.handle(ctx, m, out, stop, logFields)
+	}, nats.Bind(stream, durable), nats.ManualAck())
+	if err != nil {
+		return nil, fmt.Errorf("backends: nats subscribe %q as %q: %w", topic, durable, err)
+	}
+
+	s.subs.Add(1)
+	go func() {
+		defer s.subs.Done()
+		select {
+		case <-ctx.Done():
+		case <-s.closing:
+		}
+		close(stop)
+		// The durable was created by us, not by this subscription, so
+		// Unsubscribe leaves it on the server.
+		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			s.logger.Error("Cannot unsubscribe", err, logFields)
+		}
+		inflight.Lock()
+		close(out)
+		inflight.Unlock()
+	}()
+	return out, nil
+}
+
+// handle hands one message to out and settles it on the server as the
+// handler settles it.
+func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *message.Message, stop <-chan struct{}, logFields watermill.LogFields) {
+	msg, err := (&wmnats.NATSMarshaler{}).Unmarshal(m)
+	if err != nil {
+		// Redelivering cannot fix it; Term stops the server from trying.
+		s.logger.Error("Cannot unmarshal message, terminating it", err, logFields)
+		_ = m.Term()
+		return
+	}
+	msgCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	msg.SetContext(msgCtx)
+	logFields = logFields.Add(watermill.LogFields{"message_uuid": msg.UUID})
+
+	timeout := time.NewTimer(s.ackWait)
+	defer timeout.Stop()
+	select {
+	case out <- msg:
+	case <-stop:
+		_ = m.Nak()
+		return
+	case <-ctx.Done():
+		_ = m.Nak()
+		return
+	case <-timeout.C:
+		// Nobody took it within AckWait; the server redelivers it already.
+		return
+	}
+	ack := func() {
+		if err := m.AckSync(); err != nil {
+			s.logger.Error("Cannot ack message", err, logFields)
+		}
+	}
+	nack := func() {
+		if err := m.NakWithDelay(s.nakDelay); err != nil {
+			s.logger.Error("Cannot nack message", err, logFields)
+		}
+	}
+	select {
+	case <-msg.Acked():
+		ack()
+	case <-msg.Nacked():
+		nack()
+	case <-timeout.C:
+		s.logger.Info("No ack within AckWait; the server redelivers the message", logFields)
+	case <-stop:
+		settleOnStop(msg, ack, nack, func() { _ = m.Nak() })
+	case <-ctx.Done():
+		settleOnStop(msg, ack, nack, func() { _ = m.Nak() })
+	}
+}
+
+// settleOnStop settles a message when its subscription stops: as the handler
+// did if it answered just before (select picks among ready cases at random,
+// so an ack must not lose to the stop signal), else with abandon.
+func settleOnStop(msg *message.Message, ack, nack, abandon func()) {
+	select {
+	case <-msg.Acked():
+		ack()
+	case <-msg.Nacked():
+		nack()
+	default:
+		abandon()
+	}
 }
 
 // SubscribeInitialize creates the topic's stream and the group's durable
 // consumer, if missing, and brings the durable's AckWait and MaxAckPending
 // in line with the config.
 func (s *natsSubscriber) SubscribeInitialize(topic string) error {
-	stream, err := s.streams.ensure(s.js, topic)
+	_, _, err := s.initialize(topic)
+	return err
+}
+
+func (s *natsSubscriber) initialize(topic string) (stream, durable string, err error) {
+	stream, err = s.streams.ensure(s.js, topic)
 	if err != nil {
-		return err
+		return "", "", err
 	}
+	durable = natsDurable(s.group, topic)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.consumers == nil {
-		s.consumers = map[string]bool{}
-	}
 	if s.consumers[topic] {
-		return nil
+		return stream, durable, nil
 	}
-	durable := natsDurable(s.group, topic)
 	want := &nats.ConsumerConfig{
 		Durable:        durable,
 		DeliverSubject: "_wmi.deliver." + stream + "." + durable,
@@ -257,10 +373,27 @@ func (s *natsSubscriber) SubscribeInitialize(topic string) error {
 		_, err = s.js.UpdateConsumer(stream, &updated)
 	}
 	if err != nil {
-		return fmt.Errorf("backends: nats durable %q on stream %q: %w", durable, stream, err)
+		return "", "", fmt.Errorf("backends: nats durable %q on stream %q: %w", durable, stream, err)
 	}
 	s.consumers[topic] = true
-	return nil
+	return stream, durable, nil
 }
 
-func (s *natsSubscriber) Close() error { return s.sub.Close() }
+// Close ends every subscription, nacking held messages, waits until their
+// channels are closed, and drains the connection. It is idempotent.
+func (s *natsSubscriber) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.closing)
+	s.mu.Unlock()
+
+	s.subs.Wait()
+	if err := s.conn.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		return fmt.Errorf("backends: nats drain: %w", err)
+	}
+	return nil
+}
