@@ -1,0 +1,179 @@
+// Package backends builds a Watermill Publisher and Subscriber for the broker
+// named in configuration, so that a service moves from one broker to another
+// by changing one environment variable:
+//
+//	cfg, err := backends.FromEnv() // BROKER_URL, BROKER_GROUP, ...
+//	if err != nil { ... }
+//	b, err := backends.New(cfg, logger)
+//	if err != nil { ... } // ErrUnknownBroker, ErrMissingGroup, ErrUnreachable, ...
+//	router.AddHandler("bill", "orders", b.Subscriber, "invoices", b.Publisher, bill)
+//
+// with BROKER_URL one of
+//
+//	kafka://localhost:9092[,host2:9092]
+//	redis://[user:pass@]localhost:6379/0    rediss:// for TLS
+//	amqp://guest:guest@localhost:5672/vhost amqps:// for TLS
+//	nats://localhost:4222[,host2:4222]
+//	gochannel://
+//
+// New switches on the URL's scheme, in one place; there is no registration
+// and no init. Every broker library has defaults that lose or duplicate
+// messages in production; New replaces them, and this page says with what and
+// why. The per-broker files (kafka.go, redisstream.go, amqp.go, nats.go,
+// gochannel.go) repeat the reasons beside the code.
+//
+// # Guarantees
+//
+// Every backend delivers at least once: a message is acked to the broker only
+// after the handler acked it (returned nil through the router), and a message
+// that was delivered but neither acked nor nacked comes back, to this or
+// another member of the group, after a broker-specific time (below). Nothing
+// here is exactly-once: pair the backend with this module's idempotency
+// middleware, which makes a redelivered message's effect happen once.
+//
+// Subscribers that share Config.Group divide a topic's messages between them;
+// each group gets every message. A new group starts at the oldest message the
+// broker still holds (Kafka, Redis Streams, NATS), or at the moment its queue
+// was declared (AMQP; see below), never at "now": a service's first start
+// must not skip what was published before it.
+//
+// A nacked message is redelivered after Config.NackResendSleep (1 s by
+// default), not at once. The idempotency middleware nacks a message whose key
+// is in progress elsewhere; an immediate redelivery would spin on it.
+//
+// New connects before it returns. A broker that does not accept a connection
+// within Config.DialTimeout (10 s) is an ErrUnreachable naming the address;
+// a malformed URL, an unknown scheme or a missing group is an error before
+// any network traffic. Passwords never appear in error messages.
+//
+// The Publisher and the Subscriber each own their connection and close it in
+// Close, which a Watermill router calls on both when it stops; Backend.Close
+// does the same for code without a router. Close is idempotent.
+//
+// # Kafka
+//
+// watermill-kafka (sarama). The subscriber joins the consumer group Group;
+// a new group starts at the oldest offset (sarama's default is the newest).
+// The protocol version is Kafka.Version, 2.1.0 by default: watermill pins
+// 1.0.0, which Kafka 4 rejects. The producer waits for all in-sync replicas
+// (sarama waits for the leader alone, which loses acknowledged messages on a
+// leader change).
+//
+// Topics are created by the backend before its first publish or subscribe to
+// them, with Kafka.Partitions partitions (1 by default) and a replication
+// factor of Kafka.ReplicationFactor, or min(3, brokers in the cluster).
+// Nothing depends on auto.create.topics.enable, which production clusters
+// usually disable and which creates topics with the broker's defaults.
+// Existing topics are left unchanged. Partitions bound a group's parallelism
+// (one consumer per partition) and order holds only within one; messages are
+// published without a key, so they are spread over the partitions.
+//
+// A nacked message is resent by the subscriber itself after NackResendSleep
+// and holds back the rest of its partition until it is acked. A message
+// delivered to a consumer that dies is redelivered after the group
+// rebalances (sarama's session timeout, 10 s), from the last committed
+// offset: messages after it that were already handled come again too, and the
+// idempotency middleware acks them as duplicates.
+//
+// SASL, TLS and timeouts go through Kafka.Tune, which receives the
+// sarama.Config of both sides.
+//
+// # Redis Streams
+//
+// watermill-redisstream (go-redis). Each topic is a stream; Group is a
+// consumer group on it, created at the start of the stream ("0"). The
+// publisher and the subscriber each get their own client from the URL: the
+// library closes the client it was given when the publisher or subscriber
+// closes, and a router closes both.
+//
+// The consumer name is Config.Consumer, the host name (the pod name) by
+// default, where the library picks a random name per process: a restarted
+// process then comes back as the same consumer instead of leaving a dead one
+// behind.
+//
+// A nacked message is resent by the subscriber itself after NackResendSleep
+// (the library resends at once, in a loop) and holds back the stream for
+// this consumer until it is acked. A message delivered but not acked for
+// Redis.MaxIdleTime (60 s) is claimed (XCLAIM) by another consumer of the
+// group, checked every Redis.ClaimInterval (5 s). Redis Streams has no
+// heartbeat, so this happens to a live consumer whose handler is slow as
+// surely as to a dead one. MaxIdleTime is therefore kept above the
+// idempotency lease (40 s): a message claimed from a live consumer finds its
+// key IN_PROGRESS, and the middleware's in-progress nack sends it round again
+// until the first handler completes, after which it is acked as a duplicate;
+// one claimed from a dead consumer finds the lease expired and runs.
+//
+// Streams grow without bound unless Redis.MaxLen caps them (approximately;
+// trimming drops the oldest entries whether or not every group read them).
+//
+// # AMQP (RabbitMQ)
+//
+// watermill-amqp on its durable pub/sub topology: a durable fanout exchange
+// per topic and a durable queue per topic and group, named topic_group,
+// bound to it. The consumers of a group compete for their queue; each group's
+// queue gets every message. Messages are published persistent and with
+// publisher confirms: Publish returns only once RabbitMQ has taken the
+// message. Each subscription has Prefetch (1) unacked messages at most.
+//
+// A fanout exchange drops what no queue is bound to, and a group's queue
+// exists only from its first subscribe. So before its first publish to a
+// topic the publisher declares and binds the queues of AMQP.PublishGroups,
+// by default Config.Group: a service that consumes what it publishes loses
+// nothing to start-up order. A publish-only service should list the groups
+// that consume its topics; a listed group that never consumes collects
+// messages without bound.
+//
+// RabbitMQ requeues a nacked message to the head of the queue at once; the
+// subscriber holds the nack for NackResendSleep first. A message held by a
+// consumer whose connection drops is requeued by RabbitMQ at once. A dropped
+// connection is redialled with exponential backoff.
+//
+// # NATS JetStream
+//
+// Publishing goes through watermill-nats; subscribing through this package's
+// own JetStream subscriber, because watermill-nats's closes its output
+// channel while a message callback may still send on it.
+//
+// Each topic is a subject captured by a stream: one the operator created, or
+// else one the backend creates on first use, named after the topic, with
+// JetStream's defaults (file storage, limits retention, no size or age
+// limit, 2-minute duplicate window). Publishes carry the message UUID as
+// Nats-Msg-Id, so JetStream drops a republished copy within that window.
+//
+// Each group reads a topic through a durable push consumer named
+// group_topic, with a deliver group of the same name, which the backend
+// creates before subscribing: explicit acks, AckWait of NATS.AckWait (60 s,
+// above the idempotency lease for the reason given under Redis Streams),
+// MaxAckPending of NATS.MaxAckPending (100; messages buffered in a client
+// beyond what it handles within AckWait are redelivered elsewhere), delivery
+// from the start of the stream. Messages are acked manually once the handler
+// acks: without nats.ManualAck, nats.go acks each message as soon as the
+// callback returns, before the handler has run, and a crash loses it.
+//
+// Shutdown keeps the durable. nats.go deletes a consumer on Unsubscribe or
+// Drain when the subscription created it, so a durable created by the first
+// member of a group would vanish when that member stops, cutting off the
+// others, and the next start would replay the whole stream. Because the
+// backend creates the durable itself, subscriptions only bind to it, and it
+// survives every shutdown with the group's position: a restarted group
+// resumes after its last ack. Delete the durable (nats consumer rm) when a
+// group is retired. On Close a message held but not yet acked is nacked at
+// once, so another member takes it without waiting for AckWait.
+//
+// A nacked message is redelivered by the server after NackResendSleep
+// (NakWithDelay), without holding back the messages behind it; one neither
+// acked nor nacked within AckWait is redelivered by the server. Reconnects
+// never give up (nats.go's default stops after 60 attempts).
+//
+// # gochannel
+//
+// One in-process, persistent GoChannel serves as both Publisher and
+// Subscriber: GoChannel has no state outside its instance, so separate
+// instances would never deliver. Persistent means a late subscriber still
+// receives everything published before it, as it would from a broker; it
+// also means every message stays in memory for the instance's life. There
+// are no groups: every subscriber receives every message, and Group is not
+// required. GoChannel resends a nacked message at once; the subscriber holds
+// the nack for NackResendSleep first. Nothing survives the process: use it
+// for tests, examples and demos.
+package backends
