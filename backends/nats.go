@@ -24,18 +24,19 @@ import (
 // durable push consumer named group_topic, with a deliver group of the same
 // name, so the processes of a group share its messages.
 //
-// Choices over watermill-nats's defaults, each a trap:
+// Publishing goes through watermill-nats; subscribing through natsSubscriber
+// (see there for why). Choices, each against a trap:
 //   - ManualAck: without it nats.go acks every message as soon as the
 //     callback returns, before the handler has run, and a crash loses it;
 //   - AckExplicit, with the server-side AckWait set to NATS.AckWait (and the
 //     subscriber's own wait to the same), and MaxAckPending bounded;
-//   - the durable consumer is created by the backend before the library
-//     subscribes. nats.go deletes a consumer on Unsubscribe when it created
-//     it itself, which watermill-nats does on Close: the durable of the
-//     whole group would vanish with its first member to shut down, and the
-//     next start would replay the stream from the beginning. Created here,
-//     the durable survives every shutdown and keeps the group's position;
-//     delete it with the nats CLI when a group is retired;
+//   - the durable consumer is created by the backend and subscriptions bind
+//     to it. nats.go deletes a consumer on Unsubscribe when the subscription
+//     created it: the durable of the whole group would vanish with its first
+//     member to shut down, and the next start would replay the stream from
+//     the beginning. Created here, the durable survives every shutdown and
+//     keeps the group's position; delete it with the nats CLI when a group
+//     is retired;
 //   - one durable per topic and group (watermill-nats uses the group alone
 //     by default, which allows one topic per group);
 //   - a nack asks the server to redeliver after NackResendSleep
