@@ -16,3 +16,35 @@ var (
 	// ErrEmptyToken is returned by Renew, Complete and Fail for an empty owner token.
 	ErrEmptyToken = errors.New("idempotency: empty owner token")
 )
+
+// Errors returned by the Watermill middleware to the router. The permanent
+// ones (see IsPermanent) mean that redelivering the message cannot help: route
+// them to a poison queue.
+var (
+	// ErrMissingKey means the message has no key: none of the metadata
+	// fields, no UUID, or an empty result of Config.KeyFunc. Permanent.
+	ErrMissingKey = errors.New("idempotency: message has no idempotency key")
+	// ErrInProgress means another consumer holds a live lease on the key; the
+	// message is nacked so that the broker delivers it again later.
+	ErrInProgress = errors.New("idempotency: key is in progress elsewhere")
+	// ErrTooManyAttempts means the key's handler already failed
+	// Config.MaxAttempts times; the handler is not run again. Permanent.
+	ErrTooManyAttempts = errors.New("idempotency: too many attempts")
+	// ErrKeyReused means the key was first seen with a different payload
+	// (Config.CheckPayload): the producer reused a key for other work.
+	// Permanent.
+	ErrKeyReused = errors.New("idempotency: key reused with a different payload")
+	// ErrStoreUnavailable wraps a store error that kept the middleware from
+	// deciding; the message is nacked (unless Config.FailOpen).
+	ErrStoreUnavailable = errors.New("idempotency: store unavailable")
+)
+
+// IsPermanent reports whether err means that redelivery cannot help
+// (ErrMissingKey, ErrTooManyAttempts or ErrKeyReused). Pass it to Watermill's
+// PoisonQueueWithFilter, added before this middleware:
+//
+//	poison, _ := middleware.PoisonQueueWithFilter(pub, "poison", idempotency.IsPermanent)
+//	router.AddMiddleware(poison, idem.Middleware)
+func IsPermanent(err error) bool {
+	return errors.Is(err, ErrMissingKey) || errors.Is(err, ErrTooManyAttempts) || errors.Is(err, ErrKeyReused)
+}

@@ -1,0 +1,173 @@
+package middleware
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Defaults of Config.
+const (
+	DefaultKeyPrefix       = "idem"
+	DefaultLeaseTTL        = 40 * time.Second
+	DefaultCompletedTTL    = 24 * time.Hour
+	DefaultFailedTTL       = 24 * time.Hour
+	DefaultNackDelay = time.Second
+	DefaultMaxOutputSize   = 1 << 20
+	DefaultStoreTimeout    = 5 * time.Second
+	DefaultMaxKeyLength    = 200
+)
+
+// DefaultKeyMetadata are the metadata fields a key is read from, in order,
+// before the message UUID.
+var DefaultKeyMetadata = []string{"requestId", "Idempotency-Key"}
+
+// Config configures an Idempotency middleware. A zero field means its
+// documented default; only Store is required.
+type Config struct {
+	// Store keeps the state of every key. Required: redisstore for
+	// production, memstore for tests and single-process demos.
+	Store Store
+
+	// KeyMetadata are the metadata fields read, in order, for the key; the
+	// first non-empty one wins, else the message UUID is the key. Nil means
+	// DefaultKeyMetadata ("requestId", then "Idempotency-Key").
+	KeyMetadata []string
+	// KeyFunc, when set, replaces KeyMetadata and the UUID: it returns the
+	// key of a message. An empty key or an error is ErrMissingKey.
+	KeyFunc func(msg *message.Message) (string, error)
+	// Scope returns the scope part of the stored key, so that two handlers
+	// consuming one topic each process a message once. Nil means the
+	// handler's name (message.HandlerNameFromCtx), which the router puts in
+	// the message's context.
+	Scope func(msg *message.Message) string
+	// KeyPrefix starts every stored key: prefix:scope:key. Empty means
+	// DefaultKeyPrefix ("idem").
+	KeyPrefix string
+	// MaxKeyLength bounds the key part in bytes; a longer key is replaced by
+	// "sha256:" and its hex SHA-256. Zero means DefaultMaxKeyLength (200).
+	MaxKeyLength int
+
+	// LeaseTTL is how long a claim holds a key without renewal; the
+	// middleware renews it every LeaseTTL/3 while the handler runs, so only
+	// a consumer that stopped (crashed, partitioned) loses it. Keep it well
+	// above a store round trip and below the broker's redelivery timer (AMQP
+	// consumer timeout, NATS AckWait, Redis Streams MaxIdleTime) where
+	// possible. Zero means DefaultLeaseTTL (40 s).
+	LeaseTTL time.Duration
+	// CompletedTTL is how long a completed key is remembered: duplicates
+	// arriving later run the handler again. Zero means DefaultCompletedTTL
+	// (24 h).
+	CompletedTTL time.Duration
+	// FailedTTL is how long a failed key keeps its attempt count. Zero means
+	// DefaultFailedTTL (24 h).
+	FailedTTL time.Duration
+	// NackDelay is how long the middleware waits before it nacks a copy
+	// whose key another consumer holds (ErrInProgress) or that it could not
+	// claim because the store is down (ErrStoreUnavailable), so that brokers
+	// which redeliver at once (gochannel, AMQP) do not spin. Zero means
+	// DefaultNackDelay (1 s); negative means no delay.
+	NackDelay time.Duration
+	// MaxAttempts is how many times the handler may run for one key; a copy
+	// arriving after that many failures gets ErrTooManyAttempts without
+	// running the handler. Zero means unlimited.
+	MaxAttempts int
+
+	// FailOpen runs the handler without deduplication when the store cannot
+	// be reached for the claim, logging and counting it (OutcomeFailOpen).
+	// False (the default) fails closed: the message is nacked and nothing is
+	// lost.
+	FailOpen bool
+	// DisableOutputReplay stores no output: a duplicate is acked without
+	// republishing what the first run produced. False (the default) stores
+	// the handler's produced messages and returns them for every duplicate,
+	// so a publish that failed after completion is retried by redelivery.
+	DisableOutputReplay bool
+	// MaxOutputSize bounds the stored output in bytes; a larger output is
+	// not stored (the key is still completed, the event is logged and
+	// counted) and duplicates are acked without it. Zero means
+	// DefaultMaxOutputSize (1 MiB).
+	MaxOutputSize int
+	// CheckPayload stores the SHA-256 of the payload with the key; a copy
+	// with the same key and a different payload gets ErrKeyReused. False
+	// (the default) compares keys only.
+	CheckPayload bool
+	// StoreTimeout bounds each store call. Zero means DefaultStoreTimeout
+	// (5 s).
+	StoreTimeout time.Duration
+
+	// Observer receives outcomes and store latencies. Nil means none; see
+	// package idemprom for Prometheus.
+	Observer Observer
+}
+
+func (c *Config) setDefaults() {
+	if c.KeyMetadata == nil {
+		c.KeyMetadata = DefaultKeyMetadata
+	}
+	c.KeyMetadata = append([]string(nil), c.KeyMetadata...)
+	if c.Scope == nil {
+		c.Scope = func(msg *message.Message) string { return message.HandlerNameFromCtx(msg.Context()) }
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.MaxKeyLength == 0 {
+		c.MaxKeyLength = DefaultMaxKeyLength
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.CompletedTTL == 0 {
+		c.CompletedTTL = DefaultCompletedTTL
+	}
+	if c.FailedTTL == 0 {
+		c.FailedTTL = DefaultFailedTTL
+	}
+	if c.NackDelay == 0 {
+		c.NackDelay = DefaultNackDelay
+	}
+	if c.MaxOutputSize == 0 {
+		c.MaxOutputSize = DefaultMaxOutputSize
+	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
+	}
+}
+
+// Validate reports the first problem of a Config whose defaults are filled.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, errors.New("Store is required"))
+	}
+	for name, d := range map[string]time.Duration{"LeaseTTL": c.LeaseTTL, "CompletedTTL": c.CompletedTTL,
+		"FailedTTL": c.FailedTTL, "StoreTimeout": c.StoreTimeout} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s is %v, must be positive", name, d))
+		}
+	}
+	if c.LeaseTTL > 0 && c.LeaseTTL < 3*time.Millisecond {
+		errs = append(errs, fmt.Errorf("LeaseTTL %v is too short to renew", c.LeaseTTL))
+	}
+	if c.MaxAttempts < 0 {
+		errs = append(errs, fmt.Errorf("MaxAttempts is %d, must be 0 (unlimited) or more", c.MaxAttempts))
+	}
+	if c.MaxKeyLength < 0 || c.MaxOutputSize < 0 {
+		errs = append(errs, errors.New("MaxKeyLength and MaxOutputSize must not be negative"))
+	}
+	for _, f := range c.KeyMetadata {
+		if f == "" {
+			errs = append(errs, errors.New("KeyMetadata has an empty field name"))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("idempotency: invalid config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+// Package middleware gives Watermill handlers exactly-once effects: a router
+// middleware that keeps, per message key, a small state machine in a Store
+// shared by every consumer (Redis in production, see package redisstore).
+//
+// The package is named middleware like Watermill's own; import it under a
+// name of your choice where both are used:
+//
+//	import idempotency "github.com/idempotency/watermill-idempotency/middleware"
+//
+//	idem, err := idempotency.New(idempotency.Config{Store: store}, logger)
+//	router.AddMiddleware(idem.Middleware)
+//
+// # State machine
+//
+// Each key is ABSENT, IN_PROGRESS (one owner holds a lease, 40 s by default,
+// renewed every third of it while the handler runs), COMPLETED (24 h) or
+// FAILED (24 h). Claiming is one atomic store operation, so exactly one of
+// any number of concurrent consumers runs the handler. Complete, Fail and
+// renewal are fenced by the owner's token: a consumer whose lease expired
+// changes nothing. Expiry is the store's own (Redis PEXPIRE).
+//
+// # Keys
+//
+// The key is the first non-empty metadata field of Config.KeyMetadata
+// (default "requestId", then "Idempotency-Key"), else the message UUID, or
+// whatever Config.KeyFunc returns. It is stored as prefix:scope:key, where
+// the scope defaults to the handler's name, so that two handlers consuming
+// one topic each process a message once. Keys longer than
+// Config.MaxKeyLength (200 bytes) are replaced by their SHA-256. Keys may hold
+// any bytes.
+//
+// # Outcomes
+//
+// What the middleware returns to the router for each delivery:
+//
+//	claim result            middleware does                               router then
+//	acquired, success       store COMPLETED with the produced messages    publishes them, acks
+//	acquired, error/panic   store FAILED (attempts+1), return the error   nacks: redelivery
+//	COMPLETED               skip the handler, return the stored messages  republishes them (same UUIDs), acks
+//	IN_PROGRESS elsewhere   wait NackDelay, return ErrInProgress          nacks: redelivery later
+//	store unavailable       wait NackDelay, return ErrStoreUnavailable    nacks; FailOpen runs the handler
+//	no key                  return ErrMissingKey (permanent)              nacks, or poison queue
+//	attempts > MaxAttempts  return ErrTooManyAttempts (permanent)         nacks, or poison queue
+//	different payload       return ErrKeyReused (permanent, CheckPayload) nacks, or poison queue
+//
+// Permanent errors never succeed on redelivery: add Watermill's
+// PoisonQueueWithFilter with IsPermanent before this middleware.
+//
+// # Guarantees
+//
+//   - No message is acked unless its handler succeeded or its key is
+//     COMPLETED. A store outage nacks (fail closed) and loses nothing.
+//   - The handler runs at most once at a time per key, and after a success
+//     never again while the COMPLETED record lives (CompletedTTL), as long as
+//     the store is reachable. A live but slow handler keeps its lease; a
+//     crashed consumer's key is claimable once its lease expires.
+//   - Produced messages are stored with COMPLETED (up to MaxOutputSize) and
+//     returned again for every duplicate, so outputs are at-least-once with
+//     stable UUIDs: a publish that failed after completion is retried by the
+//     redelivery, and the next hop deduplicates by the same UUIDs.
+//   - Side effects outside the store are exactly once only if they are
+//     idempotent or transactional themselves: a handler that charged a card
+//     and then crashed before COMPLETED was written runs again after its
+//     lease. The middleware narrows that window to the crash; it cannot
+//     close it.
+//
+// # Failures after the handler
+//
+// If COMPLETED cannot be written after the handler succeeded, the write is
+// retried until the lease would expire; if it still fails, the message is
+// acked anyway with its output (nacking would run the effect again), and the
+// event is logged and counted as OutcomeCompleteFailed. If the lease was lost
+// while the handler ran (the store was unreachable for a whole lease, or
+// another consumer took the key), the handler's context is cancelled with
+// ErrLeaseLost as its cause (context.Cause).
+//
+// # Observability
+//
+// Every outcome is logged through the watermill.LoggerAdapter with the key,
+// handler name, outcome and attempts, and reported to Config.Observer along
+// with the latency of every store call; package idemprom exports them to
+// Prometheus.
+package middleware

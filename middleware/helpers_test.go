@@ -1,0 +1,104 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	idempotency "github.com/idempotency/watermill-idempotency/middleware"
+)
+
+// outcomes counts the middleware's outcomes; it is the Observer of the tests.
+type outcomes struct {
+	mu     sync.Mutex
+	counts map[idempotency.Outcome]int
+	ops    map[string]int
+}
+
+func newOutcomes() *outcomes {
+	return &outcomes{counts: map[idempotency.Outcome]int{}, ops: map[string]int{}}
+}
+
+func (o *outcomes) Outcome(_ string, outcome idempotency.Outcome) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.counts[outcome]++
+}
+
+func (o *outcomes) StoreLatency(op string, _ time.Duration, _ error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ops[op]++
+}
+
+func (o *outcomes) get(outcome idempotency.Outcome) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.counts[outcome]
+}
+
+func (o *outcomes) op(op string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.ops[op]
+}
+
+// newIdem builds the middleware with an outcome counter, failing the test on
+// a config error.
+func newIdem(t *testing.T, cfg idempotency.Config) (*idempotency.Idempotency, *outcomes) {
+	t.Helper()
+	obs := newOutcomes()
+	if cfg.Observer == nil {
+		cfg.Observer = obs
+	}
+	if cfg.NackDelay == 0 {
+		cfg.NackDelay = -1
+	}
+	idem, err := idempotency.New(cfg, watermill.NopLogger{})
+	require.NoError(t, err)
+	return idem, obs
+}
+
+// newMsg returns a message with a fresh UUID and the given requestId.
+func newMsg(requestID, payload string) *message.Message {
+	m := message.NewMessage(watermill.NewUUID(), []byte(payload))
+	if requestID != "" {
+		m.Metadata.Set("requestId", requestID)
+	}
+	return m
+}
+
+// counter is a handler that counts its runs and can fail or block.
+type counter struct {
+	runs    atomic.Int32
+	failFor atomic.Int32 // fail this many runs first
+	block   chan struct{}
+	outputs func(msg *message.Message) []*message.Message
+}
+
+var errHandler = errors.New("handler failed on purpose")
+
+func (c *counter) handle(msg *message.Message) ([]*message.Message, error) {
+	c.runs.Add(1)
+	if c.failFor.Add(-1) >= 0 {
+		return nil, errHandler
+	}
+	if c.block != nil {
+		select {
+		case <-c.block:
+		case <-msg.Context().Done():
+			return nil, context.Cause(msg.Context())
+		}
+	}
+	if c.outputs != nil {
+		return c.outputs(msg), nil
+	}
+	return nil, nil
+}

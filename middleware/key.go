@@ -1,0 +1,52 @@
+package middleware
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// StoreKey returns the key under which msg's state is stored:
+// prefix:scope:key. The key comes from Config.KeyFunc, else the first
+// non-empty Config.KeyMetadata field, else the message UUID; an empty key is
+// ErrMissingKey. A key longer than Config.MaxKeyLength becomes
+// "sha256:<hex>". Colons and percent signs in the scope are escaped (%3A,
+// %25) so that no scope and key pair can collide with another.
+func (d *Idempotency) StoreKey(msg *message.Message) (string, error) {
+	key, err := d.messageKey(msg)
+	if err != nil {
+		return "", err
+	}
+	if len(key) > d.cfg.MaxKeyLength {
+		sum := sha256.Sum256([]byte(key))
+		key = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	return d.cfg.KeyPrefix + ":" + scopeEscaper.Replace(d.cfg.Scope(msg)) + ":" + key, nil
+}
+
+var scopeEscaper = strings.NewReplacer("%", "%25", ":", "%3A")
+
+func (d *Idempotency) messageKey(msg *message.Message) (string, error) {
+	if d.cfg.KeyFunc != nil {
+		key, err := d.cfg.KeyFunc(msg)
+		if err != nil {
+			return "", fmt.Errorf("%w: key function of message %s: %w", ErrMissingKey, msg.UUID, err)
+		}
+		if key == "" {
+			return "", fmt.Errorf("%w: key function returned an empty key for message %s", ErrMissingKey, msg.UUID)
+		}
+		return key, nil
+	}
+	for _, field := range d.cfg.KeyMetadata {
+		if v := msg.Metadata.Get(field); v != "" {
+			return v, nil
+		}
+	}
+	if msg.UUID != "" {
+		return msg.UUID, nil
+	}
+	return "", fmt.Errorf("%w: no %s metadata and no UUID", ErrMissingKey, strings.Join(d.cfg.KeyMetadata, " or "))
+}

@@ -1,0 +1,66 @@
+package middleware
+
+import "time"
+
+// Outcome names what the middleware did with one delivery; it is the label
+// of logs and metrics.
+type Outcome string
+
+// The outcomes of one delivery.
+const (
+	// OutcomeProcessed: the handler ran and succeeded; the key is COMPLETED.
+	OutcomeProcessed Outcome = "processed"
+	// OutcomeHandlerFailed: the handler ran and returned an error (or
+	// panicked); the key is FAILED and the message nacked.
+	OutcomeHandlerFailed Outcome = "handler_failed"
+	// OutcomeDuplicate: the key was COMPLETED; the handler was skipped, the
+	// stored output returned and the message acked.
+	OutcomeDuplicate Outcome = "duplicate"
+	// OutcomeInProgress: another consumer holds the key; nacked for later.
+	OutcomeInProgress Outcome = "in_progress"
+	// OutcomeMissingKey: no key could be derived; ErrMissingKey.
+	OutcomeMissingKey Outcome = "missing_key"
+	// OutcomeTooManyAttempts: ErrTooManyAttempts, the handler was not run.
+	OutcomeTooManyAttempts Outcome = "too_many_attempts"
+	// OutcomeKeyReused: ErrKeyReused, the handler was not run.
+	OutcomeKeyReused Outcome = "key_reused"
+	// OutcomeStoreUnavailable: the claim failed; nacked (fail closed).
+	OutcomeStoreUnavailable Outcome = "store_unavailable"
+	// OutcomeFailOpen: the claim failed and Config.FailOpen ran the handler
+	// without deduplication.
+	OutcomeFailOpen Outcome = "fail_open"
+	// OutcomeCompleteFailed: the handler succeeded but COMPLETED could not be
+	// written within the lease; the message is still acked and its output
+	// returned, and a later copy may run the handler again.
+	OutcomeCompleteFailed Outcome = "complete_failed"
+	// OutcomeLeaseLost: the handler succeeded after its lease was lost to
+	// another consumer; the message is acked, and the other consumer may
+	// have run the handler too (a handler longer than the lease whose
+	// renewals could not reach the store).
+	OutcomeLeaseLost Outcome = "lease_lost"
+)
+
+// Store operations, as reported to Observer.StoreLatency.
+const (
+	OpClaim    = "claim"
+	OpRenew    = "renew"
+	OpComplete = "complete"
+	OpFail     = "fail"
+)
+
+// Observer receives the middleware's measurements. Implementations must be
+// safe for concurrent use and fast: they run on every message. The
+// idemprom package provides one for Prometheus.
+type Observer interface {
+	// Outcome is called once per delivery with the handler's name (the
+	// scope) and what happened.
+	Outcome(handler string, outcome Outcome)
+	// StoreLatency is called after every store call with the operation
+	// (OpClaim, OpRenew, OpComplete, OpFail), its duration, and its error.
+	StoreLatency(op string, d time.Duration, err error)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Outcome(string, Outcome)                 {}
+func (nopObserver) StoreLatency(string, time.Duration, error) {}

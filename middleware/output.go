@@ -1,0 +1,134 @@
+package middleware
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// The stored result starts with one of these bytes.
+const (
+	// outputMessages: a list of messages follows.
+	outputMessages byte = 1
+	// outputOmitted: the output was larger than MaxOutputSize, or replay is
+	// disabled; nothing follows.
+	outputOmitted byte = 2
+)
+
+var errCorruptOutput = errors.New("idempotency: corrupt stored output")
+
+// encodeOutput serialises produced messages: UUID, metadata (sorted, so the
+// encoding is deterministic) and payload of each, length-prefixed.
+func encodeOutput(msgs []*message.Message) []byte {
+	size := 1 + binary.MaxVarintLen64
+	for _, m := range msgs {
+		size += 3*binary.MaxVarintLen64 + len(m.UUID) + len(m.Payload)
+		for k, v := range m.Metadata {
+			size += 2*binary.MaxVarintLen64 + len(k) + len(v)
+		}
+	}
+	b := make([]byte, 0, size)
+	b = append(b, outputMessages)
+	b = binary.AppendUvarint(b, uint64(len(msgs)))
+	keys := make([]string, 0, 8)
+	for _, m := range msgs {
+		b = appendBytes(b, m.UUID)
+		keys = keys[:0]
+		for k := range m.Metadata {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b = binary.AppendUvarint(b, uint64(len(keys)))
+		for _, k := range keys {
+			b = appendBytes(b, k)
+			b = appendBytes(b, m.Metadata[k])
+		}
+		b = appendBytes(b, string(m.Payload))
+	}
+	return b
+}
+
+func appendBytes(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// decodeOutput reverses encodeOutput. It returns stored=false for an output
+// that was not stored. An empty result (a record completed by another tool)
+// is no output.
+func decodeOutput(b []byte) (msgs []*message.Message, stored bool, err error) {
+	if len(b) == 0 {
+		return nil, true, nil
+	}
+	switch b[0] {
+	case outputOmitted:
+		return nil, false, nil
+	case outputMessages:
+	default:
+		return nil, false, fmt.Errorf("%w: format %d", errCorruptOutput, b[0])
+	}
+	r := reader{b: b[1:]}
+	n := r.uvarint()
+	if n > uint64(len(b)) {
+		return nil, false, fmt.Errorf("%w: %d messages in %d bytes", errCorruptOutput, n, len(b))
+	}
+	msgs = make([]*message.Message, 0, n)
+	for range n {
+		uuid := r.str()
+		nmeta := r.uvarint()
+		if nmeta > uint64(len(b)) {
+			return nil, false, errCorruptOutput
+		}
+		meta := make(message.Metadata, nmeta)
+		for range nmeta {
+			k := r.str()
+			meta[k] = r.str()
+		}
+		payload := []byte(r.str())
+		if r.err != nil {
+			return nil, false, r.err
+		}
+		m := message.NewMessage(uuid, payload)
+		m.Metadata = meta
+		msgs = append(msgs, m)
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%w: %d trailing bytes", errCorruptOutput, len(r.b))
+	}
+	return msgs, true, r.err
+}
+
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errCorruptOutput
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) str() string {
+	n := r.uvarint()
+	if r.err != nil {
+		return ""
+	}
+	if n > uint64(len(r.b)) {
+		r.err = errCorruptOutput
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}

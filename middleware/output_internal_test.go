@@ -1,0 +1,61 @@
+package middleware
+
+import (
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestOutputRoundTrip(t *testing.T) {
+	a := message.NewMessage("uuid-a", []byte("\x00payload\xff"))
+	a.Metadata.Set("k", "v")
+	a.Metadata.Set("", "empty key")
+	b := message.NewMessage("", nil)
+	for _, msgs := range [][]*message.Message{nil, {a}, {a, b}} {
+		enc := encodeOutput(msgs)
+		got, stored, err := decodeOutput(enc)
+		require.NoError(t, err)
+		assert.True(t, stored)
+		require.Len(t, got, len(msgs))
+		for i := range msgs {
+			assert.Equal(t, msgs[i].UUID, got[i].UUID)
+			assert.Equal(t, string(msgs[i].Payload), string(got[i].Payload))
+			assert.Equal(t, len(msgs[i].Metadata), len(got[i].Metadata))
+			for k, v := range msgs[i].Metadata {
+				assert.Equal(t, v, got[i].Metadata[k])
+			}
+		}
+		assert.Equal(t, enc, encodeOutput(got), "the encoding is deterministic")
+	}
+}
+
+func TestOutputDecodeRejectsCorruption(t *testing.T) {
+	a := message.NewMessage("uuid-a", []byte("payload"))
+	enc := encodeOutput([]*message.Message{a})
+	for i := 1; i < len(enc); i++ {
+		_, _, err := decodeOutput(enc[:i])
+		assert.Error(t, err, "truncated at %d", i)
+	}
+	_, _, err := decodeOutput(append(append([]byte{}, enc...), 0))
+	assert.Error(t, err, "trailing bytes")
+	_, _, err = decodeOutput([]byte{9})
+	assert.Error(t, err, "unknown format")
+	_, _, err = decodeOutput([]byte{outputMessages, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	assert.Error(t, err, "absurd count")
+	_, stored, err := decodeOutput([]byte{outputOmitted})
+	require.NoError(t, err)
+	assert.False(t, stored)
+}
+
+func FuzzDecodeOutput(f *testing.F) {
+	f.Add(encodeOutput([]*message.Message{message.NewMessage("u", []byte("p"))}))
+	f.Add([]byte{outputMessages, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		msgs, stored, err := decodeOutput(b)
+		if err == nil && stored && len(b) > 0 {
+			assert.Equal(t, b, encodeOutput(msgs))
+		}
+	})
+}
