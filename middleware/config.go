@@ -10,14 +10,14 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultKeyPrefix       = "idem"
-	DefaultLeaseTTL        = 40 * time.Second
-	DefaultCompletedTTL    = 24 * time.Hour
-	DefaultFailedTTL       = 24 * time.Hour
-	DefaultNackDelay = time.Second
-	DefaultMaxOutputSize   = 1 << 20
-	DefaultStoreTimeout    = 5 * time.Second
-	DefaultMaxKeyLength    = 200
+	DefaultKeyPrefix     = "idem"
+	DefaultLeaseTTL      = 40 * time.Second
+	DefaultCompletedTTL  = 24 * time.Hour
+	DefaultFailedTTL     = 24 * time.Hour
+	DefaultNackDelay     = time.Second
+	DefaultMaxOutputSize = 1 << 20
+	DefaultStoreTimeout  = 5 * time.Second
+	DefaultMaxKeyLength  = 200
 )
 
 // DefaultKeyMetadata are the metadata fields a key is read from, in order,

@@ -62,5 +62,5 @@ type Observer interface {
 
 type nopObserver struct{}
 
-func (nopObserver) Outcome(string, Outcome)                 {}
+func (nopObserver) Outcome(string, Outcome)                   {}
 func (nopObserver) StoreLatency(string, time.Duration, error) {}
