@@ -1,0 +1,252 @@
+package middleware_test
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+	idempotency "github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+)
+
+// sharedRedisStore returns a store on the shared Redis and a key prefix
+// unique to the test.
+func sharedRedisStore(t *testing.T) (idempotency.Store, string) {
+	t.Helper()
+	s, err := redisstore.New(testserver.RedisClient(t))
+	require.NoError(t, err)
+	return s, "test:" + watermill.NewShortUUID()
+}
+
+// ledger records each key's side effect, separately from the store.
+type ledger struct {
+	mu      sync.Mutex
+	effects map[string]int
+}
+
+func newLedger() *ledger { return &ledger{effects: map[string]int{}} }
+
+func (l *ledger) record(key string) {
+	l.mu.Lock()
+	l.effects[key]++
+	l.mu.Unlock()
+}
+
+func (l *ledger) count(key string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.effects[key]
+}
+
+// exactlyOnce checks that each of n keys key-0..key-(n-1) had one effect.
+func (l *ledger) exactlyOnce(t *testing.T, n int) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	assert.Len(t, l.effects, n, "every key had its effect, and no other key did")
+	for i := range n {
+		if c := l.effects[fmt.Sprintf("key-%d", i)]; c != 1 {
+			t.Errorf("key-%d had its effect %d times", i, c)
+		}
+	}
+}
+
+func TestRedisThousandMessagesThreeCopiesFlakyFirstAttempts(t *testing.T) {
+	store, prefix := sharedRedisStore(t)
+	idem, obs := newIdem(t, idempotency.Config{Store: store, KeyPrefix: prefix})
+	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 64}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = pubSub.Close() })
+
+	const unique, copies = 1000, 3
+	effects := newLedger()
+	var attempted sync.Map
+	var injected atomic.Int32
+	count := &acks{}
+	startRouter(t, func(r *message.Router) {
+		r.AddMiddleware(count.middleware, idem.Middleware)
+		r.AddNoPublisherHandler("flaky", "in", pubSub, func(msg *message.Message) error {
+			key := msg.Metadata.Get("requestId")
+			if _, seen := attempted.LoadOrStore(key, true); !seen && fnvMod(key, 5) == 0 {
+				injected.Add(1)
+				return errHandler // a fifth of the first attempts fail
+			}
+			effects.record(key)
+			return nil
+		})
+	})
+	for i := range unique {
+		for range copies {
+			require.NoError(t, pubSub.Publish("in", newMsg(fmt.Sprintf("key-%d", i), "p")))
+		}
+	}
+	require.Eventually(t, func() bool { return count.acked.Load() == unique*copies }, 60*time.Second, 10*time.Millisecond,
+		"every delivery ends acked")
+	effects.exactlyOnce(t, unique)
+	assert.Greater(t, injected.Load(), int32(unique/10), "the run had failures to recover from")
+	assert.Equal(t, int(injected.Load()), obs.get(idempotency.OutcomeHandlerFailed))
+	assert.EqualValues(t, int(injected.Load())+obs.get(idempotency.OutcomeInProgress), count.nacked.Load(),
+		"only failed attempts, and copies that met a running first attempt, were nacked")
+	assert.Equal(t, unique, obs.get(idempotency.OutcomeProcessed))
+	assert.Equal(t, unique*(copies-1), obs.get(idempotency.OutcomeDuplicate))
+	t.Logf("deliveries acked %d, nacked %d, effects %d", count.acked.Load(), count.nacked.Load(), len(effects.effects))
+}
+
+func fnvMod(s string, n uint32) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum32() % n
+}
+
+// twoRouters starts two routers, each with its own gochannel, one handler
+// named "h" and the idempotency middleware on a shared store.
+func twoRouters(t *testing.T, idem *idempotency.Idempotency, count *acks, handler message.NoPublishHandlerFunc) []message.Publisher {
+	var pubs []message.Publisher
+	for range 2 {
+		pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+		t.Cleanup(func() { _ = pubSub.Close() })
+		startRouter(t, func(r *message.Router) {
+			r.AddMiddleware(count.middleware, idem.Middleware)
+			r.AddNoPublisherHandler("h", "in", pubSub, handler)
+		})
+		pubs = append(pubs, pubSub)
+	}
+	return pubs
+}
+
+func TestRedisTwoRoutersSameMessageSameMoment(t *testing.T) {
+	store, prefix := sharedRedisStore(t)
+	idem, obs := newIdem(t, idempotency.Config{Store: store, KeyPrefix: prefix, NackDelay: 20 * time.Millisecond})
+	var runs atomic.Int32
+	count := &acks{}
+	pubs := twoRouters(t, idem, count, func(msg *message.Message) error {
+		runs.Add(1)
+		time.Sleep(200 * time.Millisecond)
+		return nil
+	})
+	msg := newMsg("same", "p")
+	var wg sync.WaitGroup
+	for _, p := range pubs {
+		wg.Add(1)
+		go func() { defer wg.Done(); assert.NoError(t, p.Publish("in", msg.Copy())) }()
+	}
+	wg.Wait()
+	require.Eventually(t, func() bool { return count.acked.Load() == 2 }, 10*time.Second, 5*time.Millisecond)
+	assert.EqualValues(t, 1, runs.Load(), "the handler runs once")
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed))
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeDuplicate), "the other copy is acked as a duplicate")
+	assert.GreaterOrEqual(t, obs.get(idempotency.OutcomeInProgress), 1, "after being nacked while the first ran")
+	assert.EqualValues(t, obs.get(idempotency.OutcomeInProgress), count.nacked.Load())
+}
+
+func TestRedisSlowHandlerIsNeverRunTwice(t *testing.T) {
+	store, prefix := sharedRedisStore(t)
+	const lease = 300 * time.Millisecond
+	idem, obs := newIdem(t, idempotency.Config{Store: store, KeyPrefix: prefix, LeaseTTL: lease, NackDelay: 20 * time.Millisecond})
+	var runs atomic.Int32
+	count := &acks{}
+	pubs := twoRouters(t, idem, count, func(msg *message.Message) error {
+		runs.Add(1)
+		select {
+		case <-time.After(3 * lease):
+			return nil
+		case <-msg.Context().Done():
+			return context.Cause(msg.Context())
+		}
+	})
+	msg := newMsg("slow", "p")
+	require.NoError(t, pubs[0].Publish("in", msg.Copy()))
+	require.Eventually(t, func() bool { return runs.Load() == 1 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, pubs[1].Publish("in", msg.Copy())) // redelivered while the first runs
+	require.Eventually(t, func() bool { return count.acked.Load() == 2 }, 10*time.Second, 5*time.Millisecond)
+	assert.EqualValues(t, 1, runs.Load(), "a handler running 3× its lease is never run a second time")
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed), "and completes under its renewed lease")
+	assert.GreaterOrEqual(t, obs.get(idempotency.OutcomeInProgress), 5, "the copy kept coming back meanwhile")
+	assert.GreaterOrEqual(t, obs.op(idempotency.OpRenew), 6)
+}
+
+func TestRedisDeadConsumerIsTakenOverAfterLease(t *testing.T) {
+	store, prefix := sharedRedisStore(t)
+	const lease = 400 * time.Millisecond
+	idem, obs := newIdem(t, idempotency.Config{Store: store, KeyPrefix: prefix, LeaseTTL: lease, NackDelay: 20 * time.Millisecond})
+	var runs atomic.Int32
+	count := &acks{}
+	pubs := twoRouters(t, idem, count, func(msg *message.Message) error { runs.Add(1); return nil })
+
+	// A consumer claimed the key, then died: its lease is never renewed.
+	key := prefix + ":h:orphan" // prefix:scope:key, the scope being the handler's name
+	dead, err := store.Claim(context.Background(), key, lease, nil)
+	require.NoError(t, err)
+	require.True(t, dead.Acquired)
+	claimed := time.Now()
+
+	require.NoError(t, pubs[0].Publish("in", newMsg("orphan", "p")))
+	require.Eventually(t, func() bool { return count.acked.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+	assert.GreaterOrEqual(t, time.Since(claimed), lease, "taken over only once the lease expired")
+	assert.EqualValues(t, 1, runs.Load())
+	assert.GreaterOrEqual(t, obs.get(idempotency.OutcomeInProgress), 1, "nacked while the dead consumer's lease lived")
+	assert.ErrorIs(t, store.Complete(context.Background(), key, dead.Token, nil, time.Minute), idempotency.ErrLeaseLost,
+		"the dead consumer, had it woken up, is fenced")
+}
+
+func TestRedisKilledMidStreamAndRestarted(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := redisstore.New(client)
+	require.NoError(t, err)
+	idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: 3 * time.Second, NackDelay: 20 * time.Millisecond,
+		StoreTimeout: 500 * time.Millisecond})
+	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = pubSub.Close() })
+
+	const n = 300
+	effects := newLedger()
+	var ackedWithoutEffect atomic.Int32
+	count := &acks{}
+	checkAck := func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			out, err := h(msg)
+			if err == nil && effects.count(msg.Metadata.Get("requestId")) == 0 {
+				ackedWithoutEffect.Add(1)
+			}
+			return out, err
+		}
+	}
+	startRouter(t, func(r *message.Router) {
+		r.AddMiddleware(count.middleware, checkAck, idem.Middleware)
+		r.AddNoPublisherHandler("h", "in", pubSub, func(msg *message.Message) error {
+			effects.record(msg.Metadata.Get("requestId"))
+			time.Sleep(2 * time.Millisecond)
+			return nil
+		})
+	})
+	go func() {
+		for i := range n { // a steady stream that runs into the outage
+			_ = pubSub.Publish("in", newMsg(fmt.Sprintf("key-%d", i), "p"))
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	require.Eventually(t, func() bool { return count.acked.Load() >= n/3 }, 30*time.Second, time.Millisecond)
+	srv.Stop()
+	time.Sleep(time.Second)
+	srv.Start()
+	require.Eventually(t, func() bool { return count.acked.Load() == n }, 60*time.Second, 5*time.Millisecond,
+		"everything completes after the restart")
+	effects.exactlyOnce(t, n)
+	assert.Zero(t, ackedWithoutEffect.Load(), "nothing acked without success")
+	assert.Greater(t, obs.get(idempotency.OutcomeStoreUnavailable), 0, "the outage was felt: messages were nacked")
+	t.Logf("acked %d, nacked %d during the outage", count.acked.Load(), count.nacked.Load())
+}

@@ -1,0 +1,116 @@
+package middleware_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	wmmiddleware "github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	idempotency "github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+)
+
+// startRouter runs a router configured by setup until the test ends.
+func startRouter(t *testing.T, setup func(r *message.Router)) {
+	t.Helper()
+	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NopLogger{})
+	require.NoError(t, err)
+	setup(r)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	select {
+	case <-r.Running():
+	case <-time.After(10 * time.Second):
+		t.Fatal("router did not start")
+	}
+	t.Cleanup(func() { cancel(); _ = r.Close(); <-done })
+}
+
+// acks is an outer middleware that counts the deliveries the router acks
+// (handler chain returned no error) and nacks.
+type acks struct{ acked, nacked atomic.Int32 }
+
+func (a *acks) middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		out, err := h(msg)
+		if err != nil {
+			a.nacked.Add(1)
+		} else {
+			a.acked.Add(1)
+		}
+		return out, err
+	}
+}
+
+func TestPermanentErrorsGoToPoisonQueue(t *testing.T) {
+	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = pubSub.Close() })
+	poisoned, err := pubSub.Subscribe(context.Background(), "poison")
+	require.NoError(t, err)
+
+	idem, obs := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{}), MaxAttempts: 1})
+	poison, err := wmmiddleware.PoisonQueueWithFilter(pubSub, "poison", idempotency.IsPermanent)
+	require.NoError(t, err)
+	h := &counter{}
+	h.failFor.Store(1 << 20) // always fails
+	startRouter(t, func(r *message.Router) {
+		r.AddMiddleware(poison, idem.Middleware)
+		r.AddNoPublisherHandler("h", "in", pubSub, func(msg *message.Message) error {
+			_, err := h.handle(msg)
+			return err
+		})
+	})
+
+	require.NoError(t, pubSub.Publish("in", message.NewMessage("", []byte("no key at all"))))
+	require.NoError(t, pubSub.Publish("in", newMsg("poison-pill", "p")))
+
+	reasons := map[string]bool{}
+	for range 2 {
+		select {
+		case m := <-poisoned:
+			reasons[m.Metadata.Get(wmmiddleware.ReasonForPoisonedKey)] = true
+			m.Ack()
+		case <-time.After(10 * time.Second):
+			t.Fatalf("poison queue got %d of 2 messages", len(reasons))
+		}
+	}
+	assert.Len(t, reasons, 2)
+	assert.EqualValues(t, 1, h.runs.Load(), "the failing handler ran MaxAttempts times; the keyless one never")
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeMissingKey))
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeTooManyAttempts))
+}
+
+func TestScopeKeepsHandlersOfOneTopicApart(t *testing.T) {
+	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = pubSub.Close() })
+	idem, obs := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{})})
+	var mu sync.Mutex
+	runs := map[string]int{}
+	startRouter(t, func(r *message.Router) {
+		r.AddMiddleware(idem.Middleware)
+		for _, name := range []string{"billing", "shipping"} {
+			r.AddNoPublisherHandler(name, "orders", pubSub, func(msg *message.Message) error {
+				mu.Lock()
+				runs[name]++
+				mu.Unlock()
+				return nil
+			})
+		}
+	})
+	for range 3 {
+		require.NoError(t, pubSub.Publish("orders", newMsg("order-1", "p")))
+	}
+	require.Eventually(t, func() bool { return obs.get(idempotency.OutcomeDuplicate) == 4 }, 10*time.Second, 5*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, map[string]int{"billing": 1, "shipping": 1}, runs, "each handler runs once for the key")
+}
