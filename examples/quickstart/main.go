@@ -1,0 +1,168 @@
+// Command quickstart shows the idempotency middleware at work with no server
+// at all: an in-process Go channel as the broker and the in-memory store.
+//
+//	go run ./examples/quickstart
+//
+// It publishes a batch in which every order appears several times (some
+// copies with the same UUID, some with a new UUID and the same requestId),
+// makes some first attempts fail, and prints what the middleware did with
+// each delivery. The last line checks the ledger of side effects: every
+// order was charged exactly once.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"hash/fnv"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+
+	idempotency "github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+)
+
+const (
+	orders       = 200
+	copies       = 3
+	failEveryNth = 5 // the first attempt of every 5th order fails
+)
+
+// tally counts outcomes; it is the middleware's Observer.
+type tally struct {
+	mu       sync.Mutex
+	outcomes map[idempotency.Outcome]int
+}
+
+func (t *tally) Outcome(_ string, o idempotency.Outcome) {
+	t.mu.Lock()
+	t.outcomes[o]++
+	t.mu.Unlock()
+}
+
+func (t *tally) StoreLatency(string, time.Duration, error) {}
+
+func (t *tally) total(outcomes ...idempotency.Outcome) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, o := range outcomes {
+		n += t.outcomes[o]
+	}
+	return n
+}
+
+func main() {
+	if err := run(os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		os.Exit(1)
+	}
+}
+
+func run(w io.Writer) error {
+	logger := watermill.NopLogger{}
+	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 64}, logger)
+	defer pubSub.Close()
+
+	store := memstore.New(memstore.Config{})
+	defer store.Close()
+	stats := &tally{outcomes: map[idempotency.Outcome]int{}}
+	idem, err := idempotency.New(idempotency.Config{
+		Store:     store,
+		Observer:  stats,
+		NackDelay: 10 * time.Millisecond, // gochannel redelivers a nack at once
+	}, logger)
+	if err != nil {
+		return err
+	}
+
+	router, err := message.NewRouter(message.RouterConfig{}, logger)
+	if err != nil {
+		return err
+	}
+	router.AddMiddleware(idem.Middleware)
+
+	var mu sync.Mutex
+	charged := map[string]int{} // the side effect: what a payment provider would see
+	failedOnce := map[string]bool{}
+	router.AddNoPublisherHandler("charge", "orders", pubSub, func(msg *message.Message) error {
+		order := msg.Metadata.Get("requestId")
+		mu.Lock()
+		defer mu.Unlock()
+		if hash(order)%failEveryNth == 0 && !failedOnce[order] {
+			failedOnce[order] = true
+			return fmt.Errorf("payment provider timeout for %s", order)
+		}
+		charged[order]++
+		return nil
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = router.Run(ctx) }()
+	<-router.Running()
+
+	for i := range orders {
+		order := fmt.Sprintf("order-%03d", i)
+		first := message.NewMessage(watermill.NewUUID(), []byte(`{"amount":42}`))
+		first.Metadata.Set("requestId", order)
+		redelivery := first.Copy() // the same message delivered twice
+		retry := message.NewMessage(watermill.NewUUID(), first.Payload)
+		retry.Metadata.Set("requestId", order) // a producer's retry: new UUID, same requestId
+		for _, m := range []*message.Message{first, redelivery, retry}[:copies] {
+			if err := pubSub.Publish("orders", m); err != nil {
+				return err
+			}
+		}
+	}
+
+	acked := func() int {
+		return stats.total(idempotency.OutcomeProcessed, idempotency.OutcomeDuplicate)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for acked() < orders*copies {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d deliveries acked in time", acked(), orders*copies)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = router.Close()
+
+	fmt.Fprintf(w, "published %d deliveries: %d orders × %d copies\n", orders*copies, orders, copies)
+	stats.mu.Lock()
+	names := make([]string, 0, len(stats.outcomes))
+	for o := range stats.outcomes {
+		names = append(names, string(o))
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(w, "  %-16s %5d\n", name, stats.outcomes[idempotency.Outcome(name)])
+	}
+	stats.mu.Unlock()
+
+	mu.Lock()
+	defer mu.Unlock()
+	once := 0
+	for i := range orders {
+		if charged[fmt.Sprintf("order-%03d", i)] == 1 {
+			once++
+		}
+	}
+	if once != orders || len(charged) != orders {
+		return fmt.Errorf("FAILED: %d of %d orders charged exactly once (%d charged at all)", once, orders, len(charged))
+	}
+	fmt.Fprintf(w, "OK: %d of %d unique orders charged exactly once\n", once, orders)
+	return nil
+}
+
+func hash(s string) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum32()
+}

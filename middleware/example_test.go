@@ -1,0 +1,78 @@
+package middleware_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+
+	idempotency "github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+)
+
+// The middleware wraps any handler: three deliveries of one requestId charge
+// once.
+func Example() {
+	idem, err := idempotency.New(idempotency.Config{Store: memstore.New(memstore.Config{})}, nil)
+	if err != nil {
+		panic(err)
+	}
+	charge := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		fmt.Println("charging", msg.Metadata.Get("requestId"), string(msg.Payload))
+		return nil, nil
+	})
+	for range 3 {
+		msg := message.NewMessage(watermill.NewUUID(), []byte("42 EUR"))
+		msg.Metadata.Set("requestId", "order-1")
+		if _, err := charge(msg); err != nil {
+			fmt.Println("nack:", err)
+		}
+	}
+	// Output: charging order-1 42 EUR
+}
+
+// With a router, the middleware is added once for every handler. A handler
+// that fails is retried on redelivery; once it succeeded, copies are acked
+// without running it.
+func Example_router() {
+	pubSub := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		panic(err)
+	}
+	idem, err := idempotency.New(idempotency.Config{
+		Store:     memstore.New(memstore.Config{}),
+		NackDelay: -1, // gochannel redelivers at once; no need to wait in an example
+	}, nil)
+	if err != nil {
+		panic(err)
+	}
+	router.AddMiddleware(idem.Middleware)
+
+	failed := false
+	router.AddNoPublisherHandler("ship", "orders", pubSub, func(msg *message.Message) error {
+		if !failed {
+			failed = true
+			fmt.Println("ship", msg.Metadata.Get("requestId"), "failed, will be redelivered")
+			return fmt.Errorf("warehouse busy")
+		}
+		fmt.Println("shipped", msg.Metadata.Get("requestId"))
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = router.Run(ctx) }()
+	<-router.Running()
+
+	for range 3 {
+		msg := message.NewMessage(watermill.NewUUID(), nil)
+		msg.Metadata.Set("requestId", "order-7")
+		_ = pubSub.Publish("orders", msg) // returns once the copy is acked
+	}
+	_ = router.Close()
+	// Output:
+	// ship order-7 failed, will be redelivered
+	// shipped order-7
+}

@@ -1,0 +1,19 @@
+// Package idemprom exports the idempotency middleware's outcomes and store
+// latencies to Prometheus. It lives apart so that the middleware itself does
+// not depend on the Prometheus client.
+//
+//	metrics := idemprom.New("myservice")
+//	prometheus.MustRegister(metrics)
+//	idem, _ := idempotency.New(idempotency.Config{Store: store, Observer: metrics}, logger)
+//
+// Series (with the namespace prefix):
+//   - idempotency_outcomes_total{handler, outcome}: one per delivery; the
+//     outcomes are middleware.Outcome values (processed, duplicate,
+//     in_progress, handler_failed, store_unavailable, complete_failed, …).
+//   - idempotency_store_duration_seconds{op, result}: latency of every
+//     store call; op is claim, renew, complete or fail, result ok or error.
+//
+// Alert on complete_failed and lease_lost (a handler may run twice),
+// store_unavailable (messages are nacked), and a growing rate of
+// in_progress (handlers slower than the broker's redelivery).
+package idemprom

@@ -1,0 +1,68 @@
+package idemprom
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idempotency/watermill-idempotency/middleware"
+)
+
+// Metrics is a middleware.Observer that is also a prometheus.Collector.
+// Register it once, then pass it as middleware.Config.Observer to any number
+// of middlewares.
+type Metrics struct {
+	outcomes *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+var (
+	_ middleware.Observer  = (*Metrics)(nil)
+	_ prometheus.Collector = (*Metrics)(nil)
+)
+
+// New returns unregistered metrics whose names start with namespace (may be
+// empty).
+func New(namespace string) *Metrics {
+	return &Metrics{
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Subsystem: "idempotency",
+			Name:      "outcomes_total",
+			Help:      "Deliveries handled by the idempotency middleware, by handler and outcome.",
+		}, []string{"handler", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace,
+			Subsystem: "idempotency",
+			Name:      "store_duration_seconds",
+			Help:      "Latency of idempotency store calls, by operation and result.",
+			Buckets:   []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"op", "result"}),
+	}
+}
+
+// Outcome implements middleware.Observer.
+func (m *Metrics) Outcome(handler string, outcome middleware.Outcome) {
+	m.outcomes.WithLabelValues(handler, string(outcome)).Inc()
+}
+
+// StoreLatency implements middleware.Observer.
+func (m *Metrics) StoreLatency(op string, d time.Duration, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.latency.WithLabelValues(op, result).Observe(d.Seconds())
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.outcomes.Describe(ch)
+	m.latency.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.outcomes.Collect(ch)
+	m.latency.Collect(ch)
+}

@@ -1,0 +1,53 @@
+package idemprom_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	idempotency "github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idemprom"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+)
+
+func TestMetricsCountOutcomesAndLatencies(t *testing.T) {
+	metrics := idemprom.New("svc")
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(metrics))
+
+	idem, err := idempotency.New(idempotency.Config{Store: memstore.New(memstore.Config{}), Observer: metrics}, nil)
+	require.NoError(t, err)
+	fail := true
+	h := idem.Middleware(func(*message.Message) ([]*message.Message, error) {
+		if fail {
+			fail = false
+			return nil, errors.New("once")
+		}
+		return nil, nil
+	})
+	for range 3 {
+		msg := message.NewMessage(watermill.NewUUID(), nil)
+		msg.Metadata.Set("requestId", "r")
+		_, _ = h(msg)
+	}
+	expected := `
+# HELP svc_idempotency_outcomes_total Deliveries handled by the idempotency middleware, by handler and outcome.
+# TYPE svc_idempotency_outcomes_total counter
+svc_idempotency_outcomes_total{handler="",outcome="duplicate"} 1
+svc_idempotency_outcomes_total{handler="",outcome="handler_failed"} 1
+svc_idempotency_outcomes_total{handler="",outcome="processed"} 1
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected), "svc_idempotency_outcomes_total"))
+	// claim ×3, fail ×1, complete ×1
+	assert.Equal(t, 3, testutil.CollectAndCount(metrics, "svc_idempotency_store_duration_seconds"), "claim, fail and complete series")
+	problems, err := testutil.CollectAndLint(metrics)
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+}
