@@ -13,8 +13,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"hash/fnv"
+	"io"
 	"os"
 	"sort"
 	"sync"

@@ -158,7 +158,10 @@ func (d *decoder) uvarint(max uint64) uint64 {
 }
 
 func (d *decoder) bytes() []byte {
-	n := d.uvarint(uint64(len(d.b)))
+	n := d.uvarint(1 << 62)
+	if d.err == nil && n > uint64(len(d.b)) {
+		d.fail("length")
+	}
 	if d.err != nil {
 		return nil
 	}
