@@ -176,7 +176,12 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 		<-started
 		// The documented stored key: prefix, scope length, scope, key.
 		require.NoError(t, store.Delete(context.Background(), prefix+"1:t:k1"))
-		assert.ErrorIs(t, <-cause, middleware.ErrLeaseLost)
+		select {
+		case err := <-cause:
+			assert.ErrorIs(t, err, middleware.ErrLeaseLost)
+		case <-time.After(30 * time.Second): // a hang guard, not a timing assertion
+			t.Fatal("the handler's context was not cancelled after its lease was lost")
+		}
 		<-done
 	})
 }
