@@ -1,0 +1,212 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	wmmiddleware "github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+	idempotency "github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+)
+
+// The chain benchmarks measure what one message costs in the middleware
+// chain alone, the handler doing nothing, for:
+//
+//	none       the handler, no deduplication (the floor)
+//	watermill  Watermill's Deduplicator with its in-memory repository, keyed
+//	           by the message UUID like ours (not by its default Adler-32 of
+//	           the payload), so both derive the same key
+//	memstore   ours on memstore
+//	redisstore ours on the shared Redis (REDIS_ADDR, default 127.0.0.1:6379)
+//	naiveredis a reference only: GET the key, run the handler, SET the key.
+//	           Two commands per fresh message like ours, but two consumers
+//	           that GET at once both run the handler: the race our claim
+//	           script exists to close. Never use it.
+//
+// each with fresh keys (every message new) and duplicates (every key already
+// completed), sequentially and with 64 goroutines (b.SetParallelism, so 64
+// whatever GOMAXPROCS is). Redis-backed cases fail when Redis does not answer
+// and are skipped under -short.
+//
+//	go test -run '^$' -bench Chain -benchmem ./middleware/
+
+const benchConcurrency = 64
+
+func noopHandler(*message.Message) ([]*message.Message, error) { return nil, nil }
+
+// chainCase builds the middleware under test; prefix isolates its keys.
+type chainCase struct {
+	name  string
+	redis bool
+	build func(b *testing.B, client *redis.Client, prefix string) message.HandlerMiddleware
+}
+
+var chainCases = []chainCase{
+	{name: "none", build: func(*testing.B, *redis.Client, string) message.HandlerMiddleware {
+		return func(h message.HandlerFunc) message.HandlerFunc { return h }
+	}},
+	{name: "watermill", build: func(b *testing.B, _ *redis.Client, _ string) message.HandlerMiddleware {
+		repo, err := wmmiddleware.NewMapExpiringKeyRepository(time.Hour)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d := &wmmiddleware.Deduplicator{
+			KeyFactory: func(m *message.Message) (string, error) { return m.UUID, nil },
+			Repository: repo,
+			Timeout:    5 * time.Second,
+		}
+		return d.Middleware
+	}},
+	{name: "memstore", build: func(b *testing.B, _ *redis.Client, prefix string) message.HandlerMiddleware {
+		store := memstore.New(memstore.Config{})
+		b.Cleanup(func() { _ = store.Close() })
+		return benchIdem(b, store, prefix).Middleware
+	}},
+	{name: "redisstore", redis: true, build: func(b *testing.B, client *redis.Client, prefix string) message.HandlerMiddleware {
+		store, err := redisstore.New(client)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return benchIdem(b, store, prefix).Middleware
+	}},
+	{name: "naiveredis", redis: true, build: func(_ *testing.B, client *redis.Client, prefix string) message.HandlerMiddleware {
+		return naiveRedis{client: client, prefix: prefix + ":", ttl: time.Hour}.Middleware
+	}},
+}
+
+func benchIdem(b *testing.B, store idempotency.Store, prefix string) *idempotency.Idempotency {
+	idem, err := idempotency.New(idempotency.Config{Store: store, KeyPrefix: prefix, CompletedTTL: time.Hour}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return idem
+}
+
+// naiveRedis is the check-then-set deduplication many services start with,
+// kept here as a cost reference. It is wrong: GET and SET are two round trips
+// with nothing between them, so concurrent copies of a message all see the
+// key missing and all run the handler; and a handler that fails after a
+// concurrent copy set the key is lost.
+type naiveRedis struct {
+	client *redis.Client
+	prefix string
+	ttl    time.Duration
+}
+
+func (n naiveRedis) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		ctx := msg.Context()
+		key := n.prefix + msg.UUID
+		err := n.client.Get(ctx, key).Err()
+		switch {
+		case err == nil:
+			return nil, nil // seen: drop
+		case !errors.Is(err, redis.Nil):
+			return nil, err
+		}
+		out, err := h(msg)
+		if err != nil {
+			return out, err
+		}
+		return out, n.client.Set(ctx, key, "1", n.ttl).Err()
+	}
+}
+
+// benchRedis returns a client of the shared Redis with a pool large enough
+// for 64 goroutines; it fails the benchmark when Redis is down, and skips it
+// under -short.
+func benchRedis(b *testing.B) *redis.Client {
+	b.Helper()
+	c := redis.NewClient(&redis.Options{Addr: testserver.RedisAddr(b), PoolSize: 2 * benchConcurrency})
+	b.Cleanup(func() { _ = c.Close() })
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		b.Fatalf("Redis at %s: %v", c.Options().Addr, err)
+	}
+	return c
+}
+
+// unlinkPrefix removes every key under prefix; benchmarks never flush.
+func unlinkPrefix(b *testing.B, c *redis.Client, prefix string) {
+	ctx := context.Background()
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == 1000 {
+			c.Unlink(ctx, batch...)
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		c.Unlink(ctx, batch...)
+	}
+	if err := iter.Err(); err != nil {
+		b.Logf("clean up %s*: %v", prefix, err)
+	}
+}
+
+func BenchmarkChain(b *testing.B) {
+	for _, cc := range chainCases {
+		b.Run(cc.name, func(b *testing.B) {
+			var client *redis.Client
+			prefix := "bench:" + watermill.NewShortUUID()
+			if cc.redis {
+				client = benchRedis(b)
+				b.Cleanup(func() { unlinkPrefix(b, client, prefix) })
+			}
+			chain := cc.build(b, client, prefix)(noopHandler)
+
+			var seq atomic.Uint64
+			fresh := func() string { return "fresh-" + strconv.FormatUint(seq.Add(1), 10) }
+
+			// 1024 keys run once, so that every later copy is a duplicate.
+			const dupKeys = 1024
+			dups := make([]string, dupKeys)
+			for i := range dups {
+				dups[i] = fresh()
+				if _, err := chain(message.NewMessage(dups[i], nil)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var dupSeq atomic.Uint64
+			duplicate := func() string { return dups[dupSeq.Add(1)%dupKeys] }
+
+			for _, load := range []struct {
+				name string
+				key  func() string
+			}{{"fresh", fresh}, {"duplicate", duplicate}} {
+				b.Run(load.name+"/seq", func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						if _, err := chain(message.NewMessage(load.key(), nil)); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+				b.Run(load.name+"/c64", func(b *testing.B) {
+					b.ReportAllocs()
+					b.SetParallelism((benchConcurrency + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() {
+							if _, err := chain(message.NewMessage(load.key(), nil)); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				})
+			}
+		})
+	}
+}
