@@ -64,9 +64,12 @@ func (s *nackDelaySubscriber) Subscribe(ctx context.Context, topic string) (<-ch
 }
 
 // relay hands a copy of msg to out and settles msg as the copy is settled,
-// delaying a nack. It gives up, settling nothing, when msg's context ends or
-// the subscriber closes: the wrapped Subscriber then requeues or drops msg
-// as it does on close.
+// delaying a nack. A message that cannot be handed on (its context ended or
+// the subscriber is closing) is nacked at once, so that the wrapped
+// Subscriber requeues it instead of waiting for a settlement that never
+// comes (watermill-amqp waits on Ack or Nack, not on the context). Once
+// handed on, the copy is waited for until the consumer settles it or the
+// subscriber closes: a router settles every message it received.
 func (s *nackDelaySubscriber) relay(msg *message.Message, out chan<- *message.Message) {
 	ctx := msg.Context()
 	fwd := msg.Copy()
@@ -74,8 +77,10 @@ func (s *nackDelaySubscriber) relay(msg *message.Message, out chan<- *message.Me
 	select {
 	case out <- fwd:
 	case <-ctx.Done():
+		msg.Nack()
 		return
 	case <-s.closing:
+		msg.Nack()
 		return
 	}
 	select {
@@ -90,10 +95,8 @@ func (s *nackDelaySubscriber) relay(msg *message.Message, out chan<- *message.Me
 		case <-s.closing:
 		}
 		msg.Nack()
-	case <-ctx.Done():
-		settleOnStop(fwd, func() { msg.Ack() }, func() { msg.Nack() }, func() {})
 	case <-s.closing:
-		settleOnStop(fwd, func() { msg.Ack() }, func() { msg.Nack() }, func() {})
+		settleOnStop(fwd, func() { msg.Ack() }, func() { msg.Nack() }, func() { msg.Nack() })
 	}
 }
 
