@@ -1,0 +1,188 @@
+// Command http is a small payments API whose POST /payments is made
+// idempotent by the Idempotency-Key middleware (package httpidem): a client
+// that retries after a timeout is never charged twice.
+//
+//	go run ./examples/http                                  # in-memory store
+//	REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/http  # shared Redis store
+//
+// It listens on ADDR (default 127.0.0.1:8080). Every request needs
+// "Authorization: Bearer <api key>"; the API key is the idempotency scope, so
+// two clients may use the same Idempotency-Key without meeting. See README.md
+// for a curl session.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+
+	idempotency "github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "http example:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	logger := watermill.NewStdLogger(false, false)
+	store, closeStore, err := openStore(os.Getenv("REDIS_URL"))
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	api, err := newAPI(store, logger)
+	if err != nil {
+		return err
+	}
+	addr := os.Getenv("ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:8080"
+	}
+	srv := &http.Server{Addr: addr, Handler: api, ReadHeaderTimeout: 10 * time.Second}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	logger.Info("Payments API listening", watermill.LogFields{"addr": addr})
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	// Shutdown waits for running requests, so their outcome gets recorded.
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), httpidem.DefaultLease)
+	defer cancel()
+	return srv.Shutdown(shutdownCtx)
+}
+
+// openStore returns the Redis store when redisURL is set, else an in-memory
+// store (one process only: fine for a demo, never for production).
+func openStore(redisURL string) (idempotency.Store, func(), error) {
+	if redisURL == "" {
+		s := memstore.New(memstore.Config{})
+		return s, func() { _ = s.Close() }, nil
+	}
+	opts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	client := redis.NewClient(opts)
+	s, err := redisstore.New(client)
+	if err != nil {
+		_ = client.Close()
+		return nil, nil, err
+	}
+	return s, func() { _ = client.Close() }, nil
+}
+
+// newAPI returns the payments API: POST /payments (idempotent) and
+// GET /payments/{id}, behind bearer authentication.
+func newAPI(store idempotency.Store, logger watermill.LoggerAdapter) (http.Handler, error) {
+	idem, err := httpidem.New(httpidem.Config{Store: store, Scope: apiKey}, logger)
+	if err != nil {
+		return nil, err
+	}
+	l := &ledger{payments: map[string]payment{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /payments", l.create)
+	mux.HandleFunc("GET /payments/{id}", l.get)
+	// The idempotency middleware sits after authentication, so that its
+	// scope is the authenticated API key, and wraps the whole mux: GET
+	// passes through it untouched.
+	return authenticate(idem.Handler(mux)), nil
+}
+
+// apiKey is the idempotency scope: the caller's API key.
+func apiKey(r *http.Request) string {
+	key, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return key
+}
+
+func authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if apiKey(r) == "" {
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "send Authorization: Bearer <api key>"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+type payment struct {
+	ID       string `json:"id"`
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	Status   string `json:"status"`
+}
+
+// ledger stands for the bank: the side effect the API must not repeat.
+type ledger struct {
+	mu       sync.Mutex
+	payments map[string]payment
+}
+
+func (l *ledger) create(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Amount   int64  `json:"amount"`
+		Currency string `json:"currency"`
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || req.Amount <= 0 || len(req.Currency) != 3 {
+		writeJSON(w, http.StatusBadRequest, map[string]string{
+			"error": "send {\"amount\": a positive integer in minor units, \"currency\": a 3-letter code}",
+		})
+		return
+	}
+	// The payment id derives from the caller and its Idempotency-Key, as a
+	// bank's own idempotency reference would: even a rerun after a crash
+	// names the same payment.
+	sum := sha256.Sum256([]byte(apiKey(r) + "\x00" + r.Header.Get(httpidem.DefaultHeader)))
+	p := payment{ID: "pay_" + hex.EncodeToString(sum[:6]), Amount: req.Amount, Currency: strings.ToLower(req.Currency), Status: "succeeded"}
+	l.mu.Lock()
+	l.payments[p.ID] = p
+	l.mu.Unlock()
+	w.Header().Set("Location", "/payments/"+p.ID)
+	writeJSON(w, http.StatusCreated, p)
+}
+
+func (l *ledger) get(w http.ResponseWriter, r *http.Request) {
+	l.mu.Lock()
+	p, ok := l.payments[r.PathValue("id")]
+	l.mu.Unlock()
+	if !ok {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such payment"})
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+)
+
+// session is one "$ curl ..." of the README with the output it shows.
+type session struct {
+	command []string // the curl arguments, shell-split
+	status  string   // "HTTP/1.1 201 Created"
+	header  map[string]string
+	body    string
+}
+
+// TestREADMESession runs the README's curl session, in order, against the
+// program's handler on a fresh in-memory store, and checks that every answer
+// is exactly what the README shows (the Date header aside).
+func TestREADMESession(t *testing.T) {
+	sessions := readSessions(t, "README.md")
+	require.Len(t, sessions, 5, "the README shows five curl commands")
+
+	store := memstore.New(memstore.Config{})
+	t.Cleanup(func() { _ = store.Close() })
+	api, err := newAPI(store, watermill.NopLogger{})
+	require.NoError(t, err)
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+
+	for i, s := range sessions {
+		resp := runCurl(t, srv, s.command)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+
+		assert.Equal(t, s.status, resp.Proto+" "+resp.Status, "command %d", i+1)
+		got := map[string]string{}
+		for name := range resp.Header {
+			if name != "Date" {
+				got[name] = strings.Join(resp.Header.Values(name), ", ")
+			}
+		}
+		assert.Equal(t, s.header, got, "command %d: headers", i+1)
+		assert.Equal(t, s.body, string(body), "command %d: body", i+1)
+	}
+}
+
+// TestRedisStore runs the retry against the Redis store that REDIS_URL
+// would select.
+func TestRedisStore(t *testing.T) {
+	store, closeStore, err := openStore("redis://" + testserver.RedisAddr(t) + "/0")
+	require.NoError(t, err)
+	t.Cleanup(closeStore)
+	api, err := newAPI(store, nil)
+	require.NoError(t, err)
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+
+	key := "example-http-test-" + randomSuffix(t)
+	t.Cleanup(func() {
+		// The documented stored key: default prefix, scope length, scope, key.
+		c := testserver.RedisClient(t)
+		_ = c.Del(context.Background(), httpidem.DefaultKeyPrefix+"13:sk_test_redis:"+key).Err()
+	})
+	cmd := []string{"-X", "POST", "http://x/payments", "-H", "Authorization: Bearer sk_test_redis",
+		"-H", "Idempotency-Key: " + key, "-d", `{"amount":1000,"currency":"eur"}`}
+	first := runCurl(t, srv, cmd)
+	firstBody, _ := io.ReadAll(first.Body)
+	again := runCurl(t, srv, cmd)
+	againBody, _ := io.ReadAll(again.Body)
+	assert.Equal(t, http.StatusCreated, first.StatusCode)
+	assert.Equal(t, http.StatusCreated, again.StatusCode)
+	assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	assert.Equal(t, string(firstBody), string(againBody))
+
+	_, _, err = openStore("http://not-redis")
+	assert.Error(t, err, "REDIS_URL must be a redis:// URL")
+}
+
+func randomSuffix(t *testing.T) string {
+	b := make([]byte, 6)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	return hex.EncodeToString(b)
+}
+
+// readSessions parses the "```console" blocks of a README: a line "$ curl"
+// (continued by lines ending in a backslash) starts a command, and the lines
+// up to the next command or the end of the block are its output, as
+// "curl -si" prints it.
+func readSessions(t *testing.T, path string) []session {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+
+	var sessions []session
+	var cur *session
+	var output []string
+	inBlock, continued := false, false
+	var cmdLine strings.Builder
+	flush := func() {
+		if cur == nil {
+			return
+		}
+		cur.command = shellSplit(t, cmdLine.String())
+		parseOutput(t, cur, output)
+		sessions = append(sessions, *cur)
+		cur, output = nil, nil
+		cmdLine.Reset()
+	}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case !inBlock:
+			inBlock = line == "```console"
+		case line == "```":
+			flush()
+			inBlock = false
+		case continued:
+			cmdLine.WriteString(" " + strings.TrimSuffix(strings.TrimSpace(line), `\`))
+			continued = strings.HasSuffix(line, `\`)
+		case strings.HasPrefix(line, "$ "):
+			flush()
+			cur = &session{}
+			rest, ok := strings.CutPrefix(line, "$ curl ")
+			require.True(t, ok, "only curl commands are expected: %q", line)
+			cmdLine.WriteString(strings.TrimSuffix(rest, `\`))
+			continued = strings.HasSuffix(line, `\`)
+		default:
+			require.NotNil(t, cur, "output before any command: %q", line)
+			output = append(output, line)
+		}
+	}
+	require.NoError(t, sc.Err())
+	return sessions
+}
+
+// parseOutput splits "curl -si" output into status line, headers and body.
+func parseOutput(t *testing.T, s *session, lines []string) {
+	t.Helper()
+	require.NotEmpty(t, lines, "a command without output")
+	s.status = lines[0]
+	s.header = map[string]string{}
+	i := 1
+	for ; i < len(lines) && lines[i] != ""; i++ {
+		name, value, ok := strings.Cut(lines[i], ": ")
+		require.True(t, ok, "not a header line: %q", lines[i])
+		if name != "Date" {
+			s.header[name] = value
+		}
+	}
+	if i < len(lines) {
+		s.body = strings.Join(lines[i+1:], "\n") + "\n"
+	}
+}
+
+// shellSplit splits a command line into words, honouring single quotes.
+func shellSplit(t *testing.T, line string) []string {
+	t.Helper()
+	var words []string
+	var w strings.Builder
+	inWord, quoted := false, false
+	for _, r := range line {
+		switch {
+		case quoted && r == '\'':
+			quoted = false
+		case quoted:
+			w.WriteRune(r)
+		case r == '\'':
+			quoted, inWord = true, true
+		case r == ' ' || r == '\t':
+			if inWord {
+				words = append(words, w.String())
+				w.Reset()
+				inWord = false
+			}
+		default:
+			w.WriteRune(r)
+			inWord = true
+		}
+	}
+	require.False(t, quoted, "unterminated quote in %q", line)
+	if inWord {
+		words = append(words, w.String())
+	}
+	return words
+}
+
+// runCurl performs what the curl arguments ask (-X, -H, -d and a URL;
+// -s and -i only shape curl's output) against srv.
+func runCurl(t *testing.T, srv *httptest.Server, args []string) *http.Response {
+	t.Helper()
+	method, target, data := http.MethodGet, "", ""
+	hasData := false
+	header := http.Header{}
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; a {
+		case "-s", "-i", "-si":
+		case "-X", "-H", "-d":
+			require.Less(t, i+1, len(args), "%s needs a value", a)
+			i++
+			switch a {
+			case "-X":
+				method = args[i]
+			case "-H":
+				name, value, ok := strings.Cut(args[i], ": ")
+				require.True(t, ok, "bad header %q", args[i])
+				header.Add(name, value)
+			case "-d":
+				data, hasData = args[i], true
+			}
+		default:
+			require.False(t, strings.HasPrefix(a, "-"), "unsupported curl option %q", a)
+			target = a
+		}
+	}
+	u, err := url.Parse(target)
+	require.NoError(t, err)
+	base, err := url.Parse(srv.URL)
+	require.NoError(t, err)
+	u.Scheme, u.Host = base.Scheme, base.Host
+	var body io.Reader
+	if hasData {
+		body = strings.NewReader(data)
+		if header.Get("Content-Type") == "" {
+			header.Set("Content-Type", "application/x-www-form-urlencoded") // as curl -d does
+		}
+	}
+	req, err := http.NewRequest(method, u.String(), body)
+	require.NoError(t, err)
+	req.Header = header
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	return resp
+}
