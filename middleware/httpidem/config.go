@@ -170,7 +170,8 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports whether the config, after defaults, can be used.
+// Validate reports whether the config can be used. Zero fields are valid:
+// they stand for their defaults. New calls it after filling the defaults.
 func (c Config) Validate() error {
 	if c.Store == nil {
 		return ErrNilStore
@@ -194,7 +195,7 @@ func (c Config) Validate() error {
 	if c.MaxResponseBody < 0 {
 		return fmt.Errorf("%w: MaxResponseBody is %d", ErrInvalidConfig, c.MaxResponseBody)
 	}
-	if !isToken(c.Header) {
+	if c.Header != "" && !isToken(c.Header) {
 		return fmt.Errorf("%w: Header %q is not a header name", ErrInvalidConfig, c.Header)
 	}
 	for _, m := range c.Methods {

@@ -264,6 +264,9 @@ func TestNew(t *testing.T) {
 		assert.ErrorIs(t, err, httpidem.ErrInvalidConfig, name)
 	}
 
+	assert.NoError(t, httpidem.Config{Store: store}.Validate(), "zero fields stand for defaults")
+	assert.ErrorIs(t, httpidem.Config{}.Validate(), httpidem.ErrNilStore)
+
 	// The config is copied: changing the caller's slice later changes nothing.
 	methods := []string{http.MethodPut}
 	m, err := httpidem.New(httpidem.Config{Store: store, KeyPrefix: prefix, Methods: methods}, nil)
