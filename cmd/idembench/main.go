@@ -1,0 +1,205 @@
+// Command idembench measures what the idempotency middleware costs per
+// message, side by side with what it is compared against, in one run:
+//
+//   - chain: the middleware chain alone, no broker, handler doing nothing:
+//     no deduplication, Watermill's Deduplicator (in-memory repository), ours
+//     on memstore, ours on Redis, and a naive Redis GET-then-SET reference;
+//   - ceiling: the rate at which the same Redis serves our claim script to 64
+//     clients without pipelining (redis-benchmark, and a raw go-redis load
+//     generator), so that our Redis rate reads as a fraction of it;
+//   - stats: from Redis itself, commands per fresh message and per duplicate
+//     (INFO commandstats deltas of top-level commands), renewals of slow
+//     handlers, and bytes of memory per COMPLETED key (MEMORY USAGE);
+//   - e2e: messages per second through a real Watermill router for each
+//     broker (gochannel, Kafka on an in-process kfake broker, Redis Streams,
+//     RabbitMQ, NATS JetStream), with and without the middleware, fresh
+//     messages and duplicates, at each concurrency.
+//
+// Concurrency c is the number of messages a consumer may be handling at once:
+// c router handlers on one topic in one consumer group (Redis Streams,
+// RabbitMQ, NATS: competing subscriptions, each handling one message at a
+// time); one handler on a topic of c partitions (Kafka: one in flight per
+// partition); c handlers on c topics (gochannel, which fans every message out
+// to every subscriber, so competing subscriptions do not exist). In the chain
+// section it is the number of goroutines calling the chain.
+//
+// Every key it writes starts with a unique prefix and is deleted at the end;
+// it never flushes a database. Usage:
+//
+//	go run ./cmd/idembench                 # everything, a few minutes
+//	go run ./cmd/idembench -sections chain,ceiling -d 3s
+//	go run ./cmd/idembench -brokers gochannel,kafka -n 5000 -json
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+)
+
+type options struct {
+	sections    map[string]bool
+	brokers     []string
+	concurrency []int
+	n           int
+	phaseLimit  time.Duration
+	chainDur    time.Duration
+	ceilingDur  time.Duration
+	redisAddr   string
+	amqpURL     string
+	natsURL     string
+	statsKeys   int
+	jsonOut     bool
+	verbose     bool
+	prefix      string
+}
+
+func main() {
+	log.SetFlags(0)
+	log.SetPrefix("idembench: ")
+	var o options
+	sections := flag.String("sections", "chain,ceiling,stats,e2e", "sections to run, comma-separated: chain, ceiling, stats, e2e")
+	brokers := flag.String("brokers", "gochannel,kafka,redis,amqp,nats", "brokers of the e2e section, comma-separated")
+	conc := flag.String("c", "1,64", "concurrency levels, comma-separated")
+	flag.IntVar(&o.n, "n", 2000, "e2e: messages per phase (fresh, then the same keys again as duplicates)")
+	flag.DurationVar(&o.phaseLimit, "phase-timeout", 60*time.Second, "e2e: give up on a phase after this long and report what was handled")
+	flag.DurationVar(&o.chainDur, "d", 2*time.Second, "chain: measuring time of each case")
+	flag.DurationVar(&o.ceilingDur, "ceiling-d", 3*time.Second, "ceiling: measuring time of each load generator")
+	flag.StringVar(&o.redisAddr, "redis", envOr("REDIS_ADDR", "127.0.0.1:6379"), "Redis: store, Redis Streams broker and ceiling")
+	flag.StringVar(&o.amqpURL, "amqp", envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL")
+	flag.StringVar(&o.natsURL, "nats", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS JetStream URL")
+	flag.IntVar(&o.statsKeys, "stats-n", 1000, "stats: messages per measurement")
+	flag.BoolVar(&o.jsonOut, "json", false, "print the report as JSON instead of tables")
+	flag.BoolVar(&o.verbose, "v", false, "log progress")
+	flag.Parse()
+
+	o.sections = map[string]bool{}
+	for _, s := range splitList(*sections) {
+		o.sections[s] = true
+	}
+	o.brokers = splitList(*brokers)
+	for _, s := range splitList(*conc) {
+		c, err := strconv.Atoi(s)
+		if err != nil || c < 1 {
+			log.Fatalf("-c: %q is not a positive number", s)
+		}
+		o.concurrency = append(o.concurrency, c)
+	}
+	o.prefix = "idembench-" + watermill.NewShortUUID()
+	redis.SetLogger(quietRedis{})
+
+	rep := &report{Machine: machine(), Started: time.Now().UTC().Format(time.RFC3339), Prefix: o.prefix}
+	rep.Config.N, rep.Config.ChainSeconds, rep.Config.CeilingSeconds = o.n, o.chainDur.Seconds(), o.ceilingDur.Seconds()
+	rep.Config.Concurrency, rep.Config.Brokers = o.concurrency, o.brokers
+
+	rc := redis.NewClient(&redis.Options{Addr: o.redisAddr, PoolSize: 256})
+	defer rc.Close()
+	defer cleanup(rc, o.prefix)
+
+	if o.sections["chain"] {
+		o.logf("chain ...")
+		rep.Chain = runChain(o, rc)
+	}
+	if o.sections["ceiling"] {
+		o.logf("ceiling ...")
+		rep.Ceiling = runCeiling(o, rc)
+	}
+	if o.sections["stats"] {
+		o.logf("stats ...")
+		rep.Stats = runStats(o)
+	}
+	if o.sections["e2e"] {
+		rep.E2E = runE2E(o, rc)
+	}
+	rep.summarise()
+
+	if o.jsonOut {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	rep.print(os.Stdout)
+}
+
+func (o options) logf(format string, args ...any) {
+	if o.verbose {
+		log.Printf(format, args...)
+	}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Machine describes where the numbers come from.
+type Machine struct {
+	GOOS, GOARCH string
+	CPUs         int
+	GOMAXPROCS   int
+	GoVersion    string
+	CPUModel     string `json:",omitempty"`
+}
+
+func machine() Machine {
+	m := Machine{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}
+
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+// rate formats messages per second.
+func rate(r float64) string {
+	switch {
+	case r == 0:
+		return "-"
+	case r >= 100_000:
+		return fmt.Sprintf("%.0fk", r/1000)
+	case r >= 10_000:
+		return fmt.Sprintf("%.1fk", r/1000)
+	default:
+		return fmt.Sprintf("%.0f", r)
+	}
+}
+
+func ratio(a, b float64) string {
+	if a == 0 || b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
