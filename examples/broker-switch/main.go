@@ -1,0 +1,193 @@
+// Command broker-switch runs the same idempotent consumer on whichever broker
+// BROKER_URL names; nothing else changes between brokers.
+//
+//	BROKER_URL=gochannel://                          go run ./examples/broker-switch
+//	BROKER_URL=kafka://localhost:9092                go run ./examples/broker-switch
+//	BROKER_URL=redis://localhost:6379/0              go run ./examples/broker-switch
+//	BROKER_URL=amqp://guest:guest@localhost:5672/    go run ./examples/broker-switch
+//	BROKER_URL=nats://localhost:4222                 go run ./examples/broker-switch
+//
+// BROKER_URL defaults to gochannel:// and BROKER_GROUP to "broker-switch";
+// see package backends for the other BROKER_* settings. The idempotency store
+// is Redis when REDIS_URL is set (redis://localhost:6379/0), and in memory
+// otherwise.
+//
+// The program publishes ORDERS orders (default 50), each three times, to a
+// topic of its own run, consumes them through the idempotency middleware,
+// and prints one line:
+//
+//	broker=kafka deliveries=150 processed=50 duplicates=100 effects=50 exactly-once=true
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idempotency/watermill-idempotency/backends"
+	idempotency "github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+)
+
+const copies = 3
+
+func main() {
+	if err := run(os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "broker-switch:", err)
+		os.Exit(1)
+	}
+}
+
+// counts is the middleware's Observer.
+type counts struct {
+	mu       sync.Mutex
+	outcomes map[idempotency.Outcome]int
+}
+
+func (c *counts) Outcome(_ string, o idempotency.Outcome) {
+	c.mu.Lock()
+	c.outcomes[o]++
+	c.mu.Unlock()
+}
+
+func (c *counts) StoreLatency(string, time.Duration, error) {}
+
+func (c *counts) get(o idempotency.Outcome) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.outcomes[o]
+}
+
+func run(w io.Writer) error {
+	if os.Getenv(backends.EnvURL) == "" {
+		_ = os.Setenv(backends.EnvURL, "gochannel://")
+	}
+	if os.Getenv(backends.EnvGroup) == "" {
+		_ = os.Setenv(backends.EnvGroup, "broker-switch")
+	}
+	orders := 50
+	if v := os.Getenv("ORDERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("ORDERS=%q: want a positive number", v)
+		}
+		orders = n
+	}
+	cfg, err := backends.FromEnv()
+	if err != nil {
+		return err
+	}
+	broker, err := cfg.Broker()
+	if err != nil {
+		return err
+	}
+	logger := watermill.NewStdLoggerWithOut(os.Stderr, false, false)
+	b, err := backends.New(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+
+	store, closeStore, err := newStore()
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+
+	stats := &counts{outcomes: map[idempotency.Outcome]int{}}
+	idem, err := idempotency.New(idempotency.Config{Store: store, Observer: stats, NackDelay: 100 * time.Millisecond}, logger)
+	if err != nil {
+		return err
+	}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, logger)
+	if err != nil {
+		return err
+	}
+	router.AddMiddleware(idem.Middleware)
+
+	var mu sync.Mutex
+	effects := map[string]int{}
+	runID := watermill.NewShortUUID()
+	topic := "orders-" + runID // a topic and order numbers of this run's own
+	router.AddNoPublisherHandler("charge", topic, b.Subscriber, func(msg *message.Message) error {
+		mu.Lock()
+		effects[msg.Metadata.Get("requestId")]++
+		mu.Unlock()
+		return nil
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	routerDone := make(chan error, 1)
+	go func() { routerDone <- router.Run(ctx) }()
+	<-router.Running()
+
+	for i := range orders {
+		for range copies {
+			// A producer's retries: a new UUID each time, the same requestId.
+			// (NATS JetStream would itself drop copies with one UUID, as it
+			// takes the UUID for the Nats-Msg-Id.)
+			msg := message.NewMessage(watermill.NewUUID(), []byte(`{"amount":42}`))
+			msg.Metadata.Set("requestId", fmt.Sprintf("order-%s-%d", runID, i))
+			if err := b.Publisher.Publish(topic, msg); err != nil {
+				return fmt.Errorf("publish: %w", err)
+			}
+		}
+	}
+
+	deliveries := func() int { return stats.get(idempotency.OutcomeProcessed) + stats.get(idempotency.OutcomeDuplicate) }
+	deadline := time.Now().Add(2 * time.Minute)
+	for deliveries() < orders*copies {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: only %d of %d deliveries acked in time", broker, deliveries(), orders*copies)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-routerDone; err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	once := len(effects) == orders
+	for _, n := range effects {
+		once = once && n == 1
+	}
+	fmt.Fprintf(w, "broker=%s deliveries=%d processed=%d duplicates=%d effects=%d exactly-once=%t\n",
+		broker, deliveries(), stats.get(idempotency.OutcomeProcessed), stats.get(idempotency.OutcomeDuplicate), len(effects), once)
+	if !once {
+		return errors.New("an order was charged more or less than once")
+	}
+	return nil
+}
+
+// newStore returns the Redis store of REDIS_URL, or an in-memory one.
+func newStore() (idempotency.Store, func(), error) {
+	raw := os.Getenv("REDIS_URL")
+	if raw == "" {
+		s := memstore.New(memstore.Config{})
+		return s, func() { _ = s.Close() }, nil
+	}
+	opts, err := redis.ParseURL(raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	client := redis.NewClient(opts)
+	s, err := redisstore.New(client)
+	if err != nil {
+		_ = client.Close()
+		return nil, nil, err
+	}
+	return s, func() { _ = client.Close() }, nil
+}
