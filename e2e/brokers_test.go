@@ -1,0 +1,203 @@
+package e2e
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/nats-io/nats.go"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+)
+
+// Timers of the runs. They are production's, scaled down so that a crash or
+// a slow handler plays out in seconds; their order is production's too:
+// NackDelay < NackResendSleep << lease < the brokers' redelivery timers.
+const (
+	// lease is the idempotency lease (production: 40 s).
+	lease = 2 * time.Second
+	// nackDelay is the middleware's wait before nacking a key in progress
+	// elsewhere or a store outage (production: 1 s).
+	nackDelay = 50 * time.Millisecond
+	// nackResend is the backends' NackResendSleep (production: 1 s).
+	nackResend = 100 * time.Millisecond
+	// redeliverAfter is Redis Streams' MaxIdleTime and NATS's AckWait
+	// (production: 60 s): above the lease, as the backends package asks.
+	redeliverAfter = 3 * time.Second
+	// kafkaPartitions is the partition count of every Kafka topic.
+	kafkaPartitions = 8
+)
+
+// broker is one column of the scenario table: how to reach a broker and
+// what it does differently.
+type broker struct {
+	name string
+	// start finds (or starts) the server and returns the backends URL.
+	start func(t *testing.T) string
+	// dedupsUUID: the broker drops a message whose UUID it has already
+	// stored (NATS JetStream's Nats-Msg-Id duplicate window), so a
+	// republished copy with the same UUID is never delivered.
+	dedupsUUID bool
+	// inProcess: one in-process instance carries every message (gochannel);
+	// consumers must share it, and it has no consumer groups: each consumer
+	// receives every message.
+	inProcess bool
+	// timerRedelivery: the broker redelivers a message that a live consumer
+	// holds too long (Redis Streams MaxIdleTime, NATS AckWait). Kafka and
+	// RabbitMQ redeliver only when a consumer leaves; gochannel never.
+	timerRedelivery bool
+	// cleanup deletes what one scenario created on a shared server.
+	cleanup func(t *testing.T, url string, topics []string, group string)
+}
+
+// config is the backends configuration of one member of group.
+func (b *broker) config(url, group, consumer string) backends.Config {
+	return backends.Config{
+		URL:             url,
+		Group:           group,
+		Consumer:        consumer,
+		NackResendSleep: nackResend,
+		Kafka:           backends.KafkaConfig{Partitions: kafkaPartitions, Tune: kafkaTune},
+		Redis:           backends.RedisConfig{MaxIdleTime: redeliverAfter, ClaimInterval: 500 * time.Millisecond},
+		NATS:            backends.NATSConfig{AckWait: redeliverAfter},
+	}
+}
+
+// childEnv is config as the environment variables backends.FromEnv reads, for
+// the crash scenario's child process. Kafka.Tune has no variable; the child
+// sets it to kafkaTune itself.
+func childEnv(cfg backends.Config) []string {
+	return []string{
+		backends.EnvURL + "=" + cfg.URL,
+		backends.EnvGroup + "=" + cfg.Group,
+		backends.EnvConsumer + "=" + cfg.Consumer,
+		backends.EnvNackResendSleep + "=" + cfg.NackResendSleep.String(),
+		backends.EnvKafkaPartitions + "=" + strconv.Itoa(int(cfg.Kafka.Partitions)),
+		backends.EnvRedisMaxIdleTime + "=" + cfg.Redis.MaxIdleTime.String(),
+		backends.EnvRedisClaimInterval + "=" + cfg.Redis.ClaimInterval.String(),
+		backends.EnvNATSAckWait + "=" + cfg.NATS.AckWait.String(),
+	}
+}
+
+// kafkaTune makes consumer-group rebalances take seconds: every scenario
+// starts a new group whose members join one by one, and the crash scenario
+// waits for the killed member's session to time out.
+func kafkaTune(c *sarama.Config) {
+	c.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
+	c.Consumer.Group.Session.Timeout = 6 * time.Second
+	c.Consumer.Group.Rebalance.Timeout = 3 * time.Second
+}
+
+var brokers = []*broker{
+	{
+		name: "kafka",
+		start: func(t *testing.T) string {
+			addrs := testserver.KafkaBrokers(t, testserver.KafkaOptions{Brokers: 3, Partitions: kafkaPartitions})
+			return "kafka://" + strings.Join(addrs, ",")
+		},
+		cleanup: cleanupKafka,
+	},
+	{
+		name:            "redis",
+		start:           func(t *testing.T) string { return "redis://" + testserver.RedisAddr(t) + "/0" },
+		timerRedelivery: true,
+		cleanup:         cleanupRedisStreams,
+	},
+	{
+		name:    "amqp",
+		start:   func(t *testing.T) string { return testserver.RabbitMQURL(t) },
+		cleanup: cleanupAMQP,
+	},
+	{
+		name:            "nats",
+		start:           func(t *testing.T) string { return testserver.NATSURL(t) },
+		dedupsUUID:      true,
+		timerRedelivery: true,
+		cleanup:         cleanupNATS,
+	},
+	{
+		name:      "gochannel",
+		start:     func(*testing.T) string { return "gochannel://" },
+		inProcess: true,
+	},
+}
+
+// cleanupKafka deletes the topics and the group from a shared cluster
+// (KAFKA_BROKERS); an in-process kfake cluster goes away by itself.
+func cleanupKafka(t *testing.T, url string, topics []string, group string) {
+	if testserver.Env("KAFKA_BROKERS", "") == "" {
+		return
+	}
+	conf := sarama.NewConfig()
+	conf.Version = sarama.V2_1_0_0
+	admin, err := sarama.NewClusterAdmin(strings.Split(strings.TrimPrefix(url, "kafka://"), ","), conf)
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	defer func() { _ = admin.Close() }()
+	_ = admin.DeleteConsumerGroup(group)
+	for _, topic := range topics {
+		_ = admin.DeleteTopic(topic)
+	}
+}
+
+// cleanupRedisStreams deletes the streams (one key per topic).
+func cleanupRedisStreams(t *testing.T, url string, topics []string, _ string) {
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	c := redis.NewClient(opts)
+	defer c.Close()
+	if err := c.Del(context.Background(), topics...).Err(); err != nil {
+		t.Logf("cleanup: %v", err)
+	}
+}
+
+// cleanupAMQP deletes each topic's exchange and the group's queue on it
+// (topic_group). Deleting what does not exist is no error in RabbitMQ.
+func cleanupAMQP(t *testing.T, url string, topics []string, group string) {
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	defer conn.Close()
+	for _, topic := range topics {
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Logf("cleanup: %v", err)
+			return
+		}
+		_, _ = ch.QueueDelete(topic+"_"+group, false, false, false)
+		_ = ch.ExchangeDelete(topic, false, false)
+		_ = ch.Close()
+	}
+}
+
+// cleanupNATS deletes the stream of each topic, and with it the durables.
+func cleanupNATS(t *testing.T, url string, topics []string, _ string) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Logf("cleanup: %v", err)
+		return
+	}
+	defer nc.Close()
+	js, err := nc.JetStream()
+	if err != nil {
+		return
+	}
+	for _, topic := range topics {
+		if stream, err := js.StreamNameBySubject(topic); err == nil {
+			_ = js.DeleteStream(stream)
+		}
+	}
+}

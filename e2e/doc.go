@@ -1,0 +1,53 @@
+// Package e2e runs one table of failure scenarios, unchanged, against every
+// broker the backends package supports, on real servers, with the
+// idempotency middleware keeping its state in a real Redis (redisstore).
+//
+//	go test -race -count=1 -v ./e2e/...
+//	go test -v -run 'TestE2E/kafka/crash' ./e2e/
+//
+// Subtests are named TestE2E/<broker>/<scenario>, brokers being kafka,
+// redis, amqp, nats and gochannel, and scenarios:
+//
+//   - duplicate-storm: 2,000 keys, each published 5 times (three copies share
+//     a UUID, two have their own), consumed by 4 competing consumers.
+//   - flaky-handler: 30% of handler attempts fail; each is retried until it
+//     succeeds.
+//   - concurrent-copies: two copies of each key published together, so that
+//     two consumers hold the same key at once.
+//   - crash: a consumer in a child process (this test binary, re-executed)
+//     is killed with SIGKILL while its handlers run; the broker redelivers,
+//     and the survivors take the keys over once the 2 s lease expires.
+//   - store-outage: the store is a private redis-server (with an
+//     append-only file, as a production store keeps its data) that is killed
+//     for 5 s in the middle of a run and restarted.
+//   - slow-handler: a handler runs 5 s, 2.5 times its lease, while copies of
+//     its message come back: published again, and on Redis Streams and NATS
+//     also redelivered by the broker's own timer (MaxIdleTime, AckWait).
+//   - output-replay: a handler publishes to a downstream topic whose
+//     consumer is deduplicated too; the first publish of every produced
+//     message fails (lost, or sent but reported failed), the router nacks,
+//     and the redelivery replays the stored output with the same UUID.
+//
+// Every scenario asserts, from a ledger kept in a separate private
+// redis-server (HINCRBY per key), that each key's effect happened exactly
+// once and that none is missing; that every published message was acked and
+// every delivery settled; that no message was acked before its key's effect
+// was recorded; that acks and nacks add up to the middleware's outcomes; and
+// that the run ended within its budget. Each prints one line: deliveries,
+// handler runs, effects, duplicates acked, nacks and elapsed time.
+//
+// The crash scenario does not apply to gochannel: a killed process takes an
+// in-process channel, and every message in it, down with it, so there is no
+// broker left to redeliver. Every other scenario runs on gochannel, where
+// there are no consumer groups: each consumer receives every message, which
+// makes it a harsher duplicate test, not a weaker one.
+//
+// Servers: Redis (REDIS_ADDR, 127.0.0.1:6379), RabbitMQ (AMQP_URL,
+// amqp://guest:guest@127.0.0.1:5672/), NATS with JetStream (NATS_URL,
+// nats://127.0.0.1:4222), and Kafka: an in-process kfake cluster of three
+// brokers, or the cluster named by KAFKA_BROKERS. redis-server must be on
+// PATH for the private store and ledger servers. docker-compose.yml at the
+// root of the repository starts all of them on those ports. Everything a run
+// creates on a shared server carries a unique run id and is deleted at the
+// end; nothing is flushed.
+package e2e

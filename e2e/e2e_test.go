@@ -1,0 +1,99 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+)
+
+// scenario is one row of the table, run unchanged on every broker.
+type scenario struct {
+	name string
+	// budget bounds the whole scenario, start-up included; running out of
+	// it fails the test.
+	budget time.Duration
+	run    func(e *env)
+	// na names the brokers the scenario does not apply to, and why.
+	na map[string]string
+}
+
+var scenarios = []scenario{
+	{name: "duplicate-storm", budget: 4 * time.Minute, run: duplicateStorm},
+	{name: "flaky-handler", budget: 2 * time.Minute, run: flakyHandler},
+	{name: "concurrent-copies", budget: 2 * time.Minute, run: concurrentCopies},
+	{name: "crash", budget: 2 * time.Minute, run: crash, na: map[string]string{
+		"gochannel": "n/a: the killed process would take the in-process channel, and every message in it, " +
+			"down with it; nothing is left to redeliver",
+	}},
+	{name: "store-outage", budget: 2 * time.Minute, run: storeOutage},
+	{name: "slow-handler", budget: 2 * time.Minute, run: slowHandler},
+	{name: "output-replay", budget: 2 * time.Minute, run: outputReplay},
+}
+
+// TestE2E runs every scenario on every broker: TestE2E/<broker>/<scenario>.
+// Brokers run in parallel, the scenarios of one broker one after another.
+func TestE2E(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end scenarios on real servers left out by -short")
+	}
+	ledgerServer := testserver.StartRedis(t)
+	ledger := redis.NewClient(&redis.Options{Addr: ledgerServer.Addr})
+	t.Cleanup(func() { _ = ledger.Close() })
+	if err := ledger.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("ledger redis-server: %v", err)
+	}
+	t.Cleanup(func() {
+		t.Logf("broker    scenario\n%s", summary.table(order))
+	})
+	for _, b := range brokers {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			url := b.start(t)
+			for _, s := range scenarios {
+				t.Run(s.name, func(t *testing.T) {
+					if why := s.na[b.name]; why != "" {
+						t.Skip(why)
+					}
+					s.run(newEnv(t, b, url, s.name, ledger, s.budget))
+				})
+			}
+		})
+	}
+}
+
+// order sorts summary lines as the table is laid out: broker, then scenario.
+func order(key string) int {
+	broker, scen, _ := strings.Cut(key, "/")
+	n := 0
+	for i, b := range brokers {
+		if b.name == broker {
+			n = i * 100
+		}
+	}
+	for i, s := range scenarios {
+		if s.name == scen {
+			n += i
+		}
+	}
+	return n
+}
+
+// quietRedis drops go-redis's own log lines (failed dials while the
+// store-outage scenario's server is down); the tests assert on outcomes.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quietRedis{})
+	if os.Getenv(childEnvVar) != "" {
+		os.Exit(crashChild())
+	}
+	os.Exit(m.Run())
+}

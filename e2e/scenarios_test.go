@@ -1,0 +1,351 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+	idempotency "github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+)
+
+func keyNames(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s%04d", prefix, i)
+	}
+	return keys
+}
+
+// effectOnce is the plain handler: count the run, record the effect.
+func (e *env) effectOnce(msg *message.Message) error {
+	e.runs.Add(1)
+	return e.effect(msg, "up", msg.Metadata.Get("requestId"))
+}
+
+// duplicateStorm: 2,000 keys, 5 copies each, in random order, to 4
+// competing consumers. Copies 0-2 of a key share a UUID (a producer
+// retrying), copies 3 and 4 have their own (another producer, same
+// requestId). NATS drops the UUID repeats itself (Nats-Msg-Id).
+func duplicateStorm(e *env) {
+	const n, copies, consumers = 2000, 5, 4
+	keys := keyNames("k", n)
+	e.expectEffects("up", keys)
+	e.handle(consumers, e.effectOnce)
+
+	seed := time.Now().UnixNano()
+	var msgs []*message.Message
+	for _, k := range keys {
+		shared := watermill.NewUUID()
+		for c := range copies {
+			uuid := shared
+			if c >= 3 {
+				uuid = watermill.NewUUID()
+			}
+			msgs = append(msgs, newMsg(k, c, uuid))
+		}
+	}
+	rand.New(rand.NewPCG(uint64(seed), 0)).Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
+	e.note = func() string { return fmt.Sprintf("shuffle seed %d", seed) }
+	e.publish(msgs...)
+	e.finish()
+}
+
+var errFlaky = errors.New("flaky handler failed on purpose")
+
+// flakyHandler: 30% of all handler attempts fail before the effect; each key
+// is retried until an attempt succeeds. Whether attempt a of key k fails is
+// a hash of (k, a), so a run is reproducible and failures of one key are
+// independent of each other.
+func flakyHandler(e *env) {
+	const n, consumers = 500, 4
+	keys := keyNames("f", n)
+	e.expectEffects("up", keys)
+	var attempts sync.Map
+	var injected atomic.Int64
+	e.handle(consumers, func(msg *message.Message) error {
+		e.runs.Add(1)
+		key := msg.Metadata.Get("requestId")
+		c, _ := attempts.LoadOrStore(key, new(atomic.Int64))
+		attempt := c.(*atomic.Int64).Add(1)
+		if fnvMod(fmt.Sprintf("%s/%d", key, attempt), 100) < 30 {
+			injected.Add(1)
+			return errFlaky
+		}
+		return e.effect(msg, "up", key)
+	})
+	var msgs []*message.Message
+	for _, k := range keys {
+		msgs = append(msgs, newMsg(k, 0, watermill.NewUUID()))
+	}
+	e.publish(msgs...)
+	e.note = func() string { return fmt.Sprintf("%d injected failures", injected.Load()) }
+	e.finish()
+	e.t.Logf("injected failures %d", injected.Load())
+	assert.Equal(e.t, int(injected.Load()), e.obs.get(idempotency.OutcomeHandlerFailed), "every injected failure was seen as one")
+	assert.Greater(e.t, injected.Load(), int64(n/10), "the run had failures to recover from")
+}
+
+func fnvMod(s string, n uint32) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(s))
+	return h.Sum32() % n
+}
+
+// concurrentCopies: two copies of each key (different UUIDs, one
+// requestId) published at the same moment to two consumers; the handler
+// takes 200 ms, so the second copy arrives while the first runs.
+func concurrentCopies(e *env) {
+	const n, consumers = 50, 2
+	keys := keyNames("c", n)
+	e.expectEffects("up", keys)
+	e.handle(consumers, func(msg *message.Message) error {
+		e.runs.Add(1)
+		if err := sleepCtx(msg.Context(), 200*time.Millisecond); err != nil {
+			return err
+		}
+		return e.effect(msg, "up", msg.Metadata.Get("requestId"))
+	})
+	var wg sync.WaitGroup
+	for _, k := range keys {
+		a, b := newMsg(k, 0, watermill.NewUUID()), newMsg(k, 1, watermill.NewUUID())
+		e.expect(a)
+		e.expect(b)
+		wg.Add(2)
+		go func() { defer wg.Done(); e.publishOne(a) }()
+		go func() { defer wg.Done(); e.publishOne(b) }()
+		wg.Wait()
+	}
+	e.requirePublished()
+	e.finish()
+	assert.Positive(e.t, e.obs.get(idempotency.OutcomeInProgress),
+		"copies of a key met while its first copy ran (in_progress), at least once")
+}
+
+// sleepCtx sleeps d, or returns the cause of ctx ending first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// storeOutage: the store is a private redis-server, killed (SIGKILL) for 5 s
+// while messages stream in, then restarted. It runs with an fsync'ed
+// append-only file, as a production store would: what it acknowledged
+// before the crash is there after it. (Without persistence the restart
+// would forget every COMPLETED key, which no dedup layer can survive.)
+func storeOutage(e *env) {
+	const n, consumers = 400, 2
+	srv := testserver.StartRedis(e.t, "--appendonly", "yes", "--appendfsync", "always")
+	e.newStore = func() idempotency.Store {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+			ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
+		e.t.Cleanup(func() { _ = c.Close() })
+		s, err := redisstore.New(c)
+		require.NoError(e.t, err)
+		return s
+	}
+	keys := keyNames("o", n)
+	e.expectEffects("up", keys)
+	e.handle(consumers, func(msg *message.Message) error {
+		e.runs.Add(1)
+		time.Sleep(5 * time.Millisecond)
+		return e.effect(msg, "up", msg.Metadata.Get("requestId"))
+	})
+	var msgs []*message.Message
+	for _, k := range keys {
+		msgs = append(msgs, newMsg(k, 0, watermill.NewUUID()))
+	}
+	e.publishPaced(10*time.Millisecond, msgs...)
+	e.waitFor("a quarter of the keys done before the outage", func() bool { return e.tr.acks.Load() >= n/4 })
+	srv.Stop()
+	down := e.tr.acks.Load()
+	time.Sleep(5 * time.Second)
+	srv.Start()
+	e.note = func() string { return fmt.Sprintf("store down 5s after %d acks", down) }
+	e.finish()
+	assert.Positive(e.t, e.obs.get(idempotency.OutcomeStoreUnavailable), "the outage was felt: claims failed and were nacked")
+}
+
+// slowHandler: each of two keys runs 5 s, 2.5 times the lease, on three
+// consumers. While they run, a copy of each key (new UUID) is published
+// every 500 ms, and Redis Streams and NATS also redeliver the original when
+// their timer (MaxIdleTime, AckWait: 3 s) runs out. The live handler must
+// keep its key: one run per key, however many copies come.
+func slowHandler(e *env) {
+	const n, consumers = 2, 3
+	const slow = 5 * time.Second
+	keys := keyNames("s", n)
+	e.expectEffects("up", keys)
+	var runsPerKey sync.Map
+	e.handle(consumers, func(msg *message.Message) error {
+		e.runs.Add(1)
+		key := msg.Metadata.Get("requestId")
+		c, _ := runsPerKey.LoadOrStore(key, new(atomic.Int64))
+		c.(*atomic.Int64).Add(1)
+		if err := sleepCtx(msg.Context(), slow); err != nil {
+			return err
+		}
+		return e.effect(msg, "up", key)
+	})
+	started := func() bool {
+		for _, k := range keys {
+			if _, ok := runsPerKey.Load(k); !ok {
+				return false
+			}
+		}
+		return true
+	}
+	done := func() bool {
+		for _, k := range keys {
+			if _, ok := e.effects.Load("up/" + k); !ok {
+				return false
+			}
+		}
+		return true
+	}
+	for _, k := range keys {
+		e.publish(newMsg(k, 0, watermill.NewUUID()))
+	}
+	e.waitFor("both slow handlers running", started)
+	copies := 0
+	for !done() && e.remaining() > 0 {
+		time.Sleep(500 * time.Millisecond)
+		copies++
+		for _, k := range keys {
+			e.publish(newMsg(k, copies, watermill.NewUUID()))
+		}
+	}
+	e.note = func() string { return fmt.Sprintf("%d copies of each key while it ran", copies) }
+	e.finish()
+	for _, k := range keys {
+		c, _ := runsPerKey.Load(k)
+		assert.EqualValues(e.t, 1, c.(*atomic.Int64).Load(), "key %s: a live handler running 2.5× its lease is never run twice", k)
+	}
+	assert.Positive(e.t, e.obs.get(idempotency.OutcomeInProgress), "copies came while the handlers ran and were nacked")
+	assert.GreaterOrEqual(e.t, e.obs.op(idempotency.OpRenew), n*int(slow/(lease/3))/2, "the leases were renewed")
+	if e.b.timerRedelivery {
+		var redelivered int
+		for _, k := range keys {
+			redelivered += e.tr.deliveredTimes(k+"#0") - 1
+		}
+		assert.Positive(e.t, redelivered, "the broker redelivered an original while its handler ran")
+	}
+}
+
+// outputReplay: the handler publishes one message per key to a downstream
+// topic, whose consumer is deduplicated too (its key is the produced
+// message's UUID). The first publish of every produced message fails: for
+// even keys nothing is sent, for odd keys the message is sent and the
+// publish still reports failure (a lost confirm). The router nacks; the
+// redelivery finds the key COMPLETED and gets the stored output, which the
+// router publishes again with the same UUID. Downstream must see each
+// produced message, and have its effect once.
+func outputReplay(e *env) {
+	const n, consumers = 200, 2
+	keys := keyNames("r", n)
+	down := e.topic + "-out"
+	e.topics = append(e.topics, down)
+	e.expectEffects("up", keys)
+	e.expectEffects("down", keys)
+	for _, k := range keys {
+		e.expectID(k + "#out")
+	}
+	fp := &failFirstPublish{e: e, seen: map[string]string{}}
+	var downRuns atomic.Int64
+	e.startConsumers(consumers, func(r *message.Router, b *backends.Backend) {
+		r.AddHandler(handlerName, e.topic, b.Subscriber, down, fp.wrap(b.Publisher), func(msg *message.Message) ([]*message.Message, error) {
+			e.runs.Add(1)
+			key := msg.Metadata.Get("requestId")
+			if err := e.effect(msg, "up", key); err != nil {
+				return nil, err
+			}
+			out := message.NewMessage(watermill.NewUUID(), []byte("produced for "+key))
+			out.Metadata.Set(metaID, key+"#out")
+			out.Metadata.Set(metaEffect, "down/"+key)
+			out.Metadata.Set(metaSource, key)
+			return []*message.Message{out}, nil
+		})
+		r.AddNoPublisherHandler(handlerName+"-downstream", down, b.Subscriber, func(msg *message.Message) error {
+			e.runs.Add(1)
+			downRuns.Add(1)
+			return e.effect(msg, "down", msg.Metadata.Get(metaSource))
+		})
+	})
+	var msgs []*message.Message
+	for _, k := range keys {
+		msgs = append(msgs, newMsg(k, 0, watermill.NewUUID()))
+	}
+	e.publish(msgs...)
+	e.note = func() string { return fmt.Sprintf("%d first publishes of output failed", n) }
+	e.finish()
+	assert.EqualValues(e.t, n, e.publishFailed.Load(), "the first publish of every produced message failed")
+	assert.Zero(e.t, fp.uuidChanged.Load(), "a replayed output kept the UUID of the first run's")
+	assert.GreaterOrEqual(e.t, e.obs.get(idempotency.OutcomeDuplicate), n, "every key's redelivery was a duplicate that replayed the output")
+}
+
+// failFirstPublish fails the first publish of every message UUID, and
+// checks that every later publish for the same key carries the same UUID.
+type failFirstPublish struct {
+	e           *env
+	mu          sync.Mutex
+	seen        map[string]string // source key -> UUID of its produced message
+	uuidChanged atomic.Int64
+}
+
+func (f *failFirstPublish) wrap(p message.Publisher) message.Publisher {
+	return &failingPublisher{Publisher: p, f: f}
+}
+
+type failingPublisher struct {
+	message.Publisher
+	f *failFirstPublish
+}
+
+var errPublish = errors.New("publish failed on purpose")
+
+func (p *failingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	f := p.f
+	for _, m := range msgs {
+		key := m.Metadata.Get(metaSource)
+		f.mu.Lock()
+		uuid, seen := f.seen[key]
+		if !seen {
+			f.seen[key] = m.UUID
+		}
+		f.mu.Unlock()
+		if seen {
+			if uuid != m.UUID {
+				f.uuidChanged.Add(1)
+			}
+			continue
+		}
+		f.e.publishFailed.Add(1)
+		if fnvMod(key, 2) == 1 {
+			// Sent, but reported failed: the downstream gets it twice.
+			if err := p.Publisher.Publish(topic, m); err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("%w: %s", errPublish, m.UUID)
+	}
+	return p.Publisher.Publish(topic, msgs...)
+}
