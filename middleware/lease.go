@@ -13,50 +13,68 @@ import (
 // store answers ErrLeaseLost, or no renewal has succeeded for a whole lease
 // (so the store has surely expired it), the handler's context is cancelled
 // with ErrLeaseLost as its cause.
+//
+// Renewals run on a timer (time.AfterFunc), not on a goroutine of their own:
+// most handlers finish long before LeaseTTL/3, and for them the lease costs
+// one timer that never fires instead of a goroutine, a ticker and two
+// channels per message.
 type lease struct {
-	ttl      time.Duration
-	stopOnce sync.Once
-	quit     chan struct{}
-	done     chan struct{}
+	d      *Idempotency
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	key    string
+	token  string
+	fields watermill.LogFields
+	ttl    time.Duration
+	timer  *time.Timer
 
-	mu      sync.Mutex
-	renewed time.Time // start of the last successful claim or renewal
+	mu       sync.Mutex
+	renewed  time.Time // start of the last successful claim or renewal
+	stopped  bool
+	inflight sync.WaitGroup // a renewal in progress; Add only under mu while !stopped
 }
 
 func (d *Idempotency) startLease(ctx context.Context, cancel context.CancelCauseFunc, key, token string, fields watermill.LogFields) *lease {
-	l := &lease{ttl: d.cfg.LeaseTTL, quit: make(chan struct{}), done: make(chan struct{}), renewed: time.Now()}
-	go func() {
-		defer close(l.done)
-		tick := time.NewTicker(d.cfg.LeaseTTL / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-l.quit:
-				return
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			start := time.Now()
-			rctx, rcancel := context.WithTimeout(ctx, min(d.cfg.StoreTimeout, d.cfg.LeaseTTL/3))
-			err := d.cfg.Store.Renew(rctx, key, token, d.cfg.LeaseTTL)
-			rcancel()
-			d.cfg.Observer.StoreLatency(OpRenew, time.Since(start), err)
-			switch {
-			case err == nil:
-				l.mu.Lock()
-				l.renewed = start
-				l.mu.Unlock()
-			case errors.Is(err, ErrLeaseLost) || time.Now().After(l.expiry()):
-				d.logger.Error("Lease lost while the handler runs; cancelling its context", err, fields)
-				cancel(ErrLeaseLost)
-				return
-			case ctx.Err() == nil:
-				d.logger.Info("Lease renewal failed; retrying", fields.Add(watermill.LogFields{"err": err}))
-			}
-		}
-	}()
+	l := &lease{d: d, ctx: ctx, cancel: cancel, key: key, token: token, fields: fields, ttl: d.cfg.LeaseTTL, renewed: time.Now()}
+	l.timer = time.AfterFunc(d.cfg.LeaseTTL/3, l.renew)
 	return l
+}
+
+// renew runs on the timer: one renewal, then the next one is scheduled
+// unless the lease was stopped, lost or its context ended.
+func (l *lease) renew() {
+	l.mu.Lock()
+	if l.stopped || l.ctx.Err() != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.inflight.Add(1)
+	l.mu.Unlock()
+	defer l.inflight.Done()
+
+	d := l.d
+	start := time.Now()
+	rctx, rcancel := context.WithTimeout(l.ctx, min(d.cfg.StoreTimeout, d.cfg.LeaseTTL/3))
+	err := d.cfg.Store.Renew(rctx, l.key, l.token, d.cfg.LeaseTTL)
+	rcancel()
+	d.cfg.Observer.StoreLatency(OpRenew, time.Since(start), err)
+	switch {
+	case err == nil:
+		l.mu.Lock()
+		l.renewed = start
+		l.mu.Unlock()
+	case errors.Is(err, ErrLeaseLost) || time.Now().After(l.expiry()):
+		d.logger.Error("Lease lost while the handler runs; cancelling its context", err, l.fields)
+		l.cancel(ErrLeaseLost)
+		return
+	case l.ctx.Err() == nil:
+		d.logger.Info("Lease renewal failed; retrying", l.fields.Add(watermill.LogFields{"err": err}))
+	}
+	l.mu.Lock()
+	if !l.stopped && l.ctx.Err() == nil {
+		l.timer.Reset(d.cfg.LeaseTTL / 3)
+	}
+	l.mu.Unlock()
 }
 
 // expiry is when the store expires the lease if no renewal succeeds.
@@ -66,8 +84,12 @@ func (l *lease) expiry() time.Time {
 	return l.renewed.Add(l.ttl)
 }
 
-// stop ends the renewals and waits for the renewing goroutine.
+// stop ends the renewals and waits for one in progress. It may be called
+// more than once.
 func (l *lease) stop() {
-	l.stopOnce.Do(func() { close(l.quit) })
-	<-l.done
+	l.mu.Lock()
+	l.stopped = true
+	l.timer.Stop()
+	l.mu.Unlock()
+	l.inflight.Wait()
 }

@@ -79,10 +79,6 @@ func (s *Store) Claim(ctx context.Context, key string, lease time.Duration, fing
 	if err := ctx.Err(); err != nil {
 		return middleware.ClaimResult{}, fmt.Errorf("memstore: claim: %w", err)
 	}
-	token, err := newToken()
-	if err != nil {
-		return middleware.ClaimResult{}, err
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -98,6 +94,12 @@ func (s *Store) Claim(ctx context.Context, key string, lease time.Duration, fing
 			rec.Token = "" // only the owner learns its token
 			return middleware.ClaimResult{Record: rec}, nil
 		}
+	}
+	// Only a claim that acquires needs a token: duplicates, the common case
+	// under redelivery, skip the random read.
+	token, err := newToken()
+	if err != nil {
+		return middleware.ClaimResult{}, err
 	}
 	rec := middleware.Record{State: middleware.StateInProgress, Token: token, Attempts: 1, CreatedAt: now, UpdatedAt: now,
 		Fingerprint: bytes.Clone(fingerprint)}
