@@ -183,11 +183,12 @@ type Stats struct {
 	SlowHandler, FastHandler Renewals
 	// Bytes per COMPLETED key: MEMORY USAGE averaged over the keys, and the
 	// growth of used_memory (which also counts the expiry entry) per key.
-	KeyBytes                   int
-	MemoryNoOutput             float64
-	UsedMemoryNoOutput         float64
-	MemoryWithOutput           float64
-	UsedMemoryWithOutput       float64
+	KeyBytes             int
+	MemoryNoOutput       float64
+	UsedMemoryNoOutput   float64
+	MemoryWithOutput     float64
+	UsedMemoryWithOutput float64
+	// OutputBytes is the size of the stored value of a key with output.
 	OutputBytes                int
 	Encoding                   string
 	Note                       string `json:",omitempty"`
@@ -203,7 +204,8 @@ type Renewals struct {
 // scriptInner are the commands our scripts call; anything else in
 // commandstats was sent by a client.
 var scriptInner = map[string]bool{"hmget": true, "hset": true, "hget": true, "hdel": true, "time": true, "pexpire": true,
-	"set": true, "get": true, "del": true, "pexpireat": true, "exists": true, "type": true, "hgetall": true}
+	"set": true, "get": true, "del": true, "pexpireat": true, "exists": true, "type": true, "hgetall": true,
+	"getrange": true, "psetex": true}
 
 func runStats(o options) Stats {
 	st := Stats{Server: "private redis-server"}
@@ -303,8 +305,8 @@ func runStats(o options) Stats {
 	used3 := usedMemory(c)
 	st.MemoryWithOutput = avgMemory(c, outKeys, storedKey)
 	st.UsedMemoryWithOutput = float64(used3-used2) / float64(n)
-	if v, err := c.HGet(ctx, storedKey(outKeys[0]), "r").Result(); err == nil {
-		st.OutputBytes = len(v)
+	if n, err := c.StrLen(ctx, storedKey(outKeys[0])).Result(); err == nil {
+		st.OutputBytes = int(n)
 	}
 
 	st.SlowHandler = renewals(c, rec, prefix, 300*time.Millisecond, 250*time.Millisecond)

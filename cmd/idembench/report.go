@@ -134,7 +134,7 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "handler %s, lease %s:  %.2f commands/message (renewals every lease/3)\n", s.SlowHandler.Handler, s.SlowHandler.Lease, s.SlowHandler.CommandsPerMessage)
 		fmt.Fprintf(w, "handler %s, lease %s:   %.2f commands/message\n", s.FastHandler.Handler, s.FastHandler.Lease, s.FastHandler.CommandsPerMessage)
 		fmt.Fprintf(w, "memory per COMPLETED key (%d-byte key, %s):  no output %.0f B (MEMORY USAGE), %.0f B (used_memory growth, incl. expiry)\n", s.KeyBytes, s.Encoding, s.MemoryNoOutput, s.UsedMemoryNoOutput)
-		fmt.Fprintf(w, "                                  with a %d-byte stored output %.0f B (MEMORY USAGE), %.0f B (used_memory growth)\n", s.OutputBytes, s.MemoryWithOutput, s.UsedMemoryWithOutput)
+		fmt.Fprintf(w, "                                  with output (value %d bytes) %.0f B (MEMORY USAGE), %.0f B (used_memory growth)\n", s.OutputBytes, s.MemoryWithOutput, s.UsedMemoryWithOutput)
 		if s.Note != "" {
 			fmt.Fprintln(w, "note:", s.Note)
 		}
