@@ -80,6 +80,7 @@ func main() {
 	flag.StringVar(&o.natsURL, "nats", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS JetStream URL")
 	flag.IntVar(&o.statsKeys, "stats-n", 1000, "stats: messages per measurement")
 	flag.BoolVar(&o.jsonOut, "json", false, "print the report as JSON instead of tables")
+	jsonFile := flag.String("o", "", "also write the report as JSON to this file")
 	flag.BoolVar(&o.verbose, "v", false, "log progress")
 	flag.Parse()
 
@@ -123,6 +124,15 @@ func main() {
 	}
 	rep.summarise()
 
+	if *jsonFile != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(*jsonFile, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
 	if o.jsonOut {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
