@@ -204,8 +204,7 @@ type Renewals struct {
 // scriptInner are the commands our scripts call; anything else in
 // commandstats was sent by a client.
 var scriptInner = map[string]bool{"hmget": true, "hset": true, "hget": true, "hdel": true, "time": true, "pexpire": true,
-	"set": true, "get": true, "del": true, "pexpireat": true, "exists": true, "type": true, "hgetall": true,
-	"getrange": true, "psetex": true}
+	"set": true, "get": true, "del": true, "pexpireat": true, "exists": true, "type": true, "hgetall": true}
 
 func runStats(o options) Stats {
 	st := Stats{Server: "private redis-server"}

@@ -141,8 +141,10 @@ func TestOneCommandPerTransition(t *testing.T) {
 		calls := commandCalls(t, admin)
 		assert.Equal(t, 1, sent, "%s: commands sent by the client", step.name)
 		assert.Equal(t, 1, calls["evalsha"], "%s: EVALSHA calls on the server, stats %v", step.name, calls)
-		assert.Zero(t, calls["eval"]+calls["script|load"]+calls["hgetall"]+calls["get"]+calls["set"],
-			"%s: no other round trip, stats %v", step.name, calls)
+		// The commands a script runs inside Redis are listed in commandstats
+		// too, so "nothing else" is proven by the client's own count above;
+		// here: the script ran by SHA, never re-sent or re-loaded.
+		assert.Zero(t, calls["eval"]+calls["script|load"], "%s: script re-sent, stats %v", step.name, calls)
 	}
 }
 

@@ -14,9 +14,6 @@ import "github.com/redis/go-redis/v9"
 // completed key without output costs a fifth less memory than the
 // hash (a listpack of field names and 13-digit numbers). Every script
 // reads the owner token with pcall, so a string key simply has no owner.
-// The scripts read and write it with GETRANGE and PSETEX (GET and SET in
-// commandstats would read as a client's check-then-set, which the tests
-// watch for).
 
 // claimScript: KEYS[1] record; ARGV[1] token, ARGV[2] lease ms,
 // ARGV[3] fingerprint ("" for none).
@@ -25,7 +22,7 @@ import "github.com/redis/go-redis/v9"
 var claimScript = redis.NewScript(`
 local rec = redis.pcall('HMGET', KEYS[1], 's', 'a', 'c', 'u', 'f')
 if rec.err then
-  local v = redis.call('GETRANGE', KEYS[1], 0, -1)
+  local v = redis.call('GET', KEYS[1])
   local a, c, u, n, pos = struct.unpack('>I4I6I6B', v, 2)
   if n == 255 then n, pos = struct.unpack('>I4', v, pos) end
   return {0, 'C', a, c, u, string.sub(v, pos, pos + n - 1), string.sub(v, pos + n)}
@@ -68,7 +65,7 @@ if ARGV[3] == 'C' then
   local rec = redis.call('HMGET', KEYS[1], 'a', 'c', 'f')
   local fp = rec[3] or ''
   local fplen = #fp < 255 and struct.pack('B', #fp) or struct.pack('>BI4', 255, #fp)
-  redis.call('PSETEX', KEYS[1], ARGV[2], 'C' .. struct.pack('>I4I6I6', tonumber(rec[1]), tonumber(rec[2]), now) .. fplen .. fp .. ARGV[4])
+  redis.call('SET', KEYS[1], 'C' .. struct.pack('>I4I6I6', tonumber(rec[1]), tonumber(rec[2]), now) .. fplen .. fp .. ARGV[4], 'PX', ARGV[2])
   return 1
 end
 redis.call('HDEL', KEYS[1], 'o')
