@@ -19,6 +19,8 @@ import (
 type Idempotency struct {
 	cfg    Config
 	logger watermill.LoggerAdapter
+	// inProcess: the store never waits on I/O, so calls need no timeout.
+	inProcess bool
 }
 
 // New returns the middleware for cfg. It copies cfg, fills the defaults of
@@ -31,7 +33,8 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Idempotency, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &Idempotency{cfg: cfg, logger: logger}, nil
+	_, inProcess := cfg.Store.(InProcessStore)
+	return &Idempotency{cfg: cfg, logger: logger, inProcess: inProcess}, nil
 }
 
 // Config returns the configuration in force, defaults filled.
@@ -193,8 +196,17 @@ func (d *Idempotency) encodeResult(out []*message.Message, fields watermill.LogF
 	return b
 }
 
+// storeCtx bounds one store call by StoreTimeout, unless the store is in
+// process and cannot hang.
+func (d *Idempotency) storeCtx(parent context.Context) (context.Context, context.CancelFunc) {
+	if d.inProcess {
+		return parent, func() {}
+	}
+	return context.WithTimeout(parent, d.cfg.StoreTimeout)
+}
+
 func (d *Idempotency) claim(ctx context.Context, key string, fingerprint []byte) (ClaimResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.StoreTimeout)
+	ctx, cancel := d.storeCtx(ctx)
 	defer cancel()
 	start := time.Now()
 	res, err := d.cfg.Store.Claim(ctx, key, d.cfg.LeaseTTL, fingerprint)
@@ -207,7 +219,7 @@ func (d *Idempotency) claim(ctx context.Context, key string, fingerprint []byte)
 func (d *Idempotency) complete(key, token string, result []byte, lease *lease) error {
 	backoff := 20 * time.Millisecond
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StoreTimeout)
+		ctx, cancel := d.storeCtx(context.Background())
 		start := time.Now()
 		err := d.cfg.Store.Complete(ctx, key, token, result, d.cfg.CompletedTTL)
 		cancel()
@@ -223,7 +235,7 @@ func (d *Idempotency) complete(key, token string, result []byte, lease *lease) e
 // fail records a failed attempt. Its error is only logged: if FAILED cannot
 // be written, the lease expires and the key becomes claimable anyway.
 func (d *Idempotency) fail(key, token string, fields watermill.LogFields) {
-	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.StoreTimeout)
+	ctx, cancel := d.storeCtx(context.Background())
 	defer cancel()
 	start := time.Now()
 	err := d.cfg.Store.Fail(ctx, key, token, d.cfg.FailedTTL)

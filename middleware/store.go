@@ -129,3 +129,13 @@ type Store interface {
 	// starts afresh. Deleting an absent key is not an error.
 	Delete(ctx context.Context, key string) error
 }
+
+// InProcessStore is implemented by stores whose calls never wait on a
+// network or a disk, such as memstore. The middleware calls them without the
+// Config.StoreTimeout context it puts around every call of other stores,
+// saving a timer per call on the hot path.
+type InProcessStore interface {
+	Store
+	// InProcess marks the store; it is never called.
+	InProcess()
+}

@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"bytes"
-	"container/heap"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -34,14 +33,20 @@ type Store struct {
 	expiry  expiryHeap
 }
 
-var _ middleware.Store = (*Store)(nil)
+var _ middleware.InProcessStore = (*Store)(nil)
+
+// InProcess marks the store as one whose calls never wait on I/O, so the
+// middleware skips its per-call timeout (middleware.InProcessStore).
+func (s *Store) InProcess() {}
 
 type entry struct {
-	rec      middleware.Record
-	expireAt time.Time
-	// gen changes with every expiry change, so that stale heap items of this
-	// key are recognised and dropped.
-	gen uint64
+	rec middleware.Record
+	key string
+	// expireAt is the record's expiry in Unix nanoseconds of the clock.
+	expireAt int64
+	// queuedAt is the time of this entry's one item in the expiry heap: never
+	// after expireAt, so the item comes up no later than the record expires.
+	queuedAt int64
 }
 
 // New returns an empty store.
@@ -197,7 +202,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if s.closed {
 		return ErrClosed
 	}
-	delete(s.records, key) // its heap items go stale and are dropped on pop
+	delete(s.records, key) // its heap item is dropped when it comes up
 	return nil
 }
 
@@ -208,7 +213,7 @@ func (s *Store) live(key string, now time.Time) *entry {
 	if !ok {
 		return nil
 	}
-	if !now.Before(e.expireAt) {
+	if now.UnixNano() >= e.expireAt {
 		delete(s.records, key)
 		return nil
 	}
@@ -216,25 +221,42 @@ func (s *Store) live(key string, now time.Time) *entry {
 }
 
 // put stores rec under key until expireAt. The caller holds s.mu.
-func (s *Store) put(key string, rec middleware.Record, expireAt time.Time) {
+//
+// Each entry has one item in the expiry heap. Extending the expiry (renewal,
+// completion with a longer TTL) leaves the item where it is: when it comes
+// up, reclaim finds the entry still live and queues it again at its new
+// expiry. Only an expiry earlier than the queued one adds an item, so most
+// keys cost one heap push in their lifetime.
+func (s *Store) put(key string, rec middleware.Record, expiry time.Time) {
+	expireAt := expiry.UnixNano()
 	e, ok := s.records[key]
 	if !ok {
-		e = &entry{}
+		e = &entry{key: key}
 		s.records[key] = e
 	}
 	e.rec = rec
 	e.expireAt = expireAt
-	e.gen++
-	heap.Push(&s.expiry, expiryItem{at: expireAt, key: key, entry: e, gen: e.gen})
+	if !ok || expireAt < e.queuedAt {
+		e.queuedAt = expireAt
+		s.expiry.push(expiryItem{at: expireAt, entry: e})
+	}
 }
 
 // reclaim removes every record whose expiry has passed. The caller holds s.mu.
 func (s *Store) reclaim(now time.Time) {
-	for len(s.expiry) > 0 && !now.Before(s.expiry[0].at) {
-		it := heap.Pop(&s.expiry).(expiryItem)
-		if e, ok := s.records[it.key]; ok && e == it.entry && e.gen == it.gen {
-			delete(s.records, it.key)
+	nanos := now.UnixNano()
+	for len(s.expiry) > 0 && nanos >= s.expiry[0].at {
+		it := s.expiry.pop()
+		e := it.entry
+		if s.records[e.key] != e || it.at != e.queuedAt {
+			continue // deleted, replaced, or queued again earlier
 		}
+		if nanos < e.expireAt {
+			e.queuedAt = e.expireAt
+			s.expiry.push(expiryItem{at: e.expireAt, entry: e})
+			continue
+		}
+		delete(s.records, e.key)
 	}
 }
 
@@ -261,22 +283,48 @@ func newToken() (string, error) {
 }
 
 type expiryItem struct {
-	at    time.Time
-	key   string
+	at    int64 // Unix nanoseconds
 	entry *entry
-	gen   uint64
 }
 
+// expiryHeap is a min-heap of items by time, typed to avoid boxing each
+// item as container/heap would.
 type expiryHeap []expiryItem
 
-func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
-func (h expiryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *expiryHeap) Push(x any)        { *h = append(*h, x.(expiryItem)) }
-func (h *expiryHeap) Pop() any {
-	old := *h
-	it := old[len(old)-1]
-	old[len(old)-1] = expiryItem{}
-	*h = old[:len(old)-1]
-	return it
+func (h *expiryHeap) push(it expiryItem) {
+	*h = append(*h, it)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if q[i].at >= q[parent].at {
+			break
+		}
+		q[i], q[parent] = q[parent], q[i]
+		i = parent
+	}
+}
+
+func (h *expiryHeap) pop() expiryItem {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q[last] = expiryItem{}
+	q = q[:last]
+	for i := 0; ; {
+		least, l, r := i, 2*i+1, 2*i+2
+		if l < len(q) && q[l].at < q[least].at {
+			least = l
+		}
+		if r < len(q) && q[r].at < q[least].at {
+			least = r
+		}
+		if least == i {
+			break
+		}
+		q[i], q[least] = q[least], q[i]
+		i = least
+	}
+	*h = q
+	return top
 }
