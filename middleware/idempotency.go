@@ -21,6 +21,10 @@ type Idempotency struct {
 	logger watermill.LoggerAdapter
 	// inProcess: the store never waits on I/O, so calls need no timeout.
 	inProcess bool
+	// quiet: the logger discards everything, so no log fields are built.
+	quiet bool
+	// timed: the observer wants store latencies, so calls are timed.
+	timed bool
 }
 
 // New returns the middleware for cfg. It copies cfg, fills the defaults of
@@ -34,7 +38,9 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Idempotency, error) {
 		logger = watermill.NopLogger{}
 	}
 	_, inProcess := cfg.Store.(InProcessStore)
-	return &Idempotency{cfg: cfg, logger: logger, inProcess: inProcess}, nil
+	_, quiet := logger.(watermill.NopLogger)
+	_, untimed := cfg.Observer.(nopObserver)
+	return &Idempotency{cfg: cfg, logger: logger, inProcess: inProcess, quiet: quiet, timed: !untimed}, nil
 }
 
 // Config returns the configuration in force, defaults filled.
@@ -50,13 +56,13 @@ func (d *Idempotency) Middleware(h message.HandlerFunc) message.HandlerFunc {
 
 func (d *Idempotency) handle(msg *message.Message, h message.HandlerFunc) ([]*message.Message, error) {
 	scope := d.cfg.Scope(msg)
-	fields := watermill.LogFields{"message_uuid": msg.UUID, "handler_name": scope}
-	key, err := d.StoreKey(msg)
+	dv := delivery{uuid: msg.UUID, scope: scope}
+	key, err := d.storeKey(msg, scope)
 	if err != nil {
-		d.done(scope, OutcomeMissingKey, fields, err)
+		d.done(OutcomeMissingKey, dv, err)
 		return nil, err
 	}
-	fields["idempotency_key"] = key
+	dv.key = key
 
 	var fingerprint []byte
 	if d.cfg.CheckPayload {
@@ -70,36 +76,36 @@ func (d *Idempotency) handle(msg *message.Message, h message.HandlerFunc) ([]*me
 			return nil, err
 		}
 		if d.cfg.FailOpen {
-			d.done(scope, OutcomeFailOpen, fields, err)
+			d.done(OutcomeFailOpen, dv, err)
 			return h(msg)
 		}
 		err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
-		d.done(scope, OutcomeStoreUnavailable, fields, err)
+		d.done(OutcomeStoreUnavailable, dv, err)
 		d.nackDelay(ctx)
 		return nil, err
 	}
 	rec := claim.Record
-	fields["attempts"] = rec.Attempts
+	dv.attempts = rec.Attempts
 
 	if !claim.Acquired {
-		return d.refused(ctx, scope, fields, rec, fingerprint)
+		return d.refused(ctx, dv, rec, fingerprint)
 	}
 	if d.cfg.MaxAttempts > 0 && rec.Attempts > d.cfg.MaxAttempts {
 		// The claim counted one more attempt; hand the key back as FAILED
 		// without running the handler.
-		d.fail(key, claim.Token, fields)
+		d.fail(key, claim.Token, dv)
 		err := fmt.Errorf("%w: %d of at most %d for key %q", ErrTooManyAttempts, rec.Attempts-1, d.cfg.MaxAttempts, key)
-		d.done(scope, OutcomeTooManyAttempts, fields, err)
+		d.done(OutcomeTooManyAttempts, dv, err)
 		return nil, err
 	}
-	return d.run(msg, h, scope, key, claim.Token, fields)
+	return d.run(msg, h, key, claim.Token, dv)
 }
 
 // refused answers a claim that did not acquire the key.
-func (d *Idempotency) refused(ctx context.Context, scope string, fields watermill.LogFields, rec Record, fingerprint []byte) ([]*message.Message, error) {
+func (d *Idempotency) refused(ctx context.Context, dv delivery, rec Record, fingerprint []byte) ([]*message.Message, error) {
 	if len(fingerprint) > 0 && len(rec.Fingerprint) > 0 && !bytes.Equal(fingerprint, rec.Fingerprint) {
-		err := fmt.Errorf("%w: key %v", ErrKeyReused, fields["idempotency_key"])
-		d.done(scope, OutcomeKeyReused, fields, err)
+		err := fmt.Errorf("%w: key %v", ErrKeyReused, dv.key)
+		d.done(OutcomeKeyReused, dv, err)
 		return nil, err
 	}
 	switch rec.State {
@@ -107,22 +113,22 @@ func (d *Idempotency) refused(ctx context.Context, scope string, fields watermil
 		out, stored, err := decodeOutput(rec.Result)
 		if err != nil {
 			// The effect happened: ack, but say loudly that its output is lost.
-			d.logger.Error("Stored output of a completed key is unreadable; acking without it", err, fields)
+			d.logError("Stored output of a completed key is unreadable; acking without it", err, dv)
 		} else if !stored {
-			d.logger.Debug("Duplicate of a key completed without a stored output", fields)
+			d.logDebug("Duplicate of a key completed without a stored output", dv)
 		}
-		d.done(scope, OutcomeDuplicate, fields, nil)
+		d.done(OutcomeDuplicate, dv, nil)
 		return out, nil
 	case StateInProgress:
 		d.nackDelay(ctx)
-		err := fmt.Errorf("%w: key %v", ErrInProgress, fields["idempotency_key"])
-		d.done(scope, OutcomeInProgress, fields, err)
+		err := fmt.Errorf("%w: key %v", ErrInProgress, dv.key)
+		d.done(OutcomeInProgress, dv, err)
 		return nil, err
 	default:
 		// A store must not refuse an ABSENT or FAILED key without a
 		// fingerprint mismatch; treat it as busy so the message comes back.
 		err := fmt.Errorf("%w: store refused a %s key", ErrInProgress, rec.State)
-		d.done(scope, OutcomeInProgress, fields, err)
+		d.done(OutcomeInProgress, dv, err)
 		return nil, err
 	}
 }
@@ -141,10 +147,10 @@ func (d *Idempotency) nackDelay(ctx context.Context) {
 }
 
 // run executes the handler under a renewed lease and records the result.
-func (d *Idempotency) run(msg *message.Message, h message.HandlerFunc, scope, key, token string, fields watermill.LogFields) (out []*message.Message, err error) {
+func (d *Idempotency) run(msg *message.Message, h message.HandlerFunc, key, token string, dv delivery) (out []*message.Message, err error) {
 	parent := msg.Context()
 	ctx, cancel := context.WithCancelCause(parent)
-	lease := d.startLease(ctx, cancel, key, token, fields)
+	lease := d.startLease(ctx, cancel, key, token, dv.scope)
 	msg.SetContext(ctx)
 
 	finished := false
@@ -153,8 +159,8 @@ func (d *Idempotency) run(msg *message.Message, h message.HandlerFunc, scope, ke
 		cancel(nil)
 		msg.SetContext(parent)
 		if !finished { // the handler panicked: let the next delivery retry
-			d.fail(key, token, fields)
-			d.done(scope, OutcomeHandlerFailed, fields, errors.New("handler panicked"))
+			d.fail(key, token, dv)
+			d.done(OutcomeHandlerFailed, dv, errors.New("handler panicked"))
 		}
 	}()
 	out, err = h(msg)
@@ -162,25 +168,25 @@ func (d *Idempotency) run(msg *message.Message, h message.HandlerFunc, scope, ke
 	lease.stop()
 
 	if err != nil {
-		d.fail(key, token, fields)
-		d.done(scope, OutcomeHandlerFailed, fields, err)
+		d.fail(key, token, dv)
+		d.done(OutcomeHandlerFailed, dv, err)
 		return out, err
 	}
 
-	result := d.encodeResult(out, fields)
+	result := d.encodeResult(out, dv)
 	switch cerr := d.complete(key, token, result, lease); {
 	case cerr == nil:
-		d.done(scope, OutcomeProcessed, fields, nil)
+		d.done(OutcomeProcessed, dv, nil)
 	case errors.Is(cerr, ErrLeaseLost):
-		d.done(scope, OutcomeLeaseLost, fields, cerr)
+		d.done(OutcomeLeaseLost, dv, cerr)
 	default:
 		// Nacking now would run the effect again: ack, and say so.
-		d.done(scope, OutcomeCompleteFailed, fields, cerr)
+		d.done(OutcomeCompleteFailed, dv, cerr)
 	}
 	return out, nil
 }
 
-func (d *Idempotency) encodeResult(out []*message.Message, fields watermill.LogFields) []byte {
+func (d *Idempotency) encodeResult(out []*message.Message, dv delivery) []byte {
 	if d.cfg.DisableOutputReplay {
 		return []byte{outputOmitted}
 	}
@@ -189,11 +195,27 @@ func (d *Idempotency) encodeResult(out []*message.Message, fields watermill.LogF
 	}
 	b := encodeOutput(out)
 	if len(b) > d.cfg.MaxOutputSize {
-		d.logger.Info("Output larger than MaxOutputSize is not stored; duplicates will not republish it",
-			fields.Add(watermill.LogFields{"output_bytes": len(b), "max_output_bytes": d.cfg.MaxOutputSize}))
+		d.logInfo("Output larger than MaxOutputSize is not stored; duplicates will not republish it", dv,
+			watermill.LogFields{"output_bytes": len(b), "max_output_bytes": d.cfg.MaxOutputSize})
 		return []byte{outputOmitted}
 	}
 	return b
+}
+
+// startTimer returns the start of a store call to observe, or the zero
+// time when nobody observes (saving a clock read per call).
+func (d *Idempotency) startTimer() time.Time {
+	if d.timed {
+		return time.Now()
+	}
+	return time.Time{}
+}
+
+// observe reports a store call that began at start, if anyone listens.
+func (d *Idempotency) observe(op string, start time.Time, err error) {
+	if d.timed {
+		d.cfg.Observer.StoreLatency(op, time.Since(start), err)
+	}
 }
 
 // storeCtx bounds one store call by StoreTimeout, unless the store is in
@@ -208,9 +230,9 @@ func (d *Idempotency) storeCtx(parent context.Context) (context.Context, context
 func (d *Idempotency) claim(ctx context.Context, key string, fingerprint []byte) (ClaimResult, error) {
 	ctx, cancel := d.storeCtx(ctx)
 	defer cancel()
-	start := time.Now()
+	start := d.startTimer()
 	res, err := d.cfg.Store.Claim(ctx, key, d.cfg.LeaseTTL, fingerprint)
-	d.cfg.Observer.StoreLatency(OpClaim, time.Since(start), err)
+	d.observe(OpClaim, start, err)
 	return res, err
 }
 
@@ -220,10 +242,10 @@ func (d *Idempotency) complete(key, token string, result []byte, lease *lease) e
 	backoff := 20 * time.Millisecond
 	for {
 		ctx, cancel := d.storeCtx(context.Background())
-		start := time.Now()
+		start := d.startTimer()
 		err := d.cfg.Store.Complete(ctx, key, token, result, d.cfg.CompletedTTL)
 		cancel()
-		d.cfg.Observer.StoreLatency(OpComplete, time.Since(start), err)
+		d.observe(OpComplete, start, err)
 		if err == nil || errors.Is(err, ErrLeaseLost) || time.Now().Add(backoff).After(lease.expiry()) {
 			return err
 		}
@@ -234,25 +256,27 @@ func (d *Idempotency) complete(key, token string, result []byte, lease *lease) e
 
 // fail records a failed attempt. Its error is only logged: if FAILED cannot
 // be written, the lease expires and the key becomes claimable anyway.
-func (d *Idempotency) fail(key, token string, fields watermill.LogFields) {
+func (d *Idempotency) fail(key, token string, dv delivery) {
 	ctx, cancel := d.storeCtx(context.Background())
 	defer cancel()
-	start := time.Now()
+	start := d.startTimer()
 	err := d.cfg.Store.Fail(ctx, key, token, d.cfg.FailedTTL)
-	d.cfg.Observer.StoreLatency(OpFail, time.Since(start), err)
+	d.observe(OpFail, start, err)
 	switch {
 	case errors.Is(err, ErrLeaseLost):
-		d.logger.Info("Failed attempt not recorded: the lease was already lost", fields)
+		d.logInfo("Failed attempt not recorded: the lease was already lost", dv, nil)
 	case err != nil:
-		d.logger.Error("Could not record a failed attempt; the key is claimable once its lease expires", err, fields)
+		d.logError("Could not record a failed attempt; the key is claimable once its lease expires", err, dv)
 	}
 }
 
 // done logs and counts one delivery's outcome.
-func (d *Idempotency) done(scope string, outcome Outcome, fields watermill.LogFields, err error) {
-	d.cfg.Observer.Outcome(scope, outcome)
-	// fields belongs to this delivery alone and nothing reads it any more
-	// (the lease has stopped): extend it in place rather than copy it.
+func (d *Idempotency) done(outcome Outcome, dv delivery, err error) {
+	d.cfg.Observer.Outcome(dv.scope, outcome)
+	if d.quiet {
+		return
+	}
+	fields := dv.fields()
 	fields["outcome"] = string(outcome)
 	switch outcome {
 	case OutcomeProcessed, OutcomeDuplicate, OutcomeInProgress:
@@ -262,5 +286,42 @@ func (d *Idempotency) done(scope string, outcome Outcome, fields watermill.LogFi
 		d.logger.Info("Idempotency outcome", fields)
 	default:
 		d.logger.Error("Idempotency outcome", err, fields)
+	}
+}
+
+// delivery is what the logs say about one delivery. Its fields are built
+// only when something is logged: the hot path of a quiet middleware
+// allocates no map.
+type delivery struct {
+	uuid, scope, key string
+	attempts         int
+}
+
+func (dv delivery) fields() watermill.LogFields {
+	f := watermill.LogFields{"message_uuid": dv.uuid, "handler_name": dv.scope}
+	if dv.key != "" {
+		f["idempotency_key"] = dv.key
+	}
+	if dv.attempts > 0 {
+		f["attempts"] = dv.attempts
+	}
+	return f
+}
+
+func (d *Idempotency) logDebug(msg string, dv delivery) {
+	if !d.quiet {
+		d.logger.Debug(msg, dv.fields())
+	}
+}
+
+func (d *Idempotency) logInfo(msg string, dv delivery, extra watermill.LogFields) {
+	if !d.quiet {
+		d.logger.Info(msg, dv.fields().Add(extra))
+	}
+}
+
+func (d *Idempotency) logError(msg string, err error, dv delivery) {
+	if !d.quiet {
+		d.logger.Error(msg, err, dv.fields())
 	}
 }

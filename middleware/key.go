@@ -16,6 +16,10 @@ import (
 // "sha256:<hex>". Colons and percent signs in the scope are escaped (%3A,
 // %25) so that no scope and key pair can collide with another.
 func (d *Idempotency) StoreKey(msg *message.Message) (string, error) {
+	return d.storeKey(msg, d.cfg.Scope(msg))
+}
+
+func (d *Idempotency) storeKey(msg *message.Message, scope string) (string, error) {
 	key, err := d.messageKey(msg)
 	if err != nil {
 		return "", err
@@ -24,7 +28,7 @@ func (d *Idempotency) StoreKey(msg *message.Message) (string, error) {
 		sum := sha256.Sum256([]byte(key))
 		key = "sha256:" + hex.EncodeToString(sum[:])
 	}
-	return d.cfg.KeyPrefix + ":" + scopeEscaper.Replace(d.cfg.Scope(msg)) + ":" + key, nil
+	return d.cfg.KeyPrefix + ":" + scopeEscaper.Replace(scope) + ":" + key, nil
 }
 
 var scopeEscaper = strings.NewReplacer("%", "%25", ":", "%3A")

@@ -23,9 +23,8 @@ type lease struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	key    string
+	scope  string
 	token  string
-	fields watermill.LogFields
-	ttl    time.Duration
 	timer  *time.Timer
 
 	mu       sync.Mutex
@@ -34,8 +33,8 @@ type lease struct {
 	inflight sync.WaitGroup // a renewal in progress; Add only under mu while !stopped
 }
 
-func (d *Idempotency) startLease(ctx context.Context, cancel context.CancelCauseFunc, key, token string, fields watermill.LogFields) *lease {
-	l := &lease{d: d, ctx: ctx, cancel: cancel, key: key, token: token, fields: fields, ttl: d.cfg.LeaseTTL, renewed: time.Now()}
+func (d *Idempotency) startLease(ctx context.Context, cancel context.CancelCauseFunc, key, token, scope string) *lease {
+	l := &lease{d: d, ctx: ctx, cancel: cancel, key: key, token: token, scope: scope, renewed: time.Now()}
 	l.timer = time.AfterFunc(d.cfg.LeaseTTL/3, l.renew)
 	return l
 }
@@ -57,18 +56,18 @@ func (l *lease) renew() {
 	rctx, rcancel := context.WithTimeout(l.ctx, min(d.cfg.StoreTimeout, d.cfg.LeaseTTL/3))
 	err := d.cfg.Store.Renew(rctx, l.key, l.token, d.cfg.LeaseTTL)
 	rcancel()
-	d.cfg.Observer.StoreLatency(OpRenew, time.Since(start), err)
+	d.observe(OpRenew, start, err)
 	switch {
 	case err == nil:
 		l.mu.Lock()
 		l.renewed = start
 		l.mu.Unlock()
 	case errors.Is(err, ErrLeaseLost) || time.Now().After(l.expiry()):
-		d.logger.Error("Lease lost while the handler runs; cancelling its context", err, l.fields)
+		d.logError("Lease lost while the handler runs; cancelling its context", err, delivery{scope: l.scope, key: l.key})
 		l.cancel(ErrLeaseLost)
 		return
 	case l.ctx.Err() == nil:
-		d.logger.Info("Lease renewal failed; retrying", l.fields.Add(watermill.LogFields{"err": err}))
+		d.logInfo("Lease renewal failed; retrying", delivery{scope: l.scope, key: l.key}, watermill.LogFields{"err": err})
 	}
 	l.mu.Lock()
 	if !l.stopped && l.ctx.Err() == nil {
@@ -81,7 +80,7 @@ func (l *lease) renew() {
 func (l *lease) expiry() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.renewed.Add(l.ttl)
+	return l.renewed.Add(l.d.cfg.LeaseTTL)
 }
 
 // stop ends the renewals and waits for one in progress. It may be called

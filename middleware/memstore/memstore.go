@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -26,8 +27,12 @@ type Config struct {
 // Store is an in-memory middleware.Store, safe for concurrent use.
 type Store struct {
 	now func() time.Time
+	// salt makes owner tokens unpredictable across stores; seq makes them
+	// unique within one.
+	salt [8]byte
 
 	mu      sync.Mutex
+	seq     uint64
 	closed  bool
 	records map[string]*entry
 	expiry  expiryHeap
@@ -39,14 +44,40 @@ var _ middleware.InProcessStore = (*Store)(nil)
 // middleware skips its per-call timeout (middleware.InProcessStore).
 func (s *Store) InProcess() {}
 
+// entry is one record, kept compact (times as Unix nanoseconds of the clock,
+// few pointers): a busy store holds millions of them and the garbage
+// collector scans them all.
 type entry struct {
-	rec middleware.Record
-	key string
-	// expireAt is the record's expiry in Unix nanoseconds of the clock.
+	key         string
+	token       string // the owner's, while IN_PROGRESS
+	result      []byte // non-nil once COMPLETED
+	fingerprint []byte
+	created     int64
+	updated     int64
+	// expireAt is the record's expiry.
 	expireAt int64
 	// queuedAt is the time of this entry's one item in the expiry heap: never
 	// after expireAt, so the item comes up no later than the record expires.
 	queuedAt int64
+	attempts int32
+	state    middleware.State
+}
+
+// record returns a copy of the entry as a Record; the token only for its
+// owner.
+func (e *entry) record(withToken bool) middleware.Record {
+	rec := middleware.Record{
+		State:       e.state,
+		Attempts:    int(e.attempts),
+		Result:      cloneKeepEmpty(e.result),
+		Fingerprint: bytes.Clone(e.fingerprint),
+		CreatedAt:   time.Unix(0, e.created),
+		UpdatedAt:   time.Unix(0, e.updated),
+	}
+	if withToken {
+		rec.Token = e.token
+	}
+	return rec
 }
 
 // New returns an empty store.
@@ -54,7 +85,9 @@ func New(cfg Config) *Store {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Store{now: cfg.Now, records: make(map[string]*entry)}
+	s := &Store{now: cfg.Now, records: make(map[string]*entry)}
+	_, _ = rand.Read(s.salt[:]) // never fails (crypto/rand); a zero salt would still give unique tokens
+	return s
 }
 
 // Close releases the store; later calls return ErrClosed. It starts and
@@ -89,84 +122,87 @@ func (s *Store) Claim(ctx context.Context, key string, lease time.Duration, fing
 	if s.closed {
 		return middleware.ClaimResult{}, ErrClosed
 	}
-	now := s.now()
+	now := s.now().UnixNano()
 	s.reclaim(now)
 	e := s.live(key, now)
 	if e != nil {
-		mismatch := len(fingerprint) > 0 && len(e.rec.Fingerprint) > 0 && !bytes.Equal(fingerprint, e.rec.Fingerprint)
-		if mismatch || e.rec.State != middleware.StateFailed {
-			rec := cloneRecord(e.rec)
-			rec.Token = "" // only the owner learns its token
-			return middleware.ClaimResult{Record: rec}, nil
+		mismatch := len(fingerprint) > 0 && len(e.fingerprint) > 0 && !bytes.Equal(fingerprint, e.fingerprint)
+		if mismatch || e.state != middleware.StateFailed {
+			return middleware.ClaimResult{Record: e.record(false)}, nil
 		}
-	}
-	// Only a claim that acquires needs a token: duplicates, the common case
-	// under redelivery, skip the random read.
-	token, err := newToken()
-	if err != nil {
-		return middleware.ClaimResult{}, err
-	}
-	rec := middleware.Record{State: middleware.StateInProgress, Token: token, Attempts: 1, CreatedAt: now, UpdatedAt: now,
-		Fingerprint: bytes.Clone(fingerprint)}
-	if e != nil { // FAILED: a new attempt of the same record
-		rec.Attempts = e.rec.Attempts + 1
-		rec.CreatedAt = e.rec.CreatedAt
-		if len(rec.Fingerprint) == 0 {
-			rec.Fingerprint = e.rec.Fingerprint
+		// FAILED: a new attempt of the same record.
+		e.attempts++
+		if len(fingerprint) > 0 {
+			e.fingerprint = bytes.Clone(fingerprint)
 		}
+	} else {
+		e = &entry{key: key, created: now, attempts: 1, fingerprint: bytes.Clone(fingerprint)}
+		s.records[key] = e
 	}
-	s.put(key, rec, now.Add(lease))
-	return middleware.ClaimResult{Acquired: true, Token: token, Record: cloneRecord(rec)}, nil
+	e.state = middleware.StateInProgress
+	e.token = s.newToken()
+	e.updated = now
+	s.expire(e, now+int64(lease))
+	return middleware.ClaimResult{Acquired: true, Token: e.token, Record: e.record(true)}, nil
 }
 
 // Renew implements middleware.Store.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
-	return s.transition(ctx, "renew", key, token, lease, func(r *middleware.Record) {})
+	return s.transition(ctx, opRenew, key, token, lease, nil)
 }
 
 // Complete implements middleware.Store.
 func (s *Store) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
-	return s.transition(ctx, "complete", key, token, ttl, func(r *middleware.Record) {
-		r.State = middleware.StateCompleted
-		r.Token = ""
-		r.Result = append([]byte{}, result...)
-	})
+	return s.transition(ctx, opComplete, key, token, ttl, result)
 }
 
 // Fail implements middleware.Store.
 func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) error {
-	return s.transition(ctx, "fail", key, token, ttl, func(r *middleware.Record) {
-		r.State = middleware.StateFailed
-		r.Token = ""
-	})
+	return s.transition(ctx, opFail, key, token, ttl, nil)
 }
 
-// transition applies change to the record of key if token owns it, and sets
-// its expiry to ttl from now.
-func (s *Store) transition(ctx context.Context, op, key, token string, ttl time.Duration, change func(*middleware.Record)) error {
+type op uint8
+
+const (
+	opRenew op = iota
+	opComplete
+	opFail
+)
+
+var opNames = [...]string{opRenew: "renew", opComplete: "complete", opFail: "fail"}
+
+// transition applies o to the record of key if token owns it, and sets its
+// expiry to ttl from now.
+func (s *Store) transition(ctx context.Context, o op, key, token string, ttl time.Duration, result []byte) error {
 	if err := middleware.CheckOwner(key, token, ttl); err != nil {
-		return fmt.Errorf("memstore: %s: %w", op, err)
+		return fmt.Errorf("memstore: %s: %w", opNames[o], err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memstore: %s: %w", op, err)
+		return fmt.Errorf("memstore: %s: %w", opNames[o], err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
 	}
-	now := s.now()
+	now := s.now().UnixNano()
 	s.reclaim(now)
 	e := s.live(key, now)
-	if e == nil || e.rec.State != middleware.StateInProgress || e.rec.Token != token {
-		return fmt.Errorf("memstore: %s: %w", op, middleware.ErrLeaseLost)
+	if e == nil || e.state != middleware.StateInProgress || e.token != token {
+		return fmt.Errorf("memstore: %s: %w", opNames[o], middleware.ErrLeaseLost)
 	}
-	rec := e.rec
-	change(&rec)
-	if op != "renew" {
-		rec.UpdatedAt = now
+	switch o {
+	case opComplete:
+		e.state = middleware.StateCompleted
+		e.token = ""
+		e.result = append(make([]byte, 0, len(result)), result...)
+		e.updated = now
+	case opFail:
+		e.state = middleware.StateFailed
+		e.token = ""
+		e.updated = now
 	}
-	s.put(key, rec, now.Add(ttl))
+	s.expire(e, now+int64(ttl))
 	return nil
 }
 
@@ -183,8 +219,8 @@ func (s *Store) Get(ctx context.Context, key string) (middleware.Record, error) 
 	if s.closed {
 		return middleware.Record{}, ErrClosed
 	}
-	if e := s.live(key, s.now()); e != nil {
-		return cloneRecord(e.rec), nil
+	if e := s.live(key, s.now().UnixNano()); e != nil {
+		return e.record(true), nil
 	}
 	return middleware.Record{State: middleware.StateAbsent}, nil
 }
@@ -208,62 +244,48 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 
 // live returns key's entry unless it is missing or expired; an expired one is
 // removed on the spot. The caller holds s.mu.
-func (s *Store) live(key string, now time.Time) *entry {
+func (s *Store) live(key string, now int64) *entry {
 	e, ok := s.records[key]
 	if !ok {
 		return nil
 	}
-	if now.UnixNano() >= e.expireAt {
+	if now >= e.expireAt {
 		delete(s.records, key)
 		return nil
 	}
 	return e
 }
 
-// put stores rec under key until expireAt. The caller holds s.mu.
+// expire sets e's expiry. The caller holds s.mu.
 //
 // Each entry has one item in the expiry heap. Extending the expiry (renewal,
 // completion with a longer TTL) leaves the item where it is: when it comes
 // up, reclaim finds the entry still live and queues it again at its new
-// expiry. Only an expiry earlier than the queued one adds an item, so most
-// keys cost one heap push in their lifetime.
-func (s *Store) put(key string, rec middleware.Record, expiry time.Time) {
-	expireAt := expiry.UnixNano()
-	e, ok := s.records[key]
-	if !ok {
-		e = &entry{key: key}
-		s.records[key] = e
-	}
-	e.rec = rec
+// expiry. Only an expiry earlier than the queued one, or a new entry, adds an
+// item, so most keys cost one heap push in their lifetime.
+func (s *Store) expire(e *entry, expireAt int64) {
 	e.expireAt = expireAt
-	if !ok || expireAt < e.queuedAt {
+	if e.queuedAt == 0 || expireAt < e.queuedAt {
 		e.queuedAt = expireAt
 		s.expiry.push(expiryItem{at: expireAt, entry: e})
 	}
 }
 
 // reclaim removes every record whose expiry has passed. The caller holds s.mu.
-func (s *Store) reclaim(now time.Time) {
-	nanos := now.UnixNano()
-	for len(s.expiry) > 0 && nanos >= s.expiry[0].at {
+func (s *Store) reclaim(now int64) {
+	for len(s.expiry) > 0 && now >= s.expiry[0].at {
 		it := s.expiry.pop()
 		e := it.entry
 		if s.records[e.key] != e || it.at != e.queuedAt {
 			continue // deleted, replaced, or queued again earlier
 		}
-		if nanos < e.expireAt {
+		if now < e.expireAt {
 			e.queuedAt = e.expireAt
 			s.expiry.push(expiryItem{at: e.expireAt, entry: e})
 			continue
 		}
 		delete(s.records, e.key)
 	}
-}
-
-func cloneRecord(r middleware.Record) middleware.Record {
-	r.Result = cloneKeepEmpty(r.Result)
-	r.Fingerprint = bytes.Clone(r.Fingerprint)
-	return r
 }
 
 // cloneKeepEmpty copies b, keeping the difference between nil and empty.
@@ -274,12 +296,15 @@ func cloneKeepEmpty(b []byte) []byte {
 	return append([]byte{}, b...)
 }
 
-func newToken() (string, error) {
+// newToken returns a fresh owner token: 128 bits in hex, the store's random
+// salt and a sequence number. In process, unique is what matters; the salt
+// keeps tokens of different stores apart. The caller holds s.mu.
+func (s *Store) newToken() string {
+	s.seq++
 	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("memstore: owner token: %w", err)
-	}
-	return hex.EncodeToString(b[:]), nil
+	copy(b[:8], s.salt[:])
+	binary.BigEndian.PutUint64(b[8:], s.seq)
+	return hex.EncodeToString(b[:])
 }
 
 type expiryItem struct {
