@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
@@ -52,6 +53,9 @@ type broker struct {
 	// holds too long (Redis Streams MaxIdleTime, NATS AckWait). Kafka and
 	// RabbitMQ redeliver only when a consumer leaves; gochannel never.
 	timerRedelivery bool
+	// keepContext: work around the broker's subscriber cancelling the
+	// context of a message that is still being handled (see keepContext).
+	keepContext bool
 	// cleanup deletes what one scenario created on a shared server.
 	cleanup func(t *testing.T, url string, topics []string, group string)
 }
@@ -119,6 +123,7 @@ var brokers = []*broker{
 		start:           func(t *testing.T) string { return testserver.NATSURL(t) },
 		dedupsUUID:      true,
 		timerRedelivery: true,
+		keepContext:     true,
 		cleanup:         cleanupNATS,
 	},
 	{
@@ -126,6 +131,28 @@ var brokers = []*broker{
 		start:     func(*testing.T) string { return "gochannel://" },
 		inProcess: true,
 	},
+}
+
+// keepContext is a router middleware that hands the handlers a message
+// context that the subscriber cannot cancel.
+//
+// It works around the NATS backend's subscriber (backends/nats.go,
+// natsSubscriber.handle): when AckWait passes before the router answers, it
+// stops waiting (the server redelivers, as documented) and its deferred
+// cancel also cancels the context of the message, whose handler is still
+// running. The idempotency middleware then stops renewing the lease (its
+// renewal loop ends with the context) and a handler that honours its context
+// fails; the key goes FAILED, the redelivered copy claims it and runs the
+// handler again, which is cancelled again after AckWait: a handler longer
+// than AckWait never completes. Redis Streams' MaxIdleTime claim, the other
+// timer redelivery, leaves the live handler alone, and the backends package
+// documents the same behaviour for both: the copy finds the key IN_PROGRESS
+// and waits until the live handler completes.
+func keepContext(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		msg.SetContext(context.WithoutCancel(msg.Context()))
+		return h(msg)
+	}
 }
 
 // cleanupKafka deletes the topics and the group from a shared cluster

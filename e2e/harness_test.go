@@ -83,10 +83,15 @@ type env struct {
 	// exactly once.
 	wantEffects map[string][]string
 
-	mu        sync.Mutex
-	expected  map[string]bool // metaID of every message that must be acked
+	mu sync.Mutex
+	// groups are the messages that must end acked: at least one message of
+	// each group, by metaID. A group is one message, except on a broker
+	// that drops repeated UUIDs: there the copies sharing a UUID form one
+	// group, since which of them the broker keeps depends on which
+	// concurrent publish reached it first.
+	groups    map[string][]string
+	expected  map[string]bool // metaID of every published or produced message
 	published int
-	seenUUID  map[string]bool
 	pubWG     sync.WaitGroup
 	pubErr    atomic.Value
 
@@ -109,8 +114,8 @@ func newEnv(t *testing.T, b *broker, url, scenario string, ledger *redis.Client,
 		storeURL:    testserver.RedisAddr(t),
 		obs:         newObserver(),
 		wantEffects: map[string][]string{},
+		groups:      map[string][]string{},
 		expected:    map[string]bool{},
-		seenUUID:    map[string]bool{},
 	}
 	e.tr = newTracker(e)
 	e.topics = []string{e.topic}
@@ -204,6 +209,9 @@ func (e *env) startConsumers(n int, wire func(r *message.Router, b *backends.Bac
 		b := e.backend("c" + strconv.Itoa(i))
 		r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 15 * time.Second}, logger())
 		require.NoError(e.t, err)
+		if e.b.keepContext {
+			r.AddMiddleware(keepContext)
+		}
 		r.AddMiddleware(e.tr.middleware, e.newIdem().Middleware)
 		wire(r, b)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -265,23 +273,26 @@ func newMsg(key string, n int, uuid string) *message.Message {
 	return m
 }
 
-// expect registers msg as one that must end acked, unless the broker will
-// drop it as a republished UUID.
+// expect registers msg as one that must end acked, or on a broker that
+// drops repeated UUIDs, one of whose copies must.
 func (e *env) expect(msg *message.Message) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.published++
-	if e.b.dedupsUUID && e.seenUUID[msg.UUID] {
-		return
+	id := msg.Metadata.Get(metaID)
+	group := id
+	if e.b.dedupsUUID {
+		group = "uuid:" + msg.UUID
 	}
-	e.seenUUID[msg.UUID] = true
-	e.expected[msg.Metadata.Get(metaID)] = true
+	e.groups[group] = append(e.groups[group], id)
+	e.expected[id] = true
 }
 
 // expectID registers a message that the handlers themselves produce.
 func (e *env) expectID(id string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.groups[id] = append(e.groups[id], id)
 	e.expected[id] = true
 }
 
@@ -373,9 +384,9 @@ func (e *env) finish() {
 		if time.Now().After(deadline) {
 			e.stopConsumers()
 			e.t.Fatalf("%s: not settled within the %v budget: %d of %d expected messages never acked (e.g. %v); "+
-				"%d deliveries, %d acked, %d nacked, %d unsettled; outcomes %v",
-				e.id, e.budget, len(snap.missing), len(e.expected), first(snap.missing, 5),
-				snap.deliveries, snap.acks, snap.nacks, snap.deliveries-snap.acks-snap.nacks, snap.outcomes)
+				"%d deliveries, %d acked, %d nacked, %d unsettled; outcomes %v; %s",
+				e.id, e.budget, len(snap.missing), len(e.groups), first(snap.missing, 5),
+				snap.deliveries, snap.acks, snap.nacks, snap.deliveries-snap.acks-snap.nacks, snap.outcomes, e.tr.detail(snap.missing))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -543,10 +554,14 @@ func (tr *tracker) state() (deliveries, acks, nacks int64, missing []string) {
 	defer tr.e.mu.Unlock()
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	for id := range tr.e.expected {
-		if tr.acked[id] == 0 {
-			missing = append(missing, id)
+groups:
+	for _, ids := range tr.e.groups {
+		for _, id := range ids {
+			if tr.acked[id] > 0 {
+				continue groups
+			}
 		}
+		missing = append(missing, strings.Join(ids, "|"))
 	}
 	return deliveries, acks, nacks, missing
 }
@@ -556,6 +571,29 @@ func (tr *tracker) deliveredTimes(id string) int {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	return tr.delivered[id]
+}
+
+// detail describes, for a failure message, how the missing messages and
+// those acked more than once or unexpectedly were delivered.
+func (tr *tracker) detail(missing []string) string {
+	tr.e.mu.Lock()
+	defer tr.e.mu.Unlock()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var b strings.Builder
+	for _, group := range first(missing, 10) {
+		for _, id := range strings.Split(group, "|") {
+			fmt.Fprintf(&b, "missing %s delivered %d; ", id, tr.delivered[id])
+		}
+	}
+	n := 0
+	for id, c := range tr.acked {
+		if (c > 1 || !tr.e.expected[id]) && n < 10 {
+			n++
+			fmt.Fprintf(&b, "%s delivered %d acked %d; ", id, tr.delivered[id], c)
+		}
+	}
+	return b.String()
 }
 
 func (tr *tracker) early() []string {

@@ -295,7 +295,7 @@ func outputReplay(e *env) {
 		msgs = append(msgs, newMsg(k, 0, watermill.NewUUID()))
 	}
 	e.publish(msgs...)
-	e.note = func() string { return fmt.Sprintf("%d first publishes of output failed", n) }
+	e.note = func() string { return fmt.Sprintf("%d first publishes of output failed", e.publishFailed.Load()) }
 	e.finish()
 	assert.EqualValues(e.t, n, e.publishFailed.Load(), "the first publish of every produced message failed")
 	assert.Zero(e.t, fp.uuidChanged.Load(), "a replayed output kept the UUID of the first run's")
