@@ -254,8 +254,9 @@ func slowHandler(e *env) {
 // outputReplay: the handler publishes one message per key to a downstream
 // topic, whose consumer is deduplicated too (its key is the produced
 // message's UUID). The first publish of every produced message fails: for
-// even keys nothing is sent, for odd keys the message is sent and the
-// publish still reports failure (a lost confirm). The router nacks; the
+// half of the keys (by hash) nothing is sent, for the other half the message
+// is sent and the publish still reports failure (a lost confirm), so the
+// downstream gets it twice. The router nacks; the
 // redelivery finds the key COMPLETED and gets the stored output, which the
 // router publishes again with the same UUID. Downstream must see each
 // produced message, and have its effect once.
