@@ -34,6 +34,9 @@ const (
 	DefaultMaxRequestBody = 10 << 20
 	// DefaultMaxResponseBody bounds the response body stored for replay.
 	DefaultMaxResponseBody = 1 << 20
+	// DefaultStoreTimeout bounds each store call, as the Watermill
+	// middleware's middleware.DefaultStoreTimeout does.
+	DefaultStoreTimeout = 5 * time.Second
 	// DefaultRetryAfter is the Retry-After sent with 409 and 503 answers.
 	DefaultRetryAfter = time.Second
 	// DefaultProblemTypeBase starts the "type" member of every problem
@@ -86,10 +89,20 @@ type Config struct {
 	KeyPrefix string
 
 	// Lease is how long a claim holds a key while the handler runs; the
-	// middleware renews it every Lease/3. A crashed server stops renewing,
-	// and after Lease a retry may run the handler again. Zero means
-	// DefaultLease (40 s).
+	// middleware renews it every Lease/3, and every Lease/10 after a renewal
+	// failed. When no renewal succeeds for a whole Lease, the handler's
+	// context is cancelled (middleware.ErrLeaseLost). A crashed server stops
+	// renewing, and after Lease a retry may run the handler again. Zero
+	// means DefaultLease (40 s).
 	Lease time.Duration
+
+	// StoreTimeout bounds each store call: the claim, each renewal (at most
+	// Lease/3), and each attempt to record the outcome. A claim that times
+	// out is answered 503 (or runs the handler, with FailOpen); a renewal
+	// that times out is retried while the lease lasts; recording COMPLETED
+	// is retried until the lease runs out. Zero means DefaultStoreTimeout
+	// (5 s).
+	StoreTimeout time.Duration
 
 	// CompletedTTL is how long a completed response is kept and replayed.
 	// Zero means DefaultCompletedTTL (24 h).
@@ -150,6 +163,9 @@ func (c *Config) setDefaults() {
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
 	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
 	if c.CompletedTTL == 0 {
 		c.CompletedTTL = DefaultCompletedTTL
 	}
@@ -178,6 +194,7 @@ func (c Config) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"Lease": c.Lease, "CompletedTTL": c.CompletedTTL, "FailedTTL": c.FailedTTL, "RetryAfter": c.RetryAfter,
+		"StoreTimeout": c.StoreTimeout,
 	} {
 		if d < 0 {
 			return fmt.Errorf("%w: %s is %v, must not be negative", ErrInvalidConfig, name, d)

@@ -26,8 +26,8 @@
 //	invalid key                       400: empty, over 255 bytes, a byte outside
 //	                                  printable ASCII, or the header twice
 //	request body over 10 MiB          413, nothing is claimed
-//	store unreachable                 503, Retry-After; the handler does not run
-//	                                  (Config.FailOpen runs it without
+//	store unreachable, or no answer   503, Retry-After; the handler does not run
+//	within Config.StoreTimeout (5 s)  (Config.FailOpen runs it without
 //	                                  idempotency and logs)
 //	repeat of a response over 1 MiB   410 (see below)
 //
@@ -60,8 +60,9 @@
 // # Outcomes
 //
 // The first request claims the key (IN_PROGRESS, with a 40 s lease renewed
-// every lease/3 while the handler runs) and runs the handler, whose response
-// goes to the client as it is written and is recorded on the side:
+// every lease/3 while the handler runs, every lease/10 after a renewal
+// failed) and runs the handler, whose response goes to the client as it is
+// written and is recorded on the side:
 //
 //   - 2xx, 3xx and 4xx: the key is COMPLETED for 24 h with the status, the
 //     headers the handler set and the body, in a compact binary encoding. 4xx
@@ -89,18 +90,25 @@
 // clients retry, nor 422, which means a misused key; and never a partial
 // 2xx that would look like a replay.
 //
-// If the lease is lost while the handler runs (the store expired it after
-// renewals failed, or the key was deleted), the handler's context is
+// If the lease is lost while the handler runs, the handler's context is
 // cancelled with a cause matching middleware.ErrLeaseLost
-// (context.Cause(r.Context())). Handlers should pass their context to the
-// effect, so that it stops.
+// (context.Cause(r.Context())): when the store reports it (the key was
+// deleted, or taken over), and, while renewals keep failing, no later than
+// the lease's end counted from the start of the last claim or renewal that
+// succeeded. The store counts the lease from when that call reached it, so
+// the handler is told before another request can claim the key. Handlers
+// should pass their context to the effect, so that it stops.
 //
-// If recording COMPLETED fails after the handler succeeded, the middleware
-// flushes the response to the client and retries with backoff until the
-// lease runs out: giving up early would let a retry run the effect again
-// once the lease expires. Only the end of the response waits meanwhile. A
-// failure to record FAILED is logged and not retried: the lease expiring has
-// the same effect.
+// Every store call is bounded by Config.StoreTimeout: the claim, each
+// renewal (also by lease/3; one that is still running when the handler
+// returns is abandoned, so a hanging store never holds the response), and
+// each attempt to record the outcome. Recording runs whether or not the
+// client is still there. If recording COMPLETED fails after the handler
+// succeeded, the middleware flushes the response to the client and retries
+// with backoff until the lease runs out: giving up early would let a retry
+// run the effect again once the lease expires. Only the end of the response
+// waits meanwhile. A failure to record FAILED is logged and not retried: the
+// lease expiring has the same effect.
 //
 // # Guarantees
 //

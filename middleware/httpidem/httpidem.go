@@ -79,8 +79,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	skey := storeKey(m.cfg.KeyPrefix, m.cfg.Scope(r), key)
 	fields := watermill.LogFields{"idempotency_key": key, "method": r.Method, "path": r.URL.Path}
 
-	claimedAt := time.Now() // before the call: the lease surely ends no earlier than claimedAt+Lease
-	claim, err := m.cfg.Store.Claim(r.Context(), skey, m.cfg.Lease, fp)
+	claimedAt := time.Now() // before the call: the store counts the lease from no earlier
+	claimCtx, cancelClaim := context.WithTimeout(r.Context(), m.cfg.StoreTimeout)
+	claim, err := m.cfg.Store.Claim(claimCtx, skey, m.cfg.Lease, fp)
+	cancelClaim()
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client is gone; nobody reads an answer
@@ -187,7 +189,7 @@ func (m *Middleware) replay(w http.ResponseWriter, result []byte, fields watermi
 func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, claimedAt time.Time, key, token string, fields watermill.LogFields) {
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
-	lease := startLease(m.cfg.Store, key, token, m.cfg.Lease, claimedAt, cancel, m.logger.With(fields))
+	lease := startLease(r.Context(), m.cfg.Store, key, token, m.cfg.Lease, m.cfg.StoreTimeout, claimedAt, cancel, m.logger.With(fields))
 	rec := newRecorder(w, m.cfg.MaxResponseBody)
 	fail := func(ctx context.Context) error { return m.cfg.Store.Fail(ctx, key, token, m.cfg.FailedTTL) }
 
@@ -220,18 +222,21 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	})
 }
 
-// finish records the outcome with op. When retry is set, a failed attempt is
-// retried with backoff until the lease runs out: the response already went
-// to the client, and a key left IN_PROGRESS expires and would let a retry run
-// the effect again. ErrLeaseLost is final: another request owns the key.
+// finish records the outcome with op, each call bounded by StoreTimeout and
+// run whether or not the client is still there. When retry is set, a failed
+// call is retried with backoff while the lease lasts: the response already
+// went to the client, and a key left IN_PROGRESS expires and would let a
+// retry run the effect again. ErrLeaseLost is final: another request owns
+// the key.
 func (m *Middleware) finish(r *http.Request, w http.ResponseWriter, lease *leaseKeeper, fields watermill.LogFields,
 	name string, retry bool, op func(context.Context) error) {
-	// The client may be gone; the record must still be written.
-	ctx, cancel := context.WithDeadline(context.WithoutCancel(r.Context()), lease.expiry())
-	defer cancel()
+	parent := context.WithoutCancel(r.Context())
+	deadline := lease.expiry()
 	backoff := 20 * time.Millisecond
 	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(parent, m.cfg.StoreTimeout)
 		err := op(ctx)
+		cancel()
 		if err == nil {
 			if attempt > 1 {
 				m.logger.Info("Idempotency record written after retries", fields.Copy().Add(watermill.LogFields{"op": name, "attempts": attempt}))
@@ -242,7 +247,8 @@ func (m *Middleware) finish(r *http.Request, w http.ResponseWriter, lease *lease
 			m.logger.Error("Lease lost before "+name+": another request may have run this key", err, fields)
 			return
 		}
-		if !retry || ctx.Err() != nil {
+		wait := time.Until(deadline)
+		if !retry || wait <= 0 {
 			m.logger.Error("Cannot write idempotency record ("+name+"); the key is freed when its lease expires",
 				err, fields.Copy().Add(watermill.LogFields{"attempts": attempt}))
 			return
@@ -253,12 +259,9 @@ func (m *Middleware) finish(r *http.Request, w http.ResponseWriter, lease *lease
 			_ = http.NewResponseController(w).Flush()
 		}
 		m.logger.Debug("Retrying "+name, fields.Copy().Add(watermill.LogFields{"attempt": attempt, "err": err.Error()}))
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
+		// The last attempt starts just before the lease runs out: the
+		// store still decides by the owner token whether it may complete.
+		time.Sleep(min(backoff, wait))
 		backoff = min(2*backoff, time.Second)
 	}
 }

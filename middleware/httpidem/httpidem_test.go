@@ -254,6 +254,7 @@ func TestNew(t *testing.T) {
 		"negative TTL":       {Store: store, CompletedTTL: -1},
 		"negative failed":    {Store: store, FailedTTL: -1},
 		"negative retry":     {Store: store, RetryAfter: -1},
+		"negative timeout":   {Store: store, StoreTimeout: -1},
 		"negative key len":   {Store: store, MaxKeyLength: -1},
 		"negative req body":  {Store: store, MaxRequestBody: -1},
 		"negative resp body": {Store: store, MaxResponseBody: -1},

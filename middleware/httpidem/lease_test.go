@@ -1,0 +1,229 @@
+package httpidem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+)
+
+// hangingStore hangs the calls it is told to until their context ends, as
+// a store behind a network partition does, and passes the others on.
+type hangingStore struct {
+	middleware.Store
+	hangClaims    bool
+	hangRenews    bool
+	hangCompletes atomic.Int64 // how many Complete calls still hang
+	renewing      chan struct{}
+	renewOnce     sync.Once
+	completes     atomic.Int64
+}
+
+func (s *hangingStore) Claim(ctx context.Context, key string, lease time.Duration, fp []byte) (middleware.ClaimResult, error) {
+	if s.hangClaims {
+		<-ctx.Done()
+		return middleware.ClaimResult{}, fmt.Errorf("hanging: claim: %w", ctx.Err())
+	}
+	return s.Store.Claim(ctx, key, lease, fp)
+}
+
+func (s *hangingStore) Renew(ctx context.Context, key, token string, lease time.Duration) error {
+	if s.hangRenews {
+		s.renewOnce.Do(func() { close(s.renewing) })
+		<-ctx.Done()
+		return fmt.Errorf("hanging: renew: %w", ctx.Err())
+	}
+	return s.Store.Renew(ctx, key, token, lease)
+}
+
+func (s *hangingStore) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
+	s.completes.Add(1)
+	if s.hangCompletes.Add(-1) >= 0 {
+		<-ctx.Done()
+		return fmt.Errorf("hanging: complete: %w", ctx.Err())
+	}
+	return s.Store.Complete(ctx, key, token, result, ttl)
+}
+
+// TestHungRenewalDoesNotHoldResponse: a renewal that hangs is bounded and
+// abandoned when the handler returns; the outcome is still recorded, so a
+// retry is a replay and not a second run.
+func TestHungRenewalDoesNotHoldResponse(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		inner, prefix := kind.new(t)
+		store := &hangingStore{Store: inner, hangRenews: true, renewing: make(chan struct{})}
+		api := newPayments()
+		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.Lease = 600 * time.Millisecond })
+		handler := h.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-store.renewing: // return while the renewal hangs
+			case <-time.After(30 * time.Second): // a hang guard
+				t.Error("no renewal")
+			}
+			api.ServeHTTP(w, r)
+		}))
+
+		first := serve(handler, newRequest(step{keys: key("k1")}))
+		require.Equal(t, http.StatusCreated, first.status)
+		rec, err := inner.Get(context.Background(), prefix+"0::k1")
+		require.NoError(t, err)
+		assert.Equal(t, middleware.StateCompleted, rec.State, "the outcome must be recorded despite the hung renewal")
+		again := serve(handler, newRequest(step{keys: key("k1")}))
+		requireReplay(t, first, again)
+		assert.EqualValues(t, 1, api.runs.Load())
+	})
+}
+
+// TestCompleteBoundedByStoreTimeout: a Complete call that hangs times out
+// after StoreTimeout and is retried within the lease, rather than taking the
+// whole lease and leaving the key to expire.
+func TestCompleteBoundedByStoreTimeout(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		inner, prefix := kind.new(t)
+		store := &hangingStore{Store: inner}
+		store.hangCompletes.Store(1)
+		api := newPayments()
+		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) {
+			c.Lease = 5 * time.Second
+			c.StoreTimeout = 100 * time.Millisecond
+		}).Handler(api)
+
+		first := serve(h, newRequest(step{keys: key("k1")}))
+		require.Equal(t, http.StatusCreated, first.status)
+		assert.EqualValues(t, 2, store.completes.Load(), "one call timed out, the retry succeeded")
+		rec, err := inner.Get(context.Background(), prefix+"0::k1")
+		require.NoError(t, err)
+		assert.Equal(t, middleware.StateCompleted, rec.State)
+		requireReplay(t, first, serve(h, newRequest(step{keys: key("k1")})))
+		assert.EqualValues(t, 1, api.runs.Load())
+	})
+}
+
+// TestClaimBoundedByStoreTimeout: a claim that hangs is answered 503 after
+// StoreTimeout, even though the client waits.
+func TestClaimBoundedByStoreTimeout(t *testing.T) {
+	inner, prefix := storeKinds[0].new(t)
+	store := &hangingStore{Store: inner, hangClaims: true}
+	api := newPayments()
+	h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.StoreTimeout = 50 * time.Millisecond }).Handler(api)
+
+	done := make(chan result, 1)
+	go func() { done <- serve(h, newRequest(step{keys: key("k1")})) }()
+	select {
+	case got := <-done:
+		requireProblem(t, got, http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
+	case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
+		t.Fatal("a hanging claim held the request")
+	}
+	assert.Zero(t, api.runs.Load())
+}
+
+// scriptedRenewStore makes the first renewal succeed at the store but
+// answer late (it times out for the caller), the second reach the store only
+// after a delay (network latency: the store counts the lease from then), and
+// every later one fail at once.
+type scriptedRenewStore struct {
+	middleware.Store
+	renews atomic.Int64
+	delay  time.Duration
+}
+
+func (s *scriptedRenewStore) Renew(ctx context.Context, key, token string, lease time.Duration) error {
+	switch s.renews.Add(1) {
+	case 1:
+		if err := s.Store.Renew(ctx, key, token, lease); err != nil {
+			return err
+		}
+		select { // the answer is slow
+		case <-time.After(lease/3 + s.delay):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	case 2:
+		select { // the request is slow
+		case <-time.After(s.delay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return s.Store.Renew(ctx, key, token, lease)
+	default:
+		return errors.New("scripted: connection reset")
+	}
+}
+
+// TestLeaseLostBeforeStoreExpires: when renewals keep failing, the handler's
+// context is cancelled with ErrLeaseLost while the store still holds the
+// lease, never after another request could have claimed the key.
+func TestLeaseLostBeforeStoreExpires(t *testing.T) {
+	inner := memstore.New(memstore.Config{})
+	t.Cleanup(func() { _ = inner.Close() })
+	lease := 900 * time.Millisecond
+	store := &scriptedRenewStore{Store: inner, delay: lease / 12}
+	type seen struct {
+		cause error
+		state middleware.State
+	}
+	seenc := make(chan seen, 1)
+	h := newMiddleware(t, store, httpidem.DefaultKeyPrefix, func(c *httpidem.Config) { c.Lease = lease }).Handler(
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			<-r.Context().Done()
+			rec, err := inner.Get(context.Background(), httpidem.DefaultKeyPrefix+"0::k1")
+			if err != nil {
+				panic(err)
+			}
+			seenc <- seen{context.Cause(r.Context()), rec.State}
+		}))
+
+	done := make(chan result, 1)
+	go func() { done <- serve(h, newRequest(step{keys: key("k1")})) }()
+	select {
+	case s := <-seenc:
+		assert.ErrorIs(t, s.cause, middleware.ErrLeaseLost)
+		assert.Equal(t, middleware.StateInProgress, s.state, "the handler must be stopped before the store drops its lease")
+	case <-time.After(30 * time.Second): // a hang guard
+		t.Fatal("the handler's context was not cancelled")
+	}
+	<-done
+	assert.GreaterOrEqual(t, store.renews.Load(), int64(3))
+}
+
+// TestLeaseStopRacesRenewal: with a lease of a few milliseconds, renewals
+// run constantly and race with the handler returning; run with -race.
+func TestLeaseStopRacesRenewal(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		store, prefix := kind.new(t)
+		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.Lease = 3 * time.Millisecond }).Handler(
+			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case <-time.After(time.Duration(rand.IntN(4000)) * time.Microsecond):
+				case <-r.Context().Done():
+				}
+				w.WriteHeader(http.StatusCreated)
+			}))
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range 25 {
+					got := serve(h, newRequest(step{keys: key(fmt.Sprintf("k%d-%d", i, j))}))
+					assert.Equal(t, http.StatusCreated, got.status)
+				}
+			}()
+		}
+		wg.Wait()
+	})
+}
