@@ -71,6 +71,12 @@
 //     never stored.
 //   - 5xx: the key is FAILED (kept 24 h with its fingerprint): a retry with the
 //     same request runs the handler again.
+//   - no answer at all, after the handler's context ended: the handler
+//     returned without calling WriteHeader, Write or Flush once its client
+//     left or its lease was lost. It was interrupted, and net/http's empty
+//     200 is not an outcome: the key is FAILED, and a retry runs the handler
+//     again. A handler that finished its effect should say so with a
+//     status, even when nobody listens any more.
 //   - panic: the key is FAILED, then the panic goes on unchanged to the
 //     outer recovery middleware or to net/http, exactly as without this
 //     middleware. It is not turned into a 500 here: the outer layer decides

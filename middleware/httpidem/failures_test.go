@@ -285,3 +285,42 @@ func TestCorruptStoredResponse(t *testing.T) {
 		assert.Zero(t, api.runs.Load())
 	})
 }
+
+// TestClientGoneHandlerWroteNothing: a handler that stops because its
+// client left, without answering, did not produce an outcome: the key is
+// FAILED, so the retry runs the handler instead of replaying an empty 200.
+func TestClientGoneHandlerWroteNothing(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		store, prefix := kind.new(t)
+		var runs atomic.Int64
+		started := make(chan struct{}, 1)
+		h := newMiddleware(t, store, prefix, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if runs.Add(1) == 1 {
+				started <- struct{}{}
+				<-r.Context().Done() // the bank is slow and the client gives up
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, "charged")
+		}))
+
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			serve(h, newRequest(step{keys: key("k1")}).WithContext(ctx))
+		}()
+		<-started
+		cancel()
+		<-done
+		rec, err := store.Get(context.Background(), prefix+"0::k1")
+		require.NoError(t, err)
+		assert.Equal(t, middleware.StateFailed, rec.State)
+
+		retry := serve(h, newRequest(step{keys: key("k1")}))
+		assert.Equal(t, http.StatusCreated, retry.status)
+		assert.Equal(t, "charged", retry.body)
+		assert.Empty(t, retry.header.Get(httpidem.ReplayedHeader))
+		assert.EqualValues(t, 2, runs.Load())
+	})
+}

@@ -204,8 +204,18 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	}()
 	next.ServeHTTP(rec, r.WithContext(ctx))
 	panicked = false
+	// A handler that returns without answering once its context ended (the
+	// client left, or the lease was lost) was interrupted: it produced no
+	// outcome to replay, so the key is FAILED and a retry runs it again.
+	interrupted := !rec.wrote() && ctx.Err() != nil
 	lease.stop()
 
+	if interrupted {
+		m.logger.Info("Handler interrupted before answering; the key is FAILED",
+			fields.Copy().Add(watermill.LogFields{"cause": context.Cause(ctx).Error()}))
+		m.finish(r, w, lease, fields, "fail", false, fail)
+		return
+	}
 	resp := rec.response()
 	if resp.Status >= 500 {
 		m.finish(r, w, lease, fields, "fail", false, fail)
