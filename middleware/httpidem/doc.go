@@ -28,7 +28,8 @@
 //	request body over 10 MiB          413, nothing is claimed
 //	store unreachable, or no answer   503, Retry-After; the handler does not run
 //	within Config.StoreTimeout (5 s)  (Config.FailOpen runs it without
-//	                                  idempotency and logs)
+//	                                  idempotency and logs, unless the client
+//	                                  is already gone)
 //	repeat of a response over 1 MiB   410 (see below)
 //
 // Every answer of the middleware itself is an RFC 9457 problem

@@ -324,3 +324,20 @@ func TestClientGoneHandlerWroteNothing(t *testing.T) {
 		assert.EqualValues(t, 2, runs.Load())
 	})
 }
+
+// TestClaimFailsAfterClientLeft: a claim that fails once the client is gone
+// is still answered 503, never with net/http's empty 200.
+func TestClaimFailsAfterClientLeft(t *testing.T) {
+	for _, failOpen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("FailOpen=%v", failOpen), func(t *testing.T) {
+			store, prefix := storeKinds[0].new(t)
+			api := newPayments()
+			h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.FailOpen = failOpen }).Handler(api)
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // memstore refuses a claim under a cancelled context
+			got := serve(h, newRequest(step{keys: key("k1")}).WithContext(ctx))
+			requireProblem(t, got, http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
+			assert.Zero(t, api.runs.Load(), "nothing runs for a client that is gone")
+		})
+	}
+}

@@ -84,17 +84,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	claim, err := m.cfg.Store.Claim(claimCtx, skey, m.cfg.Lease, fp)
 	cancelClaim()
 	if err != nil {
-		if r.Context().Err() != nil {
-			return // the client is gone; nobody reads an answer
-		}
-		if m.cfg.FailOpen {
-			m.logger.Error("Idempotency store unavailable, running the handler without idempotency (FailOpen)", err, fields)
-			next.ServeHTTP(w, r)
-			return
-		}
-		m.logger.Error("Idempotency store unavailable, answering 503", err, fields)
-		m.writeProblem(w, http.StatusServiceUnavailable, ProblemStoreUnavailable,
-			"The idempotency store cannot be reached, so the request was not run. Retry later with the same key.", nil)
+		m.claimFailed(w, r, next, err, fields)
 		return
 	}
 	if claim.Acquired {
@@ -102,6 +92,24 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	m.answerRepeat(w, r, claim.Record, fp, fields)
+}
+
+// claimFailed answers a request whose claim failed. A client that is gone
+// gets the 503 as well (net/http would otherwise send an empty 200 to
+// whoever still reads), and nothing runs for it, even with FailOpen.
+func (m *Middleware) claimFailed(w http.ResponseWriter, r *http.Request, next http.Handler, err error, fields watermill.LogFields) {
+	switch {
+	case r.Context().Err() != nil:
+		m.logger.Info("Claim interrupted: the client is gone", fields.Copy().Add(watermill.LogFields{"err": err.Error()}))
+	case m.cfg.FailOpen:
+		m.logger.Error("Idempotency store unavailable, running the handler without idempotency (FailOpen)", err, fields)
+		next.ServeHTTP(w, r)
+		return
+	default:
+		m.logger.Error("Idempotency store unavailable, answering 503", err, fields)
+	}
+	m.writeProblem(w, http.StatusServiceUnavailable, ProblemStoreUnavailable,
+		"The idempotency store cannot be reached, so the request was not run. Retry later with the same key.", nil)
 }
 
 // readBody reads the request body in full (bounded) and puts it back for the
