@@ -69,10 +69,15 @@ type env struct {
 	// newStore builds the store of one consumer; by default a redisstore
 	// with its own client of the shared Redis.
 	newStore func() idempotency.Store
+	// lease is the consumers' LeaseTTL; by default the package's lease.
+	lease time.Duration
 
 	pub       message.Publisher
 	shared    *backends.Backend // gochannel: the one instance every consumer shares
 	consumers []*consumer
+	// fanout is how many consumers receive each published message: 1 with
+	// consumer groups, every consumer on gochannel, which has none.
+	fanout atomic.Int64
 	topics    []string
 
 	obs     *observer
@@ -111,6 +116,7 @@ func newEnv(t *testing.T, b *broker, url, scenario string, ledger *redis.Client,
 		start:       time.Now(),
 		budget:      budget,
 		ledger:      ledger,
+		lease:       lease,
 		storeURL:    testserver.RedisAddr(t),
 		obs:         newObserver(),
 		wantEffects: map[string][]string{},
@@ -183,7 +189,7 @@ func (e *env) idemConfig(store idempotency.Store) idempotency.Config {
 	return idempotency.Config{
 		Store:        store,
 		KeyPrefix:    e.prefix,
-		LeaseTTL:     lease,
+		LeaseTTL:     e.lease,
 		NackDelay:    nackDelay,
 		StoreTimeout: time.Second,
 		CompletedTTL: time.Hour,
@@ -223,6 +229,9 @@ func (e *env) startConsumers(n int, wire func(r *message.Router, b *backends.Bac
 			e.t.Fatalf("consumer %d of %s did not start", i, e.id)
 		}
 		e.consumers = append(e.consumers, c)
+		if e.shared != nil || len(e.consumers) == 1 {
+			e.fanout.Store(int64(len(e.consumers)))
+		}
 	}
 }
 
@@ -470,8 +479,8 @@ type snapshot struct {
 }
 
 // settled takes a consistent snapshot and reports whether the run is over:
-// every expected message acked at least once, every delivery acked or
-// nacked.
+// every expected message acked (by every consumer, on gochannel), every
+// delivery acked or nacked.
 func (e *env) settled() (snapshot, bool) {
 	read := func() snapshot {
 		s := snapshot{runs: e.runs.Load(), outcomes: e.obs.counts()}
@@ -554,10 +563,11 @@ func (tr *tracker) state() (deliveries, acks, nacks int64, missing []string) {
 	defer tr.e.mu.Unlock()
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	need := max(1, int(tr.e.fanout.Load()))
 groups:
 	for _, ids := range tr.e.groups {
 		for _, id := range ids {
-			if tr.acked[id] > 0 {
+			if tr.acked[id] >= need {
 				continue groups
 			}
 		}

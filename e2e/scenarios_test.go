@@ -152,8 +152,18 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // append-only file, as a production store would: what it acknowledged
 // before the crash is there after it. (Without persistence the restart
 // would forget every COMPLETED key, which no dedup layer can survive.)
+//
+// The lease is 8 s here, longer than the outage, as production's 40 s is
+// longer than a store failover: a handler that succeeds during the outage
+// keeps retrying COMPLETED within its lease and writes it once the store is
+// back. With a lease shorter than the outage it gives up, acks
+// (complete_failed), and any copy of the message still outstanding runs the
+// handler again after the restart — the documented limit of
+// OutcomeCompleteFailed, and certain on gochannel, where every consumer
+// holds a copy of every message.
 func storeOutage(e *env) {
 	const n, consumers = 400, 2
+	e.lease = 8 * time.Second
 	srv := testserver.StartRedis(e.t, "--appendonly", "yes", "--appendfsync", "always")
 	e.newStore = func() idempotency.Store {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
@@ -183,6 +193,7 @@ func storeOutage(e *env) {
 	e.note = func() string { return fmt.Sprintf("store down 5s after %d acks", down) }
 	e.finish()
 	assert.Positive(e.t, e.obs.get(idempotency.OutcomeStoreUnavailable), "the outage was felt: claims failed and were nacked")
+	assert.Zero(e.t, e.obs.get(idempotency.OutcomeCompleteFailed), "every success was recorded COMPLETED within its lease")
 }
 
 // slowHandler: each of two keys runs 5 s, 2.5 times the lease, on three
