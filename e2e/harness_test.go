@@ -78,7 +78,7 @@ type env struct {
 	// fanout is how many consumers receive each published message: 1 with
 	// consumer groups, every consumer on gochannel, which has none.
 	fanout atomic.Int64
-	topics    []string
+	topics []string
 
 	obs     *observer
 	tr      *tracker
