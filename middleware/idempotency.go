@@ -70,6 +70,7 @@ func (d *Idempotency) handle(msg *message.Message, h message.HandlerFunc) ([]*me
 		fingerprint = sum[:]
 	}
 	ctx := msg.Context()
+	claimed := time.Now() // the lease counts from before the claim's round trip
 	claim, err := d.claim(ctx, key, fingerprint)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -98,12 +99,14 @@ func (d *Idempotency) handle(msg *message.Message, h message.HandlerFunc) ([]*me
 		d.done(OutcomeTooManyAttempts, dv, err)
 		return nil, err
 	}
-	return d.run(msg, h, key, claim.Token, dv)
+	return d.run(msg, h, key, claim.Token, claimed, dv)
 }
 
 // refused answers a claim that did not acquire the key.
 func (d *Idempotency) refused(ctx context.Context, dv delivery, rec Record, fingerprint []byte) ([]*message.Message, error) {
-	if len(fingerprint) > 0 && len(rec.Fingerprint) > 0 && !bytes.Equal(fingerprint, rec.Fingerprint) {
+	// A different payload under a key whose first run is still going is
+	// nacked like any copy of it: the reuse is decided once that run ends.
+	if rec.State != StateInProgress && len(fingerprint) > 0 && len(rec.Fingerprint) > 0 && !bytes.Equal(fingerprint, rec.Fingerprint) {
 		err := fmt.Errorf("%w: key %v", ErrKeyReused, dv.key)
 		d.done(OutcomeKeyReused, dv, err)
 		return nil, err
@@ -127,6 +130,7 @@ func (d *Idempotency) refused(ctx context.Context, dv delivery, rec Record, fing
 	default:
 		// A store must not refuse an ABSENT or FAILED key without a
 		// fingerprint mismatch; treat it as busy so the message comes back.
+		d.nackDelay(ctx)
 		err := fmt.Errorf("%w: store refused a %s key", ErrInProgress, rec.State)
 		d.done(OutcomeInProgress, dv, err)
 		return nil, err
@@ -147,10 +151,10 @@ func (d *Idempotency) nackDelay(ctx context.Context) {
 }
 
 // run executes the handler under a renewed lease and records the result.
-func (d *Idempotency) run(msg *message.Message, h message.HandlerFunc, key, token string, dv delivery) (out []*message.Message, err error) {
+func (d *Idempotency) run(msg *message.Message, h message.HandlerFunc, key, token string, claimed time.Time, dv delivery) (out []*message.Message, err error) {
 	parent := msg.Context()
 	ctx, cancel := context.WithCancelCause(parent)
-	lease := d.startLease(ctx, cancel, key, token, dv.scope)
+	lease := d.startLease(cancel, key, token, dv.scope, claimed)
 	msg.SetContext(ctx)
 
 	finished := false
@@ -240,18 +244,33 @@ func (d *Idempotency) claim(ctx context.Context, key string, fingerprint []byte)
 // the lease would have expired.
 func (d *Idempotency) complete(key, token string, result []byte, lease *lease) error {
 	backoff := 20 * time.Millisecond
+	retried := false
 	for {
 		ctx, cancel := d.storeCtx(context.Background())
 		start := d.startTimer()
 		err := d.cfg.Store.Complete(ctx, key, token, result, d.cfg.CompletedTTL)
 		cancel()
 		d.observe(OpComplete, start, err)
+		if errors.Is(err, ErrLeaseLost) && retried && time.Now().Before(lease.expiry()) {
+			// An earlier try may have been applied with its reply lost; within
+			// our lease nobody else can have completed the key.
+			if rec, gerr := d.get(key); gerr == nil && rec.State == StateCompleted {
+				return nil
+			}
+		}
 		if err == nil || errors.Is(err, ErrLeaseLost) || time.Now().Add(backoff).After(lease.expiry()) {
 			return err
 		}
+		retried = true
 		time.Sleep(backoff)
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+func (d *Idempotency) get(key string) (Record, error) {
+	ctx, cancel := d.storeCtx(context.Background())
+	defer cancel()
+	return d.cfg.Store.Get(ctx, key)
 }
 
 // fail records a failed attempt. Its error is only logged: if FAILED cannot

@@ -13,8 +13,9 @@ import (
 // prefix:scope:key. The key comes from Config.KeyFunc, else the first
 // non-empty Config.KeyMetadata field, else the message UUID; an empty key is
 // ErrMissingKey. A key longer than Config.MaxKeyLength becomes
-// "sha256:<hex>". Colons and percent signs in the scope are escaped (%3A,
-// %25) so that no scope and key pair can collide with another.
+// "sha256:<hex>", and so does a key that starts with "sha256:". Colons and
+// percent signs in the scope are escaped (%3A, %25) so that no scope and key
+// pair can collide with another.
 func (d *Idempotency) StoreKey(msg *message.Message) (string, error) {
 	return d.storeKey(msg, d.cfg.Scope(msg))
 }
@@ -24,12 +25,16 @@ func (d *Idempotency) storeKey(msg *message.Message, scope string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	if len(key) > d.cfg.MaxKeyLength {
+	// A literal key that looks like a hashed one is hashed too, so it can
+	// never take the place of a long key's hash.
+	if len(key) > d.cfg.MaxKeyLength || strings.HasPrefix(key, hashedKeyPrefix) {
 		sum := sha256.Sum256([]byte(key))
-		key = "sha256:" + hex.EncodeToString(sum[:])
+		key = hashedKeyPrefix + hex.EncodeToString(sum[:])
 	}
 	return d.cfg.KeyPrefix + ":" + scopeEscaper.Replace(scope) + ":" + key, nil
 }
+
+const hashedKeyPrefix = "sha256:"
 
 var scopeEscaper = strings.NewReplacer("%", "%25", ":", "%3A")
 

@@ -1,0 +1,109 @@
+package middleware_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	idempotency "github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+)
+
+// A subscriber may cancel a message's context while its handler still runs
+// (NATS after AckWait, any subscriber on Close). A handler that does not
+// watch its context keeps running; its lease must keep being renewed, or the
+// redelivered copy would run beside it.
+func TestRenewalOutlivesACancelledMessageContext(t *testing.T) {
+	store := memstore.New(memstore.Config{})
+	const lease = 150 * time.Millisecond
+	idem, _ := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease})
+	var runs atomic.Int32
+	release := make(chan struct{})
+	h := idem.Middleware(func(*message.Message) ([]*message.Message, error) {
+		runs.Add(1)
+		<-release // ignores its context
+		return nil, nil
+	})
+	parent, cancel := context.WithCancel(context.Background())
+	first := newMsg("k", "p")
+	first.SetContext(parent)
+	done := make(chan error, 1)
+	go func() { _, err := h(first); done <- err }()
+	require.Eventually(t, func() bool { return runs.Load() == 1 }, time.Second, time.Millisecond)
+	cancel()
+
+	deadline := time.Now().Add(4 * lease)
+	for time.Now().Before(deadline) {
+		_, err := h(newMsg("k", "p"))
+		require.ErrorIs(t, err, idempotency.ErrInProgress, "the copy must wait while the first still runs")
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(release)
+	require.NoError(t, <-done)
+	assert.EqualValues(t, 1, runs.Load())
+	_, err := h(newMsg("k", "p"))
+	require.NoError(t, err, "and the key completed")
+}
+
+// A lease so short that renewals fire while the lease is being set up must
+// not race (go test -race) nor lose the key.
+func TestTinyLeaseIsRaceFree(t *testing.T) {
+	idem, obs := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{}), LeaseTTL: 3 * time.Millisecond})
+	for range 20 {
+		_, err := idem.Middleware(func(*message.Message) ([]*message.Message, error) {
+			time.Sleep(5 * time.Millisecond)
+			return nil, nil
+		})(newMsg("tiny-"+time.Now().String(), "p"))
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 20, obs.get(idempotency.OutcomeProcessed)+obs.get(idempotency.OutcomeLeaseLost))
+}
+
+// hangingRenew is a store whose Renew never answers (a partitioned owner).
+type hangingRenew struct{ idempotency.Store }
+
+func (hangingRenew) Renew(ctx context.Context, _, _ string, _ time.Duration) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// An owner cut off from the store must have its handler's context cancelled
+// before the store lets another consumer claim the key.
+func TestCutOffOwnerIsCancelledBeforeTakeover(t *testing.T) {
+	inner := memstore.New(memstore.Config{})
+	const lease = 300 * time.Millisecond
+	idem, _ := newIdem(t, idempotency.Config{Store: hangingRenew{inner}, LeaseTTL: lease})
+	var cancelledAt atomic.Int64
+	started := make(chan struct{})
+	msg := newMsg("cut-off", "p")
+	key, err := idem.StoreKey(msg)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := idem.Middleware(func(m *message.Message) ([]*message.Message, error) {
+			close(started)
+			<-m.Context().Done()
+			cancelledAt.Store(time.Now().UnixNano())
+			return nil, context.Cause(m.Context())
+		})(msg)
+		done <- err
+	}()
+	<-started
+	for {
+		res, err := inner.Claim(context.Background(), key, time.Minute, nil)
+		require.NoError(t, err)
+		if res.Acquired {
+			at := cancelledAt.Load()
+			require.NotZero(t, at, "another consumer acquired the key while the cut-off owner's handler still ran")
+			assert.Less(t, at, time.Now().UnixNano())
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	require.ErrorIs(t, <-done, idempotency.ErrLeaseLost)
+}
