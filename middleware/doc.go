@@ -29,6 +29,12 @@
 // Config.MaxKeyLength (200 bytes) are replaced by their SHA-256. Keys may hold
 // any bytes.
 //
+// A handler must not copy its input's requestId onto the messages it
+// produces: the next hop would see one key on all of them, run the first and
+// ack the others as duplicates. Give each produced message its own
+// requestId, or none (its UUID is then its key, and stays stable across
+// replays).
+//
 // # Outcomes
 //
 // What the middleware returns to the router for each delivery:
@@ -42,6 +48,14 @@
 //	no key                  return ErrMissingKey (permanent)              nacks, or poison queue
 //	attempts > MaxAttempts  return ErrTooManyAttempts (permanent)         nacks, or poison queue
 //	different payload       return ErrKeyReused (permanent, CheckPayload) nacks, or poison queue
+//
+// A different payload under a key whose first run is still in progress is
+// answered like any copy of it (ErrInProgress); ErrKeyReused is decided once
+// the key is COMPLETED or FAILED.
+//
+// NackDelay is spent in the middleware before the router nacks; a broker
+// backend may wait again before it redelivers (package backends waits
+// NackResendSleep, 1 s by default). The two add up.
 //
 // Permanent errors never succeed on redelivery: add Watermill's
 // PoisonQueueWithFilter with IsPermanent before this middleware.

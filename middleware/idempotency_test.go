@@ -2,9 +2,11 @@ package middleware_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -384,4 +386,51 @@ func TestConfigValidation(t *testing.T) {
 	assert.Equal(t, 24*time.Hour, cfg.FailedTTL)
 	assert.Equal(t, []string{"requestId", "Idempotency-Key"}, cfg.KeyMetadata)
 	assert.Equal(t, "idem", cfg.KeyPrefix)
+}
+
+func TestDifferentPayloadWhileInProgressIsNackedNotPoisoned(t *testing.T) {
+	store := memstore.New(memstore.Config{})
+	idem, _ := newIdem(t, idempotency.Config{Store: store, CheckPayload: true})
+	msg := newMsg("req-1", "pay 10")
+	key, _ := idem.StoreKey(msg)
+	sum := sha256.Sum256([]byte("pay 10"))
+	_, err := store.Claim(context.Background(), key, time.Minute, sum[:]) // the first run is going on
+	require.NoError(t, err)
+	_, err = idem.Middleware((&counter{}).handle)(newMsg("req-1", "pay 99"))
+	require.ErrorIs(t, err, idempotency.ErrInProgress, "decided once the first run ends")
+	assert.False(t, idempotency.IsPermanent(err))
+}
+
+func TestLiteralKeyCannotTakeAHashedKeysPlace(t *testing.T) {
+	idem, _ := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{})})
+	long := strings.Repeat("z", 300)
+	hashed, err := idem.StoreKey(newMsg(long, "p"))
+	require.NoError(t, err)
+	_, literal, _ := strings.Cut(hashed, "::") // "sha256:<hex>" as a producer could send it
+	forged, err := idem.StoreKey(newMsg(literal, "p"))
+	require.NoError(t, err)
+	assert.NotEqual(t, hashed, forged)
+}
+
+// lostReply applies the first Complete but reports a failure, as when the
+// reply is lost on the way back.
+type lostReply struct {
+	idempotency.Store
+	lost atomic.Bool
+}
+
+func (l *lostReply) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
+	err := l.Store.Complete(ctx, key, token, result, ttl)
+	if err == nil && l.lost.CompareAndSwap(false, true) {
+		return errors.New("i/o timeout")
+	}
+	return err
+}
+
+func TestCompleteWhoseReplyWasLostIsConfirmed(t *testing.T) {
+	idem, obs := newIdem(t, idempotency.Config{Store: &lostReply{Store: memstore.New(memstore.Config{})}})
+	_, err := idem.Middleware((&counter{}).handle)(newMsg("req-1", "p"))
+	require.NoError(t, err)
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed), "the retry's lease_lost was the first try's success")
+	assert.Zero(t, obs.get(idempotency.OutcomeLeaseLost))
 }

@@ -3,13 +3,11 @@ package redisstore
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -117,39 +115,6 @@ func parseRecord(v []any) (middleware.Record, error) {
 	return rec, nil
 }
 
-// parseCompleted decodes the string of a COMPLETED record:
-// 'C' attempts:u32 created:u48 updated:u48 fplen fingerprint result.
-func parseCompleted(b []byte) (middleware.Record, error) {
-	const head = 1 + 4 + 6 + 6 + 1
-	if len(b) < head || b[0] != 'C' {
-		return middleware.Record{}, fmt.Errorf("corrupt completed record (%d bytes)", len(b))
-	}
-	u48 := func(p []byte) int64 {
-		return int64(p[0])<<40 | int64(p[1])<<32 | int64(binary.BigEndian.Uint32(p[2:6]))
-	}
-	rec := middleware.Record{
-		State:     middleware.StateCompleted,
-		Attempts:  int(binary.BigEndian.Uint32(b[1:5])),
-		CreatedAt: time.UnixMilli(u48(b[5:11])),
-		UpdatedAt: time.UnixMilli(u48(b[11:17])),
-	}
-	n, rest := int(b[17]), b[head:]
-	if n == 255 {
-		if len(rest) < 4 {
-			return middleware.Record{}, errors.New("corrupt completed record: short fingerprint length")
-		}
-		n, rest = int(binary.BigEndian.Uint32(rest)), rest[4:]
-	}
-	if n > len(rest) {
-		return middleware.Record{}, errors.New("corrupt completed record: short fingerprint")
-	}
-	if n > 0 {
-		rec.Fingerprint = append([]byte(nil), rest[:n]...)
-	}
-	rec.Result = append([]byte{}, rest[n:]...)
-	return rec, nil
-}
-
 // Renew implements middleware.Store with one EVALSHA.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
 	if err := middleware.CheckOwner(key, token, lease); err != nil {
@@ -189,39 +154,27 @@ func (s *Store) owned(ctx context.Context, op, key string, script *redis.Script,
 	return nil
 }
 
-// Get implements middleware.Store with one HMGET.
+// Get implements middleware.Store with one EVALSHA (a read that handles
+// both encodings of a record atomically).
 func (s *Store) Get(ctx context.Context, key string) (middleware.Record, error) {
 	if key == "" {
 		return middleware.Record{}, wrap("get", key, middleware.ErrEmptyKey)
 	}
-	v, err := s.client.HMGet(ctx, key, "s", "a", "c", "u", "f", "r", "o").Result()
-	if err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") {
-		// A COMPLETED record is a compact string (see scripts.go).
-		b, err := s.client.Get(ctx, key).Bytes()
-		if errors.Is(err, redis.Nil) { // expired between the two reads
-			return middleware.Record{State: middleware.StateAbsent}, nil
-		}
-		if err != nil {
-			return middleware.Record{}, wrap("get", key, err)
-		}
-		rec, err := parseCompleted(b)
-		if err != nil {
-			return middleware.Record{}, wrap("get", key, err)
-		}
-		return rec, nil
-	}
-	if err != nil {
-		return middleware.Record{}, wrap("get", key, err)
-	}
-	if v[0] == nil {
+	v, err := getScript.Run(ctx, s.client, []string{key}).Slice()
+	if errors.Is(err, redis.Nil) {
 		return middleware.Record{State: middleware.StateAbsent}, nil
 	}
-	rec, err := parseRecord(v[:6])
 	if err != nil {
 		return middleware.Record{}, wrap("get", key, err)
 	}
-	if tok, ok := v[6].(string); ok {
-		rec.Token = tok
+	rec, err := parseRecord(v)
+	if err != nil {
+		return middleware.Record{}, wrap("get", key, err)
+	}
+	if len(v) > 6 {
+		if tok, ok := v[6].(string); ok {
+			rec.Token = tok
+		}
 	}
 	return rec, nil
 }

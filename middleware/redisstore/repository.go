@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -42,7 +43,7 @@ func NewExpiringKeyRepository(client redis.UniversalClient, prefix string, windo
 func (r *ExpiringKeyRepository) IsDuplicate(ctx context.Context, key string) (bool, error) {
 	err := r.client.SetArgs(ctx, r.prefix+key, "1", redis.SetArgs{Mode: "NX", TTL: r.window}).Err()
 	switch {
-	case err == redis.Nil:
+	case errors.Is(err, redis.Nil):
 		return true, nil
 	case err != nil:
 		return false, wrap("is-duplicate", key, err)

@@ -15,17 +15,35 @@ import "github.com/redis/go-redis/v9"
 // hash (a listpack of field names and 13-digit numbers). Every script
 // reads the owner token with pcall, so a string key simply has no owner.
 
+// decodeCompleted defines completed(key): the record of a COMPLETED key (a
+// string) as {'C', attempts, created, updated, fingerprint, result}.
+const decodeCompleted = `
+local function completed(key)
+  local v = redis.call('GET', key)
+  local a, c, u, n, pos = struct.unpack('>I4I6I6B', v, 2)
+  if n == 255 then n, pos = struct.unpack('>I4', v, pos) end
+  return {'C', a, c, u, string.sub(v, pos, pos + n - 1), string.sub(v, pos + n)}
+end
+`
+
+// getScript: KEYS[1] record. Returns nil for an absent key, else
+// {state, attempts, created, updated, fingerprint, result, token}.
+var getScript = redis.NewScript(decodeCompleted + `
+local rec = redis.pcall('HMGET', KEYS[1], 's', 'a', 'c', 'u', 'f', 'o')
+if rec.err then return completed(KEYS[1]) end
+if not rec[1] then return false end
+return {rec[1], rec[2], rec[3], rec[4], rec[5], false, rec[6]}
+`)
+
 // claimScript: KEYS[1] record; ARGV[1] token, ARGV[2] lease ms,
 // ARGV[3] fingerprint ("" for none).
 // Returns {1, attempts, created, updated, fingerprint} when acquired, else
 // {0, state, attempts, created, updated, fingerprint, result}.
-var claimScript = redis.NewScript(`
+var claimScript = redis.NewScript(decodeCompleted + `
 local rec = redis.pcall('HMGET', KEYS[1], 's', 'a', 'c', 'u', 'f')
 if rec.err then
-  local v = redis.call('GET', KEYS[1])
-  local a, c, u, n, pos = struct.unpack('>I4I6I6B', v, 2)
-  if n == 255 then n, pos = struct.unpack('>I4', v, pos) end
-  return {0, 'C', a, c, u, string.sub(v, pos, pos + n - 1), string.sub(v, pos + n)}
+  local c = completed(KEYS[1])
+  return {0, c[1], c[2], c[3], c[4], c[5], c[6]}
 end
 local st, fp = rec[1], rec[5]
 local mismatch = ARGV[3] ~= '' and fp and fp ~= '' and fp ~= ARGV[3]
