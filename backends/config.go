@@ -87,7 +87,9 @@ type Config struct {
 	// Consumer names this process within Group: the Redis Streams consumer
 	// name, and the client name shown by Kafka, RabbitMQ and NATS. Keep it
 	// stable across restarts and unique among the processes of a group.
-	// Zero means the host name (the pod name on Kubernetes).
+	// Zero means the host name (the pod name on Kubernetes); set it when
+	// several processes of one group share a host, or they share one Redis
+	// Streams consumer and its pending messages.
 	Consumer string
 
 	// NackResendSleep is how long a nacked message waits before it is
