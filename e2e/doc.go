@@ -19,7 +19,11 @@
 //     and the survivors take the keys over once the 2 s lease expires.
 //   - store-outage: the store is a private redis-server (with an
 //     append-only file, as a production store keeps its data) that is killed
-//     for 5 s in the middle of a run and restarted.
+//     for 5 s in the middle of a run and restarted. The lease is 8 s here,
+//     longer than the outage, as production's 40 s is longer than a failover:
+//     with a shorter one, a handler that succeeded during the outage gives
+//     up writing COMPLETED (complete_failed) and an outstanding copy runs it
+//     again, as OutcomeCompleteFailed documents.
 //   - slow-handler: a handler runs 5 s, 2.5 times its lease, while copies of
 //     its message come back: published again, and on Redis Streams and NATS
 //     also redelivered by the broker's own timer (MaxIdleTime, AckWait).
@@ -41,6 +45,11 @@
 // broker left to redeliver. Every other scenario runs on gochannel, where
 // there are no consumer groups: each consumer receives every message, which
 // makes it a harsher duplicate test, not a weaker one.
+//
+// On NATS every handler gets a message context that the subscriber cannot
+// cancel (keepContext in brokers_test.go): the NATS backend cancels it when
+// AckWait passes, which stops the lease renewals of a live handler and
+// makes a handler longer than AckWait fail forever.
 //
 // Servers: Redis (REDIS_ADDR, 127.0.0.1:6379), RabbitMQ (AMQP_URL,
 // amqp://guest:guest@127.0.0.1:5672/), NATS with JetStream (NATS_URL,
