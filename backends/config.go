@@ -180,11 +180,13 @@ type AMQPConfig struct {
 
 // NATSConfig holds the NATS JetStream backend's settings.
 type NATSConfig struct {
-	// AckWait is how long the server waits for an ack before it redelivers a
-	// message (the durable consumer's AckWait, also used by the subscriber as
-	// its own wait). Keep it above the idempotency lease (40 s), for the
-	// reason given at RedisConfig.MaxIdleTime. Zero means 60 s; negative is
-	// an error.
+	// AckWait is how long the server waits for an ack, or for a progress
+	// ack, before it redelivers a message (the durable consumer's AckWait).
+	// The subscriber sends progress acks every AckWait/3 while a handler
+	// runs, so only a message whose consumer died, or that no handler took,
+	// is redelivered. Keep it above the idempotency lease (40 s), so that a
+	// dead consumer's key is free when its message comes back. Zero means
+	// 60 s; negative is an error.
 	AckWait time.Duration
 
 	// MaxAckPending caps the messages delivered but not yet acked across

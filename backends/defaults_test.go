@@ -135,6 +135,40 @@ func TestNATS_UnackedMessageIsRedelivered(t *testing.T) {
 	assert.Equal(t, "work", receive(t, msgs))
 }
 
+// A NATS handler that runs longer than AckWait keeps its message: the
+// subscriber sends progress acks, so the server does not hand it to another
+// member, and the handler's context is not cancelled.
+func TestNATS_SlowHandlerKeepsItsMessage(t *testing.T) {
+	t.Parallel()
+	url := testserver.NATSURL(t)
+	topic := uniqueTopic("slow")
+	cfg := backends.Config{URL: url, Group: "billing-" + runID, NATS: backends.NATSConfig{AckWait: time.Second}}
+	t.Cleanup(func() { deleteNATSStream(t, url, topic) })
+
+	busy := newBackend(t, cfg)
+	msgs, err := busy.Subscriber.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	other := newBackend(t, cfg)
+	otherMsgs, err := other.Subscriber.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+
+	publish(t, busy.Publisher, topic, "slow work")
+	var m *message.Message
+	select {
+	case m = <-msgs:
+	case m = <-otherMsgs:
+		msgs, otherMsgs = otherMsgs, msgs
+	case <-time.After(15 * time.Second):
+		t.Fatal("no message")
+	}
+	// Three AckWaits of work: nobody else may get the message meanwhile.
+	nothingFor(t, otherMsgs, 3*time.Second)
+	require.NoError(t, m.Context().Err(), "the handler's context stays live while it works")
+	m.Ack()
+	nothingFor(t, msgs, 1500*time.Millisecond)
+	nothingFor(t, otherMsgs, 100*time.Millisecond)
+}
+
 func deleteNATSStream(t *testing.T, url, topic string) {
 	nc, err := nats.Connect(url)
 	if err != nil {

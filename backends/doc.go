@@ -143,7 +143,8 @@
 // Each group reads a topic through a durable push consumer named
 // group_topic, with a deliver group of the same name, which the backend
 // creates before subscribing: explicit acks, AckWait of NATS.AckWait (60 s,
-// above the idempotency lease for the reason given under Redis Streams),
+// above the idempotency lease: a dead consumer's key is then free by the time
+// its message comes back),
 // MaxAckPending of NATS.MaxAckPending (100; messages buffered in a client
 // beyond what it handles within AckWait are redelivered elsewhere), delivery
 // from the start of the stream. Messages are acked manually once the handler
@@ -161,9 +162,13 @@
 // once, so another member takes it without waiting for AckWait.
 //
 // A nacked message is redelivered by the server after NackResendSleep
-// (NakWithDelay), without holding back the messages behind it; one neither
-// acked nor nacked within AckWait is redelivered by the server. Reconnects
-// never give up (nats.go's default stops after 60 attempts).
+// (NakWithDelay), without holding back the messages behind it. While a
+// handler works on a message, the subscriber sends a progress ack
+// (InProgress) every third of AckWait, so a slow handler is neither
+// redelivered nor interrupted, however long it runs; a message held by a
+// consumer that died, or that no handler took within AckWait, is redelivered
+// by the server after AckWait. Reconnects never give up (nats.go's default
+// stops after 60 attempts).
 //
 // # gochannel
 //

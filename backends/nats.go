@@ -186,10 +186,11 @@ func (p *natsPublisher) Close() error { return p.pub.Close() }
 // while a message callback may still be sending on it (a data race, and a
 // "send on closed channel" panic when the timing is unlucky). Messages are
 // handled as there: one at a time per subscription, acked with AckSync after
-// the handler acks, NakWithDelay(NackResendSleep) after it nacks, neither
-// when the handler has not answered within AckWait (the server then
-// redelivers). A message held when the subscriber closes is nacked without
-// delay, so another member of the group gets it at once.
+// the handler acks, NakWithDelay(NackResendSleep) after it nacks, with
+// progress acks (InProgress) every AckWait/3 while the handler runs, so the
+// server redelivers only what a dead consumer held. A message held when the
+// subscriber closes is nacked without delay, so another member of the group
+// gets it at once.
 type natsSubscriber struct {
 	conn          *nats.Conn
 	js            nats.JetStreamContext
@@ -306,17 +307,31 @@ func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *me
 			s.logger.Error("Cannot nack message", err, logFields)
 		}
 	}
-	select {
-	case <-msg.Acked():
-		ack()
-	case <-msg.Nacked():
-		nack()
-	case <-timeout.C:
-		s.logger.Info("No ack within AckWait; the server redelivers the message", logFields)
-	case <-stop:
-		settleOnStop(msg, ack, nack, func() { _ = m.Nak() })
-	case <-ctx.Done():
-		settleOnStop(msg, ack, nack, func() { _ = m.Nak() })
+	// The handler has it: tell the server it is still being worked on, every
+	// third of AckWait, so that a slow handler is neither redelivered nor
+	// interrupted (its context stays live until it answers). A consumer that
+	// dies stops these progress acks, and the server redelivers after AckWait.
+	progress := time.NewTicker(max(s.ackWait/3, time.Millisecond))
+	defer progress.Stop()
+	for {
+		select {
+		case <-msg.Acked():
+			ack()
+			return
+		case <-msg.Nacked():
+			nack()
+			return
+		case <-progress.C:
+			if err := m.InProgress(); err != nil {
+				s.logger.Error("Cannot extend AckWait of a message in progress", err, logFields)
+			}
+		case <-stop:
+			settleOnStop(msg, ack, nack, func() { _ = m.Nak() })
+			return
+		case <-ctx.Done():
+			settleOnStop(msg, ack, nack, func() { _ = m.Nak() })
+			return
+		}
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
@@ -50,12 +49,10 @@ type broker struct {
 	// receives every message.
 	inProcess bool
 	// timerRedelivery: the broker redelivers a message that a live consumer
-	// holds too long (Redis Streams MaxIdleTime, NATS AckWait). Kafka and
-	// RabbitMQ redeliver only when a consumer leaves; gochannel never.
+	// holds too long (Redis Streams MaxIdleTime). NATS, whose subscriber
+	// sends progress acks while a handler runs, Kafka and RabbitMQ
+	// redeliver only what a consumer that left held; gochannel never.
 	timerRedelivery bool
-	// keepContext: work around the broker's subscriber cancelling the
-	// context of a message that is still being handled (see keepContext).
-	keepContext bool
 	// cleanup deletes what one scenario created on a shared server.
 	cleanup func(t *testing.T, url string, topics []string, group string)
 }
@@ -119,40 +116,16 @@ var brokers = []*broker{
 		cleanup: cleanupAMQP,
 	},
 	{
-		name:            "nats",
-		start:           func(t *testing.T) string { return testserver.NATSURL(t) },
-		dedupsUUID:      true,
-		timerRedelivery: true,
-		keepContext:     true,
-		cleanup:         cleanupNATS,
+		name:       "nats",
+		start:      func(t *testing.T) string { return testserver.NATSURL(t) },
+		dedupsUUID: true,
+		cleanup:    cleanupNATS,
 	},
 	{
 		name:      "gochannel",
 		start:     func(*testing.T) string { return "gochannel://" },
 		inProcess: true,
 	},
-}
-
-// keepContext is a router middleware that hands the handlers a message
-// context that the subscriber cannot cancel.
-//
-// It works around the NATS backend's subscriber (backends/nats.go,
-// natsSubscriber.handle): when AckWait passes before the router answers, it
-// stops waiting (the server redelivers, as documented) and its deferred
-// cancel also cancels the context of the message, whose handler is still
-// running. The idempotency middleware then stops renewing the lease (its
-// renewal loop ends with the context) and a handler that honours its context
-// fails; the key goes FAILED, the redelivered copy claims it and runs the
-// handler again, which is cancelled again after AckWait: a handler longer
-// than AckWait never completes. Redis Streams' MaxIdleTime claim, the other
-// timer redelivery, leaves the live handler alone, and the backends package
-// documents the same behaviour for both: the copy finds the key IN_PROGRESS
-// and waits until the live handler completes.
-func keepContext(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		msg.SetContext(context.WithoutCancel(msg.Context()))
-		return h(msg)
-	}
 }
 
 // cleanupKafka deletes the topics and the group from a shared cluster

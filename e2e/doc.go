@@ -46,11 +46,6 @@
 // there are no consumer groups: each consumer receives every message, which
 // makes it a harsher duplicate test, not a weaker one.
 //
-// On NATS every handler gets a message context that the subscriber cannot
-// cancel (keepContext in brokers_test.go): the NATS backend cancels it when
-// AckWait passes, which stops the lease renewals of a live handler and
-// makes a handler longer than AckWait fail forever.
-//
 // Servers: Redis (REDIS_ADDR, 127.0.0.1:6379), RabbitMQ (AMQP_URL,
 // amqp://guest:guest@127.0.0.1:5672/), NATS with JetStream (NATS_URL,
 // nats://127.0.0.1:4222), and Kafka: an in-process kfake cluster of three

@@ -215,9 +215,6 @@ func (e *env) startConsumers(n int, wire func(r *message.Router, b *backends.Bac
 		b := e.backend("c" + strconv.Itoa(i))
 		r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 15 * time.Second}, logger())
 		require.NoError(e.t, err)
-		if e.b.keepContext {
-			r.AddMiddleware(keepContext)
-		}
 		r.AddMiddleware(e.tr.middleware, e.newIdem().Middleware)
 		wire(r, b)
 		ctx, cancel := context.WithCancel(context.Background())

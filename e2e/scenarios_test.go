@@ -198,9 +198,10 @@ func storeOutage(e *env) {
 
 // slowHandler: each of two keys runs 5 s, 2.5 times the lease, on three
 // consumers. While they run, a copy of each key (new UUID) is published
-// every 500 ms, and Redis Streams and NATS also redeliver the original when
-// their timer (MaxIdleTime, AckWait: 3 s) runs out. The live handler must
-// keep its key: one run per key, however many copies come.
+// every 500 ms, and Redis Streams also redelivers the original when its
+// MaxIdleTime (3 s) runs out (NATS does not: its subscriber sends progress
+// acks while the handler runs). The live handler must keep its key: one run
+// per key, however many copies come.
 func slowHandler(e *env) {
 	const n, consumers = 2, 3
 	const slow = 5 * time.Second
