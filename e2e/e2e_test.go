@@ -56,10 +56,12 @@ func TestE2E(t *testing.T) {
 			t.Parallel()
 			url := b.start(t)
 			for _, s := range scenarios {
+				if why := s.na[b.name]; why != "" {
+					// Not a skip: the scenario does not exist for this broker.
+					t.Logf("%s/%s does not apply: %s", b.name, s.name, why)
+					continue
+				}
 				t.Run(s.name, func(t *testing.T) {
-					if why := s.na[b.name]; why != "" {
-						t.Skip(why)
-					}
 					s.run(newEnv(t, b, url, s.name, ledger, s.budget))
 				})
 			}
