@@ -2,7 +2,6 @@ package middleware_test
 
 import (
 	"context"
-	"errors"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -14,6 +13,7 @@ import (
 	wmmiddleware "github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idempotency/watermill-idempotency/internal/benchref"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	idempotency "github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
@@ -81,7 +81,7 @@ var chainCases = []chainCase{
 		return benchIdem(b, store, prefix).Middleware
 	}},
 	{name: "naiveredis", redis: true, build: func(_ *testing.B, client *redis.Client, prefix string) message.HandlerMiddleware {
-		return naiveRedis{client: client, prefix: prefix + ":", ttl: time.Hour}.Middleware
+		return benchref.NaiveRedis{Client: client, Prefix: prefix + ":", TTL: time.Hour}.Middleware
 	}},
 }
 
@@ -91,36 +91,6 @@ func benchIdem(b *testing.B, store idempotency.Store, prefix string) *idempotenc
 		b.Fatal(err)
 	}
 	return idem
-}
-
-// naiveRedis is the check-then-set deduplication many services start with,
-// kept here as a cost reference. It is wrong: GET and SET are two round trips
-// with nothing between them, so concurrent copies of a message all see the
-// key missing and all run the handler; and a handler that fails after a
-// concurrent copy set the key is lost.
-type naiveRedis struct {
-	client *redis.Client
-	prefix string
-	ttl    time.Duration
-}
-
-func (n naiveRedis) Middleware(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		ctx := msg.Context()
-		key := n.prefix + msg.UUID
-		err := n.client.Get(ctx, key).Err()
-		switch {
-		case err == nil:
-			return nil, nil // seen: drop
-		case !errors.Is(err, redis.Nil):
-			return nil, err
-		}
-		out, err := h(msg)
-		if err != nil {
-			return out, err
-		}
-		return out, n.client.Set(ctx, key, "1", n.ttl).Err()
-	}
 }
 
 // benchRedis returns a client of the shared Redis with a pool large enough

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log"
 	"strconv"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	wmmiddleware "github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idempotency/watermill-idempotency/internal/benchref"
 	idempotency "github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
@@ -58,7 +58,7 @@ func buildChain(name string, rc *redis.Client, prefix string) (message.HandlerFu
 		}
 		return newIdem(s, prefix).Middleware(noop), func() {}
 	case "naiveredis":
-		return naiveRedis{client: rc, prefix: prefix + ":", ttl: time.Hour}.Middleware(noop), func() {}
+		return benchref.NaiveRedis{Client: rc, Prefix: prefix + ":", TTL: time.Hour}.Middleware(noop), func() {}
 	}
 	log.Fatalf("unknown chain %q", name)
 	return nil, nil
@@ -70,34 +70,6 @@ func newIdem(s idempotency.Store, prefix string) *idempotency.Idempotency {
 		log.Fatal(err)
 	}
 	return idem
-}
-
-// naiveRedis is the check-then-set deduplication many services start with,
-// kept as a cost reference only: concurrent copies of a message all GET a
-// missing key and all run the handler.
-type naiveRedis struct {
-	client *redis.Client
-	prefix string
-	ttl    time.Duration
-}
-
-func (n naiveRedis) Middleware(h message.HandlerFunc) message.HandlerFunc {
-	return func(msg *message.Message) ([]*message.Message, error) {
-		ctx := msg.Context()
-		key := n.prefix + msg.UUID
-		err := n.client.Get(ctx, key).Err()
-		switch {
-		case err == nil:
-			return nil, nil
-		case !errors.Is(err, redis.Nil):
-			return nil, err
-		}
-		out, err := h(msg)
-		if err != nil {
-			return out, err
-		}
-		return out, n.client.Set(ctx, key, "1", n.ttl).Err()
-	}
 }
 
 // runChain calls each chain from c goroutines for o.chainDur, with fresh
