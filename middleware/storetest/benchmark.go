@@ -1,0 +1,72 @@
+package storetest
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idempotency/watermill-idempotency/middleware"
+)
+
+// Benchmark measures a store alone, without the middleware: a fresh message
+// is a Claim then a Complete of a new key, a duplicate is a Claim of a
+// completed key; each sequentially and from 64 goroutines. Keys start with
+// prefix, which the caller removes afterwards if the store outlives the
+// benchmark:
+//
+//	func BenchmarkStore(b *testing.B) { storetest.Benchmark(b, newMyStore(b), "bench:") }
+func Benchmark(b *testing.B, s middleware.Store, prefix string) {
+	ctx := context.Background()
+	var seq atomic.Uint64
+	fresh := func(b *testing.B) {
+		key := prefix + "f" + strconv.FormatUint(seq.Add(1), 10)
+		res, err := s.Claim(ctx, key, time.Minute, nil)
+		if err != nil || !res.Acquired {
+			b.Fatalf("claim %s: %v %+v", key, err, res)
+		}
+		if err := s.Complete(ctx, key, res.Token, nil, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	dups := make([]string, 1024)
+	for i := range dups {
+		dups[i] = prefix + "d" + strconv.Itoa(i)
+		res, err := s.Claim(ctx, dups[i], time.Minute, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Complete(ctx, dups[i], res.Token, nil, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var dseq atomic.Uint64
+	duplicate := func(b *testing.B) {
+		res, err := s.Claim(ctx, dups[dseq.Add(1)%uint64(len(dups))], time.Minute, nil)
+		if err != nil || res.Acquired {
+			b.Fatalf("duplicate claim: %v %+v", err, res)
+		}
+	}
+	for _, load := range []struct {
+		name string
+		op   func(*testing.B)
+	}{{"fresh", fresh}, {"duplicate", duplicate}} {
+		b.Run(load.name+"/seq", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				load.op(b)
+			}
+		})
+		b.Run(load.name+"/c64", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism((64 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					load.op(b)
+				}
+			})
+		})
+	}
+}
