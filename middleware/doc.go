@@ -84,9 +84,12 @@
 // retried until the lease would expire; if it still fails, the message is
 // acked anyway with its output (nacking would run the effect again), and the
 // event is logged and counted as OutcomeCompleteFailed. If the lease was lost
-// while the handler ran (the store was unreachable for a whole lease, or
-// another consumer took the key), the handler's context is cancelled with
-// ErrLeaseLost as its cause (context.Cause).
+// while the handler ran (the store said so, or no renewal succeeded for nine
+// tenths of a lease, so that the store is about to free the key), the
+// handler's context is cancelled with ErrLeaseLost as its cause
+// (context.Cause) before another consumer can claim the key. Renewals do not
+// depend on the message's context: a subscriber that cancels it does not
+// stop them while the handler runs.
 //
 // # Observability
 //

@@ -10,9 +10,9 @@ import (
 )
 
 // lease renews one claim every LeaseTTL/3 while its handler runs. When the
-// store answers ErrLeaseLost, or no renewal has succeeded for a whole lease
-// (so the store has surely expired it), the handler's context is cancelled
-// with ErrLeaseLost as its cause.
+// store answers ErrLeaseLost, or no renewal has succeeded for nine tenths of
+// the lease (see giveUp), the handler's context is cancelled with
+// ErrLeaseLost as its cause.
 //
 // Renewals run on a timer (time.AfterFunc), not on a goroutine of their own:
 // most handlers finish long before LeaseTTL/3, and for them the lease costs
