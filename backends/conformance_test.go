@@ -228,7 +228,7 @@ func TestConformance_AMQP(t *testing.T) {
 		Persistent:                          true,
 		ForceShort:                          true,
 	}, false, func(t *testing.T, _ string, topics, groups []string) {
-		deleteAMQP(t, url, topics, groups)
+		testserver.DeleteAMQP(t, url, topics, groups)
 	})
 }
 

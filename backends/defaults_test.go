@@ -10,7 +10,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
-	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -71,7 +70,7 @@ func TestNATS_DurableSurvivesClose(t *testing.T) {
 	url := testserver.NATSURL(t)
 	topic := uniqueTopic("durable")
 	cfg := backends.Config{URL: url, Group: "billing-" + runID}
-	t.Cleanup(func() { deleteNATSStream(t, url, topic) })
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
 
 	first := newBackend(t, cfg)
 	msgs, err := first.Subscriber.Subscribe(context.Background(), topic)
@@ -115,7 +114,7 @@ func TestNATS_UnackedMessageIsRedelivered(t *testing.T) {
 	url := testserver.NATSURL(t)
 	topic := uniqueTopic("manualack")
 	cfg := backends.Config{URL: url, Group: "billing-" + runID, NATS: backends.NATSConfig{AckWait: time.Second}}
-	t.Cleanup(func() { deleteNATSStream(t, url, topic) })
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
 
 	crashed := newBackend(t, cfg)
 	msgs, err := crashed.Subscriber.Subscribe(context.Background(), topic)
@@ -143,7 +142,7 @@ func TestNATS_SlowHandlerKeepsItsMessage(t *testing.T) {
 	url := testserver.NATSURL(t)
 	topic := uniqueTopic("slow")
 	cfg := backends.Config{URL: url, Group: "billing-" + runID, NATS: backends.NATSConfig{AckWait: time.Second}}
-	t.Cleanup(func() { deleteNATSStream(t, url, topic) })
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
 
 	busy := newBackend(t, cfg)
 	msgs, err := busy.Subscriber.Subscribe(context.Background(), topic)
@@ -167,22 +166,6 @@ func TestNATS_SlowHandlerKeepsItsMessage(t *testing.T) {
 	m.Ack()
 	nothingFor(t, msgs, 1500*time.Millisecond)
 	nothingFor(t, otherMsgs, 100*time.Millisecond)
-}
-
-func deleteNATSStream(t *testing.T, url, topic string) {
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Logf("cleanup: %v", err)
-		return
-	}
-	defer nc.Close()
-	js, err := nc.JetStream()
-	if err != nil {
-		return
-	}
-	if stream, err := js.StreamNameBySubject(topic); err == nil {
-		_ = js.DeleteStream(stream)
-	}
 }
 
 // deleteNATSStreams deletes the streams whose names start with prefix.
@@ -215,7 +198,7 @@ func TestAMQP_QueueDeclaredBeforeFirstPublish(t *testing.T) {
 	url := testserver.RabbitMQURL(t)
 	topic := uniqueTopic("early")
 	group := "billing-" + runID
-	t.Cleanup(func() { deleteAMQP(t, url, []string{topic}, []string{group}) })
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
 
 	producer := newBackend(t, backends.Config{URL: url, Group: group})
 	publish(t, producer.Publisher, topic, "early")
@@ -234,7 +217,7 @@ func TestAMQP_GroupsFanOut(t *testing.T) {
 	url := testserver.RabbitMQURL(t)
 	topic := uniqueTopic("fanout")
 	a, b := "a-"+runID, "b-"+runID
-	t.Cleanup(func() { deleteAMQP(t, url, []string{topic}, []string{a, b}) })
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{a, b}) })
 
 	pub := newBackend(t, backends.Config{URL: url, Group: a, AMQP: backends.AMQPConfig{PublishGroups: []string{a, b}}})
 	publish(t, pub.Publisher, topic, "m")
@@ -244,44 +227,6 @@ func TestAMQP_GroupsFanOut(t *testing.T) {
 		msgs, err := sub.Subscriber.Subscribe(context.Background(), topic)
 		require.NoError(t, err)
 		assert.Equal(t, "m", receive(t, msgs), "group %s", g)
-	}
-}
-
-// deleteAMQP removes the exchanges of topics and the queues of topics and
-// groups (topic_group) that a test declared on the shared RabbitMQ. Deleting
-// a queue or exchange that does not exist is not an error in RabbitMQ; a
-// failed operation closes its channel, so a new one is opened after it.
-func deleteAMQP(t *testing.T, url string, topics, groups []string) {
-	conn, err := amqp091.Dial(url)
-	if err != nil {
-		t.Logf("cleanup: %v", err)
-		return
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return
-	}
-	defer func() { _ = ch.Close() }()
-	retry := func(err error) {
-		if err != nil {
-			if ch, err = conn.Channel(); err != nil {
-				t.Logf("cleanup: %v", err)
-			}
-		}
-	}
-	seen := map[string]bool{}
-	for _, topic := range topics {
-		for _, g := range groups {
-			if q := topic + "_" + g; !seen[q] && ch != nil {
-				seen[q] = true
-				_, err := ch.QueueDelete(q, false, false, false)
-				retry(err)
-			}
-		}
-		if ch != nil {
-			retry(ch.ExchangeDelete(topic, false, false))
-		}
 	}
 }
 

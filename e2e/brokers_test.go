@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/nats-io/nats.go"
-	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency/watermill-idempotency/backends"
@@ -165,39 +163,10 @@ func cleanupRedisStreams(t *testing.T, url string, topics []string, _ string) {
 // cleanupAMQP deletes each topic's exchange and the group's queue on it
 // (topic_group). Deleting what does not exist is no error in RabbitMQ.
 func cleanupAMQP(t *testing.T, url string, topics []string, group string) {
-	conn, err := amqp091.Dial(url)
-	if err != nil {
-		t.Logf("cleanup: %v", err)
-		return
-	}
-	defer conn.Close()
-	for _, topic := range topics {
-		ch, err := conn.Channel()
-		if err != nil {
-			t.Logf("cleanup: %v", err)
-			return
-		}
-		_, _ = ch.QueueDelete(topic+"_"+group, false, false, false)
-		_ = ch.ExchangeDelete(topic, false, false)
-		_ = ch.Close()
-	}
+	testserver.DeleteAMQP(t, url, topics, []string{group})
 }
 
 // cleanupNATS deletes the stream of each topic, and with it the durables.
 func cleanupNATS(t *testing.T, url string, topics []string, _ string) {
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Logf("cleanup: %v", err)
-		return
-	}
-	defer nc.Close()
-	js, err := nc.JetStream()
-	if err != nil {
-		return
-	}
-	for _, topic := range topics {
-		if stream, err := js.StreamNameBySubject(topic); err == nil {
-			_ = js.DeleteStream(stream)
-		}
-	}
+	testserver.DeleteNATSStreams(t, url, topics...)
 }
