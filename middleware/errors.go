@@ -13,8 +13,15 @@ var (
 	ErrEmptyKey = errors.New("idempotency: empty key")
 	// ErrInvalidTTL is returned for a lease or TTL that is zero or negative.
 	ErrInvalidTTL = errors.New("idempotency: lease and TTL must be positive")
-	// ErrEmptyToken is returned by Renew, Complete and Fail for an empty owner token.
+	// ErrEmptyToken is returned by Claim, Renew, Complete and Fail for an
+	// empty owner token.
 	ErrEmptyToken = errors.New("idempotency: empty owner token")
+	// ErrCorruptRecord is returned, wrapped with the key, when the value
+	// under a key is not a well-formed record: a foreign value, a value of
+	// the wrong type, a damaged encoding. The store changes nothing; the
+	// middleware nacks, the HTTP middleware answers 500, and an operator
+	// must look at the key (and delete it to let the message run).
+	ErrCorruptRecord = errors.New("idempotency: corrupt record")
 )
 
 // Errors returned by the Watermill middleware to the router. The permanent

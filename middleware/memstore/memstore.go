@@ -3,9 +3,6 @@ package memstore
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -14,25 +11,34 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware"
 )
 
-// ErrClosed is returned by every method of a store after Close.
+// ErrClosed is returned, wrapped with the operation and key, by every method
+// of a store after Close.
 var ErrClosed = errors.New("memstore: closed")
 
 // Config configures a Store. The zero Config is valid.
 type Config struct {
-	// Now returns the current time. Zero means time.Now. Tests inject a fake
-	// clock here to move through leases and TTLs without sleeping.
+	// Now returns the current time. Zero means the process's monotonic clock
+	// (time.Now's monotonic reading), which a step of the wall clock does not
+	// move. Tests inject a fake clock here to move through leases and TTLs
+	// without sleeping; the store measures intervals between its readings
+	// with time.Time.Sub, so readings without a monotonic reading (time.Unix,
+	// time.Date, ...) are compared by their wall times.
 	Now func() time.Time
 }
 
 // Store is an in-memory middleware.Store, safe for concurrent use.
 type Store struct {
+	// base is the clock's reading at New. Every time the store keeps is an
+	// offset from it, measured with Sub, so with the default clock it is a
+	// monotonic interval and a wall-clock step moves nothing.
+	base time.Time
+	// wallBase is base without its monotonic reading: reported times are
+	// wallBase plus an offset, plain wall times like those of other stores.
+	wallBase time.Time
+	// now is Config.Now; nil for the default clock.
 	now func() time.Time
-	// salt makes owner tokens unpredictable across stores; seq makes them
-	// unique within one.
-	salt [8]byte
 
 	mu      sync.Mutex
-	seq     uint64
 	closed  bool
 	records map[string]*entry
 	expiry  expiryHeap
@@ -44,50 +50,92 @@ var _ middleware.InProcessStore = (*Store)(nil)
 // middleware skips its per-call timeout (middleware.InProcessStore).
 func (s *Store) InProcess() {}
 
-// entry is one record, kept compact (times as Unix nanoseconds of the clock,
-// few pointers): a busy store holds millions of them and the garbage
-// collector scans them all.
+// entry is one record, kept compact (times as nanosecond offsets from the
+// store's base, few pointers): a busy store holds millions of them and the
+// garbage collector scans them all.
 type entry struct {
-	key         string
-	token       string // the owner's, while IN_PROGRESS
+	key string
+	// token is the owner's while the stored state is IN_PROGRESS (its lease
+	// live or lapsed), and the token whose Complete or Fail made the record
+	// COMPLETED or FAILED otherwise, so that the same owner's resent Complete
+	// or Fail is recognised. It is reported only for a live lease.
+	token       string
 	result      []byte // non-nil once COMPLETED
 	fingerprint []byte
 	created     int64
 	updated     int64
+	// deadline is the end of the lease while the stored state is
+	// IN_PROGRESS; past it the lease has lapsed and the record reads as
+	// FAILED. While IN_PROGRESS, expireAt-deadline is the claim's TTL, so
+	// the TTL needs no field of its own.
+	deadline int64
 	// expireAt is the record's expiry.
 	expireAt int64
-	// queuedAt is the time of this entry's one item in the expiry heap: never
-	// after expireAt, so the item comes up no later than the record expires.
+	// queuedAt is the time of this entry's one item in the expiry heap when
+	// queued: never after expireAt, so the item comes up no later than the
+	// record expires.
 	queuedAt int64
 	attempts int32
-	state    middleware.State
+	state    middleware.State // as stored: a lapsed lease stays IN_PROGRESS here
+	queued   bool
 }
 
-// record returns a copy of the entry as a Record; the token only for its
-// owner.
-func (e *entry) record(withToken bool) middleware.Record {
+// lapsed reports whether e is an IN_PROGRESS record whose lease has ended.
+func (e *entry) lapsed(now int64) bool {
+	return e.state == middleware.StateInProgress && now >= e.deadline
+}
+
+// held reports whether token holds e's live lease.
+func (e *entry) held(token string, now int64) bool {
+	return e.state == middleware.StateInProgress && now < e.deadline && e.token == token
+}
+
+// record returns a copy of e as a Record at now; the token only for its
+// owner, and only while the lease is live.
+func (s *Store) record(e *entry, now int64, withToken bool) middleware.Record {
 	rec := middleware.Record{
 		State:       e.state,
 		Attempts:    int(e.attempts),
 		Result:      cloneKeepEmpty(e.result),
 		Fingerprint: bytes.Clone(e.fingerprint),
-		CreatedAt:   time.Unix(0, e.created),
-		UpdatedAt:   time.Unix(0, e.updated),
+		CreatedAt:   s.at(e.created),
+		UpdatedAt:   s.at(e.updated),
 	}
-	if withToken {
-		rec.Token = e.token
+	if e.state == middleware.StateInProgress {
+		rec.LeaseExpiresAt = s.at(e.deadline)
+		switch {
+		case now >= e.deadline:
+			rec.State = middleware.StateFailed // the owner stopped renewing: the attempt failed
+		case withToken:
+			rec.Token = e.token
+		}
 	}
 	return rec
 }
 
 // New returns an empty store.
 func New(cfg Config) *Store {
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	s := &Store{now: cfg.Now, records: make(map[string]*entry)}
-	_, _ = rand.Read(s.salt[:]) // never fails (crypto/rand); a zero salt would still give unique tokens
+	if s.now == nil {
+		s.base = time.Now()
+	} else {
+		s.base = s.now()
+	}
+	s.wallBase = s.base.Round(0)
 	return s
+}
+
+// clock returns the current time as an offset from s.base.
+func (s *Store) clock() int64 {
+	if s.now == nil {
+		return int64(time.Since(s.base)) // monotonic: base carries time.Now's reading
+	}
+	return int64(s.now().Sub(s.base))
+}
+
+// at returns the wall time of the offset t.
+func (s *Store) at(t int64) time.Time {
+	return s.wallBase.Add(time.Duration(t))
 }
 
 // Close releases the store; later calls return ErrClosed. It starts and
@@ -110,43 +158,57 @@ func (s *Store) Len() int {
 }
 
 // Claim implements middleware.Store.
-func (s *Store) Claim(ctx context.Context, key string, lease time.Duration, fingerprint []byte) (middleware.ClaimResult, error) {
-	if err := middleware.CheckClaim(key, lease); err != nil {
-		return middleware.ClaimResult{}, fmt.Errorf("memstore: claim: %w", err)
+func (s *Store) Claim(ctx context.Context, key string, req middleware.ClaimRequest) (middleware.ClaimResult, error) {
+	if err := middleware.CheckClaim(key, req); err != nil {
+		return middleware.ClaimResult{}, fmt.Errorf("memstore: claim %q: %w", key, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return middleware.ClaimResult{}, fmt.Errorf("memstore: claim: %w", err)
+		return middleware.ClaimResult{}, fmt.Errorf("memstore: claim %q: %w", key, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return middleware.ClaimResult{}, ErrClosed
+		return middleware.ClaimResult{}, fmt.Errorf("memstore: claim %q: %w", key, ErrClosed)
 	}
-	now := s.now().UnixNano()
+	now := s.clock()
 	s.reclaim(now)
 	e := s.live(key, now)
-	if e != nil {
-		mismatch := len(fingerprint) > 0 && len(e.fingerprint) > 0 && !bytes.Equal(fingerprint, e.fingerprint)
-		if mismatch || e.state != middleware.StateFailed {
-			return middleware.ClaimResult{Record: e.record(false)}, nil
-		}
-		// FAILED: a new attempt of the same record.
-		e.attempts++
-		if len(fingerprint) > 0 {
-			e.fingerprint = bytes.Clone(fingerprint)
-		}
-	} else {
-		e = &entry{key: key, created: now, attempts: 1, fingerprint: bytes.Clone(fingerprint)}
+	switch {
+	case e == nil:
+		e = &entry{key: key, created: now, attempts: 1, fingerprint: bytes.Clone(req.Fingerprint)}
 		s.records[key] = e
+	case len(req.Fingerprint) > 0 && len(e.fingerprint) > 0 && !bytes.Equal(req.Fingerprint, e.fingerprint):
+		return middleware.ClaimResult{Record: s.record(e, now, false)}, nil
+	case e.held(req.Token, now):
+		// The same owner's claim again (a resend whose first reply was lost):
+		// acquired, no new attempt, no new transition; only the lease counts
+		// from now.
+		e.deadline = now + int64(req.Lease)
+		s.expire(e, e.deadline+int64(req.TTL))
+		return middleware.ClaimResult{Acquired: true, Record: s.record(e, now, true)}, nil
+	case e.state == middleware.StateFailed || e.lapsed(now):
+		// A new attempt of the same record: a lapsed lease counts as a failed
+		// attempt, so a consumer that dies mid-handler still counts. The token
+		// that failed (or let its lease lapse) has no hold on the key, so its
+		// own claim is a new attempt too.
+		e.attempts++
+		if len(req.Fingerprint) > 0 {
+			e.fingerprint = bytes.Clone(req.Fingerprint)
+		}
+	default: // COMPLETED, or a live lease of another owner
+		return middleware.ClaimResult{Record: s.record(e, now, false)}, nil
 	}
 	e.state = middleware.StateInProgress
-	e.token = s.newToken()
+	e.token = req.Token
 	e.updated = now
-	s.expire(e, now+int64(lease))
-	return middleware.ClaimResult{Acquired: true, Token: e.token, Record: e.record(true)}, nil
+	e.deadline = now + int64(req.Lease)
+	s.expire(e, e.deadline+int64(req.TTL))
+	return middleware.ClaimResult{Acquired: true, Record: s.record(e, now, true)}, nil
 }
 
-// Renew implements middleware.Store.
+// Renew implements middleware.Store. It moves the lease deadline to lease
+// from now and the record's expiry with it, keeping the claim's TTL after
+// the deadline.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
 	return s.transition(ctx, opRenew, key, token, lease, nil)
 }
@@ -171,38 +233,52 @@ const (
 
 var opNames = [...]string{opRenew: "renew", opComplete: "complete", opFail: "fail"}
 
-// transition applies o to the record of key if token owns it, and sets its
-// expiry to ttl from now.
-func (s *Store) transition(ctx context.Context, o op, key, token string, ttl time.Duration, result []byte) error {
-	if err := middleware.CheckOwner(key, token, ttl); err != nil {
-		return fmt.Errorf("memstore: %s: %w", opNames[o], err)
+// transition applies o to the record of key if token holds its live lease.
+// A Complete or Fail that token already applied (its resend) changes nothing
+// and succeeds.
+func (s *Store) transition(ctx context.Context, o op, key, token string, d time.Duration, result []byte) error {
+	if err := middleware.CheckOwner(key, token, d); err != nil {
+		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memstore: %s: %w", opNames[o], err)
+		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, ErrClosed)
 	}
-	now := s.now().UnixNano()
+	now := s.clock()
 	s.reclaim(now)
 	e := s.live(key, now)
-	if e == nil || e.state != middleware.StateInProgress || e.token != token {
-		return fmt.Errorf("memstore: %s: %w", opNames[o], middleware.ErrLeaseLost)
+	if e == nil {
+		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, middleware.ErrLeaseLost)
+	}
+	if !e.held(token, now) {
+		// The token of a COMPLETED or FAILED record is the one whose
+		// Complete or Fail made it so: the same call again is a resend.
+		resent := e.token == token &&
+			(o == opComplete && e.state == middleware.StateCompleted ||
+				o == opFail && e.state == middleware.StateFailed)
+		if resent {
+			return nil
+		}
+		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, middleware.ErrLeaseLost)
 	}
 	switch o {
+	case opRenew:
+		ttl := e.expireAt - e.deadline
+		e.deadline = now + int64(d)
+		s.expire(e, e.deadline+ttl)
+		return nil
 	case opComplete:
 		e.state = middleware.StateCompleted
-		e.token = ""
 		e.result = append(make([]byte, 0, len(result)), result...)
-		e.updated = now
 	case opFail:
 		e.state = middleware.StateFailed
-		e.token = ""
-		e.updated = now
 	}
-	s.expire(e, now+int64(ttl))
+	e.updated = now
+	s.expire(e, now+int64(d))
 	return nil
 }
 
@@ -212,15 +288,16 @@ func (s *Store) Get(ctx context.Context, key string) (middleware.Record, error) 
 		return middleware.Record{}, fmt.Errorf("memstore: get: %w", middleware.ErrEmptyKey)
 	}
 	if err := ctx.Err(); err != nil {
-		return middleware.Record{}, fmt.Errorf("memstore: get: %w", err)
+		return middleware.Record{}, fmt.Errorf("memstore: get %q: %w", key, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return middleware.Record{}, ErrClosed
+		return middleware.Record{}, fmt.Errorf("memstore: get %q: %w", key, ErrClosed)
 	}
-	if e := s.live(key, s.now().UnixNano()); e != nil {
-		return e.record(true), nil
+	now := s.clock()
+	if e := s.live(key, now); e != nil {
+		return s.record(e, now, true), nil
 	}
 	return middleware.Record{State: middleware.StateAbsent}, nil
 }
@@ -231,12 +308,12 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return fmt.Errorf("memstore: delete: %w", middleware.ErrEmptyKey)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memstore: delete: %w", err)
+		return fmt.Errorf("memstore: delete %q: %w", key, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return fmt.Errorf("memstore: delete %q: %w", key, ErrClosed)
 	}
 	delete(s.records, key) // its heap item is dropped when it comes up
 	return nil
@@ -265,7 +342,8 @@ func (s *Store) live(key string, now int64) *entry {
 // item, so most keys cost one heap push in their lifetime.
 func (s *Store) expire(e *entry, expireAt int64) {
 	e.expireAt = expireAt
-	if e.queuedAt == 0 || expireAt < e.queuedAt {
+	if !e.queued || expireAt < e.queuedAt {
+		e.queued = true
 		e.queuedAt = expireAt
 		s.expiry.push(expiryItem{at: expireAt, entry: e})
 	}
@@ -296,19 +374,8 @@ func cloneKeepEmpty(b []byte) []byte {
 	return append([]byte{}, b...)
 }
 
-// newToken returns a fresh owner token: 128 bits in hex, the store's random
-// salt and a sequence number. In process, unique is what matters; the salt
-// keeps tokens of different stores apart. The caller holds s.mu.
-func (s *Store) newToken() string {
-	s.seq++
-	var b [16]byte
-	copy(b[:8], s.salt[:])
-	binary.BigEndian.PutUint64(b[8:], s.seq)
-	return hex.EncodeToString(b[:])
-}
-
 type expiryItem struct {
-	at    int64 // Unix nanoseconds
+	at    int64 // offset from the store's base
 	entry *entry
 }
 

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -35,6 +36,11 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
+// claim is a claim request with a fresh token, lease and a minute's TTL.
+func claim(lease time.Duration) middleware.ClaimRequest {
+	return middleware.ClaimRequest{Token: middleware.NewToken(), Lease: lease, TTL: time.Minute}
+}
+
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Subject {
 		clock := newFakeClock()
@@ -57,9 +63,10 @@ func TestExpiredRecordsAreReclaimed(t *testing.T) {
 	const live = 100
 	for i := range 10_000 {
 		k := "k" + strconv.Itoa(i)
-		res, err := s.Claim(ctx, k, time.Second, nil)
+		req := claim(time.Second)
+		_, err := s.Claim(ctx, k, req)
 		require.NoError(t, err)
-		require.NoError(t, s.Complete(ctx, k, res.Token, []byte("r"), live*time.Millisecond))
+		require.NoError(t, s.Complete(ctx, k, req.Token, []byte("r"), live*time.Millisecond))
 		clock.Advance(time.Millisecond)
 		require.LessOrEqual(t, s.Len(), live+1, "records past their TTL must be reclaimed as new keys arrive")
 	}
@@ -68,7 +75,7 @@ func TestExpiredRecordsAreReclaimed(t *testing.T) {
 func TestClosed(t *testing.T) {
 	s := memstore.New(memstore.Config{})
 	require.NoError(t, s.Close())
-	_, err := s.Claim(context.Background(), "k", time.Second, nil)
+	_, err := s.Claim(context.Background(), "k", claim(time.Second))
 	assert.ErrorIs(t, err, memstore.ErrClosed)
 	_, err = s.Get(context.Background(), "k")
 	assert.ErrorIs(t, err, memstore.ErrClosed)
@@ -78,10 +85,11 @@ func TestClosed(t *testing.T) {
 func TestResultIsCopied(t *testing.T) {
 	s := memstore.New(memstore.Config{})
 	ctx := context.Background()
-	res, err := s.Claim(ctx, "k", time.Second, nil)
+	req := claim(time.Second)
+	_, err := s.Claim(ctx, "k", req)
 	require.NoError(t, err)
 	out := []byte("abc")
-	require.NoError(t, s.Complete(ctx, "k", res.Token, out, time.Minute))
+	require.NoError(t, s.Complete(ctx, "k", req.Token, out, time.Minute))
 	out[0] = 'X'
 	rec, err := s.Get(ctx, "k")
 	require.NoError(t, err)
@@ -90,4 +98,39 @@ func TestResultIsCopied(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []byte("abc"), again.Result, "neither the caller's slice nor a returned one aliases the stored result")
 	assert.Equal(t, middleware.StateCompleted, again.State)
+}
+
+// The default clock (no Config.Now) measures leases as intervals from New,
+// with time.Since; inside a synctest bubble that is the bubble's fake clock,
+// so the default path is driven here without sleeping. See the package doc
+// for why no test steps the wall clock itself.
+func TestDefaultClockInSynctestBubble(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memstore.New(memstore.Config{})
+		ctx := context.Background()
+		req := claim(time.Second)
+		res, err := s.Claim(ctx, "k", req)
+		require.NoError(t, err)
+		require.True(t, res.Acquired)
+		assert.WithinDuration(t, time.Now(), res.Record.UpdatedAt, 0, "reported times are the clock's")
+
+		time.Sleep(time.Second / 2)
+		require.NoError(t, s.Renew(ctx, "k", req.Token, time.Second))
+		time.Sleep(time.Second / 2)
+		rec, err := s.Get(ctx, "k")
+		require.NoError(t, err)
+		assert.Equal(t, middleware.StateInProgress, rec.State, "the renewed lease is live past the claim's deadline")
+
+		time.Sleep(time.Second)
+		rec, err = s.Get(ctx, "k")
+		require.NoError(t, err)
+		assert.Equal(t, middleware.StateFailed, rec.State, "the lease lapsed")
+		assert.WithinDuration(t, time.Now().Add(-time.Second/2), rec.LeaseExpiresAt, 0, "the lapsed deadline is kept")
+		assert.ErrorIs(t, s.Complete(ctx, "k", req.Token, nil, time.Minute), middleware.ErrLeaseLost)
+
+		time.Sleep(time.Minute)
+		rec, err = s.Get(ctx, "k")
+		require.NoError(t, err)
+		assert.Equal(t, middleware.StateAbsent, rec.State, "the record expired TTL after the lapsed deadline")
+	})
 }

@@ -13,7 +13,8 @@ import (
 
 // Benchmark measures a store alone, without the middleware: a fresh message
 // is a Claim then a Complete of a new key, a duplicate is a Claim of a
-// completed key; each sequentially and from 64 goroutines. Keys start with
+// completed key; each sequentially and from 64 goroutines. Every claim makes
+// its token with middleware.NewToken, as the middleware does. Keys start with
 // prefix, which the caller removes afterwards if the store outlives the
 // benchmark:
 //
@@ -23,28 +24,29 @@ func Benchmark(b *testing.B, s middleware.Store, prefix string) {
 	var seq atomic.Uint64
 	fresh := func(b *testing.B) {
 		key := prefix + "f" + strconv.FormatUint(seq.Add(1), 10)
-		res, err := s.Claim(ctx, key, time.Minute, nil)
+		req := claimRequest()
+		res, err := s.Claim(ctx, key, req)
 		if err != nil || !res.Acquired {
 			b.Fatalf("claim %s: %v %+v", key, err, res)
 		}
-		if err := s.Complete(ctx, key, res.Token, nil, time.Hour); err != nil {
+		if err := s.Complete(ctx, key, req.Token, nil, time.Hour); err != nil {
 			b.Fatal(err)
 		}
 	}
 	dups := make([]string, 1024)
 	for i := range dups {
 		dups[i] = prefix + "d" + strconv.Itoa(i)
-		res, err := s.Claim(ctx, dups[i], time.Minute, nil)
-		if err != nil {
+		req := claimRequest()
+		if _, err := s.Claim(ctx, dups[i], req); err != nil {
 			b.Fatal(err)
 		}
-		if err := s.Complete(ctx, dups[i], res.Token, nil, time.Hour); err != nil {
+		if err := s.Complete(ctx, dups[i], req.Token, nil, time.Hour); err != nil {
 			b.Fatal(err)
 		}
 	}
 	var dseq atomic.Uint64
 	duplicate := func(b *testing.B) {
-		res, err := s.Claim(ctx, dups[dseq.Add(1)%uint64(len(dups))], time.Minute, nil)
+		res, err := s.Claim(ctx, dups[dseq.Add(1)%uint64(len(dups))], claimRequest())
 		if err != nil || res.Acquired {
 			b.Fatalf("duplicate claim: %v %+v", err, res)
 		}
@@ -69,4 +71,10 @@ func Benchmark(b *testing.B, s middleware.Store, prefix string) {
 			})
 		})
 	}
+}
+
+// claimRequest is the benchmark's claim: the middleware's default lease and
+// FailedTTL, a fresh token.
+func claimRequest() middleware.ClaimRequest {
+	return middleware.ClaimRequest{Token: middleware.NewToken(), Lease: middleware.DefaultLeaseTTL, TTL: middleware.DefaultFailedTTL}
 }

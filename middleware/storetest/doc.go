@@ -7,13 +7,50 @@
 //		})
 //	}
 //
-// The suite proves the state machine of middleware.Store: exactly one winner
-// among 64 concurrent claimers (over 100 rounds), fencing of stale owners
-// with ErrLeaseLost, lease renewal, attempts counted across failures, expiry
-// of every state, exact round trips of empty and 1 MiB results, keys of any
-// bytes (1 MiB long, NUL, newlines, quotes, braces, Lua metacharacters,
-// invalid UTF-8), fingerprints, cancelled contexts, and rejection of empty
-// keys and of TTLs that are not positive.
+// The suite proves the state machine of middleware.Store:
+//
+//   - Claim: an absent key is acquired with the caller's token, attempt 1,
+//     and a lease deadline lease after the claim; exactly one winner among 64
+//     concurrent claimers, each with its own token (over 100 rounds), and
+//     the key then holds the winner's token; a live lease of another owner
+//     is refused without handing out its token.
+//   - Fencing: Renew, Complete and Fail of any token but the holder's get
+//     middleware.ErrLeaseLost and change nothing; so do those of an owner
+//     whose lease lapsed, whether or not someone claimed the key since.
+//   - Lapsed leases: a lease not renewed in time reads as FAILED (no token,
+//     its attempts, LeaseExpiresAt the lapsed deadline, now past); the next
+//     claim acquires it as attempt n+1 with its creation time kept, so a
+//     crash loop reaches MaxAttempts; the record expires TTL after its
+//     deadline, and only then do attempts restart at 1. Renew moves the
+//     deadline and the record's expiry with it.
+//   - Resent transitions, as a client resends a command whose reply was
+//     lost: a claim with the holding token acquires again without counting
+//     an attempt and counts its lease from now; Renew, Complete and Fail
+//     resent by their owner succeed, and a resent Complete keeps the first
+//     result; another token's Complete or Fail, or the old owner's Fail after
+//     the key was claimed again, gets ErrLeaseLost; COMPLETED is terminal,
+//     even for the token that completed it; the token that failed a key holds
+//     nothing, so its claim is a new attempt.
+//   - Attempts counted across failures and kept by completion; expiry of
+//     COMPLETED and FAILED records after their TTL; LeaseExpiresAt zero on
+//     records completed or failed by their owner.
+//   - Exact round trips of empty, nil, odd and 1 MiB results; keys of any
+//     bytes (1 MiB long, NUL, newlines, quotes, braces, Lua metacharacters,
+//     invalid UTF-8); fingerprints (a different one never acquires, the first
+//     is kept).
+//   - Corrupt records, when Subject.PutForeign is set: for every Foreign
+//     kind (short and long strings, JSON, a value of the wrong type, a record
+//     with fields that do not parse), Claim, Get, Renew, Complete and Fail
+//     return an error matching middleware.ErrCorruptRecord that names the
+//     key; Claim never acquires and never reports a duplicate; the foreign
+//     value is still there afterwards; Delete removes it and the key starts
+//     afresh. A store without a foreign encoding (memstore) leaves
+//     PutForeign nil, and the case logs that it does not apply.
+//   - Delete of any state; cancelled contexts; rejection of empty keys and
+//     tokens and of leases and TTLs that are not positive, changing nothing.
+//
+// The store's clock is read through the times it reports (a fresh claim's
+// UpdatedAt is its "now"), never compared with the test's own wall clock.
 //
 // Benchmark measures a store alone (claim+complete of a fresh key, claim of
 // a completed key), so a third-party store can be compared with the
@@ -21,7 +58,8 @@
 //
 // Keys are unique per run and per subtest, so the suite may share a server
 // with other data; it deletes what it wrote and never flushes anything.
-// Stores with a real clock are driven with leases of a few hundred
-// milliseconds and real sleeps; a store with an injectable clock passes
-// Subject.Advance and the suite never sleeps.
+// Stores with a real clock are driven with leases of 300 milliseconds and
+// real sleeps (no case sleeps more than about 1.5 s, and cases run in
+// parallel); a store with an injectable clock passes Subject.Advance and the
+// suite never sleeps.
 package storetest

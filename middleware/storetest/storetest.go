@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,53 @@ type Subject struct {
 	// Advance moves the store's clock forward by d. Nil means the store keeps
 	// real time, and the suite sleeps instead.
 	Advance func(d time.Duration)
+	// PutForeign writes a value of the given kind that is not a record of
+	// the store's under key, the way a bug or another program would, so the
+	// suite can check that every method answers ErrCorruptRecord and changes
+	// nothing. Nil for a store that keeps no encoding anyone else could
+	// write (memstore): the corrupt-record case then logs that it does not
+	// apply, and checks nothing.
+	PutForeign func(key string, kind Foreign) error
+}
+
+// Foreign is a kind of value that is not a record, for Subject.PutForeign.
+type Foreign int
+
+// The foreign values of the corrupt-record case.
+const (
+	// ForeignShortString is a short string, such as "1".
+	ForeignShortString Foreign = iota
+	// ForeignLongString is a string longer than any record header.
+	ForeignLongString
+	// ForeignJSON is a JSON document.
+	ForeignJSON
+	// ForeignWrongType is a value of a type the store never uses for a
+	// record (a Redis list, say).
+	ForeignWrongType
+	// ForeignBadFields is a value of the record's own type whose fields do
+	// not parse (a Redis hash with a non-numeric attempt count, say).
+	ForeignBadFields
+)
+
+// Foreigns lists every Foreign kind.
+var Foreigns = []Foreign{ForeignShortString, ForeignLongString, ForeignJSON, ForeignWrongType, ForeignBadFields}
+
+// String names the kind, for messages.
+func (f Foreign) String() string {
+	switch f {
+	case ForeignShortString:
+		return "short-string"
+	case ForeignLongString:
+		return "long-string"
+	case ForeignJSON:
+		return "json"
+	case ForeignWrongType:
+		return "wrong-type"
+	case ForeignBadFields:
+		return "bad-fields"
+	default:
+		return "foreign-" + strconv.Itoa(int(f))
+	}
 }
 
 // lease is the lease of the suite's claims; long enough that scheduling noise
@@ -35,8 +83,13 @@ const lease = 300 * time.Millisecond
 // past is how far the suite moves time to be sure a lease or TTL has expired.
 const past = lease + 100*time.Millisecond
 
-// ttl is the COMPLETED and FAILED TTL of the suite's records.
+// ttl is the TTL of the suite's records: how long a COMPLETED or FAILED
+// record is kept, and how long a claim's record outlives its lapsed lease.
 const ttl = lease
+
+// keyInMessage is how many leading bytes of a key an error must quote: a
+// store may shorten a long key in its messages, but must name it.
+const keyInMessage = 40
 
 // Run runs the conformance suite against the stores that newStore returns,
 // one per subtest. Subtests run in parallel.
@@ -87,19 +140,35 @@ func (h *harness) advance(d time.Duration) {
 	time.Sleep(d)
 }
 
-func (h *harness) claim(key string, fp []byte) middleware.ClaimResult {
+// request returns the suite's claim request, with a fresh token.
+func request(fp []byte) middleware.ClaimRequest {
+	return middleware.ClaimRequest{Token: middleware.NewToken(), Lease: lease, TTL: ttl, Fingerprint: fp}
+}
+
+func (h *harness) claimWith(key string, req middleware.ClaimRequest) middleware.ClaimResult {
 	h.t.Helper()
-	res, err := h.Store.Claim(h.ctx, key, lease, fp)
+	res, err := h.Store.Claim(h.ctx, key, req)
 	require.NoError(h.t, err)
+	if res.Acquired {
+		require.Equal(h.t, req.Token, res.Record.Token, "an acquired record carries the claim's token")
+		require.Equal(h.t, middleware.StateInProgress, res.Record.State)
+	}
 	return res
 }
 
+// claim claims key with a fresh token.
+func (h *harness) claim(key string, fp []byte) middleware.ClaimResult {
+	h.t.Helper()
+	return h.claimWith(key, request(fp))
+}
+
+// mustAcquire claims key with a fresh token, which it returns.
 func (h *harness) mustAcquire(key string) string {
 	h.t.Helper()
-	res := h.claim(key, nil)
+	req := request(nil)
+	res := h.claimWith(key, req)
 	require.True(h.t, res.Acquired, "claim of %q must acquire, record %+v", key, res.Record)
-	require.NotEmpty(h.t, res.Token)
-	return res.Token
+	return req.Token
 }
 
 func (h *harness) get(key string) middleware.Record {
@@ -107,6 +176,28 @@ func (h *harness) get(key string) middleware.Record {
 	rec, err := h.Store.Get(h.ctx, key)
 	require.NoError(h.t, err)
 	return rec
+}
+
+// storeNow returns the current time of the store's clock (for Redis, the
+// server's), which the suite cannot read directly: the UpdatedAt of a claim
+// of a fresh key.
+func (h *harness) storeNow() time.Time {
+	h.t.Helper()
+	res := h.claim(h.key("now:"+randomHex(4)), nil)
+	require.True(h.t, res.Acquired)
+	return res.Record.UpdatedAt
+}
+
+// assertLapsed checks that rec reads as a lease that lapsed: FAILED, without
+// a token, with its attempts, and with a lease deadline that has passed.
+func (h *harness) assertLapsed(rec middleware.Record, attempts int, what string) {
+	h.t.Helper()
+	assert.Equal(h.t, middleware.StateFailed, rec.State, "%s: a lapsed lease reads as FAILED: the attempt failed", what)
+	assert.Empty(h.t, rec.Token, "%s: a lapsed lease has no owner", what)
+	assert.Equal(h.t, attempts, rec.Attempts, "%s: a lapsed lease keeps its attempts", what)
+	assert.Nil(h.t, rec.Result, what)
+	require.False(h.t, rec.LeaseExpiresAt.IsZero(), "%s: a lapsed lease keeps its deadline", what)
+	assert.False(h.t, rec.LeaseExpiresAt.After(h.storeNow()), "%s: the lapsed deadline %v is past", what, rec.LeaseExpiresAt)
 }
 
 var cases = []struct {
@@ -121,11 +212,14 @@ var cases = []struct {
 	{"StaleOwnerIsFenced", testStaleOwner},
 	{"RenewExtendsLease", testRenew},
 	{"ExpiredLeaseIsClaimable", testLeaseExpiry},
+	{"LapsedLeaseKeepsAttempts", testLapsedLease},
 	{"FailCountsAttempts", testFailAttempts},
+	{"ResentTransitionsAreIdempotent", testResent},
 	{"CompletedExpires", testCompletedExpires},
 	{"FailedExpires", testFailedExpires},
 	{"OddKeys", testOddKeys},
 	{"Fingerprint", testFingerprint},
+	{"CorruptRecords", testCorrupt},
 	{"Delete", testDelete},
 	{"CancelledContext", testCancelledContext},
 	{"BadArguments", testBadArguments},
@@ -134,23 +228,24 @@ var cases = []struct {
 func testClaimAbsent(h *harness) {
 	t, k := h.t, h.key("k")
 	assert.Equal(t, middleware.StateAbsent, h.get(k).State)
-	res := h.claim(k, nil)
+	req := request(nil)
+	res := h.claimWith(k, req)
 	require.True(t, res.Acquired)
-	assert.Len(t, res.Token, 32, "owner token is 128 bits in hex")
-	assert.Equal(t, res.Token, res.Record.Token)
+	assert.Equal(t, req.Token, res.Record.Token, "the record carries the claim's own token")
 	assert.Equal(t, middleware.StateInProgress, res.Record.State)
 	assert.Equal(t, 1, res.Record.Attempts)
 	assert.False(t, res.Record.CreatedAt.IsZero())
+	assert.False(t, res.Record.UpdatedAt.Before(res.Record.CreatedAt))
+	assert.WithinDuration(t, res.Record.UpdatedAt.Add(lease), res.Record.LeaseExpiresAt, lease/10,
+		"the lease ends lease after the claim, by the store's clock")
+	assert.True(t, res.Record.LeaseExpiresAt.After(h.storeNow()), "a fresh lease ends in the future")
 
 	rec := h.get(k)
 	assert.Equal(t, middleware.StateInProgress, rec.State)
-	assert.Equal(t, res.Token, rec.Token)
+	assert.Equal(t, req.Token, rec.Token)
 	assert.Equal(t, 1, rec.Attempts)
 	assert.Nil(t, rec.Result)
-
-	other := h.claim(h.key("other"), nil)
-	require.True(t, other.Acquired)
-	assert.NotEqual(t, res.Token, other.Token, "tokens are random")
+	assert.WithinDuration(t, res.Record.LeaseExpiresAt, rec.LeaseExpiresAt, time.Millisecond, "Get reads the claim's deadline")
 }
 
 func testClaimRace(h *harness) {
@@ -158,6 +253,7 @@ func testClaimRace(h *harness) {
 	for round := range rounds {
 		k := h.key("race:" + string(rune('a'+round%26)) + randomHex(4))
 		var wins atomic.Int32
+		var winner atomic.Value
 		var wg sync.WaitGroup
 		start := make(chan struct{})
 		errs := make(chan error, claimers)
@@ -165,14 +261,16 @@ func testClaimRace(h *harness) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				req := middleware.ClaimRequest{Token: middleware.NewToken(), Lease: time.Minute, TTL: time.Minute}
 				<-start
-				res, err := h.Store.Claim(h.ctx, k, time.Minute, nil)
+				res, err := h.Store.Claim(h.ctx, k, req)
 				if err != nil {
 					errs <- err
 					return
 				}
 				if res.Acquired {
 					wins.Add(1)
+					winner.Store(req.Token)
 				} else if res.Record.State != middleware.StateInProgress || res.Record.Token != "" {
 					errs <- errors.New("a refused claim must see IN_PROGRESS without the owner's token")
 				}
@@ -185,6 +283,7 @@ func testClaimRace(h *harness) {
 			require.NoError(h.t, err)
 		}
 		require.EqualValues(h.t, 1, wins.Load(), "round %d: exactly one of %d claimers must win", round, claimers)
+		require.Equal(h.t, winner.Load(), h.get(k).Token, "round %d: the key is held by the winner's token", round)
 	}
 }
 
@@ -193,9 +292,9 @@ func testClaimInProgress(h *harness) {
 	tok := h.mustAcquire(k)
 	res := h.claim(k, nil)
 	assert.False(t, res.Acquired)
-	assert.Empty(t, res.Token)
 	assert.Equal(t, middleware.StateInProgress, res.Record.State)
 	assert.Empty(t, res.Record.Token, "another owner's token is never handed out by Claim")
+	assert.True(t, res.Record.LeaseExpiresAt.After(res.Record.UpdatedAt), "a live lease ends after its claim")
 	assert.Equal(t, tok, h.get(k).Token, "a refused claim changes nothing")
 }
 
@@ -210,16 +309,21 @@ func testComplete(h *harness) {
 	assert.Equal(t, []byte("output"), rec.Result)
 	assert.Equal(t, 1, rec.Attempts)
 	assert.False(t, rec.UpdatedAt.Before(rec.CreatedAt))
+	assert.True(t, rec.LeaseExpiresAt.IsZero(), "a COMPLETED record has no lease")
 
 	res := h.claim(k, nil)
 	assert.False(t, res.Acquired, "a COMPLETED key is never claimed again")
 	assert.Equal(t, middleware.StateCompleted, res.Record.State)
 	assert.Equal(t, []byte("output"), res.Record.Result, "the duplicate's claim returns the result")
 
-	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, []byte("again"), time.Minute), middleware.ErrLeaseLost)
-	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, time.Minute), middleware.ErrLeaseLost)
+	other := middleware.NewToken()
+	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, other, []byte("again"), time.Minute), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, other, time.Minute), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, time.Minute), middleware.ErrLeaseLost, "a completed key is not failed, even by its owner")
 	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, tok, time.Minute), middleware.ErrLeaseLost)
-	assert.Equal(t, []byte("output"), h.get(k).Result, "a second Complete changes nothing")
+	rec = h.get(k)
+	assert.Equal(t, middleware.StateCompleted, rec.State)
+	assert.Equal(t, []byte("output"), rec.Result, "another Complete changes nothing")
 }
 
 func testResultRoundTrip(h *harness) {
@@ -242,29 +346,31 @@ func testResultRoundTrip(h *harness) {
 }
 
 func testStaleOwner(h *harness) {
-	t, k := h.t, h.key("k")
+	t, k, k2 := h.t, h.key("k"), h.key("k2")
 	stale := h.mustAcquire(k)
+	lapsed := h.mustAcquire(k2)
 	h.advance(past)
-	fresh := h.claim(k, nil)
-	require.True(t, fresh.Acquired, "an expired lease is claimable")
-	assert.Equal(t, 1, fresh.Record.Attempts, "an expired lease leaves no record: attempts restart")
 
+	fresh := request(nil)
+	res := h.claimWith(k, fresh)
+	require.True(t, res.Acquired, "a lapsed lease is claimable")
+	assert.Equal(t, 2, res.Record.Attempts, "the lapsed lease counted as an attempt")
 	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, stale, lease), middleware.ErrLeaseLost)
 	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, stale, []byte("stale"), time.Minute), middleware.ErrLeaseLost)
 	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, stale, time.Minute), middleware.ErrLeaseLost)
 	rec := h.get(k)
 	assert.Equal(t, middleware.StateInProgress, rec.State, "a stale owner changes nothing")
 	assert.Equal(t, fresh.Token, rec.Token)
-
+	assert.Equal(t, 2, rec.Attempts)
 	require.NoError(t, h.Store.Complete(h.ctx, k, fresh.Token, []byte("fresh"), time.Minute))
 	assert.Equal(t, []byte("fresh"), h.get(k).Result)
 
-	// A stale owner whose key nobody claimed again is fenced as well.
-	k2 := h.key("k2")
-	tok := h.mustAcquire(k2)
-	h.advance(past)
-	assert.ErrorIs(t, h.Store.Complete(h.ctx, k2, tok, nil, time.Minute), middleware.ErrLeaseLost)
-	assert.Equal(t, middleware.StateAbsent, h.get(k2).State)
+	// A stale owner whose key nobody claimed again is fenced as well: its
+	// lease lapsed, whoever comes next.
+	assert.ErrorIs(t, h.Store.Complete(h.ctx, k2, lapsed, nil, time.Minute), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Renew(h.ctx, k2, lapsed, lease), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k2, lapsed, time.Minute), middleware.ErrLeaseLost)
+	h.assertLapsed(h.get(k2), 1, "stale owner's key")
 }
 
 func testRenew(h *harness) {
@@ -288,30 +394,154 @@ func testLeaseExpiry(h *harness) {
 	h.mustAcquire(k)
 	h.advance(lease / 3)
 	assert.False(t, h.claim(k, nil).Acquired, "a live lease is not claimable")
+	h.advance(past - lease/3)
+	h.assertLapsed(h.get(k), 1, "lapsed lease")
+	res := h.claim(k, nil)
+	assert.True(t, res.Acquired, "a lapsed lease is claimable")
+	assert.Equal(t, 2, res.Record.Attempts)
+}
+
+// testLapsedLease follows two keys on one timeline (times for the real
+// clock; each step leaves at least 100ms either side of a deadline):
+//
+//	  0ms  claim k (attempt 1, lease to 300, record to 600); claim r
+//	200ms  renew r (lease to 500)
+//	400ms  renew r (lease to 700, record to 1000); k lapsed: FAILED,
+//	       claim k (attempt 2, lease to 700, record to 1000)
+//	800ms  r lapsed, and still there although its claim's record would
+//	       have gone at 600; k lapsed again: claim k (attempt 3, record to 1400)
+//	1500ms k and r gone; claim k is attempt 1
+func testLapsedLease(h *harness) {
+	t, k, r := h.t, h.key("k"), h.key("renewed")
+	first := h.claim(k, nil)
+	require.True(t, first.Acquired)
+	rreq := request(nil)
+	claimedR := h.claimWith(r, rreq)
+	require.True(t, claimedR.Acquired)
+
+	h.advance(lease * 2 / 3)
+	require.NoError(t, h.Store.Renew(h.ctx, r, rreq.Token, lease))
+	h.advance(lease * 2 / 3)
+	require.NoError(t, h.Store.Renew(h.ctx, r, rreq.Token, lease))
+
+	rec := h.get(k)
+	h.assertLapsed(rec, 1, "first lapse")
+	assert.WithinDuration(t, first.Record.LeaseExpiresAt, rec.LeaseExpiresAt, time.Millisecond, "the lapsed deadline is the claim's")
+	assert.True(t, rec.CreatedAt.Equal(first.Record.CreatedAt))
+	second := h.claim(k, nil)
+	require.True(t, second.Acquired, "a lapsed lease is claimable")
+	assert.Equal(t, 2, second.Record.Attempts, "the lapsed lease counted as an attempt")
+	assert.True(t, second.Record.CreatedAt.Equal(first.Record.CreatedAt), "a new attempt keeps the record's creation time")
+	assert.True(t, second.Record.LeaseExpiresAt.After(rec.LeaseExpiresAt), "a new attempt has a new lease")
+
 	h.advance(past)
-	assert.Equal(t, middleware.StateAbsent, h.get(k).State)
-	assert.True(t, h.claim(k, nil).Acquired)
+	rec = h.get(r)
+	h.assertLapsed(rec, 1, "renewed lease, lapsed")
+	assert.True(t, rec.LeaseExpiresAt.After(claimedR.Record.LeaseExpiresAt), "renewals moved the deadline")
+	rec = h.get(k)
+	h.assertLapsed(rec, 2, "second lapse")
+	assert.WithinDuration(t, second.Record.LeaseExpiresAt, rec.LeaseExpiresAt, time.Millisecond)
+	third := h.claim(k, nil)
+	require.True(t, third.Acquired)
+	assert.Equal(t, 3, third.Record.Attempts, "every lapsed lease counts: a crash loop reaches MaxAttempts")
+
+	h.advance(lease + ttl + 100*time.Millisecond)
+	assert.Equal(t, middleware.StateAbsent, h.get(k).State, "a lapsed record expires TTL after its deadline")
+	assert.Equal(t, middleware.StateAbsent, h.get(r).State, "and so does a renewed one")
+	res := h.claim(k, nil)
+	require.True(t, res.Acquired)
+	assert.Equal(t, 1, res.Record.Attempts, "attempts restart only when the record itself expired")
 }
 
 func testFailAttempts(h *harness) {
 	t, k := h.t, h.key("k")
 	for attempt := 1; attempt <= 3; attempt++ {
-		res := h.claim(k, nil)
+		req := request(nil)
+		res := h.claimWith(k, req)
 		require.True(t, res.Acquired, "a FAILED key is claimable (attempt %d)", attempt)
 		assert.Equal(t, attempt, res.Record.Attempts)
-		require.NoError(t, h.Store.Fail(h.ctx, k, res.Token, time.Minute))
+		require.NoError(t, h.Store.Fail(h.ctx, k, req.Token, time.Minute))
 		rec := h.get(k)
 		assert.Equal(t, middleware.StateFailed, rec.State)
 		assert.Equal(t, attempt, rec.Attempts)
 		assert.Empty(t, rec.Token)
-		assert.ErrorIs(t, h.Store.Renew(h.ctx, k, res.Token, lease), middleware.ErrLeaseLost, "fail ends the lease")
+		assert.True(t, rec.LeaseExpiresAt.IsZero(), "a record failed by its owner has no lease")
+		assert.ErrorIs(t, h.Store.Renew(h.ctx, k, req.Token, lease), middleware.ErrLeaseLost, "fail ends the lease")
 	}
-	res := h.claim(k, nil)
-	require.True(t, res.Acquired)
-	require.NoError(t, h.Store.Complete(h.ctx, k, res.Token, []byte("ok"), time.Minute))
+	req := request(nil)
+	require.True(t, h.claimWith(k, req).Acquired)
+	require.NoError(t, h.Store.Complete(h.ctx, k, req.Token, []byte("ok"), time.Minute))
 	rec := h.get(k)
 	assert.Equal(t, 4, rec.Attempts, "attempts survive completion")
 	assert.Equal(t, middleware.StateCompleted, rec.State)
+}
+
+// testResent resends every transition the way a client does when the reply
+// of its first try was lost.
+func testResent(h *harness) {
+	t, k := h.t, h.key("completed")
+	req := request(nil)
+	first := h.claimWith(k, req)
+	require.True(t, first.Acquired)
+	h.advance(lease / 3)
+	again := h.claimWith(k, req)
+	require.True(t, again.Acquired, "a claim resent with the token that holds the key acquires it")
+	assert.Equal(t, 1, again.Record.Attempts, "a resent claim counts no attempt")
+	assert.True(t, again.Record.CreatedAt.Equal(first.Record.CreatedAt))
+	assert.True(t, again.Record.LeaseExpiresAt.After(first.Record.LeaseExpiresAt), "a resent claim counts its lease from now")
+	rec := h.get(k)
+	assert.Equal(t, middleware.StateInProgress, rec.State)
+	assert.Equal(t, req.Token, rec.Token)
+	assert.Equal(t, 1, rec.Attempts)
+
+	require.NoError(t, h.Store.Renew(h.ctx, k, req.Token, lease))
+	require.NoError(t, h.Store.Renew(h.ctx, k, req.Token, lease), "a resent renewal succeeds")
+	require.NoError(t, h.Store.Complete(h.ctx, k, req.Token, []byte("first"), time.Minute))
+	require.NoError(t, h.Store.Complete(h.ctx, k, req.Token, []byte("second"), time.Minute),
+		"a Complete resent by the owner whose Complete was applied succeeds")
+	rec = h.get(k)
+	assert.Equal(t, middleware.StateCompleted, rec.State)
+	assert.Equal(t, []byte("first"), rec.Result, "a resent Complete changes nothing")
+	assert.Equal(t, 1, rec.Attempts)
+	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, middleware.NewToken(), []byte("other"), time.Minute), middleware.ErrLeaseLost,
+		"only the completing token's resend succeeds")
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, req.Token, time.Minute), middleware.ErrLeaseLost, "the completing token cannot fail it")
+	res := h.claimWith(k, req)
+	assert.False(t, res.Acquired, "COMPLETED is terminal, even for a claim with the completing token")
+	assert.Equal(t, middleware.StateCompleted, res.Record.State)
+	assert.Empty(t, res.Record.Token)
+	assert.Equal(t, []byte("first"), res.Record.Result)
+	assert.Equal(t, []byte("first"), h.get(k).Result)
+
+	k = h.key("failed")
+	tok := h.mustAcquire(k)
+	require.NoError(t, h.Store.Fail(h.ctx, k, tok, time.Minute))
+	require.NoError(t, h.Store.Fail(h.ctx, k, tok, time.Minute), "a Fail resent by its owner succeeds")
+	rec = h.get(k)
+	assert.Equal(t, middleware.StateFailed, rec.State)
+	assert.Equal(t, 1, rec.Attempts)
+	assert.Empty(t, rec.Token, "the failing token is never reported")
+	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, nil, time.Minute), middleware.ErrLeaseLost, "a failed owner cannot complete")
+	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, tok, lease), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, middleware.NewToken(), time.Minute), middleware.ErrLeaseLost, "only the failing token's resend succeeds")
+	next := request(nil)
+	require.True(t, h.claimWith(k, next).Acquired)
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, time.Minute), middleware.ErrLeaseLost,
+		"a Fail resent after the key was claimed again is stale")
+	rec = h.get(k)
+	assert.Equal(t, middleware.StateInProgress, rec.State, "a stale resent Fail changes nothing")
+	assert.Equal(t, next.Token, rec.Token)
+	assert.Equal(t, 2, rec.Attempts)
+
+	// The token that failed a key holds nothing: its own claim is a new
+	// attempt, not a resend.
+	k = h.key("reclaimed")
+	req = request(nil)
+	require.True(t, h.claimWith(k, req).Acquired)
+	require.NoError(t, h.Store.Fail(h.ctx, k, req.Token, time.Minute))
+	res = h.claimWith(k, req)
+	require.True(t, res.Acquired, "a FAILED key is claimable")
+	assert.Equal(t, 2, res.Record.Attempts, "a claim of a FAILED key counts an attempt, whatever its token")
 }
 
 func testCompletedExpires(h *harness) {
@@ -371,7 +601,8 @@ func testOddKeys(h *harness) {
 func testFingerprint(h *harness) {
 	t, k := h.t, h.key("k")
 	fpA, fpB := []byte("sha256:A\x00\xff"), []byte("sha256:B")
-	res := h.claim(k, fpA)
+	owner := request(fpA)
+	res := h.claimWith(k, owner)
 	require.True(t, res.Acquired)
 	assert.Equal(t, fpA, res.Record.Fingerprint)
 
@@ -379,16 +610,17 @@ func testFingerprint(h *harness) {
 	assert.False(t, other.Acquired)
 	assert.Equal(t, fpA, other.Record.Fingerprint, "the stored fingerprint comes back to tell a reused key")
 
-	require.NoError(t, h.Store.Fail(h.ctx, k, res.Token, time.Minute))
+	require.NoError(t, h.Store.Fail(h.ctx, k, owner.Token, time.Minute))
 	other = h.claim(k, fpB)
 	assert.False(t, other.Acquired, "a different fingerprint never acquires, even a FAILED key")
 	assert.Equal(t, middleware.StateFailed, other.Record.State)
 	assert.Equal(t, fpA, other.Record.Fingerprint)
 
-	again := h.claim(k, nil)
-	require.True(t, again.Acquired, "no fingerprint given: no comparison")
-	assert.Equal(t, fpA, again.Record.Fingerprint, "the first fingerprint is kept")
-	assert.Equal(t, 2, again.Record.Attempts)
+	again := request(nil)
+	res = h.claimWith(k, again)
+	require.True(t, res.Acquired, "no fingerprint given: no comparison")
+	assert.Equal(t, fpA, res.Record.Fingerprint, "the first fingerprint is kept")
+	assert.Equal(t, 2, res.Record.Attempts)
 	require.NoError(t, h.Store.Complete(h.ctx, k, again.Token, []byte("r"), time.Minute))
 
 	same := h.claim(k, fpA)
@@ -398,6 +630,46 @@ func testFingerprint(h *harness) {
 	assert.Equal(t, fpA, h.get(k).Fingerprint)
 }
 
+// testCorrupt puts values that are not records under keys and checks that
+// every method refuses them with ErrCorruptRecord naming the key: never a
+// duplicate, never an overwrite, never a panic; Delete clears them.
+func testCorrupt(h *harness) {
+	t := h.t
+	if h.PutForeign == nil {
+		t.Log("Subject.PutForeign is nil: the store keeps no encoding another program could write, so corrupt records do not apply")
+		return
+	}
+	for _, kind := range Foreigns {
+		k := h.key("foreign:" + kind.String())
+		require.NoError(t, h.PutForeign(k, kind), kind)
+		corrupt := func(op string, err error) {
+			t.Helper()
+			if assert.ErrorIs(t, err, middleware.ErrCorruptRecord, "%v: %s", kind, op) {
+				assert.Contains(t, err.Error(), k[:min(len(k), keyInMessage)], "%v: %s: the error names the key", kind, op)
+			}
+		}
+		req := request(nil)
+		res, err := h.Store.Claim(h.ctx, k, req)
+		corrupt("claim", err)
+		assert.False(t, res.Acquired, "%v: a corrupt record is never acquired over", kind)
+		assert.NotEqual(t, middleware.StateCompleted, res.Record.State, "%v: a corrupt record is never a duplicate", kind)
+		_, err = h.Store.Get(h.ctx, k)
+		corrupt("get", err)
+		corrupt("renew", h.Store.Renew(h.ctx, k, req.Token, lease))
+		corrupt("complete", h.Store.Complete(h.ctx, k, req.Token, []byte("r"), time.Minute))
+		corrupt("fail", h.Store.Fail(h.ctx, k, req.Token, time.Minute))
+		res, err = h.Store.Claim(h.ctx, k, request(nil))
+		corrupt("claim after the others", err)
+		assert.False(t, res.Acquired, "%v", kind)
+		_, err = h.Store.Get(h.ctx, k)
+		corrupt("get after the others: nothing overwrote the value", err)
+
+		require.NoError(t, h.Store.Delete(h.ctx, k), "%v: Delete removes anything", kind)
+		assert.Equal(t, middleware.StateAbsent, h.get(k).State, "%v", kind)
+		assert.True(t, h.claim(k, nil).Acquired, "%v: a deleted corrupt key starts afresh", kind)
+	}
+}
+
 func testDelete(h *harness) {
 	t, k := h.t, h.key("k")
 	require.NoError(t, h.Store.Delete(h.ctx, k), "deleting an absent key is fine")
@@ -405,9 +677,8 @@ func testDelete(h *harness) {
 	require.NoError(t, h.Store.Delete(h.ctx, k))
 	assert.Equal(t, middleware.StateAbsent, h.get(k).State)
 	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, nil, time.Minute), middleware.ErrLeaseLost)
-	res := h.claim(k, nil)
-	require.True(t, res.Acquired)
-	require.NoError(t, h.Store.Complete(h.ctx, k, res.Token, nil, time.Minute))
+	tok = h.mustAcquire(k)
+	require.NoError(t, h.Store.Complete(h.ctx, k, tok, nil, time.Minute))
 	require.NoError(t, h.Store.Delete(h.ctx, k))
 	assert.True(t, h.claim(k, nil).Acquired, "a deleted COMPLETED key starts afresh")
 }
@@ -417,7 +688,7 @@ func testCancelledContext(h *harness) {
 	tok := h.mustAcquire(k)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := h.Store.Claim(ctx, h.key("other"), lease, nil)
+	_, err := h.Store.Claim(ctx, h.key("other"), request(nil))
 	assert.ErrorIs(t, err, context.Canceled, "claim")
 	assert.ErrorIs(t, h.Store.Renew(ctx, k, tok, lease), context.Canceled, "renew")
 	assert.ErrorIs(t, h.Store.Complete(ctx, k, tok, nil, time.Minute), context.Canceled, "complete")
@@ -435,9 +706,19 @@ func testCancelledContext(h *harness) {
 func testBadArguments(h *harness) {
 	t, k := h.t, h.key("k")
 	for _, d := range []time.Duration{0, -time.Second} {
-		_, err := h.Store.Claim(h.ctx, k, d, nil)
+		req := request(nil)
+		req.Lease = d
+		_, err := h.Store.Claim(h.ctx, k, req)
 		assert.ErrorIs(t, err, middleware.ErrInvalidTTL, "claim lease %v", d)
+		req = request(nil)
+		req.TTL = d
+		_, err = h.Store.Claim(h.ctx, k, req)
+		assert.ErrorIs(t, err, middleware.ErrInvalidTTL, "claim ttl %v", d)
 	}
+	req := request(nil)
+	req.Token = ""
+	_, err := h.Store.Claim(h.ctx, k, req)
+	assert.ErrorIs(t, err, middleware.ErrEmptyToken, "claim")
 	assert.Equal(t, middleware.StateAbsent, h.get(k).State, "a rejected claim writes nothing")
 	tok := h.mustAcquire(k)
 	for _, d := range []time.Duration{0, -time.Second} {
@@ -445,7 +726,7 @@ func testBadArguments(h *harness) {
 		assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, nil, d), middleware.ErrInvalidTTL, "complete %v", d)
 		assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, d), middleware.ErrInvalidTTL, "fail %v", d)
 	}
-	_, err := h.Store.Claim(h.ctx, "", lease, nil)
+	_, err = h.Store.Claim(h.ctx, "", request(nil))
 	assert.ErrorIs(t, err, middleware.ErrEmptyKey)
 	assert.ErrorIs(t, h.Store.Renew(h.ctx, "", tok, lease), middleware.ErrEmptyKey)
 	assert.ErrorIs(t, h.Store.Complete(h.ctx, "", tok, nil, lease), middleware.ErrEmptyKey)
@@ -453,7 +734,9 @@ func testBadArguments(h *harness) {
 	_, err = h.Store.Get(h.ctx, "")
 	assert.ErrorIs(t, err, middleware.ErrEmptyKey)
 	assert.ErrorIs(t, h.Store.Delete(h.ctx, ""), middleware.ErrEmptyKey)
+	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, "", lease), middleware.ErrEmptyToken)
 	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, "", nil, lease), middleware.ErrEmptyToken)
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, "", lease), middleware.ErrEmptyToken)
 
 	rec := h.get(k)
 	assert.Equal(t, middleware.StateInProgress, rec.State, "rejected calls change nothing")
