@@ -1,22 +1,58 @@
 // Package redisstore is the Redis implementation of middleware.Store, for any
 // number of processes sharing one Redis (standalone, Sentinel or Cluster).
 //
-// Each key is one Redis key. While IN_PROGRESS or FAILED it is a HASH with
-// short fields (state, owner token, attempts, fingerprint, created and
-// updated times in the server's milliseconds); once COMPLETED — most of the
-// keys a busy service holds — it is a packed string (attempts, times,
-// fingerprint, result), about 136 bytes of Redis memory for a 48-byte key
-// without output. Every transition, and Get, is one Lua script run by EVALSHA — one round
+// Every transition, and Get, is one Lua script run by EVALSHA: one round
 // trip, atomic on the server; a server that does not know the script yet
 // answers NOSCRIPT and the script is sent once with EVAL, which loads it.
 // Keys and values travel only as KEYS and ARGV, never spliced into script
 // text, so any bytes are safe in them. A script touches only the record's own
 // key, which makes the store Cluster-safe with no hash-tag rules for callers.
+// The scripts are the .lua files of this package; prelude.lua, which each of
+// them starts with, documents the encoding byte by byte.
 //
-// Expiry is Redis's own: PEXPIRE with the lease while IN_PROGRESS, with the
-// TTL once COMPLETED or FAILED. A lease that expires deletes the record, so a
-// crashed owner's key becomes ABSENT and is claimable again (its attempt
-// count restarts). Durations are rounded up to whole milliseconds.
+// # Records
+//
+// Each key is one Redis key. While IN_PROGRESS or FAILED it is a HASH with
+// one-letter fields: state, token, attempts, created and updated times, the
+// lease deadline and the claim's TTL (in the server's milliseconds), and the
+// fingerprint. Once COMPLETED — most of the keys a busy service holds — it is
+// a packed string: a tag byte (0xC1, which no UTF-8 text contains),
+// attempts, created and updated times, the first 8 bytes of the SHA-1 of the
+// token that completed it, the fingerprint and the result. A COMPLETED
+// 48-byte key without output or fingerprint takes 136 bytes of Redis memory
+// (MEMORY USAGE, jemalloc), no more than before the token hash was added.
+//
+// # Guarantees
+//
+// Expiry is Redis's own, and every time is the server's (TIME), never a
+// client's clock. A claim sets the key to expire its TTL after the lease
+// deadline; Renew moves both. A lease that lapses (its owner stopped
+// renewing and never completed nor failed) leaves the record in place: it
+// reads as FAILED, with LeaseExpiresAt the lapsed deadline and its attempts
+// kept, so the next Claim counts one more attempt and a message that kills
+// its consumer every time reaches MaxAttempts. The lapsed owner is fenced:
+// Renew, Complete and Fail answer middleware.ErrLeaseLost. COMPLETED and
+// FAILED records expire the TTL given to Complete and Fail. Durations are
+// rounded up to whole milliseconds.
+//
+// Every transition is safe to resend, as go-redis does after a broken
+// connection (MaxRetries): a Claim resent with the token that holds the key
+// acquires it again without counting an attempt; a Complete resent by the
+// owner whose Complete was applied finds its token's hash in the record and
+// succeeds; a Fail resent by its owner, before anyone claimed the key again,
+// finds its token in the FAILED record and succeeds. A resent Renew renews
+// again. None of them changes the record a second time.
+//
+// Decoding is strict. A value under a key that is not a record of this
+// store — another type, a string without the tag or shorter than its
+// header, text, JSON, a hash without a state or with a field that is not a
+// decimal number, an IN_PROGRESS hash without its token — makes the script
+// answer the error "IDEMPOTENCY_CORRUPT <reason>" (counted by Redis as
+// errorstat_IDEMPOTENCY_CORRUPT) without writing anything. The store returns
+// it as middleware.ErrCorruptRecord, wrapped with the operation and key, from
+// Claim, Renew, Complete, Fail and Get: it is never read as a duplicate,
+// never overwritten, never given an expiry. Delete removes it. go-redis does
+// not retry an error reply, nor does it drop the connection over one.
 //
 // Errors of the client (a Redis that is down, a timeout, a cancelled context)
 // are returned wrapped with the operation and key; redis.Nil is never
@@ -24,8 +60,10 @@
 //
 // # What the Redis must provide
 //
-//   - Redis 5 or newer: the scripts read the server's clock (TIME) before they
-//     write, which needs script effects replication, the default since 5.0.
+//   - Redis 5 or newer for the store: the scripts read the server's clock
+//     (TIME) before they write, which needs script effects replication, the
+//     default since 5.0. Redis 7.0 or newer for ExpiringKeyRepository, which
+//     uses SET with both NX and GET.
 //   - maxmemory-policy noeviction (the default). Every record has a TTL, so
 //     any volatile-* or allkeys-* policy may evict an IN_PROGRESS or
 //     COMPLETED record under memory pressure, and the effect runs again. Size
@@ -36,8 +74,14 @@
 //   - Replication is asynchronous: a failover to a replica may lose the last
 //     claims and completions, with the same effect as a restart. WAIT is not
 //     used; the store trades that window for one round trip per transition.
+//   - A clock that does not jump: a lease deadline is the primary's TIME plus
+//     the lease, so a clock stepped forward (or a failover to a replica whose
+//     clock is ahead) ends leases early. A clock stepped back never makes a
+//     record's updated time precede its created time.
 //
 // ExpiringKeyRepository adapts a Redis client to Watermill's
 // middleware.ExpiringKeyRepository, so users of Watermill's own Deduplicator
-// get a repository shared by every consumer.
+// get a repository shared by every consumer. Each call marks its key with a
+// value of its own (SET NX GET PX), so a call whose reply was lost and that
+// the client resent still reports its key as new.
 package redisstore

@@ -2,12 +2,9 @@ package redisstore
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"reflect"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,74 +42,23 @@ func isNil(c redis.UniversalClient) bool {
 }
 
 // Claim implements middleware.Store with one EVALSHA.
-func (s *Store) Claim(ctx context.Context, key string, lease time.Duration, fingerprint []byte) (middleware.ClaimResult, error) {
-	if err := middleware.CheckClaim(key, lease); err != nil {
+func (s *Store) Claim(ctx context.Context, key string, req middleware.ClaimRequest) (middleware.ClaimResult, error) {
+	if err := middleware.CheckClaim(key, req); err != nil {
 		return middleware.ClaimResult{}, wrap("claim", key, err)
 	}
-	token, err := newToken()
+	v, err := claimScript.Run(ctx, s.client, []string{key},
+		req.Token, millis(req.Lease), millis(req.TTL), req.Fingerprint).Slice()
+	if err != nil {
+		return middleware.ClaimResult{}, scriptError("claim", key, err)
+	}
+	res, err := parseClaim(v)
 	if err != nil {
 		return middleware.ClaimResult{}, wrap("claim", key, err)
 	}
-	v, err := claimScript.Run(ctx, s.client, []string{key}, token, millis(lease), fingerprint).Slice()
-	if err != nil {
-		return middleware.ClaimResult{}, wrap("claim", key, err)
+	if res.Acquired && res.Record.Token != req.Token {
+		return middleware.ClaimResult{}, wrap("claim", key, malformed("acquired under another token"))
 	}
-	if len(v) == 0 {
-		return middleware.ClaimResult{}, wrap("claim", key, errors.New("empty script reply"))
-	}
-	if acquired, _ := v[0].(int64); acquired == 1 {
-		if len(v) < 4 {
-			return middleware.ClaimResult{}, wrap("claim", key, fmt.Errorf("short script reply %v", v))
-		}
-		rec := middleware.Record{
-			State:     middleware.StateInProgress,
-			Token:     token,
-			Attempts:  int(asInt(v[1])),
-			CreatedAt: time.UnixMilli(asInt(v[2])),
-			UpdatedAt: time.UnixMilli(asInt(v[3])),
-		}
-		if len(v) > 4 {
-			rec.Fingerprint = asBytes(v[4])
-		}
-		return middleware.ClaimResult{Acquired: true, Token: token, Record: rec}, nil
-	}
-	rec, err := parseRecord(v[1:])
-	if err != nil {
-		return middleware.ClaimResult{}, wrap("claim", key, err)
-	}
-	return middleware.ClaimResult{Record: rec}, nil
-}
-
-// parseRecord reads {state, attempts, created, updated, fingerprint, result}
-// as returned by the scripts (missing trailing values are nil).
-func parseRecord(v []any) (middleware.Record, error) {
-	at := func(i int) any {
-		if i < len(v) {
-			return v[i]
-		}
-		return nil
-	}
-	st, _ := at(0).(string)
-	var rec middleware.Record
-	switch st {
-	case "P":
-		rec.State = middleware.StateInProgress
-	case "C":
-		rec.State = middleware.StateCompleted
-		rec.Result = asBytes(at(5))
-		if rec.Result == nil {
-			rec.Result = []byte{}
-		}
-	case "F":
-		rec.State = middleware.StateFailed
-	default:
-		return rec, fmt.Errorf("unknown state %q in record", st)
-	}
-	rec.Attempts = int(asInt(at(1)))
-	rec.CreatedAt = time.UnixMilli(asInt(at(2)))
-	rec.UpdatedAt = time.UnixMilli(asInt(at(3)))
-	rec.Fingerprint = asBytes(at(4))
-	return rec, nil
+	return res, nil
 }
 
 // Renew implements middleware.Store with one EVALSHA.
@@ -128,10 +74,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, result []byte, 
 	if err := middleware.CheckOwner(key, token, ttl); err != nil {
 		return wrap("complete", key, err)
 	}
-	if result == nil {
-		result = []byte{}
-	}
-	return s.owned(ctx, "complete", key, finishScript, token, millis(ttl), "C", result)
+	return s.owned(ctx, "complete", key, completeScript, token, millis(ttl), result)
 }
 
 // Fail implements middleware.Store with one EVALSHA.
@@ -139,19 +82,23 @@ func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) 
 	if err := middleware.CheckOwner(key, token, ttl); err != nil {
 		return wrap("fail", key, err)
 	}
-	return s.owned(ctx, "fail", key, finishScript, token, millis(ttl), "F", "")
+	return s.owned(ctx, "fail", key, failScript, token, millis(ttl))
 }
 
-// owned runs a script that answers 1 when the token owns the key.
+// owned runs a script that answers 1 when the token owns the key (or its
+// own transition was already applied) and 0 when it does not.
 func (s *Store) owned(ctx context.Context, op, key string, script *redis.Script, args ...any) error {
-	n, err := script.Run(ctx, s.client, []string{key}, args...).Int64()
+	v, err := script.Run(ctx, s.client, []string{key}, args...).Result()
 	if err != nil {
-		return wrap(op, key, err)
+		return scriptError(op, key, err)
 	}
-	if n != 1 {
+	switch v {
+	case int64(1):
+		return nil
+	case int64(0):
 		return wrap(op, key, middleware.ErrLeaseLost)
 	}
-	return nil
+	return wrap(op, key, malformed(fmt.Sprintf("owner reply %#v", v)))
 }
 
 // Get implements middleware.Store with one EVALSHA (a read that handles
@@ -161,25 +108,21 @@ func (s *Store) Get(ctx context.Context, key string) (middleware.Record, error) 
 		return middleware.Record{}, wrap("get", key, middleware.ErrEmptyKey)
 	}
 	v, err := getScript.Run(ctx, s.client, []string{key}).Slice()
-	if errors.Is(err, redis.Nil) {
-		return middleware.Record{State: middleware.StateAbsent}, nil
-	}
 	if err != nil {
-		return middleware.Record{}, wrap("get", key, err)
+		return middleware.Record{}, scriptError("get", key, err)
+	}
+	if len(v) == 0 {
+		return middleware.Record{State: middleware.StateAbsent}, nil
 	}
 	rec, err := parseRecord(v)
 	if err != nil {
 		return middleware.Record{}, wrap("get", key, err)
 	}
-	if len(v) > 6 {
-		if tok, ok := v[6].(string); ok {
-			rec.Token = tok
-		}
-	}
 	return rec, nil
 }
 
-// Delete implements middleware.Store with one UNLINK.
+// Delete implements middleware.Store with one UNLINK, which removes any
+// value, a corrupt one included.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if key == "" {
 		return wrap("delete", key, middleware.ErrEmptyKey)
@@ -203,30 +146,4 @@ func wrap(op, key string, err error) error {
 // millis rounds d up to whole milliseconds, the unit of PEXPIRE.
 func millis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-func asInt(v any) int64 {
-	switch x := v.(type) {
-	case int64:
-		return x
-	case string:
-		n, _ := strconv.ParseInt(x, 10, 64)
-		return n
-	}
-	return 0
-}
-
-func asBytes(v any) []byte {
-	if s, ok := v.(string); ok && s != "" {
-		return []byte(s)
-	}
-	return nil
-}
-
-func newToken() (string, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("owner token: %w", err)
-	}
-	return hex.EncodeToString(b[:]), nil
 }

@@ -2,6 +2,8 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,38 +16,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
-	"github.com/idempotency/watermill-idempotency/middleware/storetest"
 )
-
-func TestConformanceStandalone(t *testing.T) {
-	client := testserver.RedisClient(t)
-	storetest.Run(t, func(t *testing.T) storetest.Subject {
-		s, err := redisstore.New(client)
-		require.NoError(t, err)
-		return storetest.Subject{Store: s}
-	})
-}
-
-func TestConformanceCluster(t *testing.T) {
-	addrs := testserver.StartRedisCluster(t)
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { _ = client.Close() })
-	storetest.Run(t, func(t *testing.T) storetest.Subject {
-		s, err := redisstore.New(client)
-		require.NoError(t, err)
-		return storetest.Subject{Store: s}
-	})
-}
-
-func TestConformanceUniversalClient(t *testing.T) {
-	client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{testserver.RedisAddr(t)}})
-	t.Cleanup(func() { _ = client.Close() })
-	storetest.Run(t, func(t *testing.T) storetest.Subject {
-		s, err := redisstore.New(client)
-		require.NoError(t, err)
-		return storetest.Subject{Store: s}
-	})
-}
 
 func TestNilClient(t *testing.T) {
 	_, err := redisstore.New(nil)
@@ -103,10 +74,18 @@ func TestOneCommandPerTransition(t *testing.T) {
 	ctx := context.Background()
 
 	// Warm up: the first call of each script loads it (NOSCRIPT, then EVAL).
-	warm, err := s.Claim(ctx, "warm", time.Minute, nil)
+	warm := claimReq(time.Minute, nil)
+	_, err = s.Claim(ctx, "warm", warm)
 	require.NoError(t, err)
 	require.NoError(t, s.Renew(ctx, "warm", warm.Token, time.Minute))
-	require.NoError(t, s.Fail(ctx, "warm", warm.Token, time.Minute))
+	require.NoError(t, s.Complete(ctx, "warm", warm.Token, nil, time.Minute))
+	_, err = s.Get(ctx, "warm")
+	require.NoError(t, err)
+	warm = claimReq(time.Minute, nil)
+	_, err = s.Claim(ctx, "warm2", warm)
+	require.NoError(t, err)
+	require.NoError(t, s.Fail(ctx, "warm2", warm.Token, time.Minute))
+	require.NoError(t, admin.RPush(ctx, "corrupt", "x").Err())
 
 	var token string
 	steps := []struct {
@@ -114,25 +93,46 @@ func TestOneCommandPerTransition(t *testing.T) {
 		run  func() error
 	}{
 		{"claim", func() error {
-			res, err := s.Claim(ctx, "k", time.Minute, []byte("fp"))
-			token = res.Token
+			req := claimReq(time.Minute, []byte("fp"))
+			token = req.Token
+			_, err := s.Claim(ctx, "k", req)
 			return err
 		}},
 		{"renew", func() error { return s.Renew(ctx, "k", token, time.Minute) }},
 		{"complete", func() error { return s.Complete(ctx, "k", token, []byte("result"), time.Hour) }},
+		{"complete resent", func() error { return s.Complete(ctx, "k", token, []byte("result"), time.Hour) }},
 		{"duplicate claim", func() error {
-			res, err := s.Claim(ctx, "k", time.Minute, nil)
+			res, err := s.Claim(ctx, "k", claimReq(time.Minute, nil))
 			if err == nil && (res.Acquired || string(res.Record.Result) != "result") {
 				t.Errorf("duplicate claim: %+v", res)
 			}
 			return err
 		}},
+		{"get", func() error { _, err := s.Get(ctx, "k"); return err }},
 		{"claim again", func() error {
-			res, err := s.Claim(ctx, "k2", time.Minute, nil)
-			token = res.Token
+			req := claimReq(time.Minute, nil)
+			token = req.Token
+			_, err := s.Claim(ctx, "k2", req)
+			return err
+		}},
+		{"claim resent", func() error {
+			res, err := s.Claim(ctx, "k2", middleware.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute})
+			if err == nil && !res.Acquired {
+				t.Errorf("resent claim refused: %+v", res)
+			}
 			return err
 		}},
 		{"fail", func() error { return s.Fail(ctx, "k2", token, time.Hour) }},
+		{"fail resent", func() error { return s.Fail(ctx, "k2", token, time.Hour) }},
+		// A corrupt record is an error reply of the script, which go-redis
+		// must not retry: still one EVALSHA.
+		{"corrupt", func() error {
+			_, err := s.Get(ctx, "corrupt")
+			if !errors.Is(err, middleware.ErrCorruptRecord) {
+				return fmt.Errorf("want ErrCorruptRecord, got %v", err)
+			}
+			return nil
+		}},
 	}
 	for _, step := range steps {
 		require.NoError(t, admin.ConfigResetStat(ctx).Err())
@@ -155,12 +155,18 @@ func TestStoreDownIsAnError(t *testing.T) {
 	s, err := redisstore.New(client)
 	require.NoError(t, err)
 	srv.Stop()
-	_, err = s.Claim(context.Background(), "k", time.Second, nil)
+	_, err = s.Claim(context.Background(), "k", claimReq(time.Second, nil))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "redisstore: claim")
 	assert.NotErrorIs(t, err, middleware.ErrLeaseLost)
 	srv.Start()
-	res, err := s.Claim(context.Background(), "k", time.Second, nil)
+	res, err := s.Claim(context.Background(), "k", claimReq(time.Second, nil))
 	require.NoError(t, err, "the store works again once Redis is back")
 	assert.True(t, res.Acquired)
+}
+
+// claimReq is a claim with a fresh token, the given lease and fingerprint,
+// and a TTL of one minute.
+func claimReq(lease time.Duration, fp []byte) middleware.ClaimRequest {
+	return middleware.ClaimRequest{Token: middleware.NewToken(), Lease: lease, TTL: time.Minute, Fingerprint: fp}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idempotency/watermill-idempotency/middleware"
 )
 
 // ExpiringKeyRepository is Watermill's middleware.ExpiringKeyRepository on
@@ -39,14 +41,19 @@ func NewExpiringKeyRepository(client redis.UniversalClient, prefix string, windo
 }
 
 // IsDuplicate reports whether key was seen within the window, and marks it
-// seen otherwise: one SET NX PX, atomic across processes.
+// seen otherwise: one SET NX GET PX, atomic across processes. Each call
+// writes a value of its own, so that a call whose SET was applied but whose
+// reply was lost, and which the client then resent, finds its own value and
+// still reports a fresh key: a message is never taken for a duplicate of
+// itself. Needs Redis 7.0 or newer (SET with both NX and GET).
 func (r *ExpiringKeyRepository) IsDuplicate(ctx context.Context, key string) (bool, error) {
-	err := r.client.SetArgs(ctx, r.prefix+key, "1", redis.SetArgs{Mode: "NX", TTL: r.window}).Err()
+	mark := middleware.NewToken()
+	old, err := r.client.Do(ctx, "set", r.prefix+key, mark, "nx", "get", "px", millis(r.window)).Text()
 	switch {
 	case errors.Is(err, redis.Nil):
-		return true, nil
+		return false, nil // the key was absent: this call marked it
 	case err != nil:
 		return false, wrap("is-duplicate", key, err)
 	}
-	return false, nil
+	return old != mark, nil
 }

@@ -1,0 +1,64 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+	"github.com/idempotency/watermill-idempotency/middleware/storetest"
+)
+
+func TestConformanceStandalone(t *testing.T) {
+	client := testserver.RedisClient(t)
+	storetest.Run(t, subjects(client))
+}
+
+func TestConformanceCluster(t *testing.T) {
+	addrs := testserver.StartRedisCluster(t)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = client.Close() })
+	storetest.Run(t, subjects(client))
+}
+
+func TestConformanceUniversalClient(t *testing.T) {
+	client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{testserver.RedisAddr(t)}})
+	t.Cleanup(func() { _ = client.Close() })
+	storetest.Run(t, subjects(client))
+}
+
+// subjects returns storetest subjects on client, able to write foreign
+// values through the same client.
+func subjects(client redis.UniversalClient) func(t *testing.T) storetest.Subject {
+	return func(t *testing.T) storetest.Subject {
+		s, err := redisstore.New(client)
+		require.NoError(t, err)
+		return storetest.Subject{Store: s, PutForeign: putForeign(client)}
+	}
+}
+
+// putForeign writes the values that a bug or another program could leave
+// under a key; storetest's keys are deleted when each case ends.
+func putForeign(c redis.UniversalClient) func(key string, kind storetest.Foreign) error {
+	return func(key string, kind storetest.Foreign) error {
+		ctx := context.Background()
+		switch kind {
+		case storetest.ForeignShortString:
+			return c.Set(ctx, key, "1", 0).Err()
+		case storetest.ForeignLongString:
+			return c.Set(ctx, key, strings.Repeat("not a record, ", 8)[:100], 0).Err()
+		case storetest.ForeignJSON:
+			return c.Set(ctx, key, `{"state":"completed","attempts":1}`, 0).Err()
+		case storetest.ForeignWrongType:
+			return c.RPush(ctx, key, "a", "b").Err()
+		case storetest.ForeignBadFields:
+			return c.HSet(ctx, key, "s", "P", "o", "tok", "a", "notanumber", "c", "1", "u", "1", "l", "1", "r", "1").Err()
+		}
+		return fmt.Errorf("putForeign: unknown kind %d", kind)
+	}
+}

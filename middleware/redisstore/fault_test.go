@@ -1,0 +1,140 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+)
+
+// lostReplies is a store whose client talks to a private Redis through a
+// proxy that can drop a reply after its command ran; the client keeps
+// go-redis's default MaxRetries (3), so it resends the command.
+type lostReplies struct {
+	proxy *testserver.Proxy
+	store *redisstore.Store
+	// direct bypasses the proxy, to look at what the resend left.
+	direct *redisstore.Store
+	client *redis.Client
+}
+
+func newLostReplies(t *testing.T) *lostReplies {
+	srv := testserver.StartRedis(t)
+	proxy := testserver.StartProxy(t, srv.Addr)
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = direct.Close() })
+	l := &lostReplies{proxy: proxy, client: client}
+	var err error
+	l.store, err = redisstore.New(client)
+	require.NoError(t, err)
+	l.direct, err = redisstore.New(direct)
+	require.NoError(t, err)
+
+	// Load every script, so that the dropped reply is the script's own and
+	// not a NOSCRIPT answer.
+	ctx := context.Background()
+	req := claimReq(time.Minute, nil)
+	_, err = l.store.Claim(ctx, "warm", req)
+	require.NoError(t, err)
+	require.NoError(t, l.store.Renew(ctx, "warm", req.Token, time.Minute))
+	require.NoError(t, l.store.Complete(ctx, "warm", req.Token, nil, time.Minute))
+	_, err = l.store.Get(ctx, "warm")
+	require.NoError(t, err)
+	req = claimReq(time.Minute, nil)
+	_, err = l.store.Claim(ctx, "warm2", req)
+	require.NoError(t, err)
+	require.NoError(t, l.store.Fail(ctx, "warm2", req.Token, time.Minute))
+	return l
+}
+
+// dropNext arms the proxy for the next script call on key.
+func (l *lostReplies) dropNext(key string) { l.proxy.DropReply(testserver.Command("evalsha", key)) }
+
+// TestLostReplies drops the reply of each transition after Redis applied
+// it: go-redis resends the same command, and the resend must answer what
+// the first try would have. Before the fix a resent claim was refused as
+// IN_PROGRESS (a stall until the lease ended), and a resent Complete or Fail
+// answered ErrLeaseLost.
+func TestLostReplies(t *testing.T) {
+	l := newLostReplies(t)
+	ctx := context.Background()
+
+	t.Run("claim", func(t *testing.T) {
+		req := claimReq(time.Minute, []byte("fp"))
+		l.dropNext("claim")
+		res, err := l.store.Claim(ctx, "claim", req)
+		require.NoError(t, err)
+		require.Equal(t, 1, l.proxy.Dropped(), "the first reply was dropped")
+		assert.True(t, res.Acquired, "the resent claim acquires: no stall behind its own first try")
+		assert.Equal(t, 1, res.Record.Attempts, "and counts no second attempt")
+		assert.Equal(t, req.Token, res.Record.Token)
+		require.NoError(t, l.store.Complete(ctx, "claim", req.Token, []byte("r"), time.Minute), "the claimer owns the key")
+	})
+
+	t.Run("renew", func(t *testing.T) {
+		req := claimReq(time.Minute, nil)
+		_, err := l.store.Claim(ctx, "renew", req)
+		require.NoError(t, err)
+		dropped := l.proxy.Dropped()
+		l.dropNext("renew")
+		require.NoError(t, l.store.Renew(ctx, "renew", req.Token, 2*time.Minute), "no false lease loss")
+		require.Equal(t, dropped+1, l.proxy.Dropped())
+		rec, err := l.direct.Get(ctx, "renew")
+		require.NoError(t, err)
+		assert.Equal(t, middleware.StateInProgress, rec.State)
+		assert.Equal(t, req.Token, rec.Token)
+	})
+
+	t.Run("complete", func(t *testing.T) {
+		req := claimReq(time.Minute, nil)
+		_, err := l.store.Claim(ctx, "complete", req)
+		require.NoError(t, err)
+		dropped := l.proxy.Dropped()
+		l.dropNext("complete")
+		require.NoError(t, l.store.Complete(ctx, "complete", req.Token, []byte("result"), time.Minute),
+			"the resent Complete succeeds: no false lease loss")
+		require.Equal(t, dropped+1, l.proxy.Dropped())
+		rec, err := l.direct.Get(ctx, "complete")
+		require.NoError(t, err)
+		assert.Equal(t, middleware.StateCompleted, rec.State)
+		assert.Equal(t, []byte("result"), rec.Result)
+	})
+
+	t.Run("fail", func(t *testing.T) {
+		req := claimReq(time.Minute, nil)
+		_, err := l.store.Claim(ctx, "fail", req)
+		require.NoError(t, err)
+		dropped := l.proxy.Dropped()
+		l.dropNext("fail")
+		require.NoError(t, l.store.Fail(ctx, "fail", req.Token, time.Minute),
+			"the resent Fail succeeds: no false lease loss")
+		require.Equal(t, dropped+1, l.proxy.Dropped())
+		rec, err := l.direct.Get(ctx, "fail")
+		require.NoError(t, err)
+		assert.Equal(t, middleware.StateFailed, rec.State)
+		assert.Equal(t, 1, rec.Attempts)
+	})
+
+	t.Run("repository", func(t *testing.T) {
+		repo, err := redisstore.NewExpiringKeyRepository(l.client, "dedup:", time.Minute)
+		require.NoError(t, err)
+		dropped := l.proxy.Dropped()
+		l.proxy.DropReply(testserver.Command("set", "dedup:msg"))
+		dup, err := repo.IsDuplicate(ctx, "msg")
+		require.NoError(t, err)
+		require.Equal(t, dropped+1, l.proxy.Dropped())
+		assert.False(t, dup, "a message whose mark was set by its own lost first try is not a duplicate")
+		dup, err = repo.IsDuplicate(ctx, "msg")
+		require.NoError(t, err)
+		assert.True(t, dup, "the next call with the key is a duplicate")
+	})
+}

@@ -1,0 +1,20 @@
+-- renew.lua: Store.Renew, after prelude.lua.
+--
+-- KEYS[1]  the record
+-- ARGV[1]  owner token
+-- ARGV[2]  lease, ms (> 0)
+--
+-- Reply: 1 when the token holds a live lease, now ending ARGV[2] from now
+-- (the key then expires the record's retention after that); 0 otherwise
+-- (absent, COMPLETED, FAILED, another owner, or a lapsed lease). A resent
+-- Renew simply renews again. A corrupt value: the error reply
+-- IDEMPOTENCY_CORRUPT, nothing written.
+local rec, bad = load(KEYS[1], false)
+if bad then return corrupt(bad) end
+if not rec or rec.state ~= 'P' or rec.owner ~= ARGV[1] then return 0 end
+local now = now_ms()
+if lapsed(rec, now) then return 0 end
+local lease = tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], 'l', now + lease)
+redis.call('PEXPIRE', KEYS[1], lease + rec.retain)
+return 1

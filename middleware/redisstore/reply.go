@@ -1,0 +1,144 @@
+package redisstore
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idempotency/watermill-idempotency/middleware"
+)
+
+// corruptPrefix starts the error reply of a script that found a value which
+// is not a record (prelude.lua). Redis passes it through EVALSHA as the
+// error's code, and go-redis neither retries such a reply nor drops the
+// connection over it.
+const corruptPrefix = "IDEMPOTENCY_CORRUPT "
+
+// scriptError translates an error of a script call: a corrupt record becomes
+// middleware.ErrCorruptRecord with the script's reason; anything else (a
+// network error, a cancelled context) is wrapped as it is.
+func scriptError(op, key string, err error) error {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		if reason, ok := strings.CutPrefix(rerr.Error(), corruptPrefix); ok {
+			return wrap(op, key, fmt.Errorf("%w: %s", middleware.ErrCorruptRecord, reason))
+		}
+	}
+	return wrap(op, key, err)
+}
+
+// malformed reports a script reply that does not have the documented
+// layout: a bug or a version mismatch, never a state of the record.
+func malformed(what string) error {
+	return fmt.Errorf("malformed script reply: %s", what)
+}
+
+// parseClaim reads claim.lua's reply: {acquired} followed by a record.
+func parseClaim(v []any) (middleware.ClaimResult, error) {
+	if len(v) == 0 {
+		return middleware.ClaimResult{}, malformed("empty claim reply")
+	}
+	acquired, ok := v[0].(int64)
+	if !ok || (acquired != 0 && acquired != 1) {
+		return middleware.ClaimResult{}, malformed(fmt.Sprintf("acquired flag %#v", v[0]))
+	}
+	rec, err := parseRecord(v[1:])
+	if err != nil {
+		return middleware.ClaimResult{}, err
+	}
+	if acquired == 1 && rec.State != middleware.StateInProgress {
+		return middleware.ClaimResult{}, malformed("acquired a record that is not in progress")
+	}
+	return middleware.ClaimResult{Acquired: acquired == 1, Record: rec}, nil
+}
+
+// parseRecord reads a record as prelude.lua's reply() lays it out:
+// {state, attempts, created, updated, lease, fingerprint, result, token}.
+// Every field must have its type and range; nothing defaults to zero.
+func parseRecord(v []any) (middleware.Record, error) {
+	var rec middleware.Record
+	if len(v) != 8 {
+		return rec, malformed(fmt.Sprintf("record of %d fields, want 8", len(v)))
+	}
+	state, err := replyString(v, 0)
+	if err != nil {
+		return rec, err
+	}
+	ints := make([]int64, 4) // attempts, created, updated, lease
+	for i := range ints {
+		if ints[i], err = replyInt(v, 1+i); err != nil {
+			return rec, err
+		}
+	}
+	attempts, created, updated, lease := ints[0], ints[1], ints[2], ints[3]
+	fp, err := replyString(v, 5)
+	if err != nil {
+		return rec, err
+	}
+	result, err := replyString(v, 6)
+	if err != nil {
+		return rec, err
+	}
+	token, err := replyString(v, 7)
+	if err != nil {
+		return rec, err
+	}
+	switch {
+	case attempts < 1:
+		return rec, malformed(fmt.Sprintf("attempts %d", attempts))
+	case created < 1 || updated < created:
+		return rec, malformed(fmt.Sprintf("times created %d, updated %d", created, updated))
+	case lease < 0:
+		return rec, malformed(fmt.Sprintf("lease deadline %d", lease))
+	}
+	rec.Attempts = int(attempts)
+	rec.CreatedAt = time.UnixMilli(created)
+	rec.UpdatedAt = time.UnixMilli(updated)
+	if lease > 0 {
+		rec.LeaseExpiresAt = time.UnixMilli(lease)
+	}
+	if fp != "" {
+		rec.Fingerprint = []byte(fp)
+	}
+	switch state {
+	case "P":
+		if lease == 0 || result != "" {
+			return rec, malformed("in progress without a lease, or with a result")
+		}
+		rec.State = middleware.StateInProgress
+		rec.Token = token
+	case "F":
+		if token != "" || result != "" {
+			return rec, malformed("failed with a token or a result")
+		}
+		rec.State = middleware.StateFailed
+	case "C":
+		if token != "" || lease != 0 {
+			return rec, malformed("completed with a token or a lease")
+		}
+		rec.State = middleware.StateCompleted
+		rec.Result = []byte(result) // non-nil even when empty
+	default:
+		return rec, malformed(fmt.Sprintf("state %q", state))
+	}
+	return rec, nil
+}
+
+func replyInt(v []any, i int) (int64, error) {
+	n, ok := v[i].(int64)
+	if !ok {
+		return 0, malformed(fmt.Sprintf("field %d: %#v is not an integer", i, v[i]))
+	}
+	return n, nil
+}
+
+func replyString(v []any, i int) (string, error) {
+	s, ok := v[i].(string)
+	if !ok {
+		return "", malformed(fmt.Sprintf("field %d: %#v is not a string", i, v[i]))
+	}
+	return s, nil
+}
