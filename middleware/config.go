@@ -61,7 +61,9 @@ type Config struct {
 	// arriving later run the handler again. Zero means DefaultCompletedTTL
 	// (24 h).
 	CompletedTTL time.Duration
-	// FailedTTL is how long a failed key keeps its attempt count. Zero means
+	// FailedTTL is how long a failed key keeps its attempt count, and how
+	// long the record of a consumer that died mid-handler outlives its lapsed
+	// lease, so that crash loops count towards MaxAttempts. Zero means
 	// DefaultFailedTTL (24 h).
 	FailedTTL time.Duration
 	// NackDelay is how long the middleware waits before it nacks a copy
@@ -71,8 +73,9 @@ type Config struct {
 	// DefaultNackDelay (1 s); negative means no delay.
 	NackDelay time.Duration
 	// MaxAttempts is how many times the handler may run for one key; a copy
-	// arriving after that many failures gets ErrTooManyAttempts without
-	// running the handler. Zero means unlimited.
+	// arriving after that many failures (errors, panics, or consumers that
+	// died with the lease) gets ErrTooManyAttempts without running the
+	// handler. Zero means unlimited.
 	MaxAttempts int
 
 	// FailOpen runs the handler without deduplication when the store cannot
@@ -94,8 +97,9 @@ type Config struct {
 	// with the same key and a different payload gets ErrKeyReused. False
 	// (the default) compares keys only.
 	CheckPayload bool
-	// StoreTimeout bounds each store call. Zero means DefaultStoreTimeout
-	// (5 s).
+	// StoreTimeout bounds each store call; once the key is claimed, each
+	// call is bounded by what is left of the lease as well. Zero means
+	// DefaultStoreTimeout (5 s).
 	StoreTimeout time.Duration
 
 	// Observer receives outcomes and store latencies. Nil means none; see

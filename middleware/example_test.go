@@ -76,3 +76,30 @@ func Example_router() {
 	// ship order-7 failed, will be redelivered
 	// shipped order-7
 }
+
+// Once.Do works without Watermill: any Go code gets one run per key across
+// every process sharing the store, and every later caller gets the first
+// run's result back.
+func ExampleOnce_Do() {
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{})}, nil)
+	if err != nil {
+		panic(err)
+	}
+	sendInvoice := func(ctx context.Context) ([]byte, error) {
+		fmt.Println("sending the invoice")
+		return []byte("receipt-17"), nil
+	}
+	for range 3 {
+		res, err := once.Do(context.Background(), "invoice:2026-11:customer-17", sendInvoice)
+		if err != nil {
+			fmt.Println("try later:", err)
+			continue
+		}
+		fmt.Printf("%s replayed=%v\n", res.Value, res.Replayed)
+	}
+	// Output:
+	// sending the invoice
+	// receipt-17 replayed=false
+	// receipt-17 replayed=true
+	// receipt-17 replayed=true
+}

@@ -68,6 +68,11 @@ func newIdem(t *testing.T, cfg idempotency.Config) (*idempotency.Idempotency, *o
 	return idem, obs
 }
 
+// claimFor is a claim by a new owner, as another consumer would make it.
+func claimFor(lease time.Duration, fingerprint []byte) idempotency.ClaimRequest {
+	return idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: lease, TTL: time.Hour, Fingerprint: fingerprint}
+}
+
 // newMsg returns a message with a fresh UUID and the given requestId.
 func newMsg(requestID, payload string) *message.Message {
 	m := message.NewMessage(watermill.NewUUID(), []byte(payload))

@@ -102,7 +102,7 @@ func TestInProgressIsNackedAfterDelay(t *testing.T) {
 	idem, obs := newIdem(t, idempotency.Config{Store: store, NackDelay: delay})
 	msg := newMsg("req-1", "p")
 	key, _ := idem.StoreKey(msg)
-	_, err := store.Claim(context.Background(), key, time.Minute, nil) // another consumer holds it
+	_, err := store.Claim(context.Background(), key, claimFor(time.Minute, nil)) // another consumer holds it
 	require.NoError(t, err)
 
 	h := &counter{}
@@ -262,7 +262,8 @@ func TestLostLeaseCancelsHandlerContext(t *testing.T) {
 
 	// Another owner takes the key over (as after an expired lease).
 	require.NoError(t, store.Delete(context.Background(), key))
-	res, err := store.Claim(context.Background(), key, time.Minute, nil)
+	req := claimFor(time.Minute, nil)
+	res, err := store.Claim(context.Background(), key, req)
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 
@@ -273,7 +274,7 @@ func TestLostLeaseCancelsHandlerContext(t *testing.T) {
 		t.Fatal("the handler's context was not cancelled after the lease was lost")
 	}
 	rec, _ := store.Get(context.Background(), key)
-	assert.Equal(t, res.Token, rec.Token, "the stale owner changed nothing")
+	assert.Equal(t, req.Token, rec.Token, "the stale owner changed nothing")
 	assert.Equal(t, idempotency.StateInProgress, rec.State)
 	assert.Equal(t, 1, obs.get(idempotency.OutcomeHandlerFailed))
 }
@@ -394,7 +395,7 @@ func TestDifferentPayloadWhileInProgressIsNackedNotPoisoned(t *testing.T) {
 	msg := newMsg("req-1", "pay 10")
 	key, _ := idem.StoreKey(msg)
 	sum := sha256.Sum256([]byte("pay 10"))
-	_, err := store.Claim(context.Background(), key, time.Minute, sum[:]) // the first run is going on
+	_, err := store.Claim(context.Background(), key, claimFor(time.Minute, sum[:])) // the first run is going on
 	require.NoError(t, err)
 	_, err = idem.Middleware((&counter{}).handle)(newMsg("req-1", "pay 99"))
 	require.ErrorIs(t, err, idempotency.ErrInProgress, "decided once the first run ends")

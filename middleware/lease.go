@@ -3,64 +3,148 @@ package middleware
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 )
 
-// lease renews one claim every LeaseTTL/3 while its handler runs. When the
-// store answers ErrLeaseLost, or no renewal has succeeded for nine tenths of
-// the lease (see giveUp), the handler's context is cancelled with
-// ErrLeaseLost as its cause.
+// Lease is one claim held by its owner, from Once.Claim. It renews itself
+// every LeaseTTL/3 until Complete or Fail. When the store answers
+// ErrLeaseLost, or no renewal has succeeded for nine tenths of the lease
+// (see giveUp), the context returned by Context is cancelled with
+// ErrLeaseLost as its cause, before the store can let anyone else claim the
+// key.
 //
 // Renewals run on a timer (time.AfterFunc), not on a goroutine of their own:
-// most handlers finish long before LeaseTTL/3, and for them the lease costs
-// one timer that never fires instead of a goroutine, a ticker and two
-// channels per message.
-type lease struct {
-	d      *Idempotency
-	cancel context.CancelCauseFunc // cancels the handler's context
+// most work finishes long before LeaseTTL/3, and for it the lease costs one
+// timer that never fires. They do not run under the claim's context: a
+// subscriber that cancels a message's context (NATS after AckWait, many on
+// Close) must not stop the renewals of a handler that is still running, or
+// its copy would run beside it.
+//
+// Every store call of the owner is bounded by StoreTimeout and by what is
+// left of the lease, counted from the start of the last claim or renewal
+// that succeeded: the store counts it from when that call reached it, which
+// is no earlier.
+type Lease struct {
+	o      *Once
+	ctx    context.Context
+	cancel context.CancelCauseFunc // cancels ctx
 	key    string
-	scope  string
 	token  string
+	dv     delivery
+	record Record
 
 	mu       sync.Mutex
 	timer    *time.Timer
 	renewed  time.Time // start of the claim, or of the last successful renewal
-	stopped  bool      // the handler returned, or the lease was lost
+	stopped  bool      // Complete or Fail was called, or the lease was lost
+	lost     bool      // the store said the token no longer holds the key
 	inflight sync.WaitGroup
 }
 
-// startLease starts renewing the lease that a claim begun at claimed took.
-func (d *Idempotency) startLease(cancel context.CancelCauseFunc, key, token, scope string, claimed time.Time) *lease {
-	l := &lease{d: d, cancel: cancel, key: key, token: token, scope: scope, renewed: claimed}
+func (o *Once) newLease(parent context.Context, key, token string, claimed time.Time, dv delivery) *Lease {
+	ctx, cancel := context.WithCancelCause(parent)
+	l := &Lease{o: o, ctx: ctx, cancel: cancel, key: key, token: token, dv: dv, renewed: claimed}
 	l.mu.Lock()
-	l.timer = time.AfterFunc(d.cfg.LeaseTTL/3, l.renew)
+	l.timer = time.AfterFunc(o.cfg.LeaseTTL/3, l.renew)
 	l.mu.Unlock()
 	return l
 }
 
-// renew runs on the timer: one renewal, then the next one is scheduled.
-//
-// Renewals do not run under the message's context: a subscriber that
-// cancels it (NATS after AckWait, many on Close) must not stop the renewals
-// of a handler that is still running, or its copy would run beside it. They
-// stop when the handler returns, or when the lease is lost: the store says
-// so, or renewals kept failing until the lease the store holds has surely
-// expired. A failed renewal is retried after a tenth of the lease, and no
-// call outlasts the lease, so the handler's context is cancelled before the
-// store lets another consumer claim the key (see giveUp).
-func (l *lease) renew() {
+// Context is the context to run the work under: it ends when the claim's
+// context does, or, with ErrLeaseLost as its cause (context.Cause), when the
+// lease is lost. Complete and Fail cancel it.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Record is the key's record as the claim left it: IN_PROGRESS, with the
+// attempt this run is.
+func (l *Lease) Record() Record { return l.record }
+
+// Token is the owner token of this lease.
+func (l *Lease) Token() string { return l.token }
+
+// Complete ends the renewals and moves the key to COMPLETED with result.
+// A failed call is retried with backoff while the lease lasts, with the same
+// token: a retry whose first try was applied but whose reply was lost
+// succeeds (the store's transitions are idempotent for their owner). It
+// returns nil, an error matching ErrLeaseLost when the store says another
+// owner took the key (or it was deleted), or the last store error when the
+// lease ran out before COMPLETED could be written: see CompleteOutcome.
+func (l *Lease) Complete(result []byte) error {
+	l.stop()
+	defer l.cancel(nil)
+	o := l.o
+	backoff := 20 * time.Millisecond
+	var last error
+	for {
+		if l.isLost() {
+			return fmt.Errorf("idempotency: complete %q: %w", l.key, ErrLeaseLost)
+		}
+		left := time.Until(l.expiry())
+		if left <= 0 {
+			if last == nil {
+				last = errors.New("no time was left")
+			}
+			return fmt.Errorf("idempotency: COMPLETED not written within the lease: %w", last)
+		}
+		ctx, cancel := o.storeCtx(context.Background(), min(o.cfg.StoreTimeout, left))
+		start := o.startTimer()
+		err := o.cfg.Store.Complete(ctx, l.key, l.token, result, o.cfg.CompletedTTL)
+		cancel()
+		o.observe(OpComplete, start, err)
+		if err == nil || errors.Is(err, ErrLeaseLost) {
+			return err
+		}
+		last = err
+		o.logInfo("Could not write COMPLETED; retrying within the lease", l.dv, watermill.LogFields{"err": err})
+		time.Sleep(min(backoff, max(time.Until(l.expiry()), 0)))
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// Fail ends the renewals and moves the key to FAILED, so that the next
+// claim runs the work again. Its error is logged, not returned for a retry:
+// a lease that lapses counts as a failed attempt as well.
+func (l *Lease) Fail() {
+	l.stop()
+	defer l.cancel(nil)
+	o := l.o
+	left := time.Until(l.expiry())
+	if l.isLost() || left <= 0 {
+		o.logInfo("Failed attempt not recorded: the lease is over; it counts as failed when it lapses", l.dv, nil)
+		return
+	}
+	ctx, cancel := o.storeCtx(context.Background(), min(o.cfg.StoreTimeout, left))
+	defer cancel()
+	start := o.startTimer()
+	err := o.cfg.Store.Fail(ctx, l.key, l.token, o.cfg.FailedTTL)
+	o.observe(OpFail, start, err)
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		o.logInfo("Failed attempt not recorded: the lease was already lost", l.dv, nil)
+	case err != nil:
+		o.logError("Could not record a failed attempt; it counts as failed when its lease lapses", err, l.dv)
+	}
+}
+
+// renew runs on the timer: one renewal, then the next one is scheduled. A
+// failed renewal is retried after a tenth of the lease, and no call outlasts
+// the lease, so the work's context is cancelled before the store lets
+// another owner claim the key (see giveUp).
+func (l *Lease) renew() {
+	o := l.o
+	ttl := o.cfg.LeaseTTL
 	l.mu.Lock()
 	if l.stopped {
 		l.mu.Unlock()
 		return
 	}
-	ttl := l.d.cfg.LeaseTTL
 	left := time.Until(l.giveUp())
 	if left <= 0 {
-		l.lose(errors.New("no renewal succeeded within the lease"))
+		l.lose(errors.New("no renewal succeeded within the lease"), false)
 		l.mu.Unlock()
 		return
 	}
@@ -68,12 +152,11 @@ func (l *lease) renew() {
 	l.mu.Unlock()
 	defer l.inflight.Done()
 
-	d := l.d
 	start := time.Now()
-	rctx, rcancel := context.WithTimeout(context.Background(), min(d.cfg.StoreTimeout, ttl/3, left))
-	err := d.cfg.Store.Renew(rctx, l.key, l.token, ttl)
+	rctx, rcancel := context.WithTimeout(context.Background(), min(o.cfg.StoreTimeout, ttl/3, left))
+	err := o.cfg.Store.Renew(rctx, l.key, l.token, ttl)
 	rcancel()
-	d.observe(OpRenew, start, err)
+	o.observe(OpRenew, start, err)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -85,42 +168,49 @@ func (l *lease) renew() {
 	case err == nil:
 		l.renewed = start
 	case errors.Is(err, ErrLeaseLost):
-		l.lose(err)
+		l.lose(err, true)
 		return
 	default:
-		d.logInfo("Lease renewal failed; retrying", delivery{scope: l.scope, key: l.key}, watermill.LogFields{"err": err})
+		o.logInfo("Lease renewal failed; retrying", l.dv, watermill.LogFields{"err": err})
 		next = max(min(ttl/10, time.Until(l.giveUp())), 0)
 	}
 	l.timer.Reset(next)
 }
 
-// lose ends the lease and cancels the handler's context with ErrLeaseLost
-// as its cause. The caller holds l.mu.
-func (l *lease) lose(err error) {
+// lose ends the lease and cancels the work's context with ErrLeaseLost as
+// its cause. byStore says the store refused the token. The caller holds l.mu.
+func (l *Lease) lose(err error, byStore bool) {
 	l.stopped = true
-	l.d.logError("Lease lost while the handler runs; cancelling its context", err, delivery{scope: l.scope, key: l.key})
+	l.lost = byStore
+	l.o.logError("Lease lost while the work runs; cancelling its context", err, l.dv)
 	l.cancel(ErrLeaseLost)
 }
 
+func (l *Lease) isLost() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
+}
+
 // giveUp is when, with no renewal succeeding, the lease is declared lost:
-// a tenth of the lease before the store expires it, so that the handler's
-// context is cancelled before another consumer can claim the key. The
-// caller holds l.mu.
-func (l *lease) giveUp() time.Time {
-	ttl := l.d.cfg.LeaseTTL
+// a tenth of the lease before the store expires it, so that the work's
+// context is cancelled before another owner can claim the key. The caller
+// holds l.mu.
+func (l *Lease) giveUp() time.Time {
+	ttl := l.o.cfg.LeaseTTL
 	return l.renewed.Add(ttl - ttl/10)
 }
 
-// expiry is when the store expires the lease if no renewal succeeds.
-func (l *lease) expiry() time.Time {
+// expiry is the earliest time the store may expire the lease.
+func (l *Lease) expiry() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.renewed.Add(l.d.cfg.LeaseTTL)
+	return l.renewed.Add(l.o.cfg.LeaseTTL)
 }
 
 // stop ends the renewals and waits for one in progress, which is bounded by
 // the lease. It may be called more than once.
-func (l *lease) stop() {
+func (l *Lease) stop() {
 	l.mu.Lock()
 	l.stopped = true
 	l.timer.Stop()

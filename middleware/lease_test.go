@@ -2,10 +2,12 @@ package middleware_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -95,7 +97,7 @@ func TestCutOffOwnerIsCancelledBeforeTakeover(t *testing.T) {
 	}()
 	<-started
 	for {
-		res, err := inner.Claim(context.Background(), key, time.Minute, nil)
+		res, err := inner.Claim(context.Background(), key, claimFor(time.Minute, nil))
 		require.NoError(t, err)
 		if res.Acquired {
 			at := cancelledAt.Load()
@@ -106,4 +108,66 @@ func TestCutOffOwnerIsCancelledBeforeTakeover(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	require.ErrorIs(t, <-done, idempotency.ErrLeaseLost)
+}
+
+// slowComplete is a store whose Complete does not answer until its context
+// ends or release is closed, and then says the lease is lost: what a Redis
+// that comes back after the lease expired answers a call that kept
+// redialling.
+type slowComplete struct {
+	idempotency.Store
+	release chan struct{}
+}
+
+func (s slowComplete) Complete(ctx context.Context, _, _ string, _ []byte, _ time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.release:
+		return idempotency.ErrLeaseLost
+	}
+}
+
+// A Complete that began inside the lease is bounded by what is left of it,
+// not only by StoreTimeout: when the store does not answer in time the
+// outcome is complete_failed (COMPLETED could not be written within the
+// lease), never a lease_lost reported after the lease ran out.
+func TestCompleteIsBoundedByTheLease(t *testing.T) {
+	const lease = 200 * time.Millisecond
+	store := slowComplete{Store: memstore.New(memstore.Config{}), release: make(chan struct{})}
+	time.AfterFunc(3*lease, func() { close(store.release) })
+	idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease, StoreTimeout: 5 * time.Second})
+	_, err := idem.Middleware((&counter{}).handle)(newMsg("slow-complete", "p"))
+	require.NoError(t, err, "the effect happened: acked")
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeCompleteFailed))
+	assert.Zero(t, obs.get(idempotency.OutcomeLeaseLost), "no call outlived the lease to be told it was lost")
+}
+
+// failingRenew fails every Renew as a store blip would.
+type failingRenew struct{ idempotency.Store }
+
+func (failingRenew) Renew(context.Context, string, string, time.Duration) error {
+	return errors.New("connection reset")
+}
+
+// The lease's log lines say which message they are about.
+func TestRenewalLogNamesTheMessage(t *testing.T) {
+	logger := watermill.NewCaptureLogger()
+	idem, err := idempotency.New(idempotency.Config{Store: failingRenew{memstore.New(memstore.Config{})},
+		LeaseTTL: 60 * time.Millisecond, NackDelay: -1}, logger)
+	require.NoError(t, err)
+	msg := newMsg("renew-log", "p")
+	_, _ = idem.Middleware(func(*message.Message) ([]*message.Message, error) {
+		time.Sleep(45 * time.Millisecond) // past the first renewal at lease/3
+		return nil, nil
+	})(msg)
+	var found bool
+	for _, m := range logger.Captured()[watermill.InfoLogLevel] {
+		if m.Msg == "Lease renewal failed; retrying" {
+			found = true
+			assert.Equal(t, msg.UUID, m.Fields["message_uuid"])
+			assert.NotEmpty(t, m.Fields["idempotency_key"])
+		}
+	}
+	assert.True(t, found, "the failed renewal was logged")
 }

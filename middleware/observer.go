@@ -38,6 +38,10 @@ const (
 	// have run the handler too (a handler longer than the lease whose
 	// renewals could not reach the store).
 	OutcomeLeaseLost Outcome = "lease_lost"
+	// OutcomeCorruptRecord: the value under the key is not a record of the
+	// store's (ErrCorruptRecord); nothing ran, the message is nacked (HTTP:
+	// 500) and the key is left for an operator to inspect and delete.
+	OutcomeCorruptRecord Outcome = "corrupt_record"
 )
 
 // Store operations, as reported to Observer.StoreLatency.
@@ -52,8 +56,9 @@ const (
 // safe for concurrent use and fast: they run on every message. The
 // idemprom package provides one for Prometheus.
 type Observer interface {
-	// Outcome is called once per delivery with the handler's name (the
-	// scope) and what happened.
+	// Outcome is called once per delivery or request with a low-cardinality
+	// label and what happened: the Watermill handler's name (the scope),
+	// the HTTP route pattern (or "http"), or OnceConfig.Name for Once.Do.
 	Outcome(handler string, outcome Outcome)
 	// StoreLatency is called after every store call with the operation
 	// (OpClaim, OpRenew, OpComplete, OpFail), its duration, and its error.

@@ -186,7 +186,8 @@ func TestRedisDeadConsumerIsTakenOverAfterLease(t *testing.T) {
 
 	// A consumer claimed the key, then died: its lease is never renewed.
 	key := prefix + ":h:orphan" // prefix:scope:key, the scope being the handler's name
-	dead, err := store.Claim(context.Background(), key, lease, nil)
+	deadReq := claimFor(lease, nil)
+	dead, err := store.Claim(context.Background(), key, deadReq)
 	require.NoError(t, err)
 	require.True(t, dead.Acquired)
 	claimed := time.Now()
@@ -196,7 +197,7 @@ func TestRedisDeadConsumerIsTakenOverAfterLease(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(claimed), lease, "taken over only once the lease expired")
 	assert.EqualValues(t, 1, runs.Load())
 	assert.GreaterOrEqual(t, obs.get(idempotency.OutcomeInProgress), 1, "nacked while the dead consumer's lease lived")
-	assert.ErrorIs(t, store.Complete(context.Background(), key, dead.Token, nil, time.Minute), idempotency.ErrLeaseLost,
+	assert.ErrorIs(t, store.Complete(context.Background(), key, deadReq.Token, nil, time.Minute), idempotency.ErrLeaseLost,
 		"the dead consumer, had it woken up, is fenced")
 }
 
@@ -249,4 +250,60 @@ func TestRedisKilledMidStreamAndRestarted(t *testing.T) {
 	assert.Zero(t, ackedWithoutEffect.Load(), "nothing acked without success")
 	assert.Greater(t, obs.get(idempotency.OutcomeStoreUnavailable), 0, "the outage was felt: messages were nacked")
 	t.Logf("acked %d, nacked %d during the outage", count.acked.Load(), count.nacked.Load())
+}
+
+// TestRedisLostRepliesThroughTheMiddleware drops, after Redis ran it, the
+// reply of a message's claim, then of its Complete, then of a failing
+// message's Fail; go-redis resends each. The message runs once on its first
+// delivery, with no in_progress stall behind its own claim and no false
+// lease_lost, and the failed one is FAILED, not reported lost.
+func TestRedisLostRepliesThroughTheMiddleware(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	proxy := testserver.StartProxy(t, srv.Addr)
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr}) // go-redis's default MaxRetries: 3
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := redisstore.New(client)
+	require.NoError(t, err)
+	idem, obs := newIdem(t, idempotency.Config{Store: store})
+	h := &counter{}
+	warm := newMsg("warm", "p") // loads the scripts, so a dropped reply is the script's own
+	_, err = idem.Middleware(h.handle)(warm)
+	require.NoError(t, err)
+
+	for _, tc := range []struct{ name, key string }{{"claim", "lost-claim"}, {"complete", "lost-complete"}} {
+		msg := newMsg(tc.key, "p")
+		key, err := idem.StoreKey(msg)
+		require.NoError(t, err)
+		drops := proxy.Dropped()
+		if tc.name == "claim" {
+			proxy.DropReply(testserver.Command("evalsha", key))
+		} else {
+			proxy.DropReply(func(cmd []string) bool { // the second script on the key: its Complete
+				return len(cmd) > 3 && cmd[3] == key && len(cmd) == 7
+			})
+		}
+		_, err = idem.Middleware(h.handle)(msg)
+		require.NoError(t, err, "%s: processed on the first delivery", tc.name)
+		require.Equal(t, drops+1, proxy.Dropped(), "%s: a reply was dropped", tc.name)
+		rec, err := store.Get(context.Background(), key)
+		require.NoError(t, err)
+		assert.Equal(t, idempotency.StateCompleted, rec.State, tc.name)
+	}
+	assert.EqualValues(t, 3, h.runs.Load())
+	assert.Equal(t, 3, obs.get(idempotency.OutcomeProcessed))
+	assert.Zero(t, obs.get(idempotency.OutcomeInProgress), "no stall behind its own claim")
+	assert.Zero(t, obs.get(idempotency.OutcomeLeaseLost), "no false lease_lost")
+
+	failing := &counter{}
+	failing.failFor.Store(1)
+	msg := newMsg("lost-fail", "p")
+	key, err := idem.StoreKey(msg)
+	require.NoError(t, err)
+	proxy.DropReply(func(cmd []string) bool { return len(cmd) == 6 && cmd[3] == key }) // Fail: token, ttl
+	_, err = idem.Middleware(failing.handle)(msg)
+	require.ErrorIs(t, err, errHandler)
+	rec, err := store.Get(context.Background(), key)
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateFailed, rec.State, "the resent Fail was applied once")
+	assert.Equal(t, 1, rec.Attempts)
 }

@@ -114,3 +114,39 @@ func TestScopeKeepsHandlersOfOneTopicApart(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, map[string]int{"billing": 1, "shipping": 1}, runs, "each handler runs once for the key")
 }
+
+// The recommended stack: PoisonQueue and Recoverer outside the middleware,
+// Timeout inside. A hung handler is cut by Timeout (otherwise it would renew
+// its lease for ever), its key is left FAILED, the message is nacked, and
+// the redelivery runs the handler again.
+func TestRecommendedStackTimeoutCutsAHungHandler(t *testing.T) {
+	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = pubSub.Close() })
+	store := memstore.New(memstore.Config{})
+	idem, obs := newIdem(t, idempotency.Config{Store: store, MaxAttempts: 3})
+	poison, err := wmmiddleware.PoisonQueueWithFilter(pubSub, "poison", idempotency.IsPermanent)
+	require.NoError(t, err)
+	var runs atomic.Int32
+	var stateAfterTimeout atomic.Value
+	startRouter(t, func(r *message.Router) {
+		r.AddMiddleware(wmmiddleware.CorrelationID, poison, wmmiddleware.Recoverer, idem.Middleware,
+			wmmiddleware.Timeout(100*time.Millisecond))
+		r.AddNoPublisherHandler("hangs-once", "in", pubSub, func(msg *message.Message) error {
+			if runs.Add(1) == 1 {
+				<-msg.Context().Done() // hung until Timeout cuts it
+				return msg.Context().Err()
+			}
+			key, err := idem.StoreKey(msg)
+			require.NoError(t, err)
+			rec, err := store.Get(context.Background(), key)
+			require.NoError(t, err)
+			stateAfterTimeout.Store(rec.Attempts)
+			return nil
+		})
+	})
+	require.NoError(t, pubSub.Publish("in", newMsg("hung", "p")))
+	require.Eventually(t, func() bool { return obs.get(idempotency.OutcomeProcessed) == 1 }, 10*time.Second, 5*time.Millisecond)
+	assert.EqualValues(t, 2, runs.Load(), "the redelivery ran the handler again")
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeHandlerFailed), "the timed-out run left the key FAILED")
+	assert.Equal(t, 2, stateAfterTimeout.Load(), "the second run is the key's second attempt")
+}

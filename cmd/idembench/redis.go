@@ -82,11 +82,11 @@ func scriptSHAs(addr, prefix string) (claim, finish string) {
 	}
 	ctx := context.Background()
 	key := prefix + ":sha"
-	res, err := s.Claim(ctx, key, time.Minute, nil)
-	if err != nil {
+	token := idempotency.NewToken()
+	if _, err := s.Claim(ctx, key, idempotency.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute}); err != nil {
 		log.Fatalf("Redis at %s: %v", addr, err)
 	}
-	if err := s.Complete(ctx, key, res.Token, nil, time.Minute); err != nil {
+	if err := s.Complete(ctx, key, token, nil, time.Minute); err != nil {
 		log.Fatal(err)
 	}
 	_ = s.Delete(ctx, key)
@@ -111,22 +111,22 @@ func runCeiling(o options, rc *redis.Client) Ceiling {
 	var seq atomic.Uint64
 	key := func() string { return o.prefix + ":ceil:" + strconv.FormatUint(seq.Add(1), 10) }
 	n, secs := hammer(ceilingClients, o.ceilingDur, func() error {
-		return rc.EvalSha(ctx, ce.ClaimSHA, []string{key()}, "0123456789abcdef0123456789abcdef", leaseMs, "").Err()
+		return rc.EvalSha(ctx, ce.ClaimSHA, []string{key()}, "0123456789abcdef0123456789abcdef", leaseMs, ttlMs, "").Err()
 	})
 	ce.GoClaims = float64(n) / secs
 	cleanup(rc, o.prefix+":ceil:")
 
 	n, secs = hammer(ceilingClients, o.ceilingDur, func() error {
 		k, tok := key(), "0123456789abcdef0123456789abcdef"
-		if err := rc.EvalSha(ctx, ce.ClaimSHA, []string{k}, tok, leaseMs, "").Err(); err != nil {
+		if err := rc.EvalSha(ctx, ce.ClaimSHA, []string{k}, tok, leaseMs, ttlMs, "").Err(); err != nil {
 			return err
 		}
-		return rc.EvalSha(ctx, ce.FinishSHA, []string{k}, tok, ttlMs, "C", "").Err()
+		return rc.EvalSha(ctx, ce.FinishSHA, []string{k}, tok, ttlMs, "").Err()
 	})
 	ce.GoMessages = float64(n) / secs
 	cleanup(rc, o.prefix+":ceil:")
 
-	ce.RedisBenchmarkClaims, ce.Note = redisBenchmark(o, ce.ClaimSHA, leaseMs)
+	ce.RedisBenchmarkClaims, ce.Note = redisBenchmark(o, ce.ClaimSHA, leaseMs, ttlMs)
 	cleanup(rc, o.prefix+":rb:")
 	if ce.RedisBenchmarkClaims > 0 {
 		ce.MessageCeiling = ce.RedisBenchmarkClaims / 2
@@ -138,7 +138,7 @@ func runCeiling(o options, rc *redis.Client) Ceiling {
 
 // redisBenchmark runs redis-benchmark with 64 clients, no pipelining, on the
 // claim script with random fresh keys, and returns its requests per second.
-func redisBenchmark(o options, sha, leaseMs string) (float64, string) {
+func redisBenchmark(o options, sha, leaseMs, ttlMs string) (float64, string) {
 	bin, err := exec.LookPath("redis-benchmark")
 	if err != nil {
 		return 0, "redis-benchmark not on PATH; ceiling from the Go load generator"
@@ -151,7 +151,7 @@ func redisBenchmark(o options, sha, leaseMs string) (float64, string) {
 	n := int(o.ceilingDur.Seconds() * 60_000)
 	cmd := exec.Command(bin, "-h", host, "-p", port, "-c", strconv.Itoa(ceilingClients), "-P", "1", "-n", strconv.Itoa(n),
 		"-r", "1000000000", "--csv",
-		"EVALSHA", sha, "1", o.prefix+":rb:__rand_int__", "0123456789abcdef0123456789abcdef", leaseMs, "")
+		"EVALSHA", sha, "1", o.prefix+":rb:__rand_int__", "0123456789abcdef0123456789abcdef", leaseMs, ttlMs, "")
 	out, err := cmd.Output()
 	if err != nil {
 		return 0, fmt.Sprintf("redis-benchmark: %v", err)

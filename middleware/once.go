@@ -1,0 +1,364 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+)
+
+// DefaultOnceName labels the outcomes of Once.Do when OnceConfig.Name is
+// empty.
+const DefaultOnceName = "once"
+
+// OnceConfig configures a Once. A zero field means its documented default;
+// only Store is required.
+type OnceConfig struct {
+	// Store keeps the state of every key. Required.
+	Store Store
+	// LeaseTTL is how long a claim holds a key without renewal; the owner
+	// renews it every LeaseTTL/3 while its work runs. Zero means
+	// DefaultLeaseTTL (40 s).
+	LeaseTTL time.Duration
+	// CompletedTTL is how long a completed key and its result are kept.
+	// Zero means DefaultCompletedTTL (24 h).
+	CompletedTTL time.Duration
+	// FailedTTL is how long a failed key, or one whose lease lapsed, keeps
+	// its attempt count. Zero means DefaultFailedTTL (24 h).
+	FailedTTL time.Duration
+	// StoreTimeout bounds each store call; an owner's calls are bounded by
+	// what is left of its lease as well. Zero means DefaultStoreTimeout
+	// (5 s).
+	StoreTimeout time.Duration
+	// MaxAttempts is how many times the work may run for one key; a claim
+	// beyond that is ErrTooManyAttempts and runs nothing. Zero means
+	// unlimited.
+	MaxAttempts int
+	// Name labels the outcomes of Do for the Observer. Empty means
+	// DefaultOnceName ("once").
+	Name string
+	// Observer receives outcomes and store latencies. Nil means none.
+	Observer Observer
+}
+
+func (c *OnceConfig) setDefaults() {
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.CompletedTTL == 0 {
+		c.CompletedTTL = DefaultCompletedTTL
+	}
+	if c.FailedTTL == 0 {
+		c.FailedTTL = DefaultFailedTTL
+	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
+	if c.Name == "" {
+		c.Name = DefaultOnceName
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
+	}
+}
+
+// Validate reports every problem of a OnceConfig whose defaults are filled.
+func (c OnceConfig) Validate() error {
+	var errs []error
+	if c.Store == nil {
+		errs = append(errs, errors.New("Store is required"))
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"LeaseTTL", c.LeaseTTL}, {"CompletedTTL", c.CompletedTTL}, {"FailedTTL", c.FailedTTL}, {"StoreTimeout", c.StoreTimeout}} {
+		if f.d < 0 {
+			errs = append(errs, fmt.Errorf("%s is %v, must be positive", f.name, f.d))
+		}
+	}
+	if c.LeaseTTL > 0 && c.LeaseTTL < 3*time.Millisecond {
+		errs = append(errs, fmt.Errorf("LeaseTTL %v is too short to renew", c.LeaseTTL))
+	}
+	if c.MaxAttempts < 0 {
+		errs = append(errs, fmt.Errorf("MaxAttempts is %d, must be 0 (unlimited) or more", c.MaxAttempts))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("idempotency: invalid config: %w", err)
+	}
+	return nil
+}
+
+// Once is the owner's side of the protocol, written once for every adapter:
+// the Watermill middleware, package httpidem and any Go code that calls Do.
+// It claims a key, renews the lease while the work runs (cancelling the
+// work's context before the store can hand the key to someone else),
+// completes with retries and fails. It is safe for concurrent use.
+type Once struct {
+	cfg    OnceConfig
+	logger watermill.LoggerAdapter
+	// inProcess: the store never waits on I/O, so calls need no timeout.
+	inProcess bool
+	// quiet: the logger discards everything, so no log fields are built.
+	quiet bool
+	// timed: the observer wants store latencies, so calls are timed.
+	timed bool
+}
+
+// NewOnce returns the protocol for cfg. It copies cfg, fills the defaults
+// of its zero fields and validates it; a nil logger logs nothing.
+func NewOnce(cfg OnceConfig, logger watermill.LoggerAdapter) (*Once, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	_, inProcess := cfg.Store.(InProcessStore)
+	_, quiet := logger.(watermill.NopLogger)
+	_, untimed := cfg.Observer.(nopObserver)
+	return &Once{cfg: cfg, logger: logger, inProcess: inProcess, quiet: quiet, timed: !untimed}, nil
+}
+
+// Config returns the configuration in force, defaults filled.
+func (o *Once) Config() OnceConfig { return o.cfg }
+
+// Result is what Do returns for a key.
+type Result struct {
+	// Value is what the work returned, or, when Replayed, what its first
+	// successful run returned and the store kept.
+	Value []byte
+	// Replayed is true when the key was already COMPLETED and the work did
+	// not run.
+	Replayed bool
+	// Attempts counts the runs of the work for this key, this one included.
+	Attempts int
+	// Outcome says what happened: OutcomeProcessed, OutcomeDuplicate, or,
+	// after a run whose result could not be recorded, OutcomeCompleteFailed
+	// or OutcomeLeaseLost (Value is then the run's, and a later call may run
+	// the work again).
+	Outcome Outcome
+}
+
+// Do runs work once per key across every process sharing the store, and
+// returns its value to every later caller while the key is COMPLETED
+// (CompletedTTL), with Replayed set. The work's context is cancelled, with
+// ErrLeaseLost as its cause, if the lease is lost while it runs.
+//
+// Do returns:
+//   - the work's error when it fails: the key is FAILED and a later Do runs
+//     the work again; a panic fails the key too and goes on;
+//   - ErrInProgress when another caller holds the key; try again later;
+//   - ErrStoreUnavailable when the store cannot be reached; nothing ran;
+//   - ErrCorruptRecord when the value under the key is not a record;
+//   - ErrTooManyAttempts when the work already ran MaxAttempts times.
+//
+// The key is used as given: put a prefix of your own in it when the store
+// is shared.
+func (o *Once) Do(ctx context.Context, key string, work func(ctx context.Context) ([]byte, error)) (Result, error) {
+	dv := delivery{scope: o.cfg.Name, key: key}
+	lease, claim, err := o.claim(ctx, key, nil, dv)
+	dv.attempts = claim.Record.Attempts
+	if err != nil {
+		o.done(OutcomeOf(err), dv, err)
+		return Result{Attempts: claim.Record.Attempts}, err
+	}
+	if lease == nil {
+		if claim.Record.State == StateCompleted {
+			o.done(OutcomeDuplicate, dv, nil)
+			return Result{Value: claim.Record.Result, Replayed: true, Attempts: claim.Record.Attempts, Outcome: OutcomeDuplicate}, nil
+		}
+		err := fmt.Errorf("%w: key %q", ErrInProgress, key)
+		o.done(OutcomeInProgress, dv, err)
+		return Result{Attempts: claim.Record.Attempts}, err
+	}
+
+	finished := false
+	defer func() {
+		if !finished {
+			lease.Fail()
+			o.done(OutcomeHandlerFailed, dv, errors.New("work panicked"))
+		}
+	}()
+	value, err := work(lease.Context())
+	finished = true
+	res := Result{Value: value, Attempts: claim.Record.Attempts}
+	if err != nil {
+		lease.Fail()
+		o.done(OutcomeHandlerFailed, dv, err)
+		return res, err
+	}
+	cerr := lease.Complete(value)
+	res.Outcome = CompleteOutcome(cerr)
+	o.done(res.Outcome, dv, cerr)
+	return res, nil
+}
+
+// ClaimOptions are the optional parts of Once.Claim.
+type ClaimOptions struct {
+	// Fingerprint is stored with a new record; a claim whose fingerprint
+	// differs from the stored one never acquires (see Store.Claim).
+	Fingerprint []byte
+	// LogFields are added to the lease's log lines.
+	LogFields watermill.LogFields
+}
+
+// Claim claims key for a run. It returns, exactly one of:
+//   - a Lease when the caller now owns the key: run the work under
+//     Lease.Context, then call Lease.Complete or Lease.Fail;
+//   - no Lease and no error when the claim was refused: ClaimResult.Record
+//     says why (COMPLETED with its result, IN_PROGRESS elsewhere, or a
+//     different fingerprint);
+//   - an error: ErrStoreUnavailable (wrapping the store's error; nothing was
+//     claimed), ErrCorruptRecord, or ErrTooManyAttempts (the key was
+//     claimed beyond MaxAttempts and handed back as FAILED at once).
+//
+// ctx bounds the claim, with StoreTimeout, and is the parent of the lease's
+// context.
+func (o *Once) Claim(ctx context.Context, key string, opts ClaimOptions) (*Lease, ClaimResult, error) {
+	return o.claim(ctx, key, opts.Fingerprint, delivery{key: key, extra: opts.LogFields})
+}
+
+func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, dv delivery) (*Lease, ClaimResult, error) {
+	req := ClaimRequest{Token: NewToken(), Lease: o.cfg.LeaseTTL, TTL: o.cfg.FailedTTL, Fingerprint: fingerprint}
+	claimed := time.Now() // the lease counts from before the claim's round trip
+	cctx, cancel := o.storeCtx(ctx, o.cfg.StoreTimeout)
+	start := o.startTimer()
+	res, err := o.cfg.Store.Claim(cctx, key, req)
+	cancel()
+	o.observe(OpClaim, start, err)
+	switch {
+	case errors.Is(err, ErrCorruptRecord):
+		return nil, res, err
+	case err != nil:
+		return nil, res, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+	case !res.Acquired:
+		return nil, res, nil
+	}
+	dv.attempts = res.Record.Attempts
+	l := o.newLease(ctx, key, req.Token, claimed, dv)
+	l.record = res.Record
+	if o.cfg.MaxAttempts > 0 && res.Record.Attempts > o.cfg.MaxAttempts {
+		// The claim counted one more attempt; hand the key back as FAILED
+		// without running anything.
+		l.Fail()
+		return nil, res, fmt.Errorf("%w: %d of at most %d for key %q", ErrTooManyAttempts, res.Record.Attempts-1, o.cfg.MaxAttempts, key)
+	}
+	return l, res, nil
+}
+
+// OutcomeOf names the outcome of an error returned by Once.Claim.
+func OutcomeOf(claimErr error) Outcome {
+	switch {
+	case errors.Is(claimErr, ErrCorruptRecord):
+		return OutcomeCorruptRecord
+	case errors.Is(claimErr, ErrTooManyAttempts):
+		return OutcomeTooManyAttempts
+	default:
+		return OutcomeStoreUnavailable
+	}
+}
+
+// CompleteOutcome names the outcome of a run whose work succeeded, from the
+// error of Lease.Complete: OutcomeProcessed, OutcomeLeaseLost or
+// OutcomeCompleteFailed.
+func CompleteOutcome(completeErr error) Outcome {
+	switch {
+	case completeErr == nil:
+		return OutcomeProcessed
+	case errors.Is(completeErr, ErrLeaseLost):
+		return OutcomeLeaseLost
+	default:
+		return OutcomeCompleteFailed
+	}
+}
+
+// startTimer returns the start of a store call to observe, or the zero
+// time when nobody observes (saving a clock read per call).
+func (o *Once) startTimer() time.Time {
+	if o.timed {
+		return time.Now()
+	}
+	return time.Time{}
+}
+
+// observe reports a store call that began at start, if anyone listens.
+func (o *Once) observe(op string, start time.Time, err error) {
+	if o.timed {
+		o.cfg.Observer.StoreLatency(op, time.Since(start), err)
+	}
+}
+
+// storeCtx bounds one store call by d, unless the store is in process and
+// cannot hang.
+func (o *Once) storeCtx(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if o.inProcess {
+		return parent, func() {}
+	}
+	return context.WithTimeout(parent, d)
+}
+
+// done logs and counts one outcome.
+func (o *Once) done(outcome Outcome, dv delivery, err error) {
+	o.cfg.Observer.Outcome(dv.scope, outcome)
+	if o.quiet {
+		return
+	}
+	fields := dv.fields()
+	fields["outcome"] = string(outcome)
+	switch outcome {
+	case OutcomeProcessed, OutcomeDuplicate, OutcomeInProgress:
+		o.logger.Debug("Idempotency outcome", fields)
+	case OutcomeHandlerFailed:
+		fields["err"] = err
+		o.logger.Info("Idempotency outcome", fields)
+	default:
+		o.logger.Error("Idempotency outcome", err, fields)
+	}
+}
+
+// delivery is what the logs say about one run. Its fields are built only
+// when something is logged: the hot path of a quiet middleware allocates no
+// map.
+type delivery struct {
+	uuid, scope, key string
+	attempts         int
+	extra            watermill.LogFields
+}
+
+func (dv delivery) fields() watermill.LogFields {
+	f := watermill.LogFields{}
+	if dv.uuid != "" { // a Watermill message: its handler's name, even empty
+		f["message_uuid"] = dv.uuid
+		f["handler_name"] = dv.scope
+	} else if dv.scope != "" {
+		f["handler_name"] = dv.scope
+	}
+	if dv.key != "" {
+		f["idempotency_key"] = dv.key
+	}
+	if dv.attempts > 0 {
+		f["attempts"] = dv.attempts
+	}
+	return f.Add(dv.extra)
+}
+
+func (o *Once) logDebug(msg string, dv delivery) {
+	if !o.quiet {
+		o.logger.Debug(msg, dv.fields())
+	}
+}
+
+func (o *Once) logInfo(msg string, dv delivery, extra watermill.LogFields) {
+	if !o.quiet {
+		o.logger.Info(msg, dv.fields().Add(extra))
+	}
+}
+
+func (o *Once) logError(msg string, err error, dv delivery) {
+	if !o.quiet {
+		o.logger.Error(msg, err, dv.fields())
+	}
+}
