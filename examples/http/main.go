@@ -86,6 +86,9 @@ func openStore(redisURL string) (idempotency.Store, func(), error) {
 // newAPI returns the payments API: POST /payments (idempotent) and
 // GET /payments/{id}, behind bearer authentication.
 func newAPI(store idempotency.Store, logger watermill.LoggerAdapter) (http.Handler, error) {
+	// Scope is required: without it, a client sending another client's
+	// Idempotency-Key would get that client's stored response. The API key
+	// is hashed in the stored keys, so it never appears in Redis.
 	idem, err := httpidem.New(httpidem.Config{Store: store, Scope: apiKey}, logger)
 	if err != nil {
 		return nil, err

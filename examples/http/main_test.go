@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"io"
 	"net/http"
@@ -74,11 +75,13 @@ func TestRedisStore(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	key := "example-http-test-" + randomSuffix(t)
-	t.Cleanup(func() {
-		// The documented stored key: default prefix, scope length, scope, key.
-		c := testserver.RedisClient(t)
-		_ = c.Del(context.Background(), httpidem.DefaultKeyPrefix+"13:sk_test_redis:"+key).Err()
-	})
+	// The documented stored key: the default prefix, the hex of the first
+	// 16 bytes of SHA-256(scope), a colon and the key. The scope, an API
+	// key, is not in it.
+	scope := sha256.Sum256([]byte("sk_test_redis"))
+	storedKey := httpidem.DefaultKeyPrefix + hex.EncodeToString(scope[:16]) + ":" + key
+	c := testserver.RedisClient(t)
+	t.Cleanup(func() { _ = c.Del(context.Background(), storedKey).Err() })
 	cmd := []string{"-X", "POST", "http://x/payments", "-H", "Authorization: Bearer sk_test_redis",
 		"-H", "Idempotency-Key: " + key, "-d", `{"amount":1000,"currency":"eur"}`}
 	first := runCurl(t, srv, cmd)
@@ -89,6 +92,9 @@ func TestRedisStore(t *testing.T) {
 	assert.Equal(t, http.StatusCreated, again.StatusCode)
 	assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
 	assert.Equal(t, string(firstBody), string(againBody))
+	n, err := c.Exists(context.Background(), storedKey).Result()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n, "the record is under the documented key")
 
 	_, _, err = openStore("http://not-redis")
 	assert.Error(t, err, "REDIS_URL must be a redis:// URL")

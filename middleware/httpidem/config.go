@@ -23,8 +23,8 @@ const (
 	// documented bound).
 	DefaultMaxKeyLength = 255
 	// DefaultLease is how long a claim holds a key while the handler runs;
-	// it is renewed every third of it.
-	DefaultLease = 40 * time.Second
+	// it is renewed every third of it (middleware.DefaultLeaseTTL).
+	DefaultLease = middleware.DefaultLeaseTTL
 	// DefaultCompletedTTL is how long a completed response is replayed.
 	DefaultCompletedTTL = 24 * time.Hour
 	// DefaultFailedTTL is how long a failed attempt is remembered (its
@@ -36,24 +36,29 @@ const (
 	DefaultMaxResponseBody = 1 << 20
 	// DefaultStoreTimeout bounds each store call, as the Watermill
 	// middleware's middleware.DefaultStoreTimeout does.
-	DefaultStoreTimeout = 5 * time.Second
+	DefaultStoreTimeout = middleware.DefaultStoreTimeout
 	// DefaultRetryAfter is the Retry-After sent with 409 and 503 answers.
 	DefaultRetryAfter = time.Second
 	// DefaultProblemTypeBase starts the "type" member of every problem
 	// body; the ProblemType constant's name follows, so the URI points at
 	// that constant's documentation.
 	DefaultProblemTypeBase = "https://pkg.go.dev/github.com/idempotency/watermill-idempotency/middleware/httpidem#"
+	// DefaultOutcomeLabel labels the outcomes of a request that no
+	// ServeMux pattern matched (see Config.Observer).
+	DefaultOutcomeLabel = "http"
 )
 
 // ErrNilStore is returned by New for a Config without a Store.
 var ErrNilStore = errors.New("httpidem: nil store")
 
 // ErrInvalidConfig is returned by New, wrapped with the reason, for a
-// negative duration or size, or a malformed header name or method.
+// negative duration or size, a malformed header name or method, or a
+// Config that sets neither Scope nor SingleTenant, or both.
 var ErrInvalidConfig = errors.New("httpidem: invalid config")
 
-// Config configures a Middleware. Every field but Store has a usable zero
-// value, documented on the field.
+// Config configures a Middleware. Store is required, and so is the choice
+// between Scope and SingleTenant; every other field has a usable zero value,
+// documented on the field.
 type Config struct {
 	// Store keeps the state of every key. Required: there is no silent
 	// default (use memstore for tests and demos, redisstore in production).
@@ -78,26 +83,39 @@ type Config struct {
 	MaxKeyLength int
 
 	// Scope returns the tenant a request belongs to (an authenticated
-	// subject, an API key id). It is part of the stored key, so a client can
-	// never receive the stored response of another scope, and two tenants
-	// may use the same key. Nil means one scope for every request: use that
-	// only when there is one client, or keys are unguessable and
-	// never shared.
+	// subject, an API key id). Its SHA-256 is part of the stored key, so a
+	// client can never receive the stored response of another scope, two
+	// tenants may use the same key, and no scope (an API key, say) appears
+	// in a key name. The scope of a request is what Scope returns, the empty
+	// string included: put authentication before this middleware, so that
+	// an anonymous request never reaches it. Required unless SingleTenant
+	// is set; New refuses a Config with neither, or with both.
 	Scope func(r *http.Request) string
+
+	// SingleTenant declares that every request belongs to one client (one
+	// scope), so that no Scope is needed: a service called only by one
+	// other service, say. Never set it for a public API: any client that
+	// sends another client's key would get that client's stored response,
+	// Set-Cookie included.
+	SingleTenant bool
 
 	// KeyPrefix starts every stored key. Empty means DefaultKeyPrefix.
 	KeyPrefix string
 
-	// Lease is how long a claim holds a key while the handler runs; the
-	// middleware renews it every Lease/3, and every Lease/10 after a renewal
-	// failed. When no renewal succeeds for a whole Lease, the handler's
-	// context is cancelled (middleware.ErrLeaseLost). A crashed server stops
-	// renewing, and after Lease a retry may run the handler again. Zero
-	// means DefaultLease (40 s).
+	// Lease is how long a claim holds a key while the handler runs
+	// (middleware.OnceConfig.LeaseTTL): the middleware renews it every
+	// Lease/3, and every Lease/10 after a renewal failed. When the store
+	// says the lease is lost, or no renewal succeeds for nine tenths of a
+	// Lease, the handler's context is cancelled with middleware.ErrLeaseLost
+	// as its cause, before the store can hand the key to another request. A
+	// crashed server stops renewing, and after Lease a retry runs the
+	// handler again (the lapsed run counts as a failed attempt). Zero means
+	// DefaultLease (40 s).
 	Lease time.Duration
 
-	// StoreTimeout bounds each store call: the claim, each renewal (at most
-	// Lease/3), and each attempt to record the outcome. A claim that times
+	// StoreTimeout bounds each store call: the claim, each renewal, and
+	// each attempt to record the outcome; every call made while the key is
+	// held is also bounded by what is left of the lease. A claim that times
 	// out is answered 503 (or runs the handler, with FailOpen); a renewal
 	// that times out is retried while the lease lasts; recording COMPLETED
 	// is retried until the lease runs out. Zero means DefaultStoreTimeout
@@ -108,9 +126,10 @@ type Config struct {
 	// Zero means DefaultCompletedTTL (24 h).
 	CompletedTTL time.Duration
 
-	// FailedTTL is how long a failed attempt (5xx or panic) is kept. A
-	// retry with the same request runs the handler again; one with a
-	// different request is refused with 422 until it expires. Zero means
+	// FailedTTL is how long a failed attempt (5xx, panic, lost lease) is
+	// kept, and how long a key whose lease lapsed is kept after its lease
+	// ended. A retry with the same request runs the handler again; one with
+	// a different request is refused with 422 until it expires. Zero means
 	// DefaultFailedTTL (24 h).
 	FailedTTL time.Duration
 
@@ -139,6 +158,16 @@ type Config struct {
 	// ProblemTypeBase starts the "type" member of problem bodies; the
 	// ProblemType follows. Empty means DefaultProblemTypeBase.
 	ProblemTypeBase string
+
+	// Observer receives one outcome per request the middleware applies to
+	// (the same middleware.Observer as the Watermill middleware's, so
+	// idemprom counts both) and the latency of every store call. Its label
+	// is the request's ServeMux pattern (http.Request.Pattern, such as
+	// "POST /payments") when the middleware wraps a handler registered on a
+	// ServeMux, else DefaultOutcomeLabel ("http"): never the scope or the
+	// path, whose values are unbounded. Wrap each route's handler, not the
+	// whole mux, to count per route. Nil means none.
+	Observer middleware.Observer
 }
 
 func (c *Config) setDefaults() {
@@ -153,9 +182,6 @@ func (c *Config) setDefaults() {
 	c.Header = http.CanonicalHeaderKey(c.Header)
 	if c.MaxKeyLength == 0 {
 		c.MaxKeyLength = DefaultMaxKeyLength
-	}
-	if c.Scope == nil {
-		c.Scope = func(*http.Request) string { return "" }
 	}
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = DefaultKeyPrefix
@@ -186,11 +212,18 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports whether the config can be used. Zero fields are valid:
-// they stand for their defaults. New calls it after filling the defaults.
+// Validate reports whether the config can be used. Zero fields other than
+// Store, Scope and SingleTenant are valid: they stand for their defaults.
+// New calls it after filling the defaults.
 func (c Config) Validate() error {
 	if c.Store == nil {
 		return ErrNilStore
+	}
+	switch {
+	case c.Scope == nil && !c.SingleTenant:
+		return fmt.Errorf("%w: Scope is required (the tenant of a request); set SingleTenant instead only when one client calls this service", ErrInvalidConfig)
+	case c.Scope != nil && c.SingleTenant:
+		return fmt.Errorf("%w: Scope and SingleTenant are both set; choose one", ErrInvalidConfig)
 	}
 	for name, d := range map[string]time.Duration{
 		"Lease": c.Lease, "CompletedTTL": c.CompletedTTL, "FailedTTL": c.FailedTTL, "RetryAfter": c.RetryAfter,

@@ -2,15 +2,16 @@
 // exactly-once effects per Idempotency-Key, following the IETF draft "The
 // Idempotency-Key HTTP Header Field" and Stripe's documented behaviour. It
 // keeps its state in the same middleware.Store as the Watermill middleware
-// (Redis in production, memstore for tests and demos), so any number of
-// server processes sharing that store behave as one.
+// (Redis in production, memstore for tests and demos), and runs on the same
+// owner protocol (middleware.Once), so any number of server processes
+// sharing that store behave as one.
 //
 //	idem, err := httpidem.New(httpidem.Config{
 //		Store: store,
 //		Scope: func(r *http.Request) string { return apiKeyID(r) },
 //	}, logger)
 //	...
-//	http.Handle("POST /payments", idem.Handler(payments))
+//	mux.Handle("POST /payments", idem.Handler(payments))
 //
 // # What a request gets
 //
@@ -23,13 +24,13 @@
 //	repeat while it is still running  409, Retry-After
 //	same key, different request       422 (method, path, query or body differ)
 //	no Idempotency-Key                400 (unless Config.KeyOptional)
-//	invalid key                       400: empty, over 255 bytes, a byte outside
-//	                                  printable ASCII, or the header twice
+//	invalid key                       400 (see Keys)
 //	request body over 10 MiB          413, nothing is claimed
 //	store unreachable, or no answer   503, Retry-After; the handler does not run
 //	within Config.StoreTimeout (5 s)  (Config.FailOpen runs it without
 //	                                  idempotency and logs, unless the client
 //	                                  is already gone)
+//	unreadable record under the key   500 (ProblemRecordCorrupt); nothing runs
 //	repeat of a response over 1 MiB   410 (see below)
 //
 // Every answer of the middleware itself is an RFC 9457 problem
@@ -39,18 +40,37 @@
 //
 // # Keys
 //
-// The key is the Idempotency-Key header's value as sent (Stripe's form), or,
-// when it starts with a double quote, the content of an RFC 8941 string (the
-// draft's form, Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"):
-// both forms of one key are the same key. A key is 1 to 255 bytes
-// (Config.MaxKeyLength) of printable ASCII, 0x20 to 0x7E.
+// The key is the Idempotency-Key header's value, in one of two forms, both
+// accepted everywhere:
+//
+//   - as sent (Stripe's form): Idempotency-Key: 8e03978e-40d5-43e8-bc93-6894a57f9324.
+//     It must not hold a comma: proxies may merge repeated header lines into
+//     one, joined by commas, so "k1, k2" may be two keys.
+//   - an RFC 8941 sf-string (the draft's form), when the value starts with
+//     a double quote: Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324".
+//     The quotes and the escapes \" and \\ are removed; commas are allowed
+//     inside the quotes. Parameters are not.
+//
+// Both forms of one key are the same key. A key is 1 to 255 bytes
+// (Config.MaxKeyLength) of printable ASCII, 0x20 to 0x7E, after unquoting.
+// A header sent twice, a key out of these bounds, an unquoted key with a
+// comma or a malformed quoted string is answered 400 (ProblemKeyInvalid),
+// and nothing is claimed.
 //
 // Keys belong to a scope, Config.Scope(r): the authenticated subject or API
-// key of the caller. The stored key is the prefix, the scope's length, the
-// scope and the key ("httpidem:5:alice:k1"), so no two (scope, key) pairs
-// meet, whatever bytes they hold, and a client can never receive another
-// scope's response. Without a Scope every request shares one scope: use that
-// only for a single client.
+// key of the caller. Scope is required: without it every client would share
+// one key space, and a client sending another client's key would get that
+// client's stored response, Set-Cookie included. A service that only one
+// client calls says so with Config.SingleTenant instead; New refuses a
+// Config that sets neither, or both (ErrInvalidConfig).
+//
+// The stored key is Config.KeyPrefix, the hex of the first 16 bytes of
+// SHA-256(scope), a colon and the key:
+//
+//	httpidem:2bd806c97f0e00af1a1fc3328fa763a9:8e03978e   scope "alice", key "8e03978e"
+//
+// so no secret used as a scope appears in a key name, and no two (scope,
+// key) pairs share a stored key. Under SingleTenant the scope is empty.
 //
 // The request's fingerprint is SHA-256 over its method, path, raw query and
 // the SHA-256 of its body. It is given to Store.Claim and kept with the key;
@@ -65,30 +85,46 @@
 // failed) and runs the handler, whose response goes to the client as it is
 // written and is recorded on the side:
 //
-//   - 2xx, 3xx and 4xx: the key is COMPLETED for 24 h with the status, the
-//     headers the handler set and the body, in a compact binary encoding. 4xx
+//   - 2xx, 3xx and 4xx: the key is COMPLETED with the status, the headers
+//     the handler set and the body, in a compact binary encoding. 4xx
 //     answers are outcomes too (Stripe replays them): fix the request and use
 //     a new key. Put rate limiting (429) outside this middleware, so it is
 //     never stored.
-//   - 5xx: the key is FAILED (kept 24 h with its fingerprint): a retry with the
-//     same request runs the handler again.
-//   - no answer at all, after the handler's context ended: the handler
-//     returned without calling WriteHeader, Write or Flush once its client
-//     left or its lease was lost. It was interrupted, and net/http's empty
-//     200 is not an outcome: the key is FAILED, and a retry runs the handler
-//     again. A handler that finished its effect should say so with a
-//     status, even when nobody listens any more.
+//   - 5xx: the key is FAILED: a retry with the same request runs the
+//     handler again.
 //   - panic: the key is FAILED, then the panic goes on unchanged to the
 //     outer recovery middleware or to net/http, exactly as without this
 //     middleware. It is not turned into a 500 here: the outer layer decides
 //     how a panic is answered and logged.
+//   - lost lease: the key is FAILED, whatever the handler answered (see
+//     below): another request may have claimed the key meanwhile.
 //
-// Headers set by outer middleware before the handler ran (a request id, say)
-// are not the handler's: they are neither stored nor replayed, and a replay
-// keeps the ones set for the repeat. Hop-by-hop headers and trailers are not
-// stored. When the handler sets no Content-Type, the middleware sets the one
-// net/http would sniff, so the replay carries the same one. A handler cannot
-// hijack the connection under this middleware.
+// A client that leaves changes nothing: a handler that returns normally
+// after its client left (its context ended with context.Canceled) is
+// COMPLETED with what it wrote, an empty 200 when it wrote nothing, as
+// net/http would have answered. Its effect may well have happened, and the
+// client's retry, the reason keys exist, must then get the replay rather
+// than run the effect a second time. A handler that stops early because its
+// context ended should answer 5xx (503, say) to leave the key FAILED for the
+// retry.
+//
+// # What is stored and replayed
+//
+// A replay repeats the first response's status, the headers the handler set
+// (all their values, in order) and its body, byte for byte, and adds
+// Idempotent-Replayed: true. Not stored, and so not replayed:
+//
+//   - headers set by outer middleware before the handler ran (a request id,
+//     say): a replay keeps the ones set for the repeat;
+//   - hop-by-hop headers (Connection, Keep-Alive, Proxy-Connection,
+//     Transfer-Encoding, Upgrade, TE, Trailer) and trailers, which describe
+//     one connection or one response's framing; net/http sets Date and
+//     Content-Length afresh.
+//
+// When the handler sets no Content-Type, the middleware sets the one net/http
+// would sniff, so the replay carries the same one. Informational answers
+// (103 Early Hints) go to the first client only. A handler cannot hijack the
+// connection under this middleware.
 //
 // A response body larger than Config.MaxResponseBody (1 MiB) reaches the
 // first client in full, and the key is completed without it. Repeats are
@@ -97,32 +133,73 @@
 // clients retry, nor 422, which means a misused key; and never a partial
 // 2xx that would look like a replay.
 //
+// # Expiry
+//
+// Records expire in the store, on its own clock:
+//
+//   - a COMPLETED key is replayed for Config.CompletedTTL (24 h) after it
+//     completed; after that the key is unknown and a request with it runs
+//     again;
+//   - a FAILED key is kept for Config.FailedTTL (24 h) after it failed,
+//     with its fingerprint (a different request with the key is 422 meanwhile)
+//     and its attempt count;
+//   - a lapsed lease (the server died mid-handler, or could not renew) is a
+//     failed attempt: after Config.Lease (40 s) without renewal, a retry
+//     runs the handler again, and the record is kept for FailedTTL after
+//     the lease's end.
+//
+// # The lease
+//
 // If the lease is lost while the handler runs, the handler's context is
 // cancelled with a cause matching middleware.ErrLeaseLost
 // (context.Cause(r.Context())): when the store reports it (the key was
-// deleted, or taken over), and, while renewals keep failing, no later than
-// the lease's end counted from the start of the last claim or renewal that
+// deleted, or taken over), and, while renewals keep failing, at nine tenths
+// of the lease counted from the start of the last claim or renewal that
 // succeeded. The store counts the lease from when that call reached it, so
 // the handler is told before another request can claim the key. Handlers
 // should pass their context to the effect, so that it stops.
 //
-// Every store call is bounded by Config.StoreTimeout: the claim, each
-// renewal (also by lease/3; one that is still running when the handler
-// returns is abandoned, so a hanging store never holds the response), and
-// each attempt to record the outcome. Recording runs whether or not the
-// client is still there. If recording COMPLETED fails after the handler
-// succeeded, the middleware flushes the response to the client and retries
-// with backoff until the lease runs out: giving up early would let a retry
-// run the effect again once the lease expires. Only the end of the response
-// waits meanwhile. A failure to record FAILED is logged and not retried: the
-// lease expiring has the same effect.
+// Every store call is bounded by Config.StoreTimeout and, once the key is
+// claimed, by what is left of the lease: the claim, each renewal, and each
+// attempt to record the outcome. Recording runs whether or not the client
+// is still there. If recording COMPLETED fails after the handler succeeded,
+// it is retried with backoff until the lease runs out (giving up early would
+// let a retry run the effect again once the lease expires), and the outcome
+// is complete_failed. Should recording take longer than 100 ms, the response
+// is flushed to the client meanwhile, so the client has the whole body and
+// only the end of the response waits. A failure to record FAILED is logged
+// and not retried: the lease lapsing has the same effect.
+//
+// # Observing
+//
+// Config.Observer gets one middleware.Outcome per request the middleware
+// applies to (a request that passes through, or is refused 413 or 400 for
+// its body before a key is claimed, is not counted), labelled with the
+// route's ServeMux pattern (http.Request.Pattern) or "http", never the
+// scope:
+//
+//	processed          the handler ran; the key is COMPLETED
+//	duplicate          a replay, or 410 for a response that was not stored
+//	in_progress        409
+//	key_reused         422
+//	missing_key        400 for a missing or invalid key
+//	store_unavailable  503
+//	fail_open          the handler ran without idempotency (FailOpen)
+//	handler_failed     5xx, panic or lost lease; the key is FAILED
+//	complete_failed    the handler succeeded, COMPLETED was not written
+//	lease_lost         the handler succeeded, the store gave the key away
+//	corrupt_record     500: the record or its stored response is unreadable
+//
+// The outcomes that need an operator (store_unavailable, fail_open,
+// complete_failed, lease_lost, corrupt_record) are logged at Error with the
+// stored key.
 //
 // # Guarantees
 //
 // As long as the store is reachable and keeps its records:
 //
 //   - For one scope and key, the handler runs at most once at a time, and,
-//     once it answered 2xx to 4xx, never again while the record is kept
+//     once it returned without a 5xx, never again while the record is kept
 //     (Config.CompletedTTL).
 //   - A repeat gets the first response byte for byte, 409 while it runs, or
 //     422 if it is a different request. A client never gets a 2xx that its

@@ -66,7 +66,7 @@ func TestStoreUnavailable(t *testing.T) {
 			t.Run("fail open", func(t *testing.T) {
 				api := newPayments()
 				logger := watermill.NewCaptureLogger()
-				m, err := httpidem.New(httpidem.Config{Store: ds.new(t), FailOpen: true}, logger)
+				m, err := httpidem.New(httpidem.Config{Store: ds.new(t), SingleTenant: true, FailOpen: true}, logger)
 				require.NoError(t, err)
 				for i := range 2 {
 					got := serve(m.Handler(api), newRequest(step{keys: key("k1")}))
@@ -118,7 +118,7 @@ func TestCompleteRetriedWithinLease(t *testing.T) {
 			store.failComplete.Store(1 << 30)
 			api := newPayments()
 			logger := watermill.NewCaptureLogger()
-			m, err := httpidem.New(httpidem.Config{Store: store, KeyPrefix: prefix, Lease: 150 * time.Millisecond}, logger)
+			m, err := httpidem.New(httpidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope, Lease: 150 * time.Millisecond}, logger)
 			require.NoError(t, err)
 
 			first := serve(m.Handler(api), newRequest(step{keys: key("k1")}))
@@ -174,8 +174,7 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 		done := make(chan result, 1)
 		go func() { done <- serve(h, newRequest(step{keys: key("k1"), tenant: "t"})) }()
 		<-started
-		// The documented stored key: prefix, scope length, scope, key.
-		require.NoError(t, store.Delete(context.Background(), prefix+"1:t:k1"))
+		require.NoError(t, store.Delete(context.Background(), httpidem.StoreKey(prefix, "t", "k1")))
 		select {
 		case err := <-cause:
 			assert.ErrorIs(t, err, middleware.ErrLeaseLost)
@@ -275,9 +274,10 @@ func TestCorruptStoredResponse(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
 		store, prefix := kind.new(t)
 		ctx := context.Background()
-		c, err := store.Claim(ctx, prefix+"0::k1", time.Minute, nil)
+		skey, token := httpidem.StoreKey(prefix, "", "k1"), middleware.NewToken()
+		_, err := store.Claim(ctx, skey, middleware.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute})
 		require.NoError(t, err)
-		require.NoError(t, store.Complete(ctx, prefix+"0::k1", c.Token, []byte("not a response"), time.Minute))
+		require.NoError(t, store.Complete(ctx, skey, token, []byte("not a response"), time.Minute))
 
 		api := newPayments()
 		got := serve(newMiddleware(t, store, prefix, nil).Handler(api), newRequest(step{keys: key("k1")}))
@@ -286,42 +286,78 @@ func TestCorruptStoredResponse(t *testing.T) {
 	})
 }
 
-// TestClientGoneHandlerWroteNothing: a handler that stops because its
-// client left, without answering, did not produce an outcome: the key is
-// FAILED, so the retry runs the handler instead of replaying an empty 200.
-func TestClientGoneHandlerWroteNothing(t *testing.T) {
+// TestClientGoneHandlerReturnsNormally: a handler that did its effect and
+// returned normally after its client left (here without writing anything:
+// net/http's implicit 200) is COMPLETED with what it wrote, so the client's
+// retry gets the replay and the effect runs once. Only a 5xx leaves the key
+// FAILED for the retry to run again. Over real HTTP: the client really
+// hangs up.
+func TestClientGoneHandlerReturnsNormally(t *testing.T) {
+	cases := []struct {
+		name       string
+		answer     int // 0: write nothing
+		wantState  middleware.State
+		wantRetry  int
+		wantEffect int64
+	}{
+		{name: "wrote nothing", answer: 0, wantState: middleware.StateCompleted, wantRetry: http.StatusOK, wantEffect: 1},
+		{name: "answered 201", answer: http.StatusCreated, wantState: middleware.StateCompleted, wantRetry: http.StatusCreated, wantEffect: 1},
+		{name: "answered 503", answer: http.StatusServiceUnavailable, wantState: middleware.StateFailed, wantRetry: http.StatusServiceUnavailable, wantEffect: 2},
+	}
 	eachStore(t, func(t *testing.T, kind storeKind) {
-		store, prefix := kind.new(t)
-		var runs atomic.Int64
-		started := make(chan struct{}, 1)
-		h := newMiddleware(t, store, prefix, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if runs.Add(1) == 1 {
-				started <- struct{}{}
-				<-r.Context().Done() // the bank is slow and the client gives up
-				return
-			}
-			w.WriteHeader(http.StatusCreated)
-			_, _ = io.WriteString(w, "charged")
-		}))
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				store, prefix := kind.new(t)
+				var effects atomic.Int64
+				started, served := make(chan struct{}, 2), make(chan struct{}, 2)
+				idem := newMiddleware(t, store, prefix, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					effects.Add(1) // the charge at the bank
+					started <- struct{}{}
+					if effects.Load() == 1 {
+						<-r.Context().Done() // the bank is slow, and the client gives up
+					}
+					if tc.answer != 0 {
+						w.WriteHeader(tc.answer)
+					}
+				}))
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					idem.ServeHTTP(w, r)
+					served <- struct{}{} // the outcome is recorded
+				}))
+				t.Cleanup(srv.Close)
 
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			serve(h, newRequest(step{keys: key("k1")}).WithContext(ctx))
-		}()
-		<-started
-		cancel()
-		<-done
-		rec, err := store.Get(context.Background(), prefix+"0::k1")
-		require.NoError(t, err)
-		assert.Equal(t, middleware.StateFailed, rec.State)
+				ctx, cancel := context.WithCancel(context.Background())
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/pay", nil)
+				require.NoError(t, err)
+				req.Header.Set(httpidem.DefaultHeader, "k1")
+				gone := make(chan error, 1)
+				go func() {
+					resp, err := srv.Client().Do(req)
+					if err == nil {
+						_ = resp.Body.Close()
+					}
+					gone <- err
+				}()
+				<-started
+				cancel()
+				require.Error(t, <-gone, "the client hung up before the answer")
+				<-served
 
-		retry := serve(h, newRequest(step{keys: key("k1")}))
-		assert.Equal(t, http.StatusCreated, retry.status)
-		assert.Equal(t, "charged", retry.body)
-		assert.Empty(t, retry.header.Get(httpidem.ReplayedHeader))
-		assert.EqualValues(t, 2, runs.Load())
+				rec, err := store.Get(context.Background(), httpidem.StoreKey(prefix, "", "k1"))
+				require.NoError(t, err)
+				assert.Equal(t, tc.wantState, rec.State)
+
+				retry := post(t, srv, "/pay", "k1", "")
+				<-served
+				assert.Equal(t, tc.wantRetry, retry.status)
+				if tc.wantState == middleware.StateCompleted {
+					assert.Equal(t, "true", retry.header.Get(httpidem.ReplayedHeader), "the retry is a replay")
+				} else {
+					assert.Empty(t, retry.header.Get(httpidem.ReplayedHeader))
+				}
+				assert.Equal(t, tc.wantEffect, effects.Load(), "effects")
+			})
+		}
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -18,15 +19,28 @@ import (
 // ReplayedHeader is set to "true" on every replayed response.
 const ReplayedHeader = "Idempotent-Replayed"
 
+// flushAfter is how long recording COMPLETED may take before the response
+// is flushed to the client. A store that answers in time changes nothing on
+// the wire (net/http still frames a small response with Content-Length);
+// a slow or failing one no longer holds the body back while Lease.Complete
+// retries, only the end of the response.
+const flushAfter = 100 * time.Millisecond
+
 // Middleware makes POST and PATCH handlers idempotent per Idempotency-Key.
 // It is safe for concurrent use; build it with New.
 type Middleware struct {
-	cfg    Config
-	logger watermill.LoggerAdapter
+	cfg      Config
+	once     *middleware.Once
+	logger   watermill.LoggerAdapter
+	observer middleware.Observer
+	scope    func(*http.Request) string
 }
 
 // New returns a middleware for cfg, which is copied: later changes to the
-// caller's Config have no effect. A nil logger logs nothing.
+// caller's Config have no effect. A nil logger logs nothing. It returns
+// ErrNilStore without a Store, and an error matching ErrInvalidConfig for
+// any other invalid field, including a Config that sets neither Scope nor
+// SingleTenant, or both.
 func New(cfg Config, logger watermill.LoggerAdapter) (*Middleware, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -35,8 +49,33 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Middleware, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &Middleware{cfg: cfg, logger: logger}, nil
+	// The one owner protocol claims, renews, completes and fails the keys;
+	// the middleware only decides what each outcome means for HTTP.
+	once, err := middleware.NewOnce(middleware.OnceConfig{
+		Store:        cfg.Store,
+		LeaseTTL:     cfg.Lease,
+		CompletedTTL: cfg.CompletedTTL,
+		FailedTTL:    cfg.FailedTTL,
+		StoreTimeout: cfg.StoreTimeout,
+		Observer:     cfg.Observer,
+	}, logger)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	m := &Middleware{cfg: cfg, once: once, logger: logger, observer: cfg.Observer, scope: cfg.Scope}
+	if m.observer == nil {
+		m.observer = nopObserver{}
+	}
+	if cfg.SingleTenant {
+		m.scope = func(*http.Request) string { return "" }
+	}
+	return m, nil
 }
+
+type nopObserver struct{}
+
+func (nopObserver) Outcome(string, middleware.Outcome)        {}
+func (nopObserver) StoreLatency(string, time.Duration, error) {}
 
 // Handler wraps next, as a func(http.Handler) http.Handler.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
@@ -49,24 +88,37 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	})
 }
 
+// request is what the logs and the Observer say about one request.
+type request struct {
+	label  string // the Observer's label: the route pattern, or "http"
+	fields watermill.LogFields
+}
+
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	rq := request{label: r.Pattern, fields: watermill.LogFields{"method": r.Method, "path": r.URL.Path}}
+	if rq.label == "" {
+		rq.label = DefaultOutcomeLabel
+	}
 	values := r.Header.Values(m.cfg.Header)
 	switch {
 	case len(values) == 0 && m.cfg.KeyOptional:
 		next.ServeHTTP(w, r)
 		return
 	case len(values) == 0:
+		m.done(rq, middleware.OutcomeMissingKey, nil)
 		m.writeProblem(w, http.StatusBadRequest, ProblemKeyMissing,
 			fmt.Sprintf("%s %s requires an %s header: send a unique key (a V4 UUID, say) and reuse it when you retry.",
 				r.Method, r.URL.Path, m.cfg.Header), nil)
 		return
 	case len(values) > 1:
+		m.done(rq, middleware.OutcomeMissingKey, nil)
 		m.writeProblem(w, http.StatusBadRequest, ProblemKeyInvalid,
 			fmt.Sprintf("The %s header must appear once; it appears %d times.", m.cfg.Header, len(values)), nil)
 		return
 	}
 	key, err := parseKey(values[0], m.cfg.MaxKeyLength)
 	if err != nil {
+		m.done(rq, middleware.OutcomeMissingKey, nil)
 		m.writeProblem(w, http.StatusBadRequest, ProblemKeyInvalid, describeKeyError(m.cfg.Header, m.cfg.MaxKeyLength, err), nil)
 		return
 	}
@@ -76,37 +128,44 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	fp := fingerprint(r, body)
-	skey := storeKey(m.cfg.KeyPrefix, m.cfg.Scope(r), key)
-	fields := watermill.LogFields{"idempotency_key": key, "method": r.Method, "path": r.URL.Path}
+	skey := storeKey(m.cfg.KeyPrefix, m.scope(r), key)
+	// The stored key names the record for an operator; it holds the
+	// scope's hash, never the scope.
+	rq.fields["idempotency_key"] = key
+	rq.fields["stored_key"] = skey
 
-	claimedAt := time.Now() // before the call: the store counts the lease from no earlier
-	claimCtx, cancelClaim := context.WithTimeout(r.Context(), m.cfg.StoreTimeout)
-	claim, err := m.cfg.Store.Claim(claimCtx, skey, m.cfg.Lease, fp)
-	cancelClaim()
-	if err != nil {
-		m.claimFailed(w, r, next, err, fields)
-		return
+	lease, claim, err := m.once.Claim(r.Context(), skey, middleware.ClaimOptions{Fingerprint: fp, LogFields: rq.fields})
+	switch {
+	case err == nil && lease != nil:
+		m.run(w, r, next, lease, rq)
+	case err == nil:
+		m.answerRepeat(w, claim.Record, fp, rq)
+	case errors.Is(err, middleware.ErrCorruptRecord):
+		m.done(rq, middleware.OutcomeCorruptRecord, err)
+		m.writeProblem(w, http.StatusInternalServerError, ProblemRecordCorrupt,
+			"The idempotency record of this key cannot be read, so the request was not run. Retrying with the same key will not help until the server's operator repairs it.", nil)
+	default:
+		m.claimFailed(w, r, next, err, rq)
 	}
-	if claim.Acquired {
-		m.run(w, r, next, claimedAt, skey, claim.Token, fields)
-		return
-	}
-	m.answerRepeat(w, r, claim.Record, fp, fields)
 }
 
-// claimFailed answers a request whose claim failed. A client that is gone
-// gets the 503 as well (net/http would otherwise send an empty 200 to
-// whoever still reads), and nothing runs for it, even with FailOpen.
-func (m *Middleware) claimFailed(w http.ResponseWriter, r *http.Request, next http.Handler, err error, fields watermill.LogFields) {
+// claimFailed answers a request whose claim failed (ErrStoreUnavailable).
+// A client that is gone gets the 503 as well (net/http would otherwise send
+// an empty 200 to whoever still reads), and nothing runs for it, even with
+// FailOpen.
+func (m *Middleware) claimFailed(w http.ResponseWriter, r *http.Request, next http.Handler, err error, rq request) {
 	switch {
 	case r.Context().Err() != nil:
-		m.logger.Info("Claim interrupted: the client is gone", fields.Copy().Add(watermill.LogFields{"err": err.Error()}))
+		// The client hung up during the claim: counted, as it is answered
+		// 503, but no operator needs to hear of it.
+		m.observer.Outcome(rq.label, middleware.OutcomeStoreUnavailable)
+		m.logger.Info("Claim interrupted: the client is gone", rq.fields.Copy().Add(watermill.LogFields{"err": err.Error()}))
 	case m.cfg.FailOpen:
-		m.logger.Error("Idempotency store unavailable, running the handler without idempotency (FailOpen)", err, fields)
+		m.done(rq, middleware.OutcomeFailOpen, err)
 		next.ServeHTTP(w, r)
 		return
 	default:
-		m.logger.Error("Idempotency store unavailable, answering 503", err, fields)
+		m.done(rq, middleware.OutcomeStoreUnavailable, err)
 	}
 	m.writeProblem(w, http.StatusServiceUnavailable, ProblemStoreUnavailable,
 		"The idempotency store cannot be reached, so the request was not run. Retry later with the same key.", nil)
@@ -144,19 +203,21 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 
 // answerRepeat answers a request whose claim was refused, from the record
 // that refused it.
-func (m *Middleware) answerRepeat(w http.ResponseWriter, r *http.Request, rec middleware.Record, fp []byte, fields watermill.LogFields) {
+func (m *Middleware) answerRepeat(w http.ResponseWriter, rec middleware.Record, fp []byte, rq request) {
 	if len(rec.Fingerprint) > 0 && !bytes.Equal(rec.Fingerprint, fp) {
+		m.done(rq, middleware.OutcomeKeyReused, nil)
 		m.writeProblem(w, http.StatusUnprocessableEntity, ProblemKeyReused,
 			fmt.Sprintf("This %s was first used for a different request (method, path, query or body). Use a new key for a new request.", m.cfg.Header), nil)
 		return
 	}
 	switch rec.State {
 	case middleware.StateCompleted:
-		m.replay(w, rec.Result, fields)
+		m.replay(w, rec.Result, rq)
 	default:
 		// IN_PROGRESS held by another request. (A FAILED record is claimed
 		// unless its fingerprint differs, handled above; a store answering
 		// otherwise is treated the same way: retry later.)
+		m.done(rq, middleware.OutcomeInProgress, nil)
 		m.writeProblem(w, http.StatusConflict, ProblemInProgress,
 			fmt.Sprintf("A request with this %s is still being processed. Retry later with the same key.", m.cfg.Header), nil)
 	}
@@ -164,14 +225,15 @@ func (m *Middleware) answerRepeat(w http.ResponseWriter, r *http.Request, rec mi
 
 // replay answers with a stored response: the same status, handler headers and
 // body, plus Idempotent-Replayed: true.
-func (m *Middleware) replay(w http.ResponseWriter, result []byte, fields watermill.LogFields) {
+func (m *Middleware) replay(w http.ResponseWriter, result []byte, rq request) {
 	s, err := decodeResponse(result)
 	if err != nil {
-		m.logger.Error("Cannot decode stored response", err, fields)
+		m.done(rq, middleware.OutcomeCorruptRecord, fmt.Errorf("stored response of a completed key: %w", err))
 		m.writeProblem(w, http.StatusInternalServerError, ProblemStoredResponseCorrupt,
 			"The request with this key completed, but its stored response cannot be read.", nil)
 		return
 	}
+	m.done(rq, middleware.OutcomeDuplicate, nil)
 	if s.BodyOmitted {
 		m.writeProblem(w, http.StatusGone, ProblemResponseNotStored,
 			fmt.Sprintf("The request with this key completed with status %d, but its response (%d bytes) was too large to store and cannot be replayed. Do not retry with a new key: look the result up instead.",
@@ -192,94 +254,91 @@ func (m *Middleware) replay(w http.ResponseWriter, result []byte, fields watermi
 	_, _ = w.Write(s.Body)
 }
 
-// run executes the handler as the key's owner: it renews the lease while the
-// handler runs, then records the outcome.
-func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, claimedAt time.Time, key, token string, fields watermill.LogFields) {
-	ctx, cancel := context.WithCancelCause(r.Context())
-	defer cancel(nil)
-	lease := startLease(r.Context(), m.cfg.Store, key, token, m.cfg.Lease, m.cfg.StoreTimeout, claimedAt, cancel, m.logger.With(fields))
+// run executes the handler as the key's owner, under the lease's context,
+// then records the outcome: FAILED after a 5xx, a panic or a lost lease,
+// COMPLETED with the response otherwise, also when the client left before
+// the handler returned (its retry gets the replay).
+func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease *middleware.Lease, rq request) {
+	// A copy: the lease reads the fields it was given from its renewal timer.
+	rq.fields = rq.fields.Copy().Add(watermill.LogFields{"attempts": lease.Record().Attempts})
 	rec := newRecorder(w, m.cfg.MaxResponseBody)
-	fail := func(ctx context.Context) error { return m.cfg.Store.Fail(ctx, key, token, m.cfg.FailedTTL) }
+	ctx := lease.Context()
 
-	panicked := true
+	finished := false
 	defer func() {
-		if panicked {
+		if !finished {
 			// Record the failure, then let the panic go on to the outer
 			// recovery (or net/http), as if this middleware were absent.
-			lease.stop()
-			m.finish(r, w, lease, fields, "fail after panic", false, fail)
+			lease.Fail()
+			m.done(rq, middleware.OutcomeHandlerFailed, errors.New("handler panicked"))
 		}
 	}()
 	next.ServeHTTP(rec, r.WithContext(ctx))
-	panicked = false
-	// A handler that returns without answering once its context ended (the
-	// client left, or the lease was lost) was interrupted: it produced no
-	// outcome to replay, so the key is FAILED and a retry runs it again.
-	interrupted := !rec.wrote() && ctx.Err() != nil
-	lease.stop()
+	finished = true
 
-	if interrupted {
-		m.logger.Info("Handler interrupted before answering; the key is FAILED",
-			fields.Copy().Add(watermill.LogFields{"cause": context.Cause(ctx).Error()}))
-		m.finish(r, w, lease, fields, "fail", false, fail)
+	resp := rec.response()
+	if cause := context.Cause(ctx); errors.Is(cause, middleware.ErrLeaseLost) {
+		// Another request may have claimed the key and be running it: this
+		// run's answer is not the key's outcome.
+		lease.Fail()
+		m.done(rq, middleware.OutcomeHandlerFailed, fmt.Errorf("handler answered %d after its lease was lost: %w", resp.Status, cause))
 		return
 	}
-	resp := rec.response()
 	if resp.Status >= 500 {
-		m.finish(r, w, lease, fields, "fail", false, fail)
+		lease.Fail()
+		m.done(rq, middleware.OutcomeHandlerFailed, fmt.Errorf("handler answered %d", resp.Status))
 		return
 	}
 	if resp.BodyOmitted {
-		m.logger.Info("Response too large to store; repeats will be answered 410", fields.Copy().Add(watermill.LogFields{
+		m.logger.Info("Response too large to store; repeats will be answered 410", rq.fields.Copy().Add(watermill.LogFields{
 			"status": resp.Status, "body_size": resp.BodySize, "max_response_body": m.cfg.MaxResponseBody,
 		}))
 	}
-	result := resp.encode()
-	m.finish(r, w, lease, fields, "complete", true, func(ctx context.Context) error {
-		return m.cfg.Store.Complete(ctx, key, token, result, m.cfg.CompletedTTL)
-	})
+	cerr := m.complete(rec, lease, resp.encode())
+	m.done(rq, middleware.CompleteOutcome(cerr), cerr)
 }
 
-// finish records the outcome with op, each call bounded by StoreTimeout and
-// run whether or not the client is still there. When retry is set, a failed
-// call is retried with backoff while the lease lasts: the response already
-// went to the client, and a key left IN_PROGRESS expires and would let a
-// retry run the effect again. ErrLeaseLost is final: another request owns
-// the key.
-func (m *Middleware) finish(r *http.Request, w http.ResponseWriter, lease *leaseKeeper, fields watermill.LogFields,
-	name string, retry bool, op func(context.Context) error) {
-	parent := context.WithoutCancel(r.Context())
-	deadline := lease.expiry()
-	backoff := 20 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(parent, m.cfg.StoreTimeout)
-		err := op(ctx)
-		cancel()
-		if err == nil {
-			if attempt > 1 {
-				m.logger.Info("Idempotency record written after retries", fields.Copy().Add(watermill.LogFields{"op": name, "attempts": attempt}))
-			}
-			return
+// complete records COMPLETED with result. Lease.Complete retries until the
+// lease runs out while the store fails; should it take longer than
+// flushAfter, the response is flushed meanwhile, so that the client has the
+// whole body and only the end of the response waits.
+func (m *Middleware) complete(rec *recorder, lease *middleware.Lease, result []byte) error {
+	var mu sync.Mutex // held by a flush that runs; taken once Complete returns
+	flushed := false
+	t := time.AfterFunc(flushAfter, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !flushed {
+			flushed = true
+			rec.Flush()
 		}
-		if errors.Is(err, middleware.ErrLeaseLost) {
-			m.logger.Error("Lease lost before "+name+": another request may have run this key", err, fields)
-			return
-		}
-		wait := time.Until(deadline)
-		if !retry || wait <= 0 {
-			m.logger.Error("Cannot write idempotency record ("+name+"); the key is freed when its lease expires",
-				err, fields.Copy().Add(watermill.LogFields{"attempts": attempt}))
-			return
-		}
-		if attempt == 1 {
-			// Let the client have the whole body now; only the end of the
-			// response waits for the retries.
-			_ = http.NewResponseController(w).Flush()
-		}
-		m.logger.Debug("Retrying "+name, fields.Copy().Add(watermill.LogFields{"attempt": attempt, "err": err.Error()}))
-		// The last attempt starts just before the lease runs out: the
-		// store still decides by the owner token whether it may complete.
-		time.Sleep(min(backoff, wait))
-		backoff = min(2*backoff, time.Second)
+	})
+	err := lease.Complete(result)
+	t.Stop()
+	// The response must not be touched once the handler chain returns: wait
+	// for a flush that already started, and keep a later one from starting.
+	mu.Lock()
+	flushed = true
+	mu.Unlock()
+	return err
+}
+
+// done counts one outcome and logs it: what the client did wrong and what
+// went as planned at Debug, a failed handler at Info, and what an operator
+// must look at (the store, a corrupt record, a result not recorded) at
+// Error.
+func (m *Middleware) done(rq request, outcome middleware.Outcome, err error) {
+	m.observer.Outcome(rq.label, outcome)
+	fields := rq.fields.Copy()
+	fields["outcome"] = string(outcome)
+	switch outcome {
+	case middleware.OutcomeProcessed, middleware.OutcomeDuplicate, middleware.OutcomeInProgress,
+		middleware.OutcomeKeyReused, middleware.OutcomeMissingKey:
+		m.logger.Debug("Idempotency outcome", fields)
+	case middleware.OutcomeHandlerFailed:
+		fields["err"] = err
+		m.logger.Info("Idempotency outcome", fields)
+	default:
+		m.logger.Error("Idempotency outcome", err, fields)
 	}
 }

@@ -85,8 +85,19 @@ func TestStatuses(t *testing.T) {
 		{name: "longest key and printable punctuation accepted", steps: []step{
 			{name: "long", keys: key(long), wantStatus: 201},
 			{keys: key(long), wantStatus: 201, wantReplays: "long"},
-			{keys: key(` ~!"#$%&'()*+,-./:;<=>?@[\]^_{|}`), wantStatus: 201},
-		}, wantRuns: 2},
+			{keys: key(` ~!"#$%&'()*+-./:;<=>?@[\]^_{|}`), wantStatus: 201},
+			{name: "quoted comma", keys: key(`" ~!\"#$%&'()*+,-./:;<=>?@[\\]^_{|}"`), wantStatus: 201},
+			{keys: key(`" ~!\"#$%&'()*+,-./:;<=>?@[\\]^_{|}"`), wantStatus: 201, wantReplays: "quoted comma"},
+		}, wantRuns: 3},
+		// A proxy may merge two Idempotency-Key lines into one, joined by a
+		// comma: such a value is refused rather than taken for one key.
+		{name: "unquoted comma refused", steps: []step{
+			{keys: key("k1, k2"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
+			{keys: key("k1,k2"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
+			{keys: key(`"k1", "k2"`), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
+			{name: "quoted", keys: key(`"k1,k2"`), wantStatus: 201},
+			{keys: key(`"k1,k2"`), wantStatus: 201, wantReplays: "quoted"},
+		}, wantRuns: 1},
 		{name: "request body over the bound", adjust: func(c *httpidem.Config) { c.MaxRequestBody = 16 }, steps: []step{
 			{keys: key("k1"), body: strings.Repeat("b", 17), wantStatus: 413, wantProblem: httpidem.ProblemBodyTooLarge},
 			{name: "fits", keys: key("k1"), body: strings.Repeat("b", 16), wantStatus: 201},
@@ -246,31 +257,36 @@ func requireReplay(t *testing.T, orig, got result) {
 
 func TestNew(t *testing.T) {
 	store, prefix := storeKinds[0].new(t)
-	_, err := httpidem.New(httpidem.Config{}, nil)
+	_, err := httpidem.New(httpidem.Config{SingleTenant: true}, nil)
 	require.ErrorIs(t, err, httpidem.ErrNilStore)
 	for name, cfg := range map[string]httpidem.Config{
-		"negative lease":     {Store: store, Lease: -time.Second},
-		"tiny lease":         {Store: store, Lease: time.Millisecond},
-		"negative TTL":       {Store: store, CompletedTTL: -1},
-		"negative failed":    {Store: store, FailedTTL: -1},
-		"negative retry":     {Store: store, RetryAfter: -1},
-		"negative timeout":   {Store: store, StoreTimeout: -1},
-		"negative key len":   {Store: store, MaxKeyLength: -1},
-		"negative req body":  {Store: store, MaxRequestBody: -1},
-		"negative resp body": {Store: store, MaxResponseBody: -1},
-		"bad header":         {Store: store, Header: "Idempotency Key"},
-		"bad method":         {Store: store, Methods: []string{"PO ST"}},
+		"negative lease":     {Store: store, SingleTenant: true, Lease: -time.Second},
+		"tiny lease":         {Store: store, SingleTenant: true, Lease: time.Millisecond},
+		"negative TTL":       {Store: store, SingleTenant: true, CompletedTTL: -1},
+		"negative failed":    {Store: store, SingleTenant: true, FailedTTL: -1},
+		"negative retry":     {Store: store, SingleTenant: true, RetryAfter: -1},
+		"negative timeout":   {Store: store, SingleTenant: true, StoreTimeout: -1},
+		"negative key len":   {Store: store, SingleTenant: true, MaxKeyLength: -1},
+		"negative req body":  {Store: store, SingleTenant: true, MaxRequestBody: -1},
+		"negative resp body": {Store: store, SingleTenant: true, MaxResponseBody: -1},
+		"bad header":         {Store: store, SingleTenant: true, Header: "Idempotency Key"},
+		"bad method":         {Store: store, SingleTenant: true, Methods: []string{"PO ST"}},
+		"no scope":           {Store: store},
+		"scope and single":   {Store: store, Scope: tenantScope, SingleTenant: true},
 	} {
 		_, err := httpidem.New(cfg, nil)
 		assert.ErrorIs(t, err, httpidem.ErrInvalidConfig, name)
 	}
 
-	assert.NoError(t, httpidem.Config{Store: store}.Validate(), "zero fields stand for defaults")
+	// Zero fields stand for defaults, but the scope is a choice to make.
+	assert.NoError(t, httpidem.Config{Store: store, Scope: tenantScope}.Validate())
+	assert.NoError(t, httpidem.Config{Store: store, SingleTenant: true}.Validate())
+	assert.ErrorIs(t, httpidem.Config{Store: store}.Validate(), httpidem.ErrInvalidConfig)
 	assert.ErrorIs(t, httpidem.Config{}.Validate(), httpidem.ErrNilStore)
 
 	// The config is copied: changing the caller's slice later changes nothing.
 	methods := []string{http.MethodPut}
-	m, err := httpidem.New(httpidem.Config{Store: store, KeyPrefix: prefix, Methods: methods}, nil)
+	m, err := httpidem.New(httpidem.Config{Store: store, KeyPrefix: prefix, SingleTenant: true, Methods: methods}, nil)
 	require.NoError(t, err)
 	methods[0] = http.MethodPost
 	api := newPayments()

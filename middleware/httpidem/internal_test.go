@@ -40,6 +40,13 @@ func TestParseKey(t *testing.T) {
 		{in: `"a\"`, wantErr: errKeyQuote},
 		{in: `"a";p=1`, wantErr: errKeyQuote},
 		{in: "\"\x01\"", wantErr: errKeyQuote},
+		{in: "k1,k2", wantErr: errKeyComma},
+		{in: "k1, k2", wantErr: errKeyComma},
+		{in: ",", wantErr: errKeyComma},
+		{in: `a"b,c`, wantErr: errKeyComma},
+		{in: `"k1,k2"`, want: "k1,k2"},
+		{in: `","`, want: ","},
+		{in: `"k1", "k2"`, wantErr: errKeyQuote},
 	}
 	for _, tc := range cases {
 		got, err := parseKey(tc.in, DefaultMaxKeyLength)
@@ -65,8 +72,21 @@ func TestStoreKeyUnambiguous(t *testing.T) {
 		}
 		seen[k] = p
 	}
-	assert.Equal(t, "p:3:a:b:c", storeKey("p:", "a:b", "c"))
-	assert.Equal(t, "p:1:a:b:c", storeKey("p:", "a", "b:c"))
+	// The documented form: prefix, 32 hex digits of SHA-256(scope), a colon,
+	// the key.
+	assert.Equal(t, "httpidem:2bd806c97f0e00af1a1fc3328fa763a9:k1", storeKey(DefaultKeyPrefix, "alice", "k1"))
+	assert.Equal(t, "p:e3b0c44298fc1c149afbf4c8996fb924:k1", storeKey("p:", "", "k1"))
+}
+
+// TestStoreKeyHidesScope: a scope that is a secret (an API key) never
+// appears in a stored key.
+func TestStoreKeyHidesScope(t *testing.T) {
+	const secret = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+	k := storeKey(DefaultKeyPrefix, secret, "order-42")
+	assert.NotContains(t, k, secret)
+	assert.NotContains(t, k, secret[:8])
+	assert.True(t, strings.HasSuffix(k, ":order-42"), k)
+	assert.Len(t, k, len(DefaultKeyPrefix)+32+1+len("order-42"))
 }
 
 func TestFingerprint(t *testing.T) {

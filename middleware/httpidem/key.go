@@ -3,10 +3,10 @@ package httpidem
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 )
 
@@ -15,6 +15,7 @@ var (
 	errKeyQuote    = errors.New("is not a valid quoted string")
 	errKeyTooLong  = errors.New("is too long")
 	errKeyNotPrint = errors.New("contains a character outside printable ASCII")
+	errKeyComma    = errors.New("contains a comma outside a quoted string")
 )
 
 // parseKey returns the idempotency key carried by the header value v.
@@ -23,7 +24,11 @@ var (
 // with a double quote is an RFC 8941 sf-string (the IETF draft's form,
 // Idempotency-Key: "8e03978e"), whose quotes and backslash escapes are
 // removed; the two forms of one key are the same key. The key must be 1 to
-// maxLen bytes of printable ASCII (0x20 to 0x7E).
+// maxLen bytes of printable ASCII (0x20 to 0x7E). An unquoted value must not
+// hold a comma: proxies may merge repeated header lines into one, joined by
+// commas (RFC 9110, section 5.3), so "k1, k2" may be two keys, and taking it
+// for one would make two different requests share a key. A quoted key may
+// hold commas.
 func parseKey(v string, maxLen int) (string, error) {
 	if strings.HasPrefix(v, `"`) {
 		k, ok := unquoteSFString(v)
@@ -31,6 +36,8 @@ func parseKey(v string, maxLen int) (string, error) {
 			return "", errKeyQuote
 		}
 		v = k
+	} else if strings.IndexByte(v, ',') >= 0 {
+		return "", errKeyComma
 	}
 	if v == "" {
 		return "", errKeyEmpty
@@ -73,19 +80,26 @@ func unquoteSFString(v string) (string, bool) {
 	return b.String(), true
 }
 
-// storeKey joins prefix, scope and key so that no two (scope, key) pairs
-// share a stored key: the scope is preceded by its length, so scope "a:b"
-// with key "c" ("3:a:b:c") and scope "a" with key "b:c" ("1:a:b:c") differ.
+// scopeHashLen is how many bytes of the scope's SHA-256 name it in a stored
+// key: 128 bits, so that two scopes meet only by a collision no one can
+// find (2^64 scopes for an even chance), while keys stay short.
+const scopeHashLen = 16
+
+// storeKey returns the stored key of (scope, key): the prefix, the hex of
+// the first 16 bytes of SHA-256(scope), a colon and the key, as in
+// "httpidem:2bd806c97f0e00af1a1fc3328fa763a9:k1" for scope "alice". The
+// scope is hashed so that no secret (an API key used as the scope) appears
+// in a key name, in the store's logs or in a SCAN. Its hash has a fixed
+// length, so no two (scope, key) pairs share a stored key, whatever bytes
+// they hold.
 func storeKey(prefix, scope, key string) string {
-	var b strings.Builder
-	b.Grow(len(prefix) + 22 + len(scope) + len(key))
-	b.WriteString(prefix)
-	b.WriteString(strconv.Itoa(len(scope)))
-	b.WriteByte(':')
-	b.WriteString(scope)
-	b.WriteByte(':')
-	b.WriteString(key)
-	return b.String()
+	sum := sha256.Sum256([]byte(scope))
+	b := make([]byte, 0, len(prefix)+2*scopeHashLen+1+len(key))
+	b = append(b, prefix...)
+	b = hex.AppendEncode(b, sum[:scopeHashLen])
+	b = append(b, ':')
+	b = append(b, key...)
+	return string(b)
 }
 
 // fingerprintVersion changes whenever the fingerprint's input changes, so
@@ -120,6 +134,8 @@ func describeKeyError(header string, maxLen int, err error) string {
 		return fmt.Sprintf("The %s header must hold printable ASCII characters only (0x20 to 0x7E).", header)
 	case errors.Is(err, errKeyQuote):
 		return fmt.Sprintf("The %s header starts with a double quote but is not a valid quoted string.", header)
+	case errors.Is(err, errKeyComma):
+		return fmt.Sprintf("The %s header holds a comma, which may join two header lines: send the key once, and quote it (\"a,b\") if the comma is part of it.", header)
 	default:
 		return fmt.Sprintf("The %s header is empty.", header)
 	}

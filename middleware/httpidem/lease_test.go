@@ -31,12 +31,12 @@ type hangingStore struct {
 	completes     atomic.Int64
 }
 
-func (s *hangingStore) Claim(ctx context.Context, key string, lease time.Duration, fp []byte) (middleware.ClaimResult, error) {
+func (s *hangingStore) Claim(ctx context.Context, key string, req middleware.ClaimRequest) (middleware.ClaimResult, error) {
 	if s.hangClaims {
 		<-ctx.Done()
 		return middleware.ClaimResult{}, fmt.Errorf("hanging: claim: %w", ctx.Err())
 	}
-	return s.Store.Claim(ctx, key, lease, fp)
+	return s.Store.Claim(ctx, key, req)
 }
 
 func (s *hangingStore) Renew(ctx context.Context, key, token string, lease time.Duration) error {
@@ -57,10 +57,10 @@ func (s *hangingStore) Complete(ctx context.Context, key, token string, result [
 	return s.Store.Complete(ctx, key, token, result, ttl)
 }
 
-// TestHungRenewalDoesNotHoldResponse: a renewal that hangs is bounded and
-// abandoned when the handler returns; the outcome is still recorded, so a
-// retry is a replay and not a second run.
-func TestHungRenewalDoesNotHoldResponse(t *testing.T) {
+// TestHungRenewalStillRecordsOutcome: a renewal that hangs is bounded (by
+// Lease/3), and once it ends the outcome is still recorded, so a retry is a
+// replay and not a second run.
+func TestHungRenewalStillRecordsOutcome(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
 		inner, prefix := kind.new(t)
 		store := &hangingStore{Store: inner, hangRenews: true, renewing: make(chan struct{})}
@@ -77,7 +77,7 @@ func TestHungRenewalDoesNotHoldResponse(t *testing.T) {
 
 		first := serve(handler, newRequest(step{keys: key("k1")}))
 		require.Equal(t, http.StatusCreated, first.status)
-		rec, err := inner.Get(context.Background(), prefix+"0::k1")
+		rec, err := inner.Get(context.Background(), httpidem.StoreKey(prefix, "", "k1"))
 		require.NoError(t, err)
 		assert.Equal(t, middleware.StateCompleted, rec.State, "the outcome must be recorded despite the hung renewal")
 		again := serve(handler, newRequest(step{keys: key("k1")}))
@@ -103,7 +103,7 @@ func TestCompleteBoundedByStoreTimeout(t *testing.T) {
 		first := serve(h, newRequest(step{keys: key("k1")}))
 		require.Equal(t, http.StatusCreated, first.status)
 		assert.EqualValues(t, 2, store.completes.Load(), "one call timed out, the retry succeeded")
-		rec, err := inner.Get(context.Background(), prefix+"0::k1")
+		rec, err := inner.Get(context.Background(), httpidem.StoreKey(prefix, "", "k1"))
 		require.NoError(t, err)
 		assert.Equal(t, middleware.StateCompleted, rec.State)
 		requireReplay(t, first, serve(h, newRequest(step{keys: key("k1")})))
@@ -166,7 +166,8 @@ func (s *scriptedRenewStore) Renew(ctx context.Context, key, token string, lease
 
 // TestLeaseLostBeforeStoreExpires: when renewals keep failing, the handler's
 // context is cancelled with ErrLeaseLost while the store still holds the
-// lease, never after another request could have claimed the key.
+// lease, never after another request could have claimed the key; and the
+// key is then FAILED, whatever the handler answers.
 func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 	inner := memstore.New(memstore.Config{})
 	t.Cleanup(func() { _ = inner.Close() })
@@ -180,11 +181,12 @@ func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 	h := newMiddleware(t, store, httpidem.DefaultKeyPrefix, func(c *httpidem.Config) { c.Lease = lease }).Handler(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			<-r.Context().Done()
-			rec, err := inner.Get(context.Background(), httpidem.DefaultKeyPrefix+"0::k1")
+			rec, err := inner.Get(context.Background(), httpidem.StoreKey(httpidem.DefaultKeyPrefix, "", "k1"))
 			if err != nil {
 				panic(err)
 			}
 			seenc <- seen{context.Cause(r.Context()), rec.State}
+			w.WriteHeader(http.StatusCreated) // too late: the lease is lost
 		}))
 
 	done := make(chan result, 1)
@@ -198,6 +200,9 @@ func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 	}
 	<-done
 	assert.GreaterOrEqual(t, store.renews.Load(), int64(3))
+	rec, err := inner.Get(context.Background(), httpidem.StoreKey(httpidem.DefaultKeyPrefix, "", "k1"))
+	require.NoError(t, err)
+	assert.Equal(t, middleware.StateFailed, rec.State, "an answer given after the lease was lost is not the key's outcome")
 }
 
 // TestLeaseStopRacesRenewal: with a lease of a few milliseconds, renewals

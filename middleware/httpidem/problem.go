@@ -20,7 +20,8 @@ const (
 	ProblemKeyMissing ProblemType = "ProblemKeyMissing"
 	// ProblemKeyInvalid (400): the key is empty, longer than MaxKeyLength,
 	// holds a byte outside printable ASCII, is a malformed quoted string,
-	// or the header appears more than once.
+	// holds a comma without being quoted, or the header appears more than
+	// once.
 	ProblemKeyInvalid ProblemType = "ProblemKeyInvalid"
 	// ProblemBodyUnreadable (400): the request body could not be read.
 	ProblemBodyUnreadable ProblemType = "ProblemBodyUnreadable"
@@ -41,9 +42,17 @@ const (
 	// ProblemStoreUnavailable (503, with Retry-After): the idempotency store
 	// could not be reached and FailOpen is off; the handler did not run.
 	ProblemStoreUnavailable ProblemType = "ProblemStoreUnavailable"
-	// ProblemStoredResponseCorrupt (500): the stored response could not be
-	// decoded. The handler is not run again.
+	// ProblemStoredResponseCorrupt (500): the request with this key
+	// completed, but its stored response could not be decoded. The handler
+	// is not run again.
 	ProblemStoredResponseCorrupt ProblemType = "ProblemStoredResponseCorrupt"
+	// ProblemRecordCorrupt (500): the value kept under this key in the
+	// idempotency store is not a record of the store's
+	// (middleware.ErrCorruptRecord): whether the request already ran cannot
+	// be known, so the handler does not run. Retrying with the same key
+	// gets the same answer until an operator inspects and deletes the key,
+	// which the server logs.
+	ProblemRecordCorrupt ProblemType = "ProblemRecordCorrupt"
 )
 
 // problem is an RFC 9457 problem details object.
@@ -65,6 +74,7 @@ var problemTitles = map[ProblemType]string{
 	ProblemResponseNotStored:     "Response of this Idempotency-Key was not stored",
 	ProblemStoreUnavailable:      "Idempotency store unavailable",
 	ProblemStoredResponseCorrupt: "Stored response could not be read",
+	ProblemRecordCorrupt:         "Idempotency record could not be read",
 }
 
 // writeProblem answers with a problem; 409 and 503 carry Retry-After.

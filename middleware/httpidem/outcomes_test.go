@@ -1,0 +1,297 @@
+package httpidem_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+)
+
+// recordingObserver counts outcomes per label, and store calls per
+// operation.
+type recordingObserver struct {
+	mu       sync.Mutex
+	outcomes map[string]map[middleware.Outcome]int
+	ops      map[string]int
+}
+
+func newRecordingObserver() *recordingObserver {
+	return &recordingObserver{outcomes: map[string]map[middleware.Outcome]int{}, ops: map[string]int{}}
+}
+
+func (o *recordingObserver) Outcome(label string, outcome middleware.Outcome) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.outcomes[label] == nil {
+		o.outcomes[label] = map[middleware.Outcome]int{}
+	}
+	o.outcomes[label][outcome]++
+}
+
+func (o *recordingObserver) StoreLatency(op string, _ time.Duration, _ error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ops[op]++
+}
+
+func (o *recordingObserver) snapshot() (map[string]map[middleware.Outcome]int, map[string]int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[string]map[middleware.Outcome]int{}
+	for label, m := range o.outcomes {
+		out[label] = map[middleware.Outcome]int{}
+		for k, v := range m {
+			out[label][k] = v
+		}
+	}
+	ops := map[string]int{}
+	for k, v := range o.ops {
+		ops[k] = v
+	}
+	return out, ops
+}
+
+// faultyStore answers by the client key at the end of the stored key:
+// "corrupt" has a corrupt record, "down" cannot be claimed, "nocomplete"
+// is never completed, "stolen" is completed by someone else first. Other
+// keys pass through.
+type faultyStore struct{ middleware.Store }
+
+func (s faultyStore) Claim(ctx context.Context, key string, req middleware.ClaimRequest) (middleware.ClaimResult, error) {
+	switch {
+	case strings.HasSuffix(key, ":corrupt"):
+		return middleware.ClaimResult{}, fmt.Errorf("faulty: claim %q: %w", key, middleware.ErrCorruptRecord)
+	case strings.HasSuffix(key, ":down"):
+		return middleware.ClaimResult{}, fmt.Errorf("faulty: claim %q: connection refused", key)
+	}
+	return s.Store.Claim(ctx, key, req)
+}
+
+func (s faultyStore) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
+	switch {
+	case strings.HasSuffix(key, ":nocomplete"):
+		return fmt.Errorf("faulty: complete %q: connection reset", key)
+	case strings.HasSuffix(key, ":stolen"):
+		return fmt.Errorf("faulty: complete %q: %w", key, middleware.ErrLeaseLost)
+	}
+	return s.Store.Complete(ctx, key, token, result, ttl)
+}
+
+// TestOutcomesObserved: every request the middleware applies to is counted
+// once, under its ServeMux pattern, or "http" when no pattern matched it.
+func TestOutcomesObserved(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		inner, prefix := kind.new(t)
+		store := faultyStore{inner}
+		obs := newRecordingObserver()
+		api := newPayments()
+		adjust := func(c *httpidem.Config) {
+			c.Observer = obs
+			c.Lease = 150 * time.Millisecond // "nocomplete" retries for a lease
+		}
+		idem := newMiddleware(t, store, prefix, adjust)
+		open := newMiddleware(t, store, prefix, func(c *httpidem.Config) { adjust(c); c.FailOpen = true })
+		mux := http.NewServeMux()
+		mux.Handle("POST /{path}", idem.Handler(api))
+		mux.Handle("POST /open/{path}", open.Handler(api))
+		const label = "POST /{path}"
+
+		send := func(s step, wantStatus int) {
+			t.Helper()
+			got := serve(mux, newRequest(s))
+			if wantStatus == 0 {
+				require.NotNil(t, got.panicked, "the handler's panic goes on")
+				return
+			}
+			require.Equal(t, wantStatus, got.status, got.body)
+		}
+		send(step{keys: key("k1"), body: "a"}, 201)                         // processed
+		send(step{keys: key("k1"), body: "a"}, 201)                         // duplicate
+		send(step{keys: key("k1"), body: "b"}, 422)                         // key_reused
+		send(step{}, 400)                                                   // missing_key
+		send(step{keys: key("a,b")}, 400)                                   // missing_key (invalid)
+		send(step{keys: key("k2"), path: "/fail"}, 503)                     // handler_failed
+		send(step{keys: key("k3"), path: "/panic"}, 0)                      // handler_failed
+		send(step{keys: key("corrupt")}, 500)                               // corrupt_record
+		send(step{keys: key("down")}, 503)                                  // store_unavailable
+		send(step{keys: key("down"), path: "/open/pay"}, 201)               // fail_open, under its own pattern
+		send(step{keys: key("nocomplete")}, 201)                            // complete_failed
+		send(step{keys: key("stolen")}, 201)                                // lease_lost
+		send(step{keys: key("k4"), body: strings.Repeat("x", 11<<20)}, 413) // refused before a claim: not counted
+
+		blocked := make(chan result, 1)
+		go func() { blocked <- serve(mux, newRequest(step{keys: key("k5"), path: "/block"})) }()
+		<-api.started
+		send(step{keys: key("k5"), path: "/block"}, 409) // in_progress
+		close(api.release)
+		require.Equal(t, http.StatusCreated, (<-blocked).status) // processed
+
+		// A method the middleware does not apply to passes through, uncounted.
+		require.Equal(t, http.StatusCreated, serve(idem.Handler(api), newRequest(step{method: http.MethodGet, keys: key("k1")})).status)
+		// Without a ServeMux pattern, the label is "http".
+		bare := serve(idem.Handler(api), newRequest(step{keys: key("k6")}))
+		require.Equal(t, http.StatusCreated, bare.status)
+
+		outcomes, ops := obs.snapshot()
+		assert.Equal(t, map[string]map[middleware.Outcome]int{
+			label: {
+				middleware.OutcomeProcessed:        2,
+				middleware.OutcomeDuplicate:        1,
+				middleware.OutcomeKeyReused:        1,
+				middleware.OutcomeMissingKey:       2,
+				middleware.OutcomeHandlerFailed:    2,
+				middleware.OutcomeCorruptRecord:    1,
+				middleware.OutcomeStoreUnavailable: 1,
+				middleware.OutcomeCompleteFailed:   1,
+				middleware.OutcomeLeaseLost:        1,
+				middleware.OutcomeInProgress:       1,
+			},
+			"POST /open/{path}":          {middleware.OutcomeFailOpen: 1},
+			httpidem.DefaultOutcomeLabel: {middleware.OutcomeProcessed: 1},
+		}, outcomes)
+		assert.Positive(t, ops[middleware.OpClaim], "store latencies reach the observer")
+		assert.Positive(t, ops[middleware.OpComplete])
+	})
+}
+
+// TestCorruptRecord: a claim that finds a value that is not a record
+// (middleware.ErrCorruptRecord) is answered 500 with a problem body, runs
+// nothing, and is logged at Error with the stored key for an operator.
+func TestCorruptRecord(t *testing.T) {
+	inner, prefix := storeKinds[0].new(t)
+	api := newPayments()
+	logger := watermill.NewCaptureLogger()
+	m, err := httpidem.New(httpidem.Config{Store: faultyStore{inner}, KeyPrefix: prefix, Scope: tenantScope}, logger)
+	require.NoError(t, err)
+	h := m.Handler(api)
+	for range 2 {
+		got := serve(h, newRequest(step{keys: key("corrupt"), tenant: "t"}))
+		requireProblem(t, got, http.StatusInternalServerError, httpidem.ProblemRecordCorrupt)
+	}
+	assert.Zero(t, api.runs.Load(), "nothing runs over a record that cannot be read")
+	errs := logger.Captured()[watermill.ErrorLogLevel]
+	require.Len(t, errs, 2)
+	assert.ErrorIs(t, errs[0].Err, middleware.ErrCorruptRecord)
+	assert.Equal(t, httpidem.StoreKey(prefix, "t", "corrupt"), errs[0].Fields["stored_key"])
+	assert.Equal(t, "corrupt", errs[0].Fields["idempotency_key"])
+	assert.Equal(t, string(middleware.OutcomeCorruptRecord), errs[0].Fields["outcome"])
+}
+
+// slowCompleteStore holds every Complete until release is closed.
+type slowCompleteStore struct {
+	middleware.Store
+	release chan struct{}
+}
+
+func (s slowCompleteStore) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.Store.Complete(ctx, key, token, result, ttl)
+}
+
+// TestBodyReachesClientWhileCompleting: while recording COMPLETED is slow,
+// the client already has the whole body; only the end of the response
+// waits for the store.
+func TestBodyReachesClientWhileCompleting(t *testing.T) {
+	inner, prefix := storeKinds[0].new(t)
+	store := slowCompleteStore{Store: inner, release: make(chan struct{})}
+	api := newPayments()
+	h := newMiddleware(t, store, prefix, func(c *httpidem.Config) {
+		c.Lease = time.Minute
+		c.StoreTimeout = time.Minute
+	}).Handler(api)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("p"))
+	require.NoError(t, err)
+	req.Header.Set(httpidem.DefaultHeader, "k1")
+	type read struct {
+		status int
+		body   string
+		err    error
+		resp   *http.Response
+	}
+	got := make(chan read, 1)
+	go func() {
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			got <- read{err: err}
+			return
+		}
+		want := `{"run":1,"method":"POST","body":"p"}`
+		b := make([]byte, len(want))
+		_, err = io.ReadFull(resp.Body, b)
+		got <- read{status: resp.StatusCode, body: string(b), err: err, resp: resp}
+	}()
+	var r read
+	select {
+	case r = <-got:
+	case <-time.After(30 * time.Second): // a hang guard, not a timing assertion
+		t.Fatal("the body did not reach the client while COMPLETED was being recorded")
+	}
+	close(store.release)
+	require.NoError(t, r.err)
+	assert.Equal(t, http.StatusCreated, r.status)
+	assert.Equal(t, `{"run":1,"method":"POST","body":"p"}`, r.body)
+	rest, err := io.ReadAll(r.resp.Body)
+	require.NoError(t, err, "the response ends once COMPLETED is recorded")
+	assert.Empty(t, rest)
+	_ = r.resp.Body.Close()
+	again := post(t, srv, "/pay", "k1", "p")
+	assert.Equal(t, "true", again.header.Get(httpidem.ReplayedHeader))
+	assert.EqualValues(t, 1, api.runs.Load())
+}
+
+// TestStoredKeysHideScope: the scope (an API key, here) appears in no
+// stored key, while each tenant keeps its own record.
+func TestStoredKeysHideScope(t *testing.T) {
+	const secret = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		store, prefix := kind.new(t)
+		h := newMiddleware(t, store, prefix, nil).Handler(newPayments())
+		got := serve(h, newRequest(step{keys: key("order-42"), tenant: secret}))
+		require.Equal(t, http.StatusCreated, got.status)
+
+		rec, err := store.Get(context.Background(), httpidem.StoreKey(prefix, secret, "order-42"))
+		require.NoError(t, err)
+		assert.Equal(t, middleware.StateCompleted, rec.State, "the record is under the documented key")
+		for _, k := range storedKeys(t, kind, store, prefix) {
+			assert.NotContains(t, k, secret[3:], "a stored key holds the scope")
+		}
+	})
+}
+
+// storedKeys lists the keys a test left in its store: from Redis by SCAN,
+// from memstore by its size (one record, checked under its expected key).
+// KEYS is fine here: the prefix is the test's own, on a test server.
+func storedKeys(t *testing.T, kind storeKind, store middleware.Store, prefix string) []string {
+	t.Helper()
+	if kind.name != "redisstore" {
+		n, ok := store.(interface{ Len() int })
+		require.True(t, ok)
+		require.Equal(t, 1, n.Len(), "one record, the one checked above")
+		return nil
+	}
+	c := testserver.RedisClient(t)
+	keys, err := c.Keys(context.Background(), prefix+"*").Result()
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	return keys
+}
