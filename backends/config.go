@@ -48,7 +48,7 @@ var brokerBySchema = map[string]Broker{
 const (
 	defaultDialTimeout        = 10 * time.Second
 	defaultNackResendSleep    = time.Second
-	defaultKafkaPartitions    = 1
+	defaultKafkaPartitions    = 12
 	defaultKafkaMaxReplicas   = 3
 	defaultRedisMaxIdleTime   = 60 * time.Second
 	defaultRedisClaimInterval = 5 * time.Second
@@ -118,8 +118,18 @@ type Config struct {
 type KafkaConfig struct {
 	// Partitions is the partition count of the topics the backend creates
 	// (it creates a topic before its first publish or subscribe; existing
-	// topics are left as they are). Partitions bound the parallelism of a
-	// group: one consumer per partition. Zero means 1; negative is an error.
+	// topics are left as they are). Zero means 12; negative is an error.
+	//
+	// A partition is consumed one message at a time: a message that fails,
+	// or waits for its key to be free, holds back the messages behind it in
+	// its partition, and only those. With one partition it stalls the whole
+	// topic. Partitions also bound a group's parallelism, one consumer per
+	// partition. 12 lets a group grow to 12 consumers, splits evenly over 1,
+	// 2, 3, 4, 6 or 12 of them (16 would leave 3 or 6 consumers unequal
+	// shares), and confines a stuck message to a twelfth of the traffic; 12
+	// partitions times the replication factor is little for a cluster.
+	// Partitions can be added later but never removed, and adding them
+	// moves keys to other partitions, so start with enough.
 	Partitions int32
 
 	// ReplicationFactor is the replication factor of the topics the backend

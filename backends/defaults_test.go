@@ -288,13 +288,37 @@ func TestKafka_CreatesTopics(t *testing.T) {
 	}
 }
 
+// Topics created without Kafka.Partitions get 12, not the broker's 1: with
+// one partition a single failing message holds back the whole topic, and a
+// group cannot have more than one active consumer. The in-process cluster's
+// own default is 8, so 12 can only come from the backend.
+func TestKafka_DefaultPartitions(t *testing.T) {
+	t.Parallel()
+	brokers := testserver.KafkaBrokers(t, testserver.KafkaOptions{Partitions: 8})
+	topic := uniqueTopic("default-partitions")
+	b := newBackend(t, backends.Config{URL: "kafka://" + strings.Join(brokers, ","), Group: "billing-" + runID})
+	require.NoError(t, b.Subscriber.(message.SubscribeInitializer).SubscribeInitialize(topic))
+
+	conf := sarama.NewConfig()
+	conf.Version = sarama.V2_1_0_0
+	admin, err := sarama.NewClusterAdmin(brokers, conf)
+	require.NoError(t, err)
+	defer admin.Close()
+	meta, err := admin.DescribeTopics([]string{topic})
+	require.NoError(t, err)
+	require.Len(t, meta, 1)
+	require.Equal(t, sarama.ErrNoError, meta[0].Err, "topic %s", topic)
+	assert.Len(t, meta[0].Partitions, 12, "the default partition count of a created topic")
+}
+
 // Kafka redelivers a nacked message after NackResendSleep, and the one behind
-// it waits.
+// it in its partition waits. One partition, so that both are in it.
 func TestKafka_NackRedelivers(t *testing.T) {
 	t.Parallel()
 	brokers := testserver.KafkaBrokers(t)
 	topic := uniqueTopic("nack")
-	b := newBackend(t, backends.Config{URL: "kafka://" + strings.Join(brokers, ","), Group: "g-" + runID, NackResendSleep: 100 * time.Millisecond})
+	b := newBackend(t, backends.Config{URL: "kafka://" + strings.Join(brokers, ","), Group: "g-" + runID,
+		NackResendSleep: 100 * time.Millisecond, Kafka: backends.KafkaConfig{Partitions: 1}})
 	publish(t, b.Publisher, topic, "a", "b")
 	msgs, err := b.Subscriber.Subscribe(context.Background(), topic)
 	require.NoError(t, err)

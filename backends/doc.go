@@ -60,13 +60,26 @@
 // leader change).
 //
 // Topics are created by the backend before its first publish or subscribe to
-// them, with Kafka.Partitions partitions (1 by default) and a replication
+// them, with Kafka.Partitions partitions (12 by default) and a replication
 // factor of Kafka.ReplicationFactor, or min(3, brokers in the cluster).
 // Nothing depends on auto.create.topics.enable, which production clusters
-// usually disable and which creates topics with the broker's defaults.
-// Existing topics are left unchanged. Partitions bound a group's parallelism
-// (one consumer per partition) and order holds only within one; messages are
-// published without a key, so they are spread over the partitions.
+// usually disable and which creates topics with the broker's defaults (one
+// partition). Existing topics are left unchanged. Messages are published
+// without a key, so sarama's partitioner spreads them over the partitions at
+// random, and order holds only within one.
+//
+// Why 12 partitions: a partition is consumed one message at a time, so a
+// message that keeps failing, or that waits while its key is in progress
+// elsewhere, holds back every message behind it in its partition. With one
+// partition that is the whole topic; with 12 it is a twelfth, and the other
+// eleven flow on. Partitions also bound a group's parallelism (one consumer
+// per partition): 12 lets a group grow to 12 consumers and splits evenly
+// over 1, 2, 3, 4, 6 or 12 of them, where 16 would give 3 or 6 consumers
+// unequal shares. Partitions cost the brokers memory and file handles per
+// replica, but 12 per topic is small; and since partitions can be added but
+// never removed, and adding them moves keys to other partitions, it is
+// better to start with enough. Set Kafka.Partitions
+// (BROKER_KAFKA_PARTITIONS) for a topic that needs more.
 //
 // A nacked message is resent by the subscriber itself after NackResendSleep
 // and holds back the rest of its partition until it is acked. A message

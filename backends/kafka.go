@@ -23,9 +23,11 @@ import (
 //     (sarama's default is the newest);
 //   - producer acks from all in-sync replicas (sarama's default is the
 //     leader alone, which loses acked messages on leader failover);
-//   - topics are created, with Kafka.Partitions and Kafka.ReplicationFactor,
-//     before the first publish or subscribe to them, so nothing depends on
-//     the broker's auto.create.topics.enable;
+//   - topics are created, with Kafka.Partitions (12 by default, where the
+//     broker's own default is 1) and Kafka.ReplicationFactor, before the
+//     first publish or subscribe to them, so nothing depends on the broker's
+//     auto.create.topics.enable, and one failing message holds back its
+//     partition rather than the whole topic;
 //   - NackResendSleep as configured (redelivered in-process: a nacked
 //     message holds back its partition until it is acked).
 func newKafka(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend, error) {

@@ -69,8 +69,8 @@ func (b *broker) config(url, group, consumer string) backends.Config {
 }
 
 // childEnv is config as the environment variables backends.FromEnv reads, for
-// the crash scenario's child process. Kafka.Tune has no variable; the child
-// sets it to kafkaTune itself.
+// the child processes of the crash and crash-loop scenarios. Kafka.Tune has
+// no variable; the children set it to kafkaTune themselves.
 func childEnv(cfg backends.Config) []string {
 	return []string{
 		backends.EnvURL + "=" + cfg.URL,
@@ -81,6 +81,7 @@ func childEnv(cfg backends.Config) []string {
 		backends.EnvRedisMaxIdleTime + "=" + cfg.Redis.MaxIdleTime.String(),
 		backends.EnvRedisClaimInterval + "=" + cfg.Redis.ClaimInterval.String(),
 		backends.EnvNATSAckWait + "=" + cfg.NATS.AckWait.String(),
+		backends.EnvAMQPPublishGroups + "=" + strings.Join(cfg.AMQP.PublishGroups, ","),
 	}
 }
 

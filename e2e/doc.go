@@ -31,6 +31,19 @@
 //     consumer is deduplicated too; the first publish of every produced
 //     message fails (lost, or sent but reported failed), the router nacks,
 //     and the redelivery replays the stored output with the same UUID.
+//   - crash-loop: a poison message kills its consumer, a child process
+//     restarted after each death under the same name, every time its
+//     handler runs (os.Exit before the key is completed or failed). With the
+//     recommended stack (PoisonQueue filtered by IsPermanent outside the
+//     middleware, MaxAttempts 3), its attempts outlive the lapsed leases: it
+//     runs 3 times, and its fourth delivery goes to the poison topic, once,
+//     while 40 other keys, published with it and after the first death, are
+//     each processed once. The child's outcomes go to the ledger.
+//   - stuck-partition (Kafka): on topics with the backends' default
+//     partition count, one key's handler fails on every delivery while 120
+//     other keys, placed on the other partitions by a pinned partitioner,
+//     are each processed once; a key behind the stuck one in its partition
+//     waits for it.
 //
 // Every scenario asserts, from a ledger kept in a separate private
 // redis-server (HINCRBY per key), that each key's effect happened exactly
@@ -38,13 +51,17 @@
 // every delivery settled; that no message was acked before its key's effect
 // was recorded; that acks and nacks add up to the middleware's outcomes; and
 // that the run ended within its budget. Each prints one line: deliveries,
-// handler runs, effects, duplicates acked, nacks and elapsed time.
+// handler runs, effects, duplicates acked, nacks and elapsed time. The
+// crash-loop scenario, whose consumers are all child processes, checks the
+// ledger, the outcomes the children counted in it, the poison topic and the
+// poison key's record instead of the in-process counters.
 //
-// The crash scenario does not apply to gochannel: a killed process takes an
-// in-process channel, and every message in it, down with it, so there is no
-// broker left to redeliver. Every other scenario runs on gochannel, where
-// there are no consumer groups: each consumer receives every message, which
-// makes it a harsher duplicate test, not a weaker one.
+// The crash and crash-loop scenarios do not apply to gochannel: a killed
+// process takes an in-process channel, and every message in it, down with
+// it, so there is no broker left to redeliver. stuck-partition is about
+// Kafka's partitions and applies to Kafka alone. Every other scenario runs
+// on gochannel, where there are no consumer groups: each consumer receives
+// every message, which makes it a harsher duplicate test, not a weaker one.
 //
 // Servers: Redis (REDIS_ADDR, 127.0.0.1:6379), RabbitMQ (AMQP_URL,
 // amqp://guest:guest@127.0.0.1:5672/), NATS with JetStream (NATS_URL,

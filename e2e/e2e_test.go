@@ -34,6 +34,20 @@ var scenarios = []scenario{
 	{name: "store-outage", budget: 2 * time.Minute, run: storeOutage},
 	{name: "slow-handler", budget: 2 * time.Minute, run: slowHandler},
 	{name: "output-replay", budget: 2 * time.Minute, run: outputReplay},
+	{name: "crash-loop", budget: 2 * time.Minute, run: crashLoop, na: map[string]string{
+		"gochannel": "n/a: each death of the consumer process would take the in-process channel, and the poison " +
+			"message in it, down with it; nothing is left to redeliver",
+	}},
+	{name: "stuck-partition", budget: time.Minute, run: stuckPartition, na: map[string]string{
+		"redis": "n/a: a Kafka scenario; a stream has no partitions, and a nacked message holds back only the " +
+			"consumer it was delivered to",
+		"amqp": "n/a: a Kafka scenario; a queue has no partitions, and a nacked message is requeued while the " +
+			"group's consumers read on",
+		"nats": "n/a: a Kafka scenario; a stream has no partitions, and NATS redelivers a nacked message later " +
+			"(NakWithDelay) while the consumer reads on",
+		"gochannel": "n/a: a Kafka scenario; gochannel has no partitions, and every consumer receives every message, " +
+			"one at a time, so a message that keeps failing holds back all of them",
+	}},
 }
 
 // TestE2E runs every scenario on every broker: TestE2E/<broker>/<scenario>.
@@ -96,6 +110,9 @@ func TestMain(m *testing.M) {
 	redis.SetLogger(quietRedis{})
 	if os.Getenv(childEnvVar) != "" {
 		os.Exit(crashChild())
+	}
+	if os.Getenv(loopChildVar) != "" {
+		os.Exit(crashLoopChild())
 	}
 	os.Exit(m.Run())
 }

@@ -71,6 +71,9 @@ type env struct {
 	newStore func() idempotency.Store
 	// lease is the consumers' LeaseTTL; by default the package's lease.
 	lease time.Duration
+	// configure, when set, adjusts the backends configuration of every
+	// member built after it is set.
+	configure func(cfg *backends.Config)
 
 	pub       message.Publisher
 	shared    *backends.Backend // gochannel: the one instance every consumer shares
@@ -173,7 +176,11 @@ func (e *env) backend(consumer string) *backends.Backend {
 	if e.shared != nil {
 		return e.shared
 	}
-	b, err := backends.New(e.b.config(e.url, e.group, e.id+"-"+consumer), logger())
+	cfg := e.b.config(e.url, e.group, e.id+"-"+consumer)
+	if e.configure != nil {
+		e.configure(&cfg)
+	}
+	b, err := backends.New(cfg, logger())
 	require.NoError(e.t, err)
 	return b
 }
