@@ -16,8 +16,34 @@
 // renewed every third of it while the handler runs), COMPLETED (24 h) or
 // FAILED (24 h). Claiming is one atomic store operation, so exactly one of
 // any number of concurrent consumers runs the handler. Complete, Fail and
-// renewal are fenced by the owner's token: a consumer whose lease expired
-// changes nothing. Expiry is the store's own (Redis PEXPIRE).
+// renewal are fenced by the owner's token: a consumer whose lease lapsed
+// changes nothing. Expiry is the store's own (Redis PEXPIRE), on the store's
+// clock.
+//
+// A lease that lapses (its owner died: OOM, os.Exit, SIGKILL, a lost
+// machine) is a failed attempt. The record stays, FAILED, for FailedTTL with
+// its attempt count, so a message that kills every consumer that runs it
+// reaches MaxAttempts and the poison queue instead of crash-looping its
+// partition for ever.
+//
+// # One owner protocol
+//
+// The owner's side of the state machine is written once, in Once, and used
+// by this middleware, by package httpidem and by any Go code through
+// Once.Do: claim; renew the lease with a safety margin, cancelling the
+// handler's context (cause ErrLeaseLost) a tenth of a lease before the store
+// could hand the key over; complete, retrying within the lease; fail. Every
+// store call of the owner is bounded by StoreTimeout and by what is left of
+// its lease, so no call outlives the lease.
+//
+// Every transition is idempotent for its owner, because clients resend a
+// command whose reply was lost (go-redis does, MaxRetries times): a resent
+// claim with the owner's token acquires again instead of refusing its own
+// first try, and a resent Complete or Fail that was already applied
+// succeeds. A value under a key that is not one of the store's records is
+// ErrCorruptRecord: never taken for a duplicate, never overwritten; the
+// message is nacked (after NackDelay), logged with its key and counted as
+// OutcomeCorruptRecord until an operator deletes the key.
 //
 // # Keys
 //
@@ -48,6 +74,7 @@
 //	no key                  return ErrMissingKey (permanent)              nacks, or poison queue
 //	attempts > MaxAttempts  return ErrTooManyAttempts (permanent)         nacks, or poison queue
 //	different payload       return ErrKeyReused (permanent, CheckPayload) nacks, or poison queue
+//	corrupt record          wait NackDelay, return ErrCorruptRecord       nacks: redelivery later
 //
 // A different payload under a key whose first run is still in progress is
 // answered like any copy of it (ErrInProgress); ErrKeyReused is decided once
@@ -58,7 +85,26 @@
 // NackResendSleep, 1 s by default). The two add up.
 //
 // Permanent errors never succeed on redelivery: add Watermill's
-// PoisonQueueWithFilter with IsPermanent before this middleware.
+// PoisonQueueWithFilter with IsPermanent before (outside) this middleware.
+//
+// # The recommended stack
+//
+// The first middleware added is the outermost:
+//
+//	router.AddMiddleware(
+//		middleware.CorrelationID,
+//		poison,                          // PoisonQueueWithFilter(pub, topic, idempotency.IsPermanent)
+//		middleware.Recoverer,
+//		idem.Middleware,
+//		middleware.Timeout(time.Minute),
+//	)
+//
+// PoisonQueue must sit outside, or it never sees ErrTooManyAttempts.
+// Timeout goes inside: it bounds a hung handler, which would otherwise renew
+// its lease for ever; the handler's context ends, the key is left FAILED and
+// the redelivery runs it again. Retry inside runs its retries under one
+// claim (one attempt); outside, each retry is a new claim and a new attempt.
+// Recoverer may go either side: a panic leaves the key FAILED either way.
 //
 // # Guarantees
 //
@@ -83,8 +129,9 @@
 // If COMPLETED cannot be written after the handler succeeded, the write is
 // retried until the lease would expire; if it still fails, the message is
 // acked anyway with its output (nacking would run the effect again), and the
-// event is logged and counted as OutcomeCompleteFailed. If the lease was lost
-// while the handler ran (the store said so, or no renewal succeeded for nine
+// event is logged and counted as OutcomeCompleteFailed. OutcomeLeaseLost
+// means the store itself said, within the lease, that another owner holds
+// the key. If the lease was lost while the handler ran (the store said so, or no renewal succeeded for nine
 // tenths of a lease, so that the store is about to free the key), the
 // handler's context is cancelled with ErrLeaseLost as its cause
 // (context.Cause) before another consumer can claim the key. Renewals do not

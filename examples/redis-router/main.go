@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency/watermill-idempotency/backends"
@@ -15,20 +17,27 @@ import (
 func main() {
 	logger := watermill.NewStdLogger(false, false)
 	store := must(redisstore.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"})))
-	idem := must(idempotency.New(idempotency.Config{Store: store}, logger))
+	idem := must(idempotency.New(idempotency.Config{Store: store, MaxAttempts: 5}, logger))
 
 	broker := must(backends.New(must(backends.FromEnv()), logger)) // BROKER_URL, BROKER_GROUP
+	poison := must(middleware.PoisonQueueWithFilter(broker.Publisher, "orders_poison", idempotency.IsPermanent))
 	router := must(message.NewRouter(message.RouterConfig{}, logger))
-	router.AddMiddleware(idem.Middleware) // every handler: once per requestId
+	router.AddMiddleware(
+		middleware.CorrelationID,
+		poison,                          // outside: takes ErrTooManyAttempts and ErrMissingKey off the topic
+		middleware.Recoverer,            // a panic is an error; the key is left FAILED
+		idem.Middleware,                 // once per requestId, per handler
+		middleware.Timeout(time.Minute), // inside: a hung handler is cut, its key left FAILED, and retried
+	)
 	router.AddNoPublisherHandler("charge", "orders", broker.Subscriber, func(msg *message.Message) error {
-		return charge(msg.Metadata.Get("requestId"), msg.Payload) // runs once per key
+		return charge(msg.Context(), msg.Metadata.Get("requestId"), msg.Payload) // runs once per key
 	})
 	if err := router.Run(context.Background()); err != nil {
 		panic(err)
 	}
 }
 
-func charge(orderID string, payload []byte) error { return nil }
+func charge(ctx context.Context, orderID string, payload []byte) error { return nil }
 
 func must[T any](v T, err error) T {
 	if err != nil {
