@@ -50,7 +50,7 @@ func crashChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	store, err := redisstore.New(redis.NewClient(&redis.Options{Addr: os.Getenv(childStoreVar)}))
+	store, err := redisstore.New(redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: os.Getenv(childStoreVar)}))
 	if err != nil {
 		return fail(err)
 	}
@@ -61,7 +61,7 @@ func crashChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	ledger := redis.NewClient(&redis.Options{Addr: os.Getenv(childLedgerVar)})
+	ledger := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: os.Getenv(childLedgerVar)})
 	started := os.Getenv(childStartedVar)
 
 	r, err := message.NewRouter(message.RouterConfig{}, logger())

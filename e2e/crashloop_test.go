@@ -69,11 +69,11 @@ func crashLoopChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	store, err := redisstore.New(redis.NewClient(&redis.Options{Addr: os.Getenv(childStoreVar)}))
+	store, err := redisstore.New(redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: os.Getenv(childStoreVar)}))
 	if err != nil {
 		return fail(err)
 	}
-	ledger := redis.NewClient(&redis.Options{Addr: os.Getenv(childLedgerVar)})
+	ledger := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: os.Getenv(childLedgerVar)})
 	ledgerKey := func(hash string) string { return os.Getenv(loopLedgerPrefixVar) + ":" + hash }
 	idem, err := idempotency.New(idempotency.Config{
 		Store: store, KeyPrefix: os.Getenv(childPrefixVar), LeaseTTL: lease, NackDelay: nackDelay,
@@ -375,7 +375,7 @@ func crashLoop(e *env) {
 
 	// The store kept the count across the lapsed leases: three runs and the
 	// claim that MaxAttempts refused.
-	c := redis.NewClient(&redis.Options{Addr: e.storeURL})
+	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: e.storeURL})
 	defer c.Close()
 	store, err := redisstore.New(c)
 	require.NoError(e.t, err)

@@ -57,7 +57,7 @@ func TestE2E(t *testing.T) {
 		t.Skip("end-to-end scenarios on real servers left out by -short")
 	}
 	ledgerServer := testserver.StartRedis(t)
-	ledger := redis.NewClient(&redis.Options{Addr: ledgerServer.Addr})
+	ledger := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: ledgerServer.Addr})
 	t.Cleanup(func() { _ = ledger.Close() })
 	if err := ledger.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("ledger redis-server: %v", err)

@@ -129,7 +129,7 @@ func newEnv(t *testing.T, b *broker, url, scenario string, ledger *redis.Client,
 	e.tr = newTracker(e)
 	e.topics = []string{e.topic}
 	e.newStore = func() idempotency.Store {
-		c := redis.NewClient(&redis.Options{Addr: e.storeURL})
+		c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: e.storeURL})
 		t.Cleanup(func() { _ = c.Close() })
 		s, err := redisstore.New(c)
 		require.NoError(t, err)
@@ -158,7 +158,7 @@ func (e *env) cleanup() {
 		e.b.cleanup(e.t, e.url, e.topics, e.group)
 	}
 	ctx := context.Background()
-	store := redis.NewClient(&redis.Options{Addr: e.storeURL})
+	store := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: e.storeURL})
 	defer store.Close()
 	iter := store.Scan(ctx, 0, e.prefix+":*", 1000).Iterator()
 	for iter.Next(ctx) {

@@ -98,7 +98,7 @@ func benchIdem(b *testing.B, store idempotency.Store, prefix string) *idempotenc
 // under -short.
 func benchRedis(b *testing.B) *redis.Client {
 	b.Helper()
-	c := redis.NewClient(&redis.Options{Addr: testserver.RedisAddr(b), PoolSize: 2 * benchConcurrency})
+	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: testserver.RedisAddr(b), PoolSize: 2 * benchConcurrency})
 	b.Cleanup(func() { _ = c.Close() })
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		b.Fatalf("Redis at %s: %v", c.Options().Addr, err)

@@ -118,7 +118,7 @@ func TestInProgressIsNackedAfterDelay(t *testing.T) {
 // downStore is a Redis store on a port where nothing listens: every call
 // fails as it does when Redis is down.
 func downStore(t *testing.T) idempotency.Store {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { _ = client.Close() })
 	s, err := redisstore.New(client)
 	require.NoError(t, err)

@@ -33,10 +33,11 @@ const (
 	// written within the lease; the message is still acked and its output
 	// returned, and a later copy may run the handler again.
 	OutcomeCompleteFailed Outcome = "complete_failed"
-	// OutcomeLeaseLost: the handler succeeded after its lease was lost to
-	// another consumer; the message is acked, and the other consumer may
-	// have run the handler too (a handler longer than the lease whose
-	// renewals could not reach the store).
+	// OutcomeLeaseLost: the handler succeeded, but the store said, within
+	// the lease, that its token no longer holds the key: another consumer
+	// took it over, or an operator deleted it. The message is acked, and the
+	// other consumer may have run the handler too (a handler longer than
+	// the lease whose renewals could not reach the store).
 	OutcomeLeaseLost Outcome = "lease_lost"
 	// OutcomeCorruptRecord: the value under the key is not a record of the
 	// store's (ErrCorruptRecord); nothing ran, the message is nacked (HTTP:
@@ -50,6 +51,8 @@ const (
 	OpRenew    = "renew"
 	OpComplete = "complete"
 	OpFail     = "fail"
+	// OpRelease undoes a claim whose reply was lost (Store.Release).
+	OpRelease = "release"
 )
 
 // Observer receives the middleware's measurements. Implementations must be
@@ -61,7 +64,8 @@ type Observer interface {
 	// the HTTP route pattern (or "http"), or OnceConfig.Name for Once.Do.
 	Outcome(handler string, outcome Outcome)
 	// StoreLatency is called after every store call with the operation
-	// (OpClaim, OpRenew, OpComplete, OpFail), its duration, and its error.
+	// (OpClaim, OpRenew, OpComplete, OpFail, OpRelease), its duration, and
+	// its error.
 	StoreLatency(op string, d time.Duration, err error)
 }
 

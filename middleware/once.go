@@ -65,7 +65,10 @@ func (c *OnceConfig) setDefaults() {
 }
 
 // Validate reports every problem of a OnceConfig whose defaults are filled.
-func (c OnceConfig) Validate() error {
+func (c OnceConfig) Validate() error { return invalidConfig(c.problems()) }
+
+// problems lists what is wrong with c, in the order of its fields.
+func (c OnceConfig) problems() []error {
 	var errs []error
 	if c.Store == nil {
 		errs = append(errs, errors.New("Store is required"))
@@ -84,6 +87,10 @@ func (c OnceConfig) Validate() error {
 	if c.MaxAttempts < 0 {
 		errs = append(errs, fmt.Errorf("MaxAttempts is %d, must be 0 (unlimited) or more", c.MaxAttempts))
 	}
+	return errs
+}
+
+func invalidConfig(errs []error) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("idempotency: invalid config: %w", err)
 	}
@@ -233,6 +240,10 @@ func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, dv del
 	case errors.Is(err, ErrCorruptRecord):
 		return nil, res, err
 	case err != nil:
+		// The claim may have been applied with its reply lost (or the call
+		// given up on): undo it, or the key would stall until the lease
+		// lapses and count an attempt that never ran.
+		o.release(key, req.Token, dv)
 		return nil, res, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 	case !res.Acquired:
 		return nil, res, nil
@@ -247,6 +258,22 @@ func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, dv del
 		return nil, res, fmt.Errorf("%w: %d of at most %d for key %q", ErrTooManyAttempts, res.Record.Attempts-1, o.cfg.MaxAttempts, key)
 	}
 	return l, res, nil
+}
+
+// release undoes a claim whose outcome is unknown; see Store.Release. It
+// runs before the failed claim is answered, so that a redelivery finds the
+// key free, and is bounded by StoreTimeout: a store that refuses
+// connections answers at once; one that does not answer at all cannot
+// release the key either, and the lapse of the lease frees it then.
+func (o *Once) release(key, token string, dv delivery) {
+	ctx, cancel := context.WithTimeout(context.Background(), o.cfg.StoreTimeout)
+	defer cancel()
+	start := o.startTimer()
+	err := o.cfg.Store.Release(ctx, key, token)
+	o.observe(OpRelease, start, err)
+	if err != nil {
+		o.logInfo("Could not release a claim whose reply was lost; the key is free when its lease lapses", dv, watermill.LogFields{"err": err})
+	}
 }
 
 // OutcomeOf names the outcome of an error returned by Once.Claim.

@@ -203,7 +203,7 @@ func TestRedisDeadConsumerIsTakenOverAfterLease(t *testing.T) {
 
 func TestRedisKilledMidStreamAndRestarted(t *testing.T) {
 	srv := testserver.StartRedis(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
 	t.Cleanup(func() { _ = client.Close() })
 	store, err := redisstore.New(client)
@@ -260,7 +260,7 @@ func TestRedisKilledMidStreamAndRestarted(t *testing.T) {
 func TestRedisLostRepliesThroughTheMiddleware(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	proxy := testserver.StartProxy(t, srv.Addr)
-	client := redis.NewClient(&redis.Options{Addr: proxy.Addr}) // go-redis's default MaxRetries: 3
+	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: proxy.Addr}) // go-redis's default MaxRetries: 3
 	t.Cleanup(func() { _ = client.Close() })
 	store, err := redisstore.New(client)
 	require.NoError(t, err)
@@ -306,4 +306,42 @@ func TestRedisLostRepliesThroughTheMiddleware(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateFailed, rec.State, "the resent Fail was applied once")
 	assert.Equal(t, 1, rec.Attempts)
+}
+
+// TestRedisClaimWithoutAnswerIsReleased: a claim that Redis applied but
+// whose reply never reached the consumer (the connection dropped, and this
+// client does not resend) is nacked as store_unavailable and then released
+// with its token, so the redelivery runs the handler at once as the key's
+// first attempt: no stall until the lease lapses, and with MaxAttempts 1 no
+// poisoning of a message that never ran.
+func TestRedisClaimWithoutAnswerIsReleased(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	proxy := testserver.StartProxy(t, srv.Addr)
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := redisstore.New(client)
+	require.NoError(t, err)
+	idem, obs := newIdem(t, idempotency.Config{Store: store, MaxAttempts: 1})
+	h := &counter{}
+	_, err = idem.Middleware(h.handle)(newMsg("warm", "p")) // loads the scripts
+	require.NoError(t, err)
+
+	msg := newMsg("unanswered", "p")
+	key, err := idem.StoreKey(msg)
+	require.NoError(t, err)
+	proxy.DropReply(testserver.Command("evalsha", key))
+	_, err = idem.Middleware(h.handle)(msg)
+	require.ErrorIs(t, err, idempotency.ErrStoreUnavailable, "no answer: nacked, nothing ran")
+	require.Equal(t, 1, proxy.Dropped())
+	require.Eventually(t, func() bool {
+		rec, err := store.Get(context.Background(), key)
+		return err == nil && rec.State == idempotency.StateAbsent
+	}, 5*time.Second, 5*time.Millisecond, "the unanswered claim is released")
+
+	_, err = idem.Middleware(h.handle)(msg)
+	require.NoError(t, err, "the redelivery runs at once, as the first attempt")
+	assert.EqualValues(t, 2, h.runs.Load())
+	assert.Zero(t, obs.get(idempotency.OutcomeInProgress))
+	assert.Zero(t, obs.get(idempotency.OutcomeTooManyAttempts))
+	assert.Equal(t, 1, obs.op(idempotency.OpRelease))
 }

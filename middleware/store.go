@@ -159,6 +159,17 @@ type Store interface {
 	// own Fail was the key's last transition (then it returns nil).
 	Fail(ctx context.Context, key, token string, ttl time.Duration) error
 
+	// Release undoes a claim whose outcome the caller never learned (its
+	// reply was lost or its call timed out), before any work ran: if token
+	// holds the key's lease, the record goes back to what the claim found —
+	// gone for a first attempt, FAILED with one attempt fewer otherwise,
+	// kept for the claim's ClaimRequest.TTL from now — so
+	// that the key neither stalls until the lease lapses nor counts an
+	// attempt that never ran. When token does not hold the key (the claim
+	// never happened, or was already released) it changes nothing and
+	// returns nil: a resent Release is harmless.
+	Release(ctx context.Context, key, token string) error
+
 	// Get returns the key's record; a key the store does not hold is a
 	// Record with State StateAbsent and a nil error.
 	Get(ctx context.Context, key string) (Record, error)

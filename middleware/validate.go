@@ -35,6 +35,17 @@ func CheckOwner(key, token string, ttl time.Duration) error {
 	return checkTTL("ttl", ttl)
 }
 
+// CheckRelease validates the arguments of Store.Release.
+func CheckRelease(key, token string) error {
+	if key == "" {
+		return ErrEmptyKey
+	}
+	if token == "" {
+		return ErrEmptyToken
+	}
+	return nil
+}
+
 func checkTTL(name string, d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("%w: %s is %v", ErrInvalidTTL, name, d)

@@ -246,7 +246,7 @@ func publish(pub message.Publisher, topics, keys []string) error {
 func (r e2eRun) cleanupTopics(topics []string) {
 	switch r.broker {
 	case "redis":
-		c := redis.NewClient(&redis.Options{Addr: r.o.redisAddr})
+		c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: r.o.redisAddr})
 		defer c.Close()
 		c.Unlink(context.Background(), topics...)
 	case "amqp":

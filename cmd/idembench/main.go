@@ -72,7 +72,7 @@ func main() {
 	rep.Config.N, rep.Config.ChainSeconds, rep.Config.CeilingSeconds = o.n, o.chainDur.Seconds(), o.ceilingDur.Seconds()
 	rep.Config.Concurrency, rep.Config.Brokers = o.concurrency, o.brokers
 
-	rc := redis.NewClient(&redis.Options{Addr: o.redisAddr, PoolSize: 256})
+	rc := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: o.redisAddr, PoolSize: 256})
 	defer rc.Close()
 	defer cleanup(rc, o.prefix)
 

@@ -73,7 +73,7 @@ func (r *shaRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // store send them: one claim and one complete on a throwaway key.
 func scriptSHAs(addr, prefix string) (claim, finish string) {
 	rec := &shaRecorder{}
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: addr})
 	defer c.Close()
 	c.AddHook(rec)
 	s, err := redisstore.New(c)
@@ -220,7 +220,7 @@ func runStats(o options) Stats {
 		prefix = o.prefix + ":st"
 	}
 	rec := &shaRecorder{}
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 8})
+	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: addr, PoolSize: 8})
 	defer c.Close()
 	c.AddHook(rec)
 	ctx := context.Background()

@@ -164,6 +164,7 @@ func newStore() (idempotency.Store, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
+	opts.ContextTimeoutEnabled = true // store calls must honour their deadlines (redisstore.New requires it)
 	client := redis.NewClient(opts)
 	s, err := redisstore.New(client)
 	if err != nil {

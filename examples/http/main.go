@@ -74,6 +74,7 @@ func openStore(redisURL string) (idempotency.Store, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
+	opts.ContextTimeoutEnabled = true // store calls must honour their deadlines (redisstore.New requires it)
 	client := redis.NewClient(opts)
 	s, err := redisstore.New(client)
 	if err != nil {

@@ -109,5 +109,5 @@ func openStore(redisAddr string) (idempotency.Store, error) {
 	if redisAddr == "" {
 		return memstore.New(memstore.Config{}), nil
 	}
-	return redisstore.New(redis.NewClient(&redis.Options{Addr: redisAddr}))
+	return redisstore.New(redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true}))
 }

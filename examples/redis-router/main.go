@@ -16,7 +16,7 @@ import (
 
 func main() {
 	logger := watermill.NewStdLogger(false, false)
-	store := must(redisstore.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"})))
+	store := must(redisstore.New(redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})))
 	idem := must(idempotency.New(idempotency.Config{Store: store, MaxAttempts: 5}, logger))
 
 	broker := must(backends.New(must(backends.FromEnv()), logger)) // BROKER_URL, BROKER_GROUP
@@ -27,7 +27,7 @@ func main() {
 		poison,                          // outside: takes ErrTooManyAttempts and ErrMissingKey off the topic
 		middleware.Recoverer,            // a panic is an error; the key is left FAILED
 		idem.Middleware,                 // once per requestId, per handler
-		middleware.Timeout(time.Minute), // inside: a hung handler is cut, its key left FAILED, and retried
+		middleware.Timeout(time.Minute), // inside: a handler stuck past it is cancelled, left FAILED, retried
 	)
 	router.AddNoPublisherHandler("charge", "orders", broker.Subscriber, func(msg *message.Message) error {
 		return charge(msg.Context(), msg.Metadata.Get("requestId"), msg.Payload) // runs once per key

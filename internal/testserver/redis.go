@@ -29,7 +29,7 @@ func RedisAddr(t testing.TB) string {
 // and nothing here flushes it.
 func RedisClient(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: RedisAddr(t)})
+	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: RedisAddr(t)})
 	t.Cleanup(func() { _ = c.Close() })
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("Redis at %s: %v", c.Options().Addr, err)
@@ -125,7 +125,7 @@ func StartRedisCluster(t testing.TB) []string {
 	ctx := context.Background()
 	deadline := time.Now().Add(20 * time.Second)
 	for _, addr := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: addr})
+		c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: addr})
 		for {
 			info, err := c.ClusterInfo(ctx).Result()
 			if err == nil && strings.Contains(info, "cluster_state:ok") {

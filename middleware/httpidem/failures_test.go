@@ -39,9 +39,10 @@ var downStores = []struct {
 	}},
 	{name: "redis not listening", new: func(t *testing.T) middleware.Store {
 		c := redis.NewClient(&redis.Options{
-			Addr:        "127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
-			MaxRetries:  -1,
-			DialTimeout: 200 * time.Millisecond,
+			ContextTimeoutEnabled: true,
+			Addr:                  "127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
+			MaxRetries:            -1,
+			DialTimeout:           200 * time.Millisecond,
 		})
 		t.Cleanup(func() { _ = c.Close() })
 		s, err := redisstore.New(c)

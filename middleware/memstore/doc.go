@@ -26,6 +26,13 @@
 //     token whose Complete or Fail made it so, and that token's Complete (or
 //     Fail) again returns nil and changes nothing. Any other token gets
 //     ErrLeaseLost. COMPLETED is terminal: no Claim acquires it.
+//   - Release undoes a claim of token's while its lease is live: a first
+//     attempt's record is removed; a later attempt's is FAILED again with
+//     one attempt fewer, its creation time and fingerprint kept, no token
+//     (so no earlier owner's resent Fail matches it), and an expiry of the
+//     claim's TTL from the release. Anything else (a lapsed lease, another
+//     owner, a COMPLETED, FAILED or absent key, a resent Release) is left
+//     as it is, and Release returns nil.
 //   - A COMPLETED record is kept for the Complete's TTL, a FAILED one for the
 //     Fail's, from the transition.
 //   - There is no foreign encoding anyone could write into the store, so

@@ -58,7 +58,8 @@ type entry struct {
 	// token is the owner's while the stored state is IN_PROGRESS (its lease
 	// live or lapsed), and the token whose Complete or Fail made the record
 	// COMPLETED or FAILED otherwise, so that the same owner's resent Complete
-	// or Fail is recognised. It is reported only for a live lease.
+	// or Fail is recognised; empty for a FAILED record that a Release made,
+	// which no resend matches. It is reported only for a live lease.
 	token       string
 	result      []byte // non-nil once COMPLETED
 	fingerprint []byte
@@ -279,6 +280,44 @@ func (s *Store) transition(ctx context.Context, o op, key, token string, d time.
 	}
 	e.updated = now
 	s.expire(e, now+int64(d))
+	return nil
+}
+
+// Release implements middleware.Store. A live lease of token is undone: a
+// first attempt's record is removed, and a later attempt's goes back to
+// FAILED with one attempt fewer and no token (so no earlier owner's resent
+// Fail or Complete matches it), kept for the claim's TTL from now. Anything
+// else (another owner, a lapsed lease, a COMPLETED, FAILED or absent key) is
+// left as it is, and nil returned.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	if err := middleware.CheckRelease(key, token); err != nil {
+		return fmt.Errorf("memstore: release %q: %w", key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: release %q: %w", key, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("memstore: release %q: %w", key, ErrClosed)
+	}
+	now := s.clock()
+	s.reclaim(now)
+	e := s.live(key, now)
+	if e == nil || !e.held(token, now) {
+		return nil // not token's claim, or already released: a resend
+	}
+	if e.attempts == 1 {
+		delete(s.records, key) // its heap item is dropped when it comes up
+		return nil
+	}
+	ttl := e.expireAt - e.deadline // the claim's TTL
+	e.state = middleware.StateFailed
+	e.attempts--
+	e.token = ""
+	e.deadline = 0
+	e.updated = now
+	s.expire(e, now+ttl)
 	return nil
 }
 

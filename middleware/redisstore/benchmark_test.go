@@ -18,7 +18,7 @@ import (
 //
 //	go test -run '^$' -bench . -benchmem ./middleware/redisstore/
 func BenchmarkStore(b *testing.B) {
-	client := redis.NewClient(&redis.Options{Addr: testserver.RedisAddr(b), PoolSize: 128})
+	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: testserver.RedisAddr(b), PoolSize: 128})
 	b.Cleanup(func() { _ = client.Close() })
 	s, err := redisstore.New(client)
 	if err != nil {

@@ -21,13 +21,13 @@ func TestConformanceStandalone(t *testing.T) {
 
 func TestConformanceCluster(t *testing.T) {
 	addrs := testserver.StartRedisCluster(t)
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs})
 	t.Cleanup(func() { _ = client.Close() })
 	storetest.Run(t, subjects(client))
 }
 
 func TestConformanceUniversalClient(t *testing.T) {
-	client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{testserver.RedisAddr(t)}})
+	client := redis.NewUniversalClient(&redis.UniversalOptions{ContextTimeoutEnabled: true, Addrs: []string{testserver.RedisAddr(t)}})
 	t.Cleanup(func() { _ = client.Close() })
 	storetest.Run(t, subjects(client))
 }

@@ -35,13 +35,23 @@
 // FAILED records expire the TTL given to Complete and Fail. Durations are
 // rounded up to whole milliseconds.
 //
+// Release undoes a claim whose owner never learned its outcome, if the
+// token still holds a live lease: a first attempt's key is deleted; a later
+// attempt's hash goes back to FAILED with one attempt fewer, without the
+// owner field (so no earlier owner's resent Fail or Complete matches it) and
+// the lease fields, its created time and fingerprint kept, and the key
+// expires the claim's TTL after the release. A lapsed lease, another token's
+// key, a FAILED, COMPLETED or absent key are left as they are, and Release
+// returns nil.
+//
 // Every transition is safe to resend, as go-redis does after a broken
 // connection (MaxRetries): a Claim resent with the token that holds the key
 // acquires it again without counting an attempt; a Complete resent by the
 // owner whose Complete was applied finds its token's hash in the record and
 // succeeds; a Fail resent by its owner, before anyone claimed the key again,
 // finds its token in the FAILED record and succeeds. A resent Renew renews
-// again. None of them changes the record a second time.
+// again; a resent Release finds nothing of its token's and returns nil. None
+// of them changes the record a second time.
 //
 // Decoding is strict. A value under a key that is not a record of this
 // store — another type, a string without the tag or shorter than its
@@ -50,13 +60,29 @@
 // answer the error "IDEMPOTENCY_CORRUPT <reason>" (counted by Redis as
 // errorstat_IDEMPOTENCY_CORRUPT) without writing anything. The store returns
 // it as middleware.ErrCorruptRecord, wrapped with the operation and key, from
-// Claim, Renew, Complete, Fail and Get: it is never read as a duplicate,
+// Claim, Renew, Complete, Fail, Release and Get: it is never read as a duplicate,
 // never overwritten, never given an expiry. Delete removes it. go-redis does
 // not retry an error reply, nor does it drop the connection over one.
 //
 // Errors of the client (a Redis that is down, a timeout, a cancelled context)
 // are returned wrapped with the operation and key; redis.Nil is never
 // returned. A stale owner gets middleware.ErrLeaseLost.
+//
+// # Deadlines
+//
+// Every call is bounded by its context's deadline, so a call made under an
+// owner's lease (a Renew above all) never outlives it. go-redis only does
+// that with ContextTimeoutEnabled set in the client's options; without it,
+// socket I/O runs under context.Background() and waits for ReadTimeout
+// whatever the context says. New therefore returns
+// ErrContextTimeoutDisabled for a *redis.Client (Sentinel failover clients
+// included), *redis.ClusterClient or *redis.Ring without it; another
+// UniversalClient implementation is taken as it is. A call cut short by its
+// deadline returns an error matching context.DeadlineExceeded (go-redis
+// reports it as the socket's "i/o timeout", which the store adds the
+// context's error to); the script may still run on the server afterwards,
+// and a claim cut short is what Release is for. NewExpiringKeyRepository
+// takes any client: it holds no lease.
 //
 // # What the Redis must provide
 //

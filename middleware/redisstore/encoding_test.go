@@ -6,6 +6,7 @@ import (
 	"crypto/sha1"
 	"encoding/binary"
 	"encoding/hex"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +164,7 @@ func TestCorruptRecords(t *testing.T) {
 			assert.ErrorIs(t, s.Renew(ctx, key, "tok", time.Minute), middleware.ErrCorruptRecord, "renew")
 			assert.ErrorIs(t, s.Complete(ctx, key, "tok", nil, time.Minute), middleware.ErrCorruptRecord, "complete")
 			assert.ErrorIs(t, s.Fail(ctx, key, "tok", time.Minute), middleware.ErrCorruptRecord, "fail")
+			assert.ErrorIs(t, s.Release(ctx, key, "tok"), middleware.ErrCorruptRecord, "release")
 			_, err = s.Get(ctx, key)
 			assert.ErrorIs(t, err, middleware.ErrCorruptRecord, "get")
 			t.Log(err)
@@ -288,4 +290,58 @@ func TestLapsedLease(t *testing.T) {
 	assert.Equal(t, []byte("fp"), res.Record.Fingerprint)
 	require.NoError(t, s.Complete(ctx, key, next.Token, nil, time.Minute))
 	assert.ErrorIs(t, s.Complete(ctx, key, req.Token, nil, time.Minute), middleware.ErrLeaseLost)
+}
+
+// TestReleasedEncoding pins what Release leaves: a first attempt's key is
+// gone; a later attempt's hash is FAILED with one attempt fewer, without the
+// owner, lease and retention fields, and expires the claim's TTL after the
+// release. Such a hash, without an owner, is a valid record.
+func TestReleasedEncoding(t *testing.T) {
+	s, client, prefix := newStore(t)
+	ctx := context.Background()
+
+	key := prefix + "first"
+	req := claimReq(time.Minute, nil)
+	_, err := s.Claim(ctx, key, req)
+	require.NoError(t, err)
+	require.NoError(t, s.Release(ctx, key, req.Token))
+	n, err := client.Exists(ctx, key).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "a released first attempt deletes the key")
+
+	key = prefix + "later"
+	req = claimReq(time.Minute, []byte("fp"))
+	first, err := s.Claim(ctx, key, req)
+	require.NoError(t, err)
+	require.NoError(t, s.Fail(ctx, key, req.Token, time.Hour))
+	req = middleware.ClaimRequest{Token: middleware.NewToken(), Lease: time.Minute, TTL: 30 * time.Second}
+	_, err = s.Claim(ctx, key, req)
+	require.NoError(t, err)
+	require.NoError(t, s.Release(ctx, key, req.Token))
+	fields, err := client.HGetAll(ctx, key).Result()
+	require.NoError(t, err)
+	created := strconv.FormatInt(first.Record.CreatedAt.UnixMilli(), 10)
+	assert.Equal(t, map[string]string{"s": "F", "a": "1", "c": created, "u": fields["u"], "f": "fp"}, fields,
+		"FAILED, one attempt fewer, created and fingerprint kept, no owner, lease or retention")
+	pttl, err := client.PTTL(ctx, key).Result()
+	require.NoError(t, err)
+	assert.Greater(t, pttl, time.Duration(0))
+	assert.LessOrEqual(t, pttl, 30*time.Second, "the key expires the claim's TTL after the release, not the Fail's hour")
+
+	// The same layout written by hand reads back, refuses every owner, and
+	// is claimed as the next attempt.
+	key = prefix + "by-hand"
+	require.NoError(t, client.HSet(ctx, key, "s", "F", "a", "3", "c", "1000", "u", "2000").Err())
+	rec, err := s.Get(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, middleware.Record{State: middleware.StateFailed, Attempts: 3,
+		CreatedAt: time.UnixMilli(1000), UpdatedAt: time.UnixMilli(2000)}, rec)
+	assert.ErrorIs(t, s.Fail(ctx, key, "tok", time.Minute), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, s.Complete(ctx, key, "tok", nil, time.Minute), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, s.Renew(ctx, key, "tok", time.Minute), middleware.ErrLeaseLost)
+	require.NoError(t, s.Release(ctx, key, "tok"))
+	res, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
+	require.NoError(t, err)
+	assert.True(t, res.Acquired)
+	assert.Equal(t, 4, res.Record.Attempts)
 }

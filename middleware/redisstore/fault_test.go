@@ -2,6 +2,8 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -28,9 +30,9 @@ type lostReplies struct {
 func newLostReplies(t *testing.T) *lostReplies {
 	srv := testserver.StartRedis(t)
 	proxy := testserver.StartProxy(t, srv.Addr)
-	client := redis.NewClient(&redis.Options{Addr: proxy.Addr})
+	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: proxy.Addr})
 	t.Cleanup(func() { _ = client.Close() })
-	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	direct := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr})
 	t.Cleanup(func() { _ = direct.Close() })
 	l := &lostReplies{proxy: proxy, client: client}
 	var err error
@@ -53,6 +55,7 @@ func newLostReplies(t *testing.T) *lostReplies {
 	_, err = l.store.Claim(ctx, "warm2", req)
 	require.NoError(t, err)
 	require.NoError(t, l.store.Fail(ctx, "warm2", req.Token, time.Minute))
+	require.NoError(t, l.store.Release(ctx, "warm2", req.Token))
 	return l
 }
 
@@ -124,6 +127,24 @@ func TestLostReplies(t *testing.T) {
 		assert.Equal(t, 1, rec.Attempts)
 	})
 
+	t.Run("release", func(t *testing.T) {
+		first := claimReq(time.Minute, nil)
+		_, err := l.store.Claim(ctx, "release", first)
+		require.NoError(t, err)
+		require.NoError(t, l.store.Fail(ctx, "release", first.Token, time.Minute))
+		req := claimReq(time.Minute, nil)
+		_, err = l.store.Claim(ctx, "release", req)
+		require.NoError(t, err)
+		dropped := l.proxy.Dropped()
+		l.dropNext("release")
+		require.NoError(t, l.store.Release(ctx, "release", req.Token), "the resent Release succeeds")
+		require.Equal(t, dropped+1, l.proxy.Dropped())
+		rec, err := l.direct.Get(ctx, "release")
+		require.NoError(t, err)
+		assert.Equal(t, middleware.StateFailed, rec.State)
+		assert.Equal(t, 1, rec.Attempts, "the resend undid nothing a second time")
+	})
+
 	t.Run("repository", func(t *testing.T) {
 		repo, err := redisstore.NewExpiringKeyRepository(l.client, "dedup:", time.Minute)
 		require.NoError(t, err)
@@ -137,4 +158,90 @@ func TestLostReplies(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, dup, "the next call with the key is a duplicate")
 	})
+}
+
+// TestDeadlineBoundsACall freezes a private Redis with DEBUG SLEEP (sent
+// from another connection) and claims with a 100 ms deadline: with
+// ContextTimeoutEnabled, which New requires, the claim returns an error
+// matching context.DeadlineExceeded instead of waiting for the server, so a
+// store call never outlives the lease it runs under. go-redis reports the
+// deadline as context.DeadlineExceeded only when it would retry (its backoff
+// sleep sees the context done); without retries it is the socket's "i/o
+// timeout", which the store must translate. A client without the option is
+// shown waiting out the same freeze past its deadline.
+func TestDeadlineBoundsACall(t *testing.T) {
+	srv := testserver.StartRedis(t, "--enable-debug-command", "yes")
+	ctx := context.Background()
+	for name, retries := range map[string]int{"default retries": 0, "no retries": -1} {
+		t.Run(name, func(t *testing.T) {
+			client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, MaxRetries: retries})
+			t.Cleanup(func() { _ = client.Close() })
+			s, err := redisstore.New(client)
+			require.NoError(t, err)
+			warm := claimReq(time.Minute, nil)
+			_, err = s.Claim(ctx, "warm", warm) // loads the script: the frozen call is one EVALSHA
+			require.NoError(t, err)
+
+			key := "frozen:" + name
+			req := claimReq(time.Minute, nil)
+			freeze(t, srv.Addr, func() {
+				ctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				defer cancel()
+				_, err := s.Claim(ctx, key, req)
+				require.Error(t, err)
+				t.Log(err)
+				assert.ErrorIs(t, err, context.DeadlineExceeded, "the claim gives up at its deadline")
+				assert.Contains(t, err.Error(), `redisstore: claim "`+key+`"`)
+			})
+			// The EVALSHA may have run once the server woke; its owner never
+			// learned the outcome, which is what Release is for.
+			require.NoError(t, s.Release(ctx, key, req.Token))
+			rec, err := s.Get(ctx, key)
+			require.NoError(t, err)
+			assert.Equal(t, middleware.StateAbsent, rec.State, "a claim whose outcome was never learned is released")
+		})
+	}
+
+	// What New refuses: a client without the option does the same kind of
+	// call under context.Background() and returns after its deadline.
+	plain := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = plain.Close() })
+	_, err := redisstore.New(plain)
+	require.ErrorIs(t, err, redisstore.ErrContextTimeoutDisabled)
+	freeze(t, srv.Addr, func() {
+		ctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		assert.NoError(t, plain.Ping(ctx).Err(), "the reply is awaited past the deadline")
+		assert.ErrorIs(t, ctx.Err(), context.DeadlineExceeded, "the call returned after its deadline")
+	})
+}
+
+// freeze runs fn while the Redis at addr sleeps in DEBUG SLEEP 1, sent from
+// a connection of its own, and waits for the server to wake.
+func freeze(t *testing.T, addr string, fn func()) {
+	t.Helper()
+	sleeper := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 5 * time.Second, MaxRetries: -1})
+	defer func() { _ = sleeper.Close() }()
+	probe := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: addr, MaxRetries: -1})
+	defer func() { _ = probe.Close() }()
+	require.NoError(t, probe.Ping(context.Background()).Err())
+	require.NoError(t, sleeper.Ping(context.Background()).Err())
+
+	slept := make(chan error, 1)
+	go func() { slept <- sleeper.Do(context.Background(), "debug", "sleep", "1").Err() }()
+	// The server is frozen once a PING no longer answers within 20 ms.
+	frozen := false
+	for range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		err := probe.Ping(ctx).Err()
+		cancel()
+		if errors.Is(err, os.ErrDeadlineExceeded) { // go-redis's own form of the deadline
+			frozen = true
+			break
+		}
+		require.NoError(t, err)
+	}
+	require.True(t, frozen, "DEBUG SLEEP did not freeze the server")
+	fn()
+	require.NoError(t, <-slept, "DEBUG SLEEP")
 }

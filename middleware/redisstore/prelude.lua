@@ -6,7 +6,8 @@
 -- IN_PROGRESS and FAILED: a HASH
 --   s  'P' (IN_PROGRESS) or 'F' (FAILED)
 --   o  while P, the owner token; while F, the token whose Fail made it F
---      (so that Fail resent by that owner succeeds); never shown as F's
+--      (so that Fail resent by that owner succeeds), or absent when a
+--      Release made it F (no resend matches it); never shown as F's
 --   a  attempts, decimal, >= 1
 --   c  created, server ms, > 0
 --   u  updated, server ms, >= c

@@ -12,8 +12,16 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware"
 )
 
-// ErrNilClient is returned by New and NewExpiringKeyRepository for a nil client.
-var ErrNilClient = errors.New("redisstore: nil redis client")
+var (
+	// ErrNilClient is returned by New and NewExpiringKeyRepository for a nil
+	// client.
+	ErrNilClient = errors.New("redisstore: nil redis client")
+	// ErrContextTimeoutDisabled is returned by New for a client that ignores
+	// the deadlines of contexts: set redis.Options.ContextTimeoutEnabled (or
+	// the field of the same name in redis.ClusterOptions, RingOptions,
+	// FailoverOptions or UniversalOptions) to true.
+	ErrContextTimeoutDisabled = errors.New("redisstore: the redis client ignores context deadlines; set ContextTimeoutEnabled in its options")
+)
 
 // Store is a middleware.Store on Redis. It is safe for concurrent use and
 // does not own the client: closing the client is the caller's business.
@@ -26,11 +34,38 @@ var _ middleware.Store = (*Store)(nil)
 // New returns a store on client, which may be a *redis.Client,
 // *redis.ClusterClient, a Sentinel failover client or a *redis.Ring (a ring
 // must not reshard while keys are live). New does not contact Redis.
+//
+// The client must honour context deadlines: go-redis does its socket I/O
+// under context.Background() unless ContextTimeoutEnabled is set in its
+// options, and then no call of the store could be bounded by its owner's
+// lease (a renewal stuck on a slow server would outlive the lease it was
+// meant to extend). New returns ErrContextTimeoutDisabled for a
+// *redis.Client (which a Sentinel failover client is too), *redis.ClusterClient
+// or *redis.Ring whose options leave it false. Another implementation of
+// redis.UniversalClient (a wrapper, say) is accepted as it is: New cannot see
+// its options, and honouring deadlines is then its business.
 func New(client redis.UniversalClient) (*Store, error) {
 	if isNil(client) {
 		return nil, ErrNilClient
 	}
+	if !honoursDeadlines(client) {
+		return nil, ErrContextTimeoutDisabled
+	}
 	return &Store{client: client}, nil
+}
+
+// honoursDeadlines reports whether client's options let it bound socket I/O
+// by the context's deadline; true for a client whose options it cannot read.
+func honoursDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
 }
 
 func isNil(c redis.UniversalClient) bool {
@@ -49,7 +84,7 @@ func (s *Store) Claim(ctx context.Context, key string, req middleware.ClaimReque
 	v, err := claimScript.Run(ctx, s.client, []string{key},
 		req.Token, millis(req.Lease), millis(req.TTL), req.Fingerprint).Slice()
 	if err != nil {
-		return middleware.ClaimResult{}, scriptError("claim", key, err)
+		return middleware.ClaimResult{}, scriptError(ctx, "claim", key, err)
 	}
 	res, err := parseClaim(v)
 	if err != nil {
@@ -85,12 +120,29 @@ func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) 
 	return s.owned(ctx, "fail", key, failScript, token, millis(ttl))
 }
 
+// Release implements middleware.Store with one EVALSHA.
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	if err := middleware.CheckRelease(key, token); err != nil {
+		return wrap("release", key, err)
+	}
+	v, err := releaseScript.Run(ctx, s.client, []string{key}, token).Result()
+	if err != nil {
+		return scriptError(ctx, "release", key, err)
+	}
+	// 1: the claim was undone; 0: token held no live lease, so there was
+	// nothing to undo (the claim never happened, or this is a resend).
+	if v != int64(1) && v != int64(0) {
+		return wrap("release", key, malformed(fmt.Sprintf("release reply %#v", v)))
+	}
+	return nil
+}
+
 // owned runs a script that answers 1 when the token owns the key (or its
 // own transition was already applied) and 0 when it does not.
 func (s *Store) owned(ctx context.Context, op, key string, script *redis.Script, args ...any) error {
 	v, err := script.Run(ctx, s.client, []string{key}, args...).Result()
 	if err != nil {
-		return scriptError(op, key, err)
+		return scriptError(ctx, op, key, err)
 	}
 	switch v {
 	case int64(1):
@@ -109,7 +161,7 @@ func (s *Store) Get(ctx context.Context, key string) (middleware.Record, error) 
 	}
 	v, err := getScript.Run(ctx, s.client, []string{key}).Slice()
 	if err != nil {
-		return middleware.Record{}, scriptError("get", key, err)
+		return middleware.Record{}, scriptError(ctx, "get", key, err)
 	}
 	if len(v) == 0 {
 		return middleware.Record{State: middleware.StateAbsent}, nil
@@ -128,7 +180,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 		return wrap("delete", key, middleware.ErrEmptyKey)
 	}
 	if err := s.client.Unlink(ctx, key).Err(); err != nil {
-		return wrap("delete", key, err)
+		return callError(ctx, "delete", key, err)
 	}
 	return nil
 }

@@ -28,6 +28,67 @@ func TestNilClient(t *testing.T) {
 	assert.ErrorIs(t, err, redisstore.ErrNilClient)
 }
 
+// TestContextTimeoutRequired: New refuses every client kind whose options
+// leave ContextTimeoutEnabled false, since go-redis then does its socket I/O
+// under context.Background() and no store call could be bounded by its
+// owner's lease; the same kinds with the option are accepted. Nothing here
+// contacts a server.
+func TestContextTimeoutRequired(t *testing.T) {
+	const addr = "127.0.0.1:1" // never dialled
+	clients := map[string]func(enabled bool) redis.UniversalClient{
+		"client": func(on bool) redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: on})
+		},
+		"failover": func(on bool) redis.UniversalClient {
+			return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{addr}, ContextTimeoutEnabled: on})
+		},
+		"cluster": func(on bool) redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, ContextTimeoutEnabled: on})
+		},
+		"ring": func(on bool) redis.UniversalClient {
+			return redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}, ContextTimeoutEnabled: on})
+		},
+		"universal simple": func(on bool) redis.UniversalClient {
+			return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{addr}, ContextTimeoutEnabled: on})
+		},
+		"universal cluster": func(on bool) redis.UniversalClient {
+			return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{addr, addr}, ContextTimeoutEnabled: on})
+		},
+		"universal failover": func(on bool) redis.UniversalClient {
+			return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{addr}, MasterName: "m", ContextTimeoutEnabled: on})
+		},
+	}
+	for name, newClient := range clients {
+		t.Run(name, func(t *testing.T) {
+			off := newClient(false)
+			t.Cleanup(func() { _ = off.Close() })
+			s, err := redisstore.New(off)
+			assert.ErrorIs(t, err, redisstore.ErrContextTimeoutDisabled)
+			assert.Nil(t, s)
+			repo, err := redisstore.NewExpiringKeyRepository(off, "p:", time.Minute)
+			assert.NoError(t, err, "the repository holds no lease, so it takes the client as it is")
+			assert.NotNil(t, repo)
+
+			on := newClient(true)
+			t.Cleanup(func() { _ = on.Close() })
+			s, err = redisstore.New(on)
+			assert.NoError(t, err)
+			assert.NotNil(t, s)
+		})
+	}
+
+	// A UniversalClient of another type hides its options: it is taken as
+	// it is, as New documents.
+	inner := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = inner.Close() })
+	s, err := redisstore.New(wrapped{inner})
+	assert.NoError(t, err)
+	assert.NotNil(t, s)
+}
+
+// wrapped is a UniversalClient that is none of go-redis's own types.
+type wrapped struct{ *redis.Client }
+
 // commandCalls reads INFO commandstats into command → calls.
 func commandCalls(t *testing.T, c *redis.Client) map[string]int {
 	t.Helper()
@@ -63,9 +124,9 @@ func (h countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // each transition is one command: one EVALSHA, nothing else from the client.
 func TestOneCommandPerTransition(t *testing.T) {
 	srv := testserver.StartRedis(t) // private: the statistics are ours alone
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	admin := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr})
 	t.Cleanup(func() { _ = admin.Close() })
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Protocol: 2, DisableIdentity: true})
+	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, Protocol: 2, DisableIdentity: true})
 	t.Cleanup(func() { _ = client.Close() })
 	var sent int
 	client.AddHook(countingHook{sent: &sent})
@@ -85,6 +146,7 @@ func TestOneCommandPerTransition(t *testing.T) {
 	_, err = s.Claim(ctx, "warm2", warm)
 	require.NoError(t, err)
 	require.NoError(t, s.Fail(ctx, "warm2", warm.Token, time.Minute))
+	require.NoError(t, s.Release(ctx, "warm2", warm.Token))
 	require.NoError(t, admin.RPush(ctx, "corrupt", "x").Err())
 
 	var token string
@@ -124,6 +186,14 @@ func TestOneCommandPerTransition(t *testing.T) {
 		}},
 		{"fail", func() error { return s.Fail(ctx, "k2", token, time.Hour) }},
 		{"fail resent", func() error { return s.Fail(ctx, "k2", token, time.Hour) }},
+		{"claim to release", func() error {
+			req := claimReq(time.Minute, nil)
+			token = req.Token
+			_, err := s.Claim(ctx, "k2", req)
+			return err
+		}},
+		{"release", func() error { return s.Release(ctx, "k2", token) }},
+		{"release resent", func() error { return s.Release(ctx, "k2", token) }},
 		// A corrupt record is an error reply of the script, which go-redis
 		// must not retry: still one EVALSHA.
 		{"corrupt", func() error {
@@ -150,7 +220,7 @@ func TestOneCommandPerTransition(t *testing.T) {
 
 func TestStoreDownIsAnError(t *testing.T) {
 	srv := testserver.StartRedis(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = client.Close() })
 	s, err := redisstore.New(client)
 	require.NoError(t, err)

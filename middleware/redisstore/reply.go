@@ -1,8 +1,10 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -19,13 +21,32 @@ const corruptPrefix = "IDEMPOTENCY_CORRUPT "
 
 // scriptError translates an error of a script call: a corrupt record becomes
 // middleware.ErrCorruptRecord with the script's reason; anything else (a
-// network error, a cancelled context) is wrapped as it is.
-func scriptError(op, key string, err error) error {
+// network error, a cancelled context) is wrapped as callError wraps it.
+func scriptError(ctx context.Context, op, key string, err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		if reason, ok := strings.CutPrefix(rerr.Error(), corruptPrefix); ok {
 			return wrap(op, key, fmt.Errorf("%w: %s", middleware.ErrCorruptRecord, reason))
 		}
+	}
+	return callError(ctx, op, key, err)
+}
+
+// callError wraps an error of a client call made under ctx. go-redis bounds
+// a call's socket I/O by ctx's deadline (ContextTimeoutEnabled, which New
+// requires) but reports that deadline as the socket's "i/o timeout", which
+// errors.Is does not match with context.DeadlineExceeded; the context's
+// error is added to it, so that the caller sees a call its own deadline cut
+// short as such. A timeout of the client's ReadTimeout or WriteTimeout,
+// before ctx's deadline, stays a plain network error.
+func callError(ctx context.Context, op, key string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return wrap(op, key, err)
+	}
+	// The socket's deadline was ctx's; ctx's own timer may fire a moment
+	// after the socket's, so the deadline is compared as well as Err read.
+	if deadline, ok := ctx.Deadline(); ok && (ctx.Err() != nil || !time.Now().Before(deadline)) {
+		return wrap(op, key, fmt.Errorf("%w: %w", context.DeadlineExceeded, err))
 	}
 	return wrap(op, key, err)
 }

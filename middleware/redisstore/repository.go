@@ -16,7 +16,12 @@ import (
 // process sharing the Redis. Plug it into Watermill's Deduplicator:
 //
 //	repo, _ := redisstore.NewExpiringKeyRepository(client, "dedup:", time.Hour)
-//	d := &middleware.Deduplicator{Repository: repo}
+//	d := &middleware.Deduplicator{Repository: repo, Timeout: 5 * time.Second}
+//
+// Set the Deduplicator's Timeout: a zero one in a struct literal becomes
+// 5 ms, and a client with ContextTimeoutEnabled honours it. A call cut short
+// after Redis applied its SET has marked the key, so the message, when
+// redelivered, is dropped as a duplicate of itself.
 //
 // Watermill's Deduplicator marks a key before the handler runs, so a message
 // whose first attempt failed is dropped on redelivery; the idempotency
@@ -29,7 +34,10 @@ type ExpiringKeyRepository struct {
 }
 
 // NewExpiringKeyRepository returns a repository that stores each key, with
-// prefix prepended, for window. window must be positive.
+// prefix prepended, for window. window must be positive. Unlike New, it
+// takes a client whether or not it honours context deadlines
+// (ContextTimeoutEnabled): the repository holds no lease that a slow call
+// could outlive, so an unbounded call costs only latency.
 func NewExpiringKeyRepository(client redis.UniversalClient, prefix string, window time.Duration) (*ExpiringKeyRepository, error) {
 	if isNil(client) {
 		return nil, ErrNilClient

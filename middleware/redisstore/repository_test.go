@@ -64,6 +64,11 @@ func TestWatermillDeduplicatorAcrossRouters(t *testing.T) {
 		dedup := &wmmiddleware.Deduplicator{
 			KeyFactory: wmmiddleware.NewMessageHasherFromMetadataField("requestId"),
 			Repository: repo,
+			// A zero Timeout in a Deduplicator literal becomes 5 ms, which a
+			// client with ContextTimeoutEnabled takes literally: a SET cut
+			// short after Redis applied it marks the key, and the message
+			// redelivered is then dropped as a duplicate of itself.
+			Timeout: 5 * time.Second,
 		}
 		router.AddMiddleware(dedup.Middleware)
 		router.AddNoPublisherHandler("h", "topic", pubSub, func(msg *message.Message) error {

@@ -23,6 +23,8 @@ var (
 	completeLua string
 	//go:embed fail.lua
 	failLua string
+	//go:embed release.lua
+	releaseLua string
 	//go:embed get.lua
 	getLua string
 )
@@ -32,5 +34,6 @@ var (
 	renewScript    = redis.NewScript(prelude + renewLua)
 	completeScript = redis.NewScript(prelude + completeLua)
 	failScript     = redis.NewScript(prelude + failLua)
+	releaseScript  = redis.NewScript(prelude + releaseLua)
 	getScript      = redis.NewScript(prelude + getLua)
 )

@@ -31,6 +31,18 @@
 //     the key was claimed again, gets ErrLeaseLost; COMPLETED is terminal,
 //     even for the token that completed it; the token that failed a key holds
 //     nothing, so its claim is a new attempt.
+//   - Release, as a caller undoes a claim whose outcome it never learned:
+//     a live lease of the releasing token is undone, so a first attempt's
+//     key reads absent and is claimed next as attempt 1, and a later
+//     attempt's reads FAILED with one attempt fewer, no token and no lease,
+//     its creation time and fingerprint kept, is claimable again as the same
+//     attempt, and expires the claim's TTL after the release; the released
+//     owner's Renew, Complete and Fail get ErrLeaseLost, and so does the
+//     resent Fail of the owner that failed the key before the released claim.
+//     Release by another token, resent, of a lease that lapsed (which still
+//     reads FAILED with its attempts and counts), of a COMPLETED key (even by
+//     its completing token) or of an absent key returns nil and changes
+//     nothing.
 //   - Attempts counted across failures and kept by completion; expiry of
 //     COMPLETED and FAILED records after their TTL; LeaseExpiresAt zero on
 //     records completed or failed by their owner.
@@ -40,8 +52,8 @@
 //     is kept).
 //   - Corrupt records, when Subject.PutForeign is set: for every Foreign
 //     kind (short and long strings, JSON, a value of the wrong type, a record
-//     with fields that do not parse), Claim, Get, Renew, Complete and Fail
-//     return an error matching middleware.ErrCorruptRecord that names the
+//     with fields that do not parse), Claim, Get, Renew, Complete, Fail and
+//     Release return an error matching middleware.ErrCorruptRecord that names the
 //     key; Claim never acquires and never reports a duplicate; the foreign
 //     value is still there afterwards; Delete removes it and the key starts
 //     afresh. A store without a foreign encoding (memstore) leaves

@@ -215,6 +215,7 @@ var cases = []struct {
 	{"LapsedLeaseKeepsAttempts", testLapsedLease},
 	{"FailCountsAttempts", testFailAttempts},
 	{"ResentTransitionsAreIdempotent", testResent},
+	{"ReleaseUndoesAClaim", testRelease},
 	{"CompletedExpires", testCompletedExpires},
 	{"FailedExpires", testFailedExpires},
 	{"OddKeys", testOddKeys},
@@ -544,6 +545,97 @@ func testResent(h *harness) {
 	assert.Equal(t, 2, res.Record.Attempts, "a claim of a FAILED key counts an attempt, whatever its token")
 }
 
+// testRelease undoes claims whose outcome their caller never learned: the
+// key goes back to what the claim found, and only a live lease of the
+// releasing token is undone.
+func testRelease(h *harness) {
+	t := h.t
+	assert.NoError(t, h.Store.Release(h.ctx, h.key("absent"), middleware.NewToken()), "releasing an absent key is a no-op")
+	assert.Equal(t, middleware.StateAbsent, h.get(h.key("absent")).State)
+
+	// A first attempt released: the key is gone, as the claim found it.
+	k := h.key("first")
+	tok := h.mustAcquire(k)
+	require.NoError(t, h.Store.Release(h.ctx, k, middleware.NewToken()), "another token's Release is a no-op")
+	rec := h.get(k)
+	assert.Equal(t, middleware.StateInProgress, rec.State, "another token's Release changes nothing")
+	assert.Equal(t, tok, rec.Token)
+	require.NoError(t, h.Store.Release(h.ctx, k, tok))
+	assert.Equal(t, middleware.StateAbsent, h.get(k).State, "a released first attempt leaves no record")
+	require.NoError(t, h.Store.Release(h.ctx, k, tok), "a resent Release succeeds")
+	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, []byte("late"), time.Minute), middleware.ErrLeaseLost,
+		"the released owner holds nothing")
+	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, tok, lease), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, time.Minute), middleware.ErrLeaseLost)
+	next := request(nil)
+	res := h.claimWith(k, next)
+	require.True(t, res.Acquired)
+	assert.Equal(t, 1, res.Record.Attempts, "the released claim counted no attempt")
+	require.NoError(t, h.Store.Release(h.ctx, k, tok), "a Release resent after the key was claimed again is a no-op")
+	rec = h.get(k)
+	assert.Equal(t, middleware.StateInProgress, rec.State, "a stale Release changes nothing")
+	assert.Equal(t, next.Token, rec.Token)
+
+	// A later attempt released: FAILED again, with the attempts it had.
+	k = h.key("failed")
+	failer := request([]byte("fp"))
+	first := h.claimWith(k, failer)
+	require.True(t, first.Acquired)
+	require.NoError(t, h.Store.Fail(h.ctx, k, failer.Token, time.Minute))
+	tok = h.mustAcquire(k)
+	require.Equal(t, 2, h.get(k).Attempts)
+	require.NoError(t, h.Store.Release(h.ctx, k, tok))
+	rec = h.get(k)
+	assert.Equal(t, middleware.StateFailed, rec.State, "a released later attempt is FAILED again")
+	assert.Equal(t, 1, rec.Attempts, "the released claim counted no attempt")
+	assert.Empty(t, rec.Token)
+	assert.True(t, rec.LeaseExpiresAt.IsZero(), "a released claim leaves no lease")
+	assert.True(t, rec.CreatedAt.Equal(first.Record.CreatedAt), "the record keeps its creation time")
+	assert.Equal(t, []byte("fp"), rec.Fingerprint, "and its fingerprint")
+	require.NoError(t, h.Store.Release(h.ctx, k, tok), "a resent Release succeeds")
+	require.NoError(t, h.Store.Release(h.ctx, k, middleware.NewToken()), "another token's Release of a FAILED key is a no-op")
+	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, nil, time.Minute), middleware.ErrLeaseLost, "the released owner holds nothing")
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, time.Minute), middleware.ErrLeaseLost, "the released owner cannot fail")
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, failer.Token, time.Minute), middleware.ErrLeaseLost,
+		"the key was claimed since the first Fail: its resend is stale")
+	rec = h.get(k)
+	assert.Equal(t, middleware.StateFailed, rec.State, "none of them changed anything")
+	assert.Equal(t, 1, rec.Attempts)
+	res = h.claim(k, nil)
+	require.True(t, res.Acquired, "a released key is claimable again")
+	assert.Equal(t, 2, res.Record.Attempts, "as the attempt the released claim was")
+
+	// A COMPLETED key is never released, even by the token that completed it.
+	k = h.key("completed")
+	tok = h.mustAcquire(k)
+	require.NoError(t, h.Store.Complete(h.ctx, k, tok, []byte("done"), time.Minute))
+	require.NoError(t, h.Store.Release(h.ctx, k, tok))
+	rec = h.get(k)
+	assert.Equal(t, middleware.StateCompleted, rec.State, "Release of a COMPLETED key changes nothing")
+	assert.Equal(t, []byte("done"), rec.Result)
+
+	// A lease that lapsed is not released: its attempt ran, or may have.
+	k = h.key("lapsed")
+	tok = h.mustAcquire(k)
+	h.advance(past)
+	require.NoError(t, h.Store.Release(h.ctx, k, tok))
+	h.assertLapsed(h.get(k), 1, "released after its lease lapsed")
+	res = h.claim(k, nil)
+	require.True(t, res.Acquired)
+	assert.Equal(t, 2, res.Record.Attempts, "the lapsed attempt still counts")
+
+	// A released later attempt is kept for its claim's TTL from the
+	// release, not for what was left of the Fail's.
+	k = h.key("expires")
+	tok = h.mustAcquire(k)
+	require.NoError(t, h.Store.Fail(h.ctx, k, tok, time.Minute))
+	tok = h.mustAcquire(k)
+	require.NoError(t, h.Store.Release(h.ctx, k, tok))
+	require.Equal(t, middleware.StateFailed, h.get(k).State)
+	h.advance(past)
+	assert.Equal(t, middleware.StateAbsent, h.get(k).State, "a released record expires the claim's TTL after the release")
+}
+
 func testCompletedExpires(h *harness) {
 	t, k := h.t, h.key("k")
 	tok := h.mustAcquire(k)
@@ -658,6 +750,7 @@ func testCorrupt(h *harness) {
 		corrupt("renew", h.Store.Renew(h.ctx, k, req.Token, lease))
 		corrupt("complete", h.Store.Complete(h.ctx, k, req.Token, []byte("r"), time.Minute))
 		corrupt("fail", h.Store.Fail(h.ctx, k, req.Token, time.Minute))
+		corrupt("release", h.Store.Release(h.ctx, k, req.Token))
 		res, err = h.Store.Claim(h.ctx, k, request(nil))
 		corrupt("claim after the others", err)
 		assert.False(t, res.Acquired, "%v", kind)
@@ -693,6 +786,7 @@ func testCancelledContext(h *harness) {
 	assert.ErrorIs(t, h.Store.Renew(ctx, k, tok, lease), context.Canceled, "renew")
 	assert.ErrorIs(t, h.Store.Complete(ctx, k, tok, nil, time.Minute), context.Canceled, "complete")
 	assert.ErrorIs(t, h.Store.Fail(ctx, k, tok, time.Minute), context.Canceled, "fail")
+	assert.ErrorIs(t, h.Store.Release(ctx, k, tok), context.Canceled, "release")
 	_, err = h.Store.Get(ctx, k)
 	assert.ErrorIs(t, err, context.Canceled, "get")
 	assert.ErrorIs(t, h.Store.Delete(ctx, k), context.Canceled, "delete")
@@ -731,12 +825,14 @@ func testBadArguments(h *harness) {
 	assert.ErrorIs(t, h.Store.Renew(h.ctx, "", tok, lease), middleware.ErrEmptyKey)
 	assert.ErrorIs(t, h.Store.Complete(h.ctx, "", tok, nil, lease), middleware.ErrEmptyKey)
 	assert.ErrorIs(t, h.Store.Fail(h.ctx, "", tok, lease), middleware.ErrEmptyKey)
+	assert.ErrorIs(t, h.Store.Release(h.ctx, "", tok), middleware.ErrEmptyKey)
 	_, err = h.Store.Get(h.ctx, "")
 	assert.ErrorIs(t, err, middleware.ErrEmptyKey)
 	assert.ErrorIs(t, h.Store.Delete(h.ctx, ""), middleware.ErrEmptyKey)
 	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, "", lease), middleware.ErrEmptyToken)
 	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, "", nil, lease), middleware.ErrEmptyToken)
 	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, "", lease), middleware.ErrEmptyToken)
+	assert.ErrorIs(t, h.Store.Release(h.ctx, k, ""), middleware.ErrEmptyToken)
 
 	rec := h.get(k)
 	assert.Equal(t, middleware.StateInProgress, rec.State, "rejected calls change nothing")
