@@ -148,7 +148,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // storeOutage: the store is a private redis-server, killed (SIGKILL) for 5 s
-// while messages stream in, then restarted. It runs with an fsync'ed
+// (and until a claim has failed) while messages stream in, then restarted. It runs with an fsync'ed
 // append-only file, as a production store would: what it acknowledged
 // before the crash is there after it. (Without persistence the restart
 // would forget every COMPLETED key, which no dedup layer can survive.)
@@ -166,7 +166,7 @@ func storeOutage(e *env) {
 	e.lease = 8 * time.Second
 	srv := testserver.StartRedis(e.t, "--appendonly", "yes", "--appendfsync", "always")
 	e.newStore = func() idempotency.Store {
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+		c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
 			ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
 		e.t.Cleanup(func() { _ = c.Close() })
 		s, err := redisstore.New(c)
@@ -187,8 +187,14 @@ func storeOutage(e *env) {
 	e.publishPaced(10*time.Millisecond, msgs...)
 	e.waitFor("a quarter of the keys done before the outage", func() bool { return e.tr.acks.Load() >= n/4 })
 	srv.Stop()
-	down := e.tr.acks.Load()
-	time.Sleep(5 * time.Second)
+	stopped, down := time.Now(), e.tr.acks.Load()
+	// Under load a broker may deliver nothing for a while (a Kafka fetch
+	// stalled behind others): the outage lasts 5 s and at least until a
+	// claim has hit it, so that it is really felt.
+	e.waitFor("a claim failed during the outage", func() bool {
+		return e.obs.get(idempotency.OutcomeStoreUnavailable) > 0
+	})
+	time.Sleep(5*time.Second - time.Since(stopped))
 	srv.Start()
 	e.note = func() string { return fmt.Sprintf("store down 5s after %d acks", down) }
 	e.finish()
