@@ -2,7 +2,6 @@ package middleware
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -121,47 +120,34 @@ func (c *Config) setDefaults() {
 	if c.MaxKeyLength == 0 {
 		c.MaxKeyLength = DefaultMaxKeyLength
 	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = DefaultLeaseTTL
-	}
-	if c.CompletedTTL == 0 {
-		c.CompletedTTL = DefaultCompletedTTL
-	}
-	if c.FailedTTL == 0 {
-		c.FailedTTL = DefaultFailedTTL
-	}
 	if c.NackDelay == 0 {
 		c.NackDelay = DefaultNackDelay
 	}
 	if c.MaxOutputSize == 0 {
 		c.MaxOutputSize = DefaultMaxOutputSize
 	}
-	if c.StoreTimeout == 0 {
-		c.StoreTimeout = DefaultStoreTimeout
-	}
-	if c.Observer == nil {
-		c.Observer = nopObserver{}
+	// The owner protocol's fields have the owner protocol's defaults.
+	oc := c.onceConfig()
+	oc.setDefaults()
+	c.LeaseTTL, c.CompletedTTL, c.FailedTTL, c.StoreTimeout, c.Observer = oc.LeaseTTL, oc.CompletedTTL, oc.FailedTTL, oc.StoreTimeout, oc.Observer
+}
+
+// onceConfig is the part of c that configures the owner protocol.
+func (c Config) onceConfig() OnceConfig {
+	return OnceConfig{
+		Store:        c.Store,
+		LeaseTTL:     c.LeaseTTL,
+		CompletedTTL: c.CompletedTTL,
+		FailedTTL:    c.FailedTTL,
+		StoreTimeout: c.StoreTimeout,
+		MaxAttempts:  c.MaxAttempts,
+		Observer:     c.Observer,
 	}
 }
 
-// Validate reports the first problem of a Config whose defaults are filled.
+// Validate reports every problem of a Config whose defaults are filled.
 func (c Config) Validate() error {
-	var errs []error
-	if c.Store == nil {
-		errs = append(errs, errors.New("Store is required"))
-	}
-	for name, d := range map[string]time.Duration{"LeaseTTL": c.LeaseTTL, "CompletedTTL": c.CompletedTTL,
-		"FailedTTL": c.FailedTTL, "StoreTimeout": c.StoreTimeout} {
-		if d < 0 {
-			errs = append(errs, fmt.Errorf("%s is %v, must be positive", name, d))
-		}
-	}
-	if c.LeaseTTL > 0 && c.LeaseTTL < 3*time.Millisecond {
-		errs = append(errs, fmt.Errorf("LeaseTTL %v is too short to renew", c.LeaseTTL))
-	}
-	if c.MaxAttempts < 0 {
-		errs = append(errs, fmt.Errorf("MaxAttempts is %d, must be 0 (unlimited) or more", c.MaxAttempts))
-	}
+	errs := c.onceConfig().problems()
 	if c.MaxKeyLength < 0 || c.MaxOutputSize < 0 {
 		errs = append(errs, errors.New("MaxKeyLength and MaxOutputSize must not be negative"))
 	}
@@ -170,8 +156,5 @@ func (c Config) Validate() error {
 			errs = append(errs, errors.New("KeyMetadata has an empty field name"))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("idempotency: invalid config: %w", err)
-	}
-	return nil
+	return invalidConfig(errs)
 }

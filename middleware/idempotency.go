@@ -28,15 +28,7 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Idempotency, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	once, err := NewOnce(OnceConfig{
-		Store:        cfg.Store,
-		LeaseTTL:     cfg.LeaseTTL,
-		CompletedTTL: cfg.CompletedTTL,
-		FailedTTL:    cfg.FailedTTL,
-		StoreTimeout: cfg.StoreTimeout,
-		MaxAttempts:  cfg.MaxAttempts,
-		Observer:     cfg.Observer,
-	}, logger)
+	once, err := NewOnce(cfg.onceConfig(), logger)
 	if err != nil {
 		return nil, err
 	}

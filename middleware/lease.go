@@ -49,7 +49,9 @@ func (o *Once) newLease(parent context.Context, key, token string, claimed time.
 	ctx, cancel := context.WithCancelCause(parent)
 	l := &Lease{o: o, ctx: ctx, cancel: cancel, key: key, token: token, dv: dv, renewed: claimed}
 	l.mu.Lock()
-	l.timer = time.AfterFunc(o.cfg.LeaseTTL/3, l.renew)
+	// The lease counts from before the claim's round trip, and so do its
+	// renewals.
+	l.timer = time.AfterFunc(o.cfg.LeaseTTL/3-time.Since(claimed), l.renew)
 	l.mu.Unlock()
 	return l
 }
@@ -201,11 +203,13 @@ func (l *Lease) giveUp() time.Time {
 	return l.renewed.Add(ttl - ttl/10)
 }
 
-// expiry is the earliest time the store may expire the lease.
+// expiry is the earliest time the store may expire the lease: a lease
+// after the start of the call that set it, less a millisecond, because a
+// store counts in whole milliseconds of its own clock.
 func (l *Lease) expiry() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.renewed.Add(l.o.cfg.LeaseTTL)
+	return l.renewed.Add(l.o.cfg.LeaseTTL - time.Millisecond)
 }
 
 // stop ends the renewals and waits for one in progress, which is bounded by
