@@ -34,13 +34,18 @@
 // handler's context (cause ErrLeaseLost) a tenth of a lease before the store
 // could hand the key over; complete, retrying within the lease; fail. Every
 // store call of the owner is bounded by StoreTimeout and by what is left of
-// its lease, so no call outlives the lease.
+// its lease, so no call outlives the lease — provided the store honours its
+// context's deadline (redisstore requires a go-redis client with
+// ContextTimeoutEnabled for this reason).
 //
 // Every transition is idempotent for its owner, because clients resend a
 // command whose reply was lost (go-redis does, MaxRetries times): a resent
 // claim with the owner's token acquires again instead of refusing its own
 // first try, and a resent Complete or Fail that was already applied
-// succeeds. A value under a key that is not one of the store's records is
+// succeeds. A claim whose call failed without an answer (it timed out, or
+// the subscriber is closing) may still have been applied: it is released
+// with its token (Store.Release) before the message is nacked, so that the key neither
+// stalls until the lease lapses nor counts an attempt that never ran. A value under a key that is not one of the store's records is
 // ErrCorruptRecord: never taken for a duplicate, never overwritten; the
 // message is nacked (after NackDelay), logged with its key and counted as
 // OutcomeCorruptRecord until an operator deletes the key.
@@ -67,7 +72,7 @@
 //
 //	claim result            middleware does                               router then
 //	acquired, success       store COMPLETED with the produced messages    publishes them, acks
-//	acquired, error/panic   store FAILED (attempts+1), return the error   nacks: redelivery
+//	acquired, error/panic   store FAILED, return the error               nacks: redelivery (attempts+1)
 //	COMPLETED               skip the handler, return the stored messages  republishes them (same UUIDs), acks
 //	IN_PROGRESS elsewhere   wait NackDelay, return ErrInProgress          nacks: redelivery later
 //	store unavailable       wait NackDelay, return ErrStoreUnavailable    nacks; FailOpen runs the handler
@@ -100,9 +105,11 @@
 //	)
 //
 // PoisonQueue must sit outside, or it never sees ErrTooManyAttempts.
-// Timeout goes inside: it bounds a hung handler, which would otherwise renew
-// its lease for ever; the handler's context ends, the key is left FAILED and
-// the redelivery runs it again. Retry inside runs its retries under one
+// Timeout goes inside: it ends the handler's context after a bound, and a
+// handler that honours its context then returns an error, its key is left
+// FAILED and the redelivery runs it again. A hung handler that ignores its
+// context cannot be stopped by any middleware: it keeps renewing its lease,
+// and its copies are nacked as in progress, until it returns. Retry inside runs its retries under one
 // claim (one attempt); outside, each retry is a new claim and a new attempt.
 // Recoverer may go either side: a panic leaves the key FAILED either way.
 //
@@ -130,8 +137,8 @@
 // retried until the lease would expire; if it still fails, the message is
 // acked anyway with its output (nacking would run the effect again), and the
 // event is logged and counted as OutcomeCompleteFailed. OutcomeLeaseLost
-// means the store itself said, within the lease, that another owner holds
-// the key. If the lease was lost while the handler ran (the store said so, or no renewal succeeded for nine
+// means the store itself said, within the lease, that the token no longer
+// holds the key (another owner took it, or it was deleted). If the lease was lost while the handler ran (the store said so, or no renewal succeeded for nine
 // tenths of a lease, so that the store is about to free the key), the
 // handler's context is cancelled with ErrLeaseLost as its cause
 // (context.Cause) before another consumer can claim the key. Renewals do not
