@@ -50,6 +50,12 @@
 //     bytes (1 MiB long, NUL, newlines, quotes, braces, Lua metacharacters,
 //     invalid UTF-8); fingerprints (a different one never acquires, the first
 //     is kept).
+//   - The owner protocol on the store (middleware.Once.Do): one run per
+//     key with its value replayed to later callers, a failure or a panic
+//     runs again as the next attempt, a busy key is ErrInProgress, 16
+//     concurrent callers run the work once, MaxAttempts stops it with
+//     ErrTooManyAttempts, and a key deleted under a running owner cancels
+//     its work with middleware.ErrLeaseLost.
 //   - Corrupt records, when Subject.PutForeign is set: for every Foreign
 //     kind (short and long strings, JSON, a value of the wrong type, a record
 //     with fields that do not parse), Claim, Get, Renew, Complete, Fail and

@@ -95,7 +95,7 @@ const keyInMessage = 40
 // one per subtest. Subtests run in parallel.
 func Run(t *testing.T, newStore func(t *testing.T) Subject) {
 	run := randomHex(8)
-	for _, tc := range cases {
+	for _, tc := range append(cases[:len(cases):len(cases)], onceCases...) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := newStore(t)

@@ -1,0 +1,201 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/middleware"
+)
+
+// The owner protocol on the store: what middleware.Once.Do promises to any
+// Go code, checked on every store, since a store that breaks the contract
+// breaks these first.
+var onceCases = []struct {
+	name string
+	fn   func(h *harness)
+}{
+	{"Once/RunsOnceAndReplays", onceRunsOnceAndReplays},
+	{"Once/FailureRunsAgain", onceFailureRunsAgain},
+	{"Once/BusyKeyIsInProgress", onceBusyKeyIsInProgress},
+	{"Once/ConcurrentCallersRunOnce", onceConcurrentCallersRunOnce},
+	{"Once/PanicFailsTheKey", oncePanicFailsTheKey},
+	{"Once/MaxAttempts", onceMaxAttempts},
+	{"Once/LostLeaseCancelsTheWork", onceLostLeaseCancelsTheWork},
+}
+
+// tally counts outcomes; it is the Observer of the Once cases.
+type tally struct {
+	mu     sync.Mutex
+	counts map[middleware.Outcome]int
+}
+
+func (t *tally) Outcome(_ string, o middleware.Outcome) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.counts[o]++
+}
+
+func (*tally) StoreLatency(string, time.Duration, error) {}
+
+func (t *tally) get(o middleware.Outcome) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.counts[o]
+}
+
+func (h *harness) once(cfg middleware.OnceConfig) (*middleware.Once, *tally) {
+	h.t.Helper()
+	obs := &tally{counts: map[middleware.Outcome]int{}}
+	cfg.Store, cfg.Observer = h.Store, obs
+	o, err := middleware.NewOnce(cfg, watermill.NopLogger{})
+	require.NoError(h.t, err)
+	return o, obs
+}
+
+func onceRunsOnceAndReplays(h *harness) {
+	t, key := h.t, h.key("k")
+	o, obs := h.once(middleware.OnceConfig{})
+	var runs atomic.Int32
+	work := func(context.Context) ([]byte, error) { runs.Add(1); return []byte("receipt-1"), nil }
+	first, err := o.Do(h.ctx, key, work)
+	require.NoError(t, err)
+	assert.Equal(t, middleware.Result{Value: []byte("receipt-1"), Attempts: 1, Outcome: middleware.OutcomeProcessed}, first)
+	for range 3 {
+		again, err := o.Do(h.ctx, key, work)
+		require.NoError(t, err)
+		assert.Equal(t, middleware.Result{Value: []byte("receipt-1"), Replayed: true, Attempts: 1, Outcome: middleware.OutcomeDuplicate}, again)
+	}
+	assert.EqualValues(t, 1, runs.Load())
+	assert.Equal(t, 1, obs.get(middleware.OutcomeProcessed))
+	assert.Equal(t, 3, obs.get(middleware.OutcomeDuplicate))
+}
+
+func onceFailureRunsAgain(h *harness) {
+	t, key := h.t, h.key("k")
+	o, obs := h.once(middleware.OnceConfig{})
+	boom := errors.New("boom")
+	_, err := o.Do(h.ctx, key, func(context.Context) ([]byte, error) { return nil, boom })
+	require.ErrorIs(t, err, boom, "the work's own error comes back")
+	assert.Equal(t, middleware.StateFailed, h.get(key).State)
+
+	res, err := o.Do(h.ctx, key, func(context.Context) ([]byte, error) { return []byte("ok"), nil })
+	require.NoError(t, err)
+	assert.Equal(t, 2, res.Attempts)
+	assert.False(t, res.Replayed)
+	assert.Equal(t, 1, obs.get(middleware.OutcomeHandlerFailed))
+}
+
+func onceBusyKeyIsInProgress(h *harness) {
+	t, key := h.t, h.key("k")
+	o, obs := h.once(middleware.OnceConfig{})
+	release, started := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := o.Do(h.ctx, key, func(context.Context) ([]byte, error) {
+			close(started)
+			<-release
+			return nil, nil
+		})
+		done <- err
+	}()
+	<-started
+	_, err := o.Do(h.ctx, key, func(context.Context) ([]byte, error) {
+		t.Error("the work ran while another caller held the key")
+		return nil, nil
+	})
+	require.ErrorIs(t, err, middleware.ErrInProgress)
+	close(release)
+	require.NoError(t, <-done)
+	assert.Equal(t, 1, obs.get(middleware.OutcomeInProgress))
+}
+
+func onceConcurrentCallersRunOnce(h *harness) {
+	t, key := h.t, h.key("k")
+	o, _ := h.once(middleware.OnceConfig{})
+	var runs, replays atomic.Int32
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				res, err := o.Do(h.ctx, key, func(context.Context) ([]byte, error) {
+					runs.Add(1)
+					time.Sleep(20 * time.Millisecond)
+					return []byte("v"), nil
+				})
+				if errors.Is(err, middleware.ErrInProgress) {
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				assert.NoError(t, err)
+				assert.Equal(t, []byte("v"), res.Value)
+				if res.Replayed {
+					replays.Add(1)
+				}
+				return
+			}
+		}()
+	}
+	wg.Wait()
+	assert.EqualValues(t, 1, runs.Load())
+	assert.EqualValues(t, 15, replays.Load(), "every other caller got the stored value")
+}
+
+func oncePanicFailsTheKey(h *harness) {
+	t, key := h.t, h.key("k")
+	o, obs := h.once(middleware.OnceConfig{})
+	require.PanicsWithValue(t, "boom", func() {
+		_, _ = o.Do(h.ctx, key, func(context.Context) ([]byte, error) { panic("boom") })
+	})
+	assert.Equal(t, middleware.StateFailed, h.get(key).State)
+	assert.Equal(t, 1, obs.get(middleware.OutcomeHandlerFailed))
+}
+
+func onceMaxAttempts(h *harness) {
+	t, key := h.t, h.key("k")
+	o, obs := h.once(middleware.OnceConfig{MaxAttempts: 2})
+	var runs atomic.Int32
+	fail := func(context.Context) ([]byte, error) { runs.Add(1); return nil, errors.New("poison") }
+	for range 2 {
+		_, err := o.Do(h.ctx, key, fail)
+		require.Error(t, err)
+		require.NotErrorIs(t, err, middleware.ErrTooManyAttempts)
+	}
+	_, err := o.Do(h.ctx, key, fail)
+	require.ErrorIs(t, err, middleware.ErrTooManyAttempts)
+	assert.True(t, middleware.IsPermanent(err))
+	assert.EqualValues(t, 2, runs.Load())
+	assert.Equal(t, 1, obs.get(middleware.OutcomeTooManyAttempts))
+}
+
+func onceLostLeaseCancelsTheWork(h *harness) {
+	t, key := h.t, h.key("k")
+	o, obs := h.once(middleware.OnceConfig{LeaseTTL: 90 * time.Millisecond})
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := o.Do(h.ctx, key, func(ctx context.Context) ([]byte, error) {
+			close(started)
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		})
+		done <- err
+	}()
+	<-started
+	require.NoError(t, h.Store.Delete(h.ctx, key)) // an operator released the key
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, middleware.ErrLeaseLost)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the work's context was not cancelled after the lease was lost")
+	}
+	assert.Equal(t, 1, obs.get(middleware.OutcomeHandlerFailed))
+}
