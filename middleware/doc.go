@@ -44,8 +44,12 @@
 // first try, and a resent Complete or Fail that was already applied
 // succeeds. A claim whose call failed without an answer (it timed out, or
 // the subscriber is closing) may still have been applied: it is released
-// with its token (Store.Release) before the message is nacked, so that the key neither
-// stalls until the lease lapses nor counts an attempt that never ran. A value under a key that is not one of the store's records is
+// with its token (Store.Release) before the message is nacked, so that the
+// key neither stalls until the lease lapses nor counts an attempt that never
+// ran. A store that answers nothing cannot take the release either: such a
+// claim lapses with its lease and counts as an attempt.
+//
+// A value under a key that is not one of the store's records is
 // ErrCorruptRecord: never taken for a duplicate, never overwritten; the
 // message is nacked (after NackDelay), logged with its key and counted as
 // OutcomeCorruptRecord until an operator deletes the key.

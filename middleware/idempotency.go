@@ -75,7 +75,7 @@ func (d *Idempotency) handle(msg *message.Message, h message.HandlerFunc) ([]*me
 		d.once.done(OutcomeFailOpen, dv, err)
 		return h(msg)
 	}
-	d.once.done(OutcomeOf(err), dv, err)
+	d.once.done(ClaimOutcome(err), dv, err)
 	if !IsPermanent(err) {
 		d.nackDelay(ctx)
 	}

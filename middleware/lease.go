@@ -43,6 +43,8 @@ type Lease struct {
 	stopped  bool      // Complete or Fail was called, or the lease was lost
 	lost     bool      // the store said the token no longer holds the key
 	inflight sync.WaitGroup
+	// cancelRenewal cancels the renewal in flight, if any.
+	cancelRenewal context.CancelFunc
 }
 
 func (o *Once) newLease(parent context.Context, key, token string, claimed time.Time, dv delivery) *Lease {
@@ -73,8 +75,9 @@ func (l *Lease) Token() string { return l.token }
 // token: a retry whose first try was applied but whose reply was lost
 // succeeds (the store's transitions are idempotent for their owner). It
 // returns nil, an error matching ErrLeaseLost when the store says another
-// owner took the key (or it was deleted), or the last store error when the
-// lease ran out before COMPLETED could be written: see CompleteOutcome.
+// owner took the key (or it was deleted), ErrCorruptRecord when the value
+// under the key is not a record, or the last store error when the lease
+// ran out before COMPLETED could be written: see CompleteOutcome.
 func (l *Lease) Complete(result []byte) error {
 	l.stop()
 	defer l.cancel(nil)
@@ -99,7 +102,9 @@ func (l *Lease) Complete(result []byte) error {
 		err := o.cfg.Store.Complete(ctx, l.key, l.token, result, o.cfg.CompletedTTL)
 		cancel()
 		o.observe(OpComplete, start, err)
-		if err == nil || errors.Is(err, ErrLeaseLost) {
+		// Retrying helps a store that is briefly unreachable, not one that
+		// cannot read the record or runs in this process.
+		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrCorruptRecord) || o.inProcess {
 			return err
 		}
 		last = err
@@ -153,11 +158,12 @@ func (l *Lease) renew() {
 		return
 	}
 	l.inflight.Add(1)
+	rctx, rcancel := context.WithTimeout(context.Background(), min(o.cfg.StoreTimeout, ttl/3, left))
+	l.cancelRenewal = rcancel
 	l.mu.Unlock()
 	defer l.inflight.Done()
 
 	start := time.Now()
-	rctx, rcancel := context.WithTimeout(context.Background(), min(o.cfg.StoreTimeout, ttl/3, left))
 	err := o.cfg.Store.Renew(rctx, l.key, l.token, ttl)
 	rcancel()
 	o.observe(OpRenew, start, err)
@@ -214,12 +220,17 @@ func (l *Lease) expiry() time.Time {
 	return l.renewed.Add(l.o.cfg.LeaseTTL - time.Millisecond)
 }
 
-// stop ends the renewals and waits for one in progress, which is bounded by
-// the lease. It may be called more than once.
+// stop ends the renewals: it cancels one in progress and waits for it to
+// return, which a store honouring its context does at once; the lease is
+// then bounded by the last renewal that succeeded. It may be called more
+// than once.
 func (l *Lease) stop() {
 	l.mu.Lock()
 	l.stopped = true
 	l.timer.Stop()
+	if l.cancelRenewal != nil {
+		l.cancelRenewal()
+	}
 	l.mu.Unlock()
 	l.inflight.Wait()
 }

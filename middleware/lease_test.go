@@ -171,3 +171,55 @@ func TestRenewalLogNamesTheMessage(t *testing.T) {
 	}
 	assert.True(t, found, "the failed renewal was logged")
 }
+
+// slowClaim is a network store whose claims take a while to answer.
+type slowClaim struct {
+	idempotency.Store
+	delay time.Duration
+}
+
+func (s slowClaim) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
+	time.Sleep(s.delay)
+	return s.Store.Claim(ctx, key, req)
+}
+
+// The lease counts from before the claim's round trip, and so does the
+// first renewal: after a claim that took 0.6 of the lease, the lease is
+// renewed at once, not a third of a lease later, past the point where the
+// owner gives it up.
+func TestFirstRenewalCountsFromTheClaim(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	store := slowClaim{Store: memstore.New(memstore.Config{}), delay: lease * 6 / 10}
+	idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease})
+	_, err := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		select {
+		case <-time.After(lease / 2):
+			return nil, nil
+		case <-msg.Context().Done():
+			return nil, context.Cause(msg.Context())
+		}
+	})(newMsg("slow-claim", "p"))
+	require.NoError(t, err, "the handler kept its lease")
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed))
+	assert.GreaterOrEqual(t, obs.op(idempotency.OpRenew), 1)
+}
+
+// A claim that answers after nine tenths of the lease came too late for the
+// owner to keep the lease: the key is given back and the message nacked,
+// instead of running work that the next owner could overlap.
+func TestClaimAnsweredTooLateIsReleased(t *testing.T) {
+	const lease = 100 * time.Millisecond
+	inner := memstore.New(memstore.Config{})
+	idem, obs := newIdem(t, idempotency.Config{Store: slowClaim{Store: inner, delay: lease * 95 / 100}, LeaseTTL: lease})
+	h := &counter{}
+	msg := newMsg("late-claim", "p")
+	_, err := idem.Middleware(h.handle)(msg)
+	require.ErrorIs(t, err, idempotency.ErrStoreUnavailable)
+	assert.Zero(t, h.runs.Load(), "nothing ran under a lease about to lapse")
+	key, err := idem.StoreKey(msg)
+	require.NoError(t, err)
+	rec, err := inner.Get(context.Background(), key)
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateAbsent, rec.State, "the claim was released")
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeStoreUnavailable))
+}

@@ -169,7 +169,7 @@ func (o *Once) Do(ctx context.Context, key string, work func(ctx context.Context
 	lease, claim, err := o.claim(ctx, key, nil, dv)
 	dv.attempts = claim.Record.Attempts
 	if err != nil {
-		o.done(OutcomeOf(err), dv, err)
+		o.done(ClaimOutcome(err), dv, err)
 		return Result{Attempts: claim.Record.Attempts}, err
 	}
 	if lease == nil {
@@ -219,7 +219,10 @@ type ClaimOptions struct {
 //     says why (COMPLETED with its result, IN_PROGRESS elsewhere, or a
 //     different fingerprint);
 //   - an error: ErrStoreUnavailable (wrapping the store's error; nothing was
-//     claimed), ErrCorruptRecord, or ErrTooManyAttempts (the key was
+//     claimed, or the claim was released again — also when a network
+//     store answered only after nine tenths of the lease, too late for the
+//     owner to keep it), ErrCorruptRecord,
+//     ErrMissingKey for an empty key, or ErrTooManyAttempts (the key was
 //     claimed beyond MaxAttempts and handed back as FAILED at once).
 //
 // ctx bounds the claim, with StoreTimeout, and is the parent of the lease's
@@ -229,6 +232,9 @@ func (o *Once) Claim(ctx context.Context, key string, opts ClaimOptions) (*Lease
 }
 
 func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, dv delivery) (*Lease, ClaimResult, error) {
+	if key == "" {
+		return nil, ClaimResult{}, fmt.Errorf("%w: %w", ErrMissingKey, ErrEmptyKey)
+	}
 	req := ClaimRequest{Token: NewToken(), Lease: o.cfg.LeaseTTL, TTL: o.cfg.FailedTTL, Fingerprint: fingerprint}
 	claimed := time.Now() // the lease counts from before the claim's round trip
 	cctx, cancel := o.storeCtx(ctx, o.cfg.StoreTimeout)
@@ -240,13 +246,22 @@ func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, dv del
 	case errors.Is(err, ErrCorruptRecord):
 		return nil, res, err
 	case err != nil:
-		// The claim may have been applied with its reply lost (or the call
-		// given up on): undo it, or the key would stall until the lease
-		// lapses and count an attempt that never ran.
-		o.release(key, req.Token, dv)
+		// A claim sent over a network may have been applied with its reply
+		// lost (or the call given up on): undo it, or the key would stall
+		// until the lease lapses and count an attempt that never ran. An
+		// in-process store applied nothing.
+		if !o.inProcess {
+			o.release(key, req.Token, dv)
+		}
 		return nil, res, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 	case !res.Acquired:
 		return nil, res, nil
+	case !o.inProcess && time.Since(claimed) >= o.cfg.LeaseTTL-o.cfg.LeaseTTL/10:
+		// The answer came so late that the lease is about to lapse: running
+		// the work now could overlap with the next owner. Give the key back.
+		o.release(key, req.Token, dv)
+		return nil, ClaimResult{}, fmt.Errorf("%w: the claim of %q took %v, most of the %v lease", ErrStoreUnavailable, key,
+			time.Since(claimed).Round(time.Millisecond), o.cfg.LeaseTTL)
 	}
 	dv.attempts = res.Record.Attempts
 	l := o.newLease(ctx, key, req.Token, claimed, dv)
@@ -262,9 +277,11 @@ func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, dv del
 
 // release undoes a claim whose outcome is unknown; see Store.Release. It
 // runs before the failed claim is answered, so that a redelivery finds the
-// key free, and is bounded by StoreTimeout: a store that refuses
-// connections answers at once; one that does not answer at all cannot
-// release the key either, and the lapse of the lease frees it then.
+// key free, and is bounded by StoreTimeout, so a failed claim is answered
+// within twice StoreTimeout. A store that refuses connections answers at
+// once; one that does not answer at all cannot release the key either: if
+// the claim was applied, the key then waits for its lease to lapse, and the
+// lapse counts as an attempt.
 func (o *Once) release(key, token string, dv delivery) {
 	ctx, cancel := context.WithTimeout(context.Background(), o.cfg.StoreTimeout)
 	defer cancel()
@@ -276,9 +293,11 @@ func (o *Once) release(key, token string, dv delivery) {
 	}
 }
 
-// OutcomeOf names the outcome of an error returned by Once.Claim.
-func OutcomeOf(claimErr error) Outcome {
+// ClaimOutcome names the outcome of an error returned by Once.Claim.
+func ClaimOutcome(claimErr error) Outcome {
 	switch {
+	case errors.Is(claimErr, ErrMissingKey):
+		return OutcomeMissingKey
 	case errors.Is(claimErr, ErrCorruptRecord):
 		return OutcomeCorruptRecord
 	case errors.Is(claimErr, ErrTooManyAttempts):
@@ -289,14 +308,16 @@ func OutcomeOf(claimErr error) Outcome {
 }
 
 // CompleteOutcome names the outcome of a run whose work succeeded, from the
-// error of Lease.Complete: OutcomeProcessed, OutcomeLeaseLost or
-// OutcomeCompleteFailed.
+// error of Lease.Complete: OutcomeProcessed, OutcomeLeaseLost,
+// OutcomeCorruptRecord or OutcomeCompleteFailed.
 func CompleteOutcome(completeErr error) Outcome {
 	switch {
 	case completeErr == nil:
 		return OutcomeProcessed
 	case errors.Is(completeErr, ErrLeaseLost):
 		return OutcomeLeaseLost
+	case errors.Is(completeErr, ErrCorruptRecord):
+		return OutcomeCorruptRecord
 	default:
 		return OutcomeCompleteFailed
 	}

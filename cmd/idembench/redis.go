@@ -317,7 +317,10 @@ func runStats(o options) Stats {
 // renewals runs 8 messages, concurrently, through a handler that takes d
 // under a lease of lease, and returns the client's commands per message.
 func renewals(c *redis.Client, rec *shaRecorder, prefix string, lease, d time.Duration) Renewals {
-	store, _ := redisstore.New(c)
+	store, err := redisstore.New(c)
+	if err != nil {
+		log.Fatal(err)
+	}
 	idem, err := idempotency.New(idempotency.Config{Store: store, KeyPrefix: prefix, LeaseTTL: lease}, nil)
 	if err != nil {
 		log.Fatal(err)

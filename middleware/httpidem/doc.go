@@ -159,9 +159,12 @@
 // the handler is told before another request can claim the key. Handlers
 // should pass their context to the effect, so that it stops.
 //
-// Every store call is bounded by Config.StoreTimeout and, once the key is
-// claimed, by what is left of the lease: the claim, each renewal, and each
-// attempt to record the outcome. Recording runs whether or not the client
+// Every store call is bounded by Config.StoreTimeout: the claim, each
+// renewal and each attempt to record the outcome; once the key is claimed,
+// each call is also bounded by what is left of the lease. A claim that fails
+// without an answer may still have been applied: it is released with its
+// token before the 503 goes out (so the 503 may take up to twice
+// StoreTimeout), and the client's retry finds the key free. Recording runs whether or not the client
 // is still there. If recording COMPLETED fails after the handler succeeded,
 // it is retried with backoff until the lease runs out (giving up early would
 // let a retry run the effect again once the lease expires), and the outcome

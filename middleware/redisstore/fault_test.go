@@ -158,6 +158,26 @@ func TestLostReplies(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, dup, "the next call with the key is a duplicate")
 	})
+
+	// Without a resend the call fails and the message is nacked: its
+	// redelivery must not find the mark of the call that failed.
+	t.Run("repository without resend", func(t *testing.T) {
+		client := redis.NewClient(&redis.Options{Addr: l.proxy.Addr, MaxRetries: -1})
+		t.Cleanup(func() { _ = client.Close() })
+		repo, err := redisstore.NewExpiringKeyRepository(client, "dedup:", time.Minute)
+		require.NoError(t, err)
+		dropped := l.proxy.Dropped()
+		l.proxy.DropReply(testserver.Command("set", "dedup:unanswered"))
+		_, err = repo.IsDuplicate(ctx, "unanswered")
+		require.Error(t, err, "no answer: the Deduplicator nacks")
+		require.Equal(t, dropped+1, l.proxy.Dropped())
+		dup, err := repo.IsDuplicate(ctx, "unanswered")
+		require.NoError(t, err)
+		assert.False(t, dup, "the redelivery is not a duplicate of the call that failed")
+		dup, err = repo.IsDuplicate(ctx, "unanswered")
+		require.NoError(t, err)
+		assert.True(t, dup)
+	})
 }
 
 // TestDeadlineBoundsACall freezes a private Redis with DEBUG SLEEP (sent

@@ -19,8 +19,10 @@ var (
 	// ErrContextTimeoutDisabled is returned by New for a client that ignores
 	// the deadlines of contexts: set redis.Options.ContextTimeoutEnabled (or
 	// the field of the same name in redis.ClusterOptions, RingOptions,
-	// FailoverOptions or UniversalOptions) to true.
-	ErrContextTimeoutDisabled = errors.New("redisstore: the redis client ignores context deadlines; set ContextTimeoutEnabled in its options")
+	// FailoverOptions or UniversalOptions) to true, also on the options that
+	// redis.ParseURL returns, and do not set ReadTimeout or WriteTimeout to
+	// -2 (which disables socket deadlines altogether).
+	ErrContextTimeoutDisabled = errors.New("redisstore: the redis client ignores context deadlines; set ContextTimeoutEnabled in its options, and no ReadTimeout or WriteTimeout of -2")
 )
 
 // Store is a middleware.Store on Redis. It is safe for concurrent use and
@@ -57,13 +59,17 @@ func New(client redis.UniversalClient) (*Store, error) {
 // honoursDeadlines reports whether client's options let it bound socket I/O
 // by the context's deadline; true for a client whose options it cannot read.
 func honoursDeadlines(client redis.UniversalClient) bool {
+	honours := func(enabled bool, read, write time.Duration) bool { return enabled && read >= 0 && write >= 0 }
 	switch c := client.(type) {
 	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return honours(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return honours(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled
+		o := c.Options()
+		return honours(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	}
 	return true
 }

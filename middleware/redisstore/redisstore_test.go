@@ -77,6 +77,18 @@ func TestContextTimeoutRequired(t *testing.T) {
 		})
 	}
 
+	// A ReadTimeout or WriteTimeout of -2 turns socket deadlines off,
+	// the context's included.
+	for _, opts := range []*redis.Options{
+		{Addr: addr, ContextTimeoutEnabled: true, ReadTimeout: -2},
+		{Addr: addr, ContextTimeoutEnabled: true, WriteTimeout: -2},
+	} {
+		c := redis.NewClient(opts)
+		t.Cleanup(func() { _ = c.Close() })
+		_, err := redisstore.New(c)
+		assert.ErrorIs(t, err, redisstore.ErrContextTimeoutDisabled, "read %v write %v", opts.ReadTimeout, opts.WriteTimeout)
+	}
+
 	// A UniversalClient of another type hides its options: it is taken as
 	// it is, as New documents.
 	inner := redis.NewClient(&redis.Options{Addr: addr})

@@ -61,7 +61,22 @@ func (r *ExpiringKeyRepository) IsDuplicate(ctx context.Context, key string) (bo
 	case errors.Is(err, redis.Nil):
 		return false, nil // the key was absent: this call marked it
 	case err != nil:
+		// The SET may have been applied with its answer lost or given up
+		// on: the message is nacked, and its redelivery must not find this
+		// call's mark, or it would be dropped as a duplicate of itself.
+		r.unmark(ctx, key, mark)
 		return false, wrap("is-duplicate", key, err)
 	}
 	return old != mark, nil
+}
+
+// unmarkTimeout bounds the removal of a mark whose SET had no answer; the
+// caller's context, which may already be over, does not.
+const unmarkTimeout = time.Second
+
+// unmark removes key's mark if it is still the one this call wrote.
+func (r *ExpiringKeyRepository) unmark(ctx context.Context, key, mark string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unmarkTimeout)
+	defer cancel()
+	_ = unmarkScript.Run(ctx, r.client, []string{r.prefix + key}, mark).Err() // a store that is down kept no mark either, or keeps it: nothing more to do
 }

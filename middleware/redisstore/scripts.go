@@ -27,6 +27,8 @@ var (
 	releaseLua string
 	//go:embed get.lua
 	getLua string
+	//go:embed unmark.lua
+	unmarkLua string
 )
 
 var (
@@ -36,4 +38,5 @@ var (
 	failScript     = redis.NewScript(prelude + failLua)
 	releaseScript  = redis.NewScript(prelude + releaseLua)
 	getScript      = redis.NewScript(prelude + getLua)
+	unmarkScript   = redis.NewScript(unmarkLua)
 )
