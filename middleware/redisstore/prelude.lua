@@ -67,8 +67,8 @@ end
 -- short_hash is the owner field of a COMPLETED string: the first 8 bytes of
 -- SHA-1 of the token.
 local function short_hash(token)
-  local hex = string.sub(redis.sha1hex(token), 1, 16)
-  return (string.gsub(hex, '%x%x', function(h) return string.char(tonumber(h, 16)) end))
+  local hex = redis.sha1hex(token)
+  return struct.pack('>I4I4', tonumber(string.sub(hex, 1, 8), 16), tonumber(string.sub(hex, 9, 16), 16))
 end
 
 -- check_times validates the fields every record has.
