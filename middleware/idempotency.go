@@ -133,6 +133,7 @@ func (d *Idempotency) nackDelay(ctx context.Context) {
 // run executes the handler under the lease and records the result.
 func (d *Idempotency) run(msg *message.Message, h message.HandlerFunc, lease *Lease, dv delivery) (out []*message.Message, err error) {
 	parent := msg.Context()
+	lease.run.idem = d // for Run.Result
 	msg.SetContext(lease.Context())
 	finished := false
 	defer func() {

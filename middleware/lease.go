@@ -30,26 +30,32 @@ import (
 // is no earlier.
 type Lease struct {
 	o      *Once
-	ctx    context.Context
+	ctx    runContext
 	cancel context.CancelCauseFunc // cancels ctx
+	run    Run
 	key    string
 	token  string
 	dv     delivery
 	record Record
 
-	mu       sync.Mutex
-	timer    *time.Timer
-	renewed  time.Time // start of the claim, or of the last successful renewal
-	stopped  bool      // Complete or Fail was called, or the lease was lost
-	lost     bool      // the store said the token no longer holds the key
-	inflight sync.WaitGroup
+	mu      sync.Mutex
+	timer   *time.Timer
+	renewed time.Time // start of the claim, or of the last successful renewal
+	stopped bool      // Complete or Fail was called, or the lease was lost
+	lost    bool      // the store said the token no longer holds the key
+	// completedInTx: the work wrote COMPLETED in its own transaction
+	// (Run.CompletedInTransaction), so Complete has nothing to write.
+	completedInTx bool
+	inflight      sync.WaitGroup
 	// cancelRenewal cancels the renewal in flight, if any.
 	cancelRenewal context.CancelFunc
 }
 
 func (o *Once) newLease(parent context.Context, key, token string, claimed time.Time, dv delivery) *Lease {
 	ctx, cancel := context.WithCancelCause(parent)
-	l := &Lease{o: o, ctx: ctx, cancel: cancel, key: key, token: token, dv: dv, renewed: claimed}
+	l := &Lease{o: o, cancel: cancel, key: key, token: token, dv: dv, renewed: claimed}
+	l.run.lease = l
+	l.ctx = runContext{Context: ctx, run: &l.run}
 	l.mu.Lock()
 	// The lease counts from before the claim's round trip, and so do its
 	// renewals.
@@ -61,7 +67,21 @@ func (o *Once) newLease(parent context.Context, key, token string, claimed time.
 // Context is the context to run the work under: it ends when the claim's
 // context does, or, with ErrLeaseLost as its cause (context.Cause), when the
 // lease is lost. Complete and Fail cancel it.
-func (l *Lease) Context() context.Context { return l.ctx }
+func (l *Lease) Context() context.Context { return &l.ctx }
+
+// runContext is the lease's context, carrying its Run for RunFromContext
+// without another allocation per run.
+type runContext struct {
+	context.Context
+	run *Run
+}
+
+func (c *runContext) Value(key any) any {
+	if key == (runKey{}) {
+		return c.run
+	}
+	return c.Context.Value(key)
+}
 
 // Record is the key's record as the claim left it: IN_PROGRESS, with the
 // attempt this run is.
@@ -73,7 +93,9 @@ func (l *Lease) Token() string { return l.token }
 // Complete ends the renewals and moves the key to COMPLETED with result.
 // A failed call is retried with backoff while the lease lasts, with the same
 // token: a retry whose first try was applied but whose reply was lost
-// succeeds (the store's transitions are idempotent for their owner). It
+// succeeds (the store's transitions are idempotent for their owner). When
+// the work already wrote COMPLETED in its own transaction
+// (Run.CompletedInTransaction), it writes nothing and returns nil. It
 // returns nil, an error matching ErrLeaseLost when the store says another
 // owner took the key (or it was deleted), ErrCorruptRecord when the value
 // under the key is not a record, or the last store error when the lease
@@ -81,6 +103,9 @@ func (l *Lease) Token() string { return l.token }
 func (l *Lease) Complete(result []byte) error {
 	l.stop()
 	defer l.cancel(nil)
+	if l.isCompletedInTx() {
+		return nil
+	}
 	o := l.o
 	backoff := 20 * time.Millisecond
 	var last error
@@ -194,6 +219,12 @@ func (l *Lease) lose(err error, byStore bool) {
 	l.lost = byStore
 	l.o.logError("Lease lost while the work runs; cancelling its context", err, l.dv)
 	l.cancel(ErrLeaseLost)
+}
+
+func (l *Lease) isCompletedInTx() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.completedInTx
 }
 
 func (l *Lease) isLost() bool {

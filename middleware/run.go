@@ -1,0 +1,67 @@
+package middleware
+
+import (
+	"context"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Run is one claimed run of a key, as the context of its work carries it
+// (RunFromContext): what a store needs to write COMPLETED inside the work's
+// own database transaction, so that the effect and COMPLETED commit
+// together or not at all (package pgstore's CompleteTx). Stores call it;
+// handlers rarely need it directly.
+type Run struct {
+	lease *Lease
+	// idem is the Watermill middleware running the handler, whose Config
+	// says how produced messages are stored; nil outside it.
+	idem *Idempotency
+}
+
+type runKey struct{}
+
+// RunFromContext returns the run that ctx belongs to: the context of a
+// Watermill handler under this middleware (msg.Context()), of the work of
+// Once.Do, or of Lease.Context. It returns false outside any run.
+func RunFromContext(ctx context.Context) (*Run, bool) {
+	r, ok := ctx.Value(runKey{}).(*Run)
+	return r, ok
+}
+
+// Key is the stored key of the run.
+func (r *Run) Key() string { return r.lease.key }
+
+// Token is the owner token of the run, which the store's fenced COMPLETED
+// write must match.
+func (r *Run) Token() string { return r.lease.token }
+
+// CompletedTTL is how long the COMPLETED record must be kept.
+func (r *Run) CompletedTTL() time.Duration { return r.lease.o.cfg.CompletedTTL }
+
+// Result is the stored result of a Watermill handler that produced out,
+// encoded as the middleware stores it (bounded by Config.MaxOutputSize,
+// nothing when output replay is disabled), so that duplicates republish
+// the same messages. Outside the Watermill middleware it encodes out with
+// the same format and no bound.
+func (r *Run) Result(out ...*message.Message) []byte {
+	if r.idem != nil {
+		return r.idem.encodeResult(out, r.lease.dv)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return encodeOutput(out)
+}
+
+// CompletedInTransaction tells the run that its work wrote COMPLETED inside
+// its own transaction (a store's transactional completion calls it once the
+// fenced write succeeded). The adapter then does not write COMPLETED again
+// when the work succeeds: Lease.Complete returns nil at once. The work must
+// return an error if that transaction does not commit; the adapter then
+// fails the key, which a committed COMPLETED fences off.
+func (r *Run) CompletedInTransaction() {
+	r.lease.mu.Lock()
+	r.lease.completedInTx = true
+	r.lease.mu.Unlock()
+}

@@ -1,0 +1,59 @@
+package middleware_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	idempotency "github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+)
+
+// A handler that writes COMPLETED itself, as a store's transactional
+// completion does inside the handler's transaction, finds its run in its
+// context; the middleware then writes nothing more and still returns the
+// handler's output, and a duplicate replays the output the handler stored.
+func TestRunCompletedInTransaction(t *testing.T) {
+	store := memstore.New(memstore.Config{})
+	idem, obs := newIdem(t, idempotency.Config{Store: store})
+	h := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		run, ok := idempotency.RunFromContext(msg.Context())
+		require.True(t, ok, "the handler's context carries its run")
+		out := []*message.Message{message.NewMessage("receipt-1", []byte("booked"))}
+		// What the store's transaction would write, fenced by the token.
+		require.NoError(t, store.Complete(context.Background(), run.Key(), run.Token(), run.Result(out...), run.CompletedTTL()))
+		run.CompletedInTransaction()
+		return out, nil
+	})
+	out, err := h(newMsg("tx-1", "p"))
+	require.NoError(t, err)
+	require.Len(t, out, 1)
+	assert.Equal(t, 0, obs.op(idempotency.OpComplete), "the middleware wrote no second COMPLETED")
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed))
+
+	dup, err := idem.Middleware((&counter{}).handle)(newMsg("tx-1", "p"))
+	require.NoError(t, err)
+	require.Len(t, dup, 1)
+	assert.Equal(t, "receipt-1", dup[0].UUID, "the duplicate replays what the transaction stored")
+	assert.Equal(t, []byte("booked"), []byte(dup[0].Payload))
+}
+
+func TestRunFromContextOutsideARun(t *testing.T) {
+	_, ok := idempotency.RunFromContext(context.Background())
+	assert.False(t, ok)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), CompletedTTL: time.Hour}, nil)
+	require.NoError(t, err)
+	_, err = once.Do(context.Background(), "k", func(ctx context.Context) ([]byte, error) {
+		run, ok := idempotency.RunFromContext(ctx)
+		require.True(t, ok)
+		assert.Equal(t, "k", run.Key())
+		assert.Equal(t, time.Hour, run.CompletedTTL())
+		assert.Equal(t, []byte(nil), run.Result(), "no output, nothing stored")
+		return nil, nil
+	})
+	require.NoError(t, err)
+}
