@@ -56,12 +56,16 @@ func (r *Run) Result(out ...*message.Message) []byte {
 
 // CompletedInTransaction tells the run that its work wrote COMPLETED inside
 // its own transaction (a store's transactional completion calls it once the
-// fenced write succeeded). The adapter then does not write COMPLETED again
-// when the work succeeds: Lease.Complete returns nil at once. The work must
-// return an error if that transaction does not commit; the adapter then
-// fails the key, which a committed COMPLETED fences off.
+// fenced write succeeded). The lease stops renewing: the store holds the
+// record locked until the transaction ends, and a renewal would wait for
+// it, then find the key COMPLETED. The adapter does not write COMPLETED
+// again when the work succeeds: Lease.Complete returns nil at once. The work
+// must return an error if that transaction does not commit; the adapter
+// then fails the key, which a committed COMPLETED fences off.
 func (r *Run) CompletedInTransaction() {
-	r.lease.mu.Lock()
-	r.lease.completedInTx = true
-	r.lease.mu.Unlock()
+	l := r.lease
+	l.mu.Lock()
+	l.completedInTx = true
+	l.mu.Unlock()
+	l.stop()
 }

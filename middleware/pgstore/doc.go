@@ -1,0 +1,148 @@
+// Package pgstore is the PostgreSQL implementation of middleware.Store, on
+// pgx v5 (a *pgxpool.Pool), for any number of processes sharing one
+// database. Keeping the idempotency records in the database that holds a
+// handler's effects lets the effect and its COMPLETED record commit in one
+// transaction (CompleteTx): the only way to exactly-once effects that are
+// not themselves idempotent.
+//
+//	pool, err := pgxpool.New(ctx, "postgres://app@db/app")
+//	store, err := pgstore.New(pool, pgstore.Config{}) // table idempotency_keys
+//	err = store.Migrate(ctx)                          // once, or run Schema's DDL yourself
+//
+// # Schema
+//
+// One table (Config.Table, default idempotency_keys) with one row per key,
+// created by Migrate or by the DDL that Schema returns; the store never runs
+// DDL on its own, and New does not touch the database. The columns:
+//
+//	key_hash     bytea PRIMARY KEY  SHA-256 of the key (sha256(key) in SQL)
+//	key          bytea NOT NULL     the key itself, for operators
+//	state        text NOT NULL      'in_progress', 'completed' or 'failed'
+//	token        bytea              the owner's token while in_progress; the
+//	                                completing or failing token afterwards
+//	                                (it recognises a resent Complete or Fail;
+//	                                NULL after a Release); never reported
+//	                                but to its holder
+//	attempts     integer NOT NULL   claims that started a run, >= 1
+//	fingerprint  bytea              the first claim's fingerprint, or NULL
+//	result       bytea              the stored output; NULL unless completed
+//	created_at   timestamptz        first claim
+//	updated_at   timestamptz        last transition
+//	lease_until  timestamptz        lease deadline; NULL unless in_progress
+//	claim_ttl_us bigint             the claim's TTL in µs: how long an
+//	                                in_progress row outlives its deadline
+//	expires_at   timestamptz        when the row counts as absent
+//
+// Keys, tokens and values are arbitrary bytes (NUL and invalid UTF-8
+// included), so they are bytea, which text is not; the key is found through
+// its hash because a B-tree entry holds at most about 2.7 kB and keys may be
+// longer. A CHECK constraint (idempotency_record_valid) states the record's
+// invariants, and an index on expires_at serves Purge. A table created by
+// other means must have the columns and the primary key; the constraint and
+// the index are advised, not assumed.
+//
+// # Semantics
+//
+// Those of middleware.Store, as memstore and redisstore have them, and
+// checked by storetest:
+//
+//   - Claim of an absent, expired or FAILED key, or of a lapsed lease,
+//     acquires it under the caller's token. A lease that lapsed stays in its
+//     row until lease_until plus the claim's TTL: it reads as FAILED (no
+//     token, LeaseExpiresAt the lapsed deadline, attempts kept), its owner
+//     is fenced (Renew, Complete and Fail answer middleware.ErrLeaseLost
+//     whether or not anyone claimed since), and the next claim counts
+//     attempt n+1 with created_at kept. An expired row counts as absent: the
+//     claim overwrites it, in the same statement, as attempt 1.
+//   - A claim resent by the token that holds a live lease acquires again
+//     without counting an attempt; its lease counts from now. A Complete or
+//     Fail resent by the token whose Complete or Fail was applied returns
+//     nil and changes nothing; any other token gets ErrLeaseLost. COMPLETED
+//     is terminal until it expires.
+//   - A fingerprint that differs from a stored one never acquires.
+//   - Renew moves lease_until to lease from now and expires_at with it.
+//     Complete and Fail keep the row for their TTL from the transition.
+//     Release undoes a live lease of its token: a first attempt's row is
+//     deleted, a later attempt's is FAILED again with one attempt fewer, no
+//     token, and the claim's TTL from now.
+//   - Get of an expired row reads absent; Delete removes any row.
+//   - Durations are stored in whole microseconds, rounded up.
+//
+// # One statement per transition
+//
+// Every transition, the duplicate check (which is the claim itself) and Get
+// is one SQL statement: one round trip, atomic on the server, race-free
+// under READ COMMITTED. Claim is an INSERT … ON CONFLICT DO UPDATE that
+// decides on the latest version of the row under its lock, and returns it;
+// a duplicate of a COMPLETED key is answered from the statement's snapshot
+// without a lock or a write. Renew, Complete and Fail are an UPDATE whose
+// WHERE is the fence (the token holds a live lease of a well-formed row),
+// and Release a DELETE or an UPDATE; when nothing was applied, the same
+// statement returns the row, to tell a resent transition, a corrupt row and
+// a lost lease apart. pgx prepares and caches each statement per connection;
+// they work as well in its other query modes (simple protocol, for a
+// PgBouncer in transaction mode, say). The statements are in sql.go, each
+// with its reasoning.
+//
+// # Clock
+//
+// Every time is the server's: statement_timestamp(), read once per
+// statement, never the client's clock. For the store's own statements
+// (autocommit) it equals now(). Inside a longer transaction, as with
+// CompleteTx, now() would be the transaction's start, and a transaction
+// begun while a lease was live could complete it after it lapsed;
+// statement_timestamp() is when the statement arrived, so the fence holds
+// at the time of the completion. A statement that waits for a row lock
+// judges leases by its arrival time; a lease that lapses during such a wait
+// is therefore still honoured by it, but only if nobody claimed the key in
+// between, since the owner's token is checked on the row as it is after the
+// wait. A server clock that steps forward ends leases early, one that steps
+// back lengthens them.
+//
+// # Corrupt records
+//
+// A row that violates the record's invariants (an unknown state, attempts
+// below 1, an in_progress row without a token, lease or TTL, a completed one
+// without a result, …) is middleware.ErrCorruptRecord, wrapped with the
+// operation and key, from Claim, Renew, Complete, Fail, Release and Get. The
+// statements test the same invariants in SQL before they write, so such a
+// row is never overwritten, never taken for a duplicate, and never revived
+// by a claim; the decoding checks them again in Go, since the table may lack
+// the constraint. Delete removes it; Purge removes it once its expires_at
+// has passed.
+//
+// # Purge
+//
+// Expired rows count as absent at once, but stay in the table until Purge
+// deletes them, in batches bounded by its argument, found through the
+// expires_at index. Run it every few minutes from one goroutine (see Purge
+// for a loop); several processes may run it at once, and it never deletes a
+// row a claim is reviving. Without it the table grows by every key ever
+// seen.
+//
+// # Transactional completion
+//
+// CompleteTx is Complete run inside the caller's transaction, a pgx.Tx or,
+// through SQLTx, a *sql.Tx: the handler writes its effect and the COMPLETED
+// record in one transaction. If the lease was lost, CompleteTx returns
+// ErrLeaseLost and the caller rolls back, effect included. Make it the last
+// statement before COMMIT: from it until the commit the row is locked, and
+// the owner's own renewals and any claim of the key wait for the commit.
+//
+// # database/sql
+//
+// The store needs pgx's pool. A program that uses database/sql opens a
+// *pgxpool.Pool from the same connection string beside its *sql.DB (a few
+// connections suffice), or, with pgx's own driver, builds its *sql.DB from
+// the pool: sql.OpenDB(stdlib.GetPoolConnector(pool)), so that both share
+// the connections. Its transactions reach CompleteTx through SQLTx, with any
+// driver that takes $1 placeholders and maps []byte to bytea (pgx's stdlib
+// does).
+//
+// # Errors
+//
+// Errors name the operation and the key (a key longer than 64 bytes is
+// shortened, with its length); pgx.ErrNoRows is never returned. A missing
+// table says so, and how to create it. A call cut short by its context
+// returns an error matching the context's.
+package pgstore

@@ -1,0 +1,264 @@
+package pgstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idempotency/watermill-idempotency/middleware"
+)
+
+var (
+	// ErrNilPool is returned by New for a nil pool.
+	ErrNilPool = errors.New("pgstore: nil pgx pool")
+	// ErrInvalidTable is returned by New and Schema for a Config.Table that
+	// is not a plain, optionally schema-qualified, identifier.
+	ErrInvalidTable = errors.New("pgstore: invalid table name")
+	// ErrInvalidBatch is returned by Purge for a batch size below 1.
+	ErrInvalidBatch = errors.New("pgstore: purge batch must be positive")
+)
+
+// Store is a middleware.Store on a PostgreSQL table. It is safe for
+// concurrent use and does not own the pool: closing it is the caller's
+// business.
+type Store struct {
+	pool  *pgxpool.Pool
+	table string // as configured, for messages
+	sql   statements
+}
+
+var _ middleware.Store = (*Store)(nil)
+
+// New returns a store on pool, keeping its records in cfg.Table. New does not
+// contact the server and creates nothing: create the table once with
+// Migrate, or with the DDL that Schema returns.
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	if pool == nil {
+		return nil, ErrNilPool
+	}
+	cfg = cfg.withDefaults()
+	st, err := cfg.statements()
+	if err != nil {
+		return nil, err
+	}
+	return &Store{pool: pool, table: cfg.Table, sql: st}, nil
+}
+
+// Schema returns the DDL of the store's table and index: what Migrate runs.
+func (s *Store) Schema() string { return s.sql.schema }
+
+// Migrate creates the store's table and index unless they exist. It is safe
+// to run at every start, from any number of processes at once: a transaction
+// holds an advisory lock on the table's name while it runs the DDL. It never
+// alters an existing table.
+func (s *Store) Migrate(ctx context.Context) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// CREATE TABLE IF NOT EXISTS is not safe against itself: two at once
+		// may both find no table and one then fails on a catalog key.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "pgstore.migrate:"+s.table); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, s.sql.schema)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: migrate %s: %w", s.table, err)
+	}
+	return nil
+}
+
+// Claim implements middleware.Store with one statement: an INSERT … ON
+// CONFLICT DO UPDATE, unless the key is a COMPLETED duplicate.
+func (s *Store) Claim(ctx context.Context, key string, req middleware.ClaimRequest) (middleware.ClaimResult, error) {
+	if err := middleware.CheckClaim(key, req); err != nil {
+		return middleware.ClaimResult{}, wrap("claim", key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return middleware.ClaimResult{}, wrap("claim", key, err)
+	}
+	var fp []byte
+	if len(req.Fingerprint) > 0 {
+		fp = req.Fingerprint
+	}
+	hash := keyHash(key)
+	var r row
+	err := s.pool.QueryRow(ctx, s.sql.claim, hash[:], []byte(key), []byte(req.Token),
+		micros(req.Lease), micros(req.TTL), fp).Scan(r.dest()...)
+	if err != nil {
+		return middleware.ClaimResult{}, s.queryError(ctx, "claim", key, err)
+	}
+	if err := r.check(); err != nil {
+		return middleware.ClaimResult{}, wrap("claim", key, err)
+	}
+	if r.expired() {
+		// The statement overwrites an expired well-formed row, so this is a
+		// row it failed to understand: reported, never trusted.
+		return middleware.ClaimResult{}, wrap("claim", key, fmt.Errorf("%w: the claim returned an expired record", middleware.ErrCorruptRecord))
+	}
+	// The statement acquired the key iff the row is now a live lease of the
+	// request's token, unless the fingerprints differ: that refusal keeps the
+	// row as it was, which a resent claim may have left under this token.
+	refusedFP := len(fp) > 0 && len(r.fingerprint) > 0 && string(fp) != string(r.fingerprint)
+	if r.holds(req.Token) && !refusedFP {
+		return middleware.ClaimResult{Acquired: true, Record: r.record(true)}, nil
+	}
+	return middleware.ClaimResult{Record: r.record(false)}, nil
+}
+
+// Renew implements middleware.Store with one UPDATE.
+func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
+	if err := middleware.CheckOwner(key, token, lease); err != nil {
+		return wrap("renew", key, err)
+	}
+	return s.owned(ctx, s.pool, "renew", key, token, s.sql.renew, micros(lease))
+}
+
+// Complete implements middleware.Store with one UPDATE.
+func (s *Store) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
+	return s.CompleteTx(ctx, s.pool, key, token, result, ttl)
+}
+
+// Fail implements middleware.Store with one UPDATE.
+func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := middleware.CheckOwner(key, token, ttl); err != nil {
+		return wrap("fail", key, err)
+	}
+	return s.owned(ctx, s.pool, "fail", key, token, s.sql.fail, micros(ttl))
+}
+
+// Release implements middleware.Store with one statement (a DELETE or an
+// UPDATE, whichever applies).
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	if err := middleware.CheckRelease(key, token); err != nil {
+		return wrap("release", key, err)
+	}
+	return s.owned(ctx, s.pool, "release", key, token, s.sql.release)
+}
+
+// owned runs an owner statement (sql.go) and reads its answer: nil when it
+// was applied; otherwise, from the row it returns, ErrCorruptRecord, nil for
+// the token's own resent Complete or Fail (and for any Release: there was
+// nothing of the token's to undo), or ErrLeaseLost.
+func (s *Store) owned(ctx context.Context, q Querier, op, key, token, stmt string, args ...any) error {
+	if err := ctx.Err(); err != nil {
+		return wrap(op, key, err)
+	}
+	hash := keyHash(key)
+	var applied, found bool
+	var r row
+	dest := append([]any{&applied, &found}, r.dest()...)
+	if err := q.QueryRow(ctx, stmt, append([]any{hash[:], []byte(token)}, args...)...).Scan(dest...); err != nil {
+		return s.queryError(ctx, op, key, err)
+	}
+	if applied {
+		return nil
+	}
+	if found {
+		if err := r.check(); err != nil {
+			return wrap(op, key, err)
+		}
+		if !r.expired() && string(r.token) == token &&
+			(op == "complete" && *r.state == stateCompleted || op == "fail" && *r.state == stateFailed) {
+			return nil // the token's own transition, resent
+		}
+	}
+	if op == "release" {
+		return nil
+	}
+	return wrap(op, key, middleware.ErrLeaseLost)
+}
+
+// Get implements middleware.Store with one SELECT.
+func (s *Store) Get(ctx context.Context, key string) (middleware.Record, error) {
+	if key == "" {
+		return middleware.Record{}, wrap("get", key, middleware.ErrEmptyKey)
+	}
+	if err := ctx.Err(); err != nil {
+		return middleware.Record{}, wrap("get", key, err)
+	}
+	hash := keyHash(key)
+	var r row
+	err := s.pool.QueryRow(ctx, s.sql.get, hash[:]).Scan(r.dest()...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return middleware.Record{State: middleware.StateAbsent}, nil
+	}
+	if err != nil {
+		return middleware.Record{}, s.queryError(ctx, "get", key, err)
+	}
+	if err := r.check(); err != nil {
+		return middleware.Record{}, wrap("get", key, err)
+	}
+	if r.expired() {
+		return middleware.Record{State: middleware.StateAbsent}, nil
+	}
+	return r.record(true), nil
+}
+
+// Delete implements middleware.Store with one DELETE, which removes any row,
+// a corrupt one included.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if key == "" {
+		return wrap("delete", key, middleware.ErrEmptyKey)
+	}
+	if err := ctx.Err(); err != nil {
+		return wrap("delete", key, err)
+	}
+	hash := keyHash(key)
+	if _, err := s.pool.Exec(ctx, s.sql.del, hash[:]); err != nil {
+		return s.queryError(ctx, "delete", key, err)
+	}
+	return nil
+}
+
+// keyHash is the primary key of key's row.
+func keyHash(key string) [sha256.Size]byte {
+	return sha256.Sum256([]byte(key))
+}
+
+// micros returns d in whole microseconds, rounded up so that a positive
+// duration stays positive.
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// queryError translates an error of pgx: a CHECK constraint that refuses to
+// write a row back (one that violates a constraint added NOT VALID) is a
+// corrupt record; an error caused by the context's end matches its error.
+func (s *Store) queryError(ctx context.Context, op, key string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23514": // check_violation
+			return wrap(op, key, fmt.Errorf("%w: %w", middleware.ErrCorruptRecord, err))
+		case "42P01": // undefined_table
+			return wrap(op, key, fmt.Errorf("table %s does not exist (create it with Migrate or Schema): %w", s.table, err))
+		}
+	}
+	return wrap(op, key, withContext(ctx, err))
+}
+
+// withContext adds the context's error to err when the context has ended and
+// err does not already match it, so that callers can test for
+// context.DeadlineExceeded or context.Canceled.
+func withContext(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w: %w", cerr, err)
+	}
+	return err
+}
+
+// maxKeyInError bounds how much of a key an error message quotes.
+const maxKeyInError = 64
+
+func wrap(op, key string, err error) error {
+	if len(key) > maxKeyInError {
+		return fmt.Errorf("pgstore: %s %q… (%d bytes): %w", op, key[:maxKeyInError], len(key), err)
+	}
+	return fmt.Errorf("pgstore: %s %q: %w", op, key, err)
+}

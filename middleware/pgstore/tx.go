@@ -1,0 +1,103 @@
+package pgstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idempotency/watermill-idempotency/middleware"
+)
+
+// Querier runs one statement and returns its first row. pgx.Tx, *pgx.Conn,
+// *pgxpool.Conn and *pgxpool.Pool satisfy it; CompleteTx takes one.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// CompleteTx is Complete run by q, typically the pgx.Tx in which the handler
+// made its effect: the effect and the COMPLETED record then commit together,
+// or not at all. The fence is the same as Complete's: it returns
+// middleware.ErrLeaseLost unless token holds a lease that has not lapsed (or
+// its own Complete was already applied), and then the transaction must roll
+// back, effect included. Once applied, the row stays locked until the
+// transaction ends, so no claim can take the key over in between; a claim of
+// the key waits for the commit and then finds it COMPLETED. Under REPEATABLE
+// READ or SERIALIZABLE, a concurrent change of the row is a serialization
+// failure (SQLSTATE 40001), returned as it is: roll back and let the message
+// be redelivered.
+func (s *Store) CompleteTx(ctx context.Context, q Querier, key, token string, result []byte, ttl time.Duration) error {
+	if err := middleware.CheckOwner(key, token, ttl); err != nil {
+		return wrap("complete", key, err)
+	}
+	if result == nil {
+		result = []byte{} // NULL is the absence of a result; an empty one is a value
+	}
+	return s.owned(ctx, q, "complete", key, token, s.sql.complete, result, micros(ttl))
+}
+
+// SQLTx adapts a database/sql transaction to Querier, for CompleteTx. The
+// *sql.DB must use a PostgreSQL driver that takes $1 placeholders and maps
+// []byte to bytea: pgx's own (github.com/jackc/pgx/v5/stdlib, driver name
+// "pgx") does.
+func SQLTx(tx *sql.Tx) Querier { return sqlTx{tx} }
+
+type sqlTx struct{ tx *sql.Tx }
+
+func (t sqlTx) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
+	return t.tx.QueryRowContext(ctx, query, args...) // *sql.Row has pgx.Row's Scan
+}
+
+// ErrNoRun is returned by CompleteInTx and CompleteValueInTx for a context
+// that belongs to no run of the idempotency middleware or of Once.Do.
+var ErrNoRun = errors.New("pgstore: the context belongs to no idempotent run (use the handler's msg.Context() or Do's work context)")
+
+// CompleteInTx writes COMPLETED for the Watermill handler whose context ctx
+// is (msg.Context()), inside tx, the transaction that made the handler's
+// effect, with the messages the handler will return as the stored output
+// (replayed for duplicates, as the middleware stores it). Call it last,
+// right before committing tx:
+//
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		if _, err := tx.Exec(ctx, "INSERT INTO ledger …", …); err != nil {
+//			return err
+//		}
+//		return store.CompleteInTx(ctx, tx, out...)
+//	})
+//	return out, err
+//
+// The effect and COMPLETED then commit together or not at all. If the
+// lease was lost (another consumer took the key over), it returns an error
+// matching middleware.ErrLeaseLost and the transaction must roll back,
+// effect included. Once it succeeded, the middleware does not write
+// COMPLETED again; the handler must return an error when the commit fails.
+// tx may be a pgx.Tx, or SQLTx of a *sql.Tx.
+func (s *Store) CompleteInTx(ctx context.Context, tx Querier, out ...*message.Message) error {
+	run, ok := middleware.RunFromContext(ctx)
+	if !ok {
+		return ErrNoRun
+	}
+	return s.completeRun(ctx, tx, run, run.Result(out...))
+}
+
+// CompleteValueInTx is CompleteInTx for the work of Once.Do: value, what the
+// work returns, is stored as its result and replayed to later callers.
+func (s *Store) CompleteValueInTx(ctx context.Context, tx Querier, value []byte) error {
+	run, ok := middleware.RunFromContext(ctx)
+	if !ok {
+		return ErrNoRun
+	}
+	return s.completeRun(ctx, tx, run, value)
+}
+
+func (s *Store) completeRun(ctx context.Context, tx Querier, run *middleware.Run, result []byte) error {
+	if err := s.CompleteTx(ctx, tx, run.Key(), run.Token(), result, run.CompletedTTL()); err != nil {
+		return err
+	}
+	run.CompletedInTransaction()
+	return nil
+}

@@ -1,0 +1,178 @@
+package pgstore_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
+)
+
+// lease is the lease of the claims whose lapse the tests wait for.
+const lease = 300 * time.Millisecond
+
+// effects returns a new table of effects, one row per key, dropped when the
+// test ends.
+func effects(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	table := uniqueName("pgstore_test_effects_")
+	_, err := pool.Exec(context.Background(), `CREATE TABLE `+quoted(table)+` (key text PRIMARY KEY)`)
+	require.NoError(t, err)
+	t.Cleanup(func() { dropTable(t, pool, table) })
+	return table
+}
+
+func countEffects(t *testing.T, pool *pgxpool.Pool, table string) int {
+	t.Helper()
+	return rows(t, pool, table)
+}
+
+func TestCompleteTxCommitsWithTheEffect(t *testing.T) {
+	pool := testPool(t)
+	ctx := context.Background()
+	s, _ := newTable(t, pool)
+	fx := effects(t, pool)
+	tok := claim(t, s, "k", time.Minute, time.Minute)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `INSERT INTO `+quoted(fx)+` VALUES ('k')`)
+	require.NoError(t, err)
+	require.NoError(t, s.CompleteTx(ctx, tx, "k", tok, []byte("receipt"), time.Minute))
+
+	// A duplicate arriving now waits for the transaction, then replays.
+	dup := make(chan middleware.ClaimResult, 1)
+	go func() {
+		res, err := s.Claim(ctx, "k", middleware.ClaimRequest{Token: middleware.NewToken(), Lease: time.Minute, TTL: time.Minute})
+		assert.NoError(t, err)
+		dup <- res
+	}()
+	select {
+	case res := <-dup:
+		t.Fatalf("a claim went past the uncommitted completion: %+v", res)
+	case <-time.After(100 * time.Millisecond):
+	}
+	require.NoError(t, tx.Commit(ctx))
+	res := <-dup
+	assert.False(t, res.Acquired)
+	assert.Equal(t, middleware.StateCompleted, res.Record.State)
+	assert.Equal(t, []byte("receipt"), res.Record.Result)
+
+	assert.NoError(t, s.Complete(ctx, "k", tok, []byte("again"), time.Minute),
+		"the owner's Complete after its CompleteTx committed is a resend")
+	rec, err := s.Get(ctx, "k")
+	require.NoError(t, err)
+	assert.Equal(t, []byte("receipt"), rec.Result)
+	assert.Equal(t, 1, countEffects(t, pool, fx))
+}
+
+func TestCompleteTxRolledBackKeepsTheLease(t *testing.T) {
+	pool := testPool(t)
+	ctx := context.Background()
+	s, _ := newTable(t, pool)
+	tok := claim(t, s, "k", time.Minute, time.Minute)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s.CompleteTx(ctx, tx, "k", tok, nil, time.Minute))
+	require.NoError(t, tx.Rollback(ctx))
+
+	rec, err := s.Get(ctx, "k")
+	require.NoError(t, err)
+	assert.Equal(t, middleware.StateInProgress, rec.State, "a rolled back completion leaves the claim")
+	assert.Equal(t, tok, rec.Token)
+	require.NoError(t, s.Complete(ctx, "k", tok, nil, time.Minute))
+	rec, err = s.Get(ctx, "k")
+	require.NoError(t, err)
+	assert.Equal(t, []byte{}, rec.Result, "a nil result is stored as an empty one")
+}
+
+// TestCompleteTxFencesALostLease: a handler paused past its lease while
+// another owner took the key over cannot complete, and its transaction rolls
+// back, effect included.
+func TestCompleteTxFencesALostLease(t *testing.T) {
+	pool := testPool(t)
+	ctx := context.Background()
+	s, _ := newTable(t, pool)
+	fx := effects(t, pool)
+	stale := claim(t, s, "k", lease, time.Minute)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `INSERT INTO `+quoted(fx)+` VALUES ('k')`)
+	require.NoError(t, err)
+	time.Sleep(lease + 100*time.Millisecond)
+	fresh := claim(t, s, "k", time.Minute, time.Minute)
+
+	err = s.CompleteTx(ctx, tx, "k", stale, []byte("stale"), time.Minute)
+	require.ErrorIs(t, err, middleware.ErrLeaseLost)
+	require.NoError(t, tx.Rollback(ctx))
+	assert.Zero(t, countEffects(t, pool, fx), "the stale owner's effect rolled back")
+	rec, err := s.Get(ctx, "k")
+	require.NoError(t, err)
+	assert.Equal(t, fresh, rec.Token, "the new owner holds the key")
+	assert.Equal(t, 2, rec.Attempts)
+}
+
+// TestCompleteTxReadsTheStatementsClock: inside a transaction that began
+// while the lease was live, a completion after the lease lapsed is fenced
+// although nobody claimed the key since. The store reads
+// statement_timestamp(); now() would be the transaction's start, and let the
+// lapsed owner complete.
+func TestCompleteTxReadsTheStatementsClock(t *testing.T) {
+	pool := testPool(t)
+	ctx := context.Background()
+	s, _ := newTable(t, pool)
+	tok := claim(t, s, "k", lease, time.Minute)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var start time.Time
+	require.NoError(t, tx.QueryRow(ctx, `SELECT now()`).Scan(&start))
+	time.Sleep(lease + 100*time.Millisecond)
+	assert.ErrorIs(t, s.CompleteTx(ctx, tx, "k", tok, nil, time.Minute), middleware.ErrLeaseLost)
+	require.NoError(t, tx.Rollback(ctx))
+	rec, err := s.Get(ctx, "k")
+	require.NoError(t, err)
+	assert.Equal(t, middleware.StateFailed, rec.State, "the lapsed lease reads as FAILED")
+}
+
+func TestCompleteTxWithDatabaseSQL(t *testing.T) {
+	pool := testPool(t)
+	ctx := context.Background()
+	s, _ := newTable(t, pool)
+	fx := effects(t, pool)
+	db := sql.OpenDB(stdlib.GetPoolConnector(pool))
+	t.Cleanup(func() { _ = db.Close() })
+
+	tok := claim(t, s, "k", time.Minute, time.Minute)
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = tx.ExecContext(ctx, `INSERT INTO `+quoted(fx)+` VALUES ('k')`)
+	require.NoError(t, err)
+	require.NoError(t, s.CompleteTx(ctx, pgstore.SQLTx(tx), "k", tok, []byte("r"), time.Minute))
+	require.NoError(t, tx.Commit())
+	rec, err := s.Get(ctx, "k")
+	require.NoError(t, err)
+	assert.Equal(t, middleware.StateCompleted, rec.State)
+
+	// The fence and the resend answer through database/sql as through pgx.
+	tx, err = db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	assert.NoError(t, s.CompleteTx(ctx, pgstore.SQLTx(tx), "k", tok, []byte("r"), time.Minute), "resent")
+	assert.ErrorIs(t, s.CompleteTx(ctx, pgstore.SQLTx(tx), "k", middleware.NewToken(), nil, time.Minute), middleware.ErrLeaseLost)
+	assert.Equal(t, 1, countEffects(t, pool, fx))
+}
+
+var _ pgstore.Querier = pgx.Tx(nil)
