@@ -133,7 +133,10 @@
 //     idempotent or transactional themselves: a handler that charged a card
 //     and then crashed before COMPLETED was written runs again after its
 //     lease. The middleware narrows that window to the crash; it cannot
-//     close it.
+//     close it. A database effect can close it: with package pgstore as the
+//     store, the handler writes its effect and COMPLETED in one transaction
+//     (pgstore's CompleteInTx, through RunFromContext), so they commit
+//     together or not at all, and a stale owner's transaction rolls back.
 //
 // # Failures after the handler
 //

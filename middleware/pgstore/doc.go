@@ -122,12 +122,38 @@
 //
 // # Transactional completion
 //
-// CompleteTx is Complete run inside the caller's transaction, a pgx.Tx or,
-// through SQLTx, a *sql.Tx: the handler writes its effect and the COMPLETED
-// record in one transaction. If the lease was lost, CompleteTx returns
-// ErrLeaseLost and the caller rolls back, effect included. Make it the last
-// statement before COMMIT: from it until the commit the row is locked, and
-// the owner's own renewals and any claim of the key wait for the commit.
+// A handler writes its effect and the COMPLETED record in one transaction:
+//
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		if _, err := tx.Exec(ctx, "INSERT INTO ledger (payment, amount) VALUES ($1, $2)", id, amount); err != nil {
+//			return err
+//		}
+//		return store.CompleteInTx(ctx, tx, out...) // ctx is msg.Context()
+//	})
+//	return out, err
+//
+// CompleteInTx (for a Watermill handler, with the messages it returns,
+// stored for replay) and CompleteValueInTx (for Once.Do's work) find the
+// run in the context (middleware.RunFromContext) and write its fenced
+// COMPLETED inside the transaction, a pgx.Tx or, through SQLTx, a *sql.Tx.
+// Then:
+//
+//   - the effect and COMPLETED commit together or not at all: a consumer
+//     killed before the commit leaves neither, and the redelivery runs the
+//     handler again; one killed after it leaves both, and the redelivery is
+//     a duplicate;
+//   - if the lease was lost (another consumer took the key over after this
+//     one stalled past its lease), the fence fails with ErrLeaseLost and the
+//     transaction rolls back, effect included;
+//   - the middleware writes no second COMPLETED: a fresh message costs the
+//     claim and the handler's own transaction;
+//   - the handler must return an error when the commit fails; the key is
+//     then failed and the message redelivered.
+//
+// Make it the last statement before COMMIT: from it until the commit the
+// row is locked, and any claim of the key waits for the commit (the run
+// stops renewing its lease once the fenced write succeeded). CompleteTx is
+// the same for callers that manage key, token and TTL themselves.
 //
 // # database/sql
 //
