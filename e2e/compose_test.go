@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
 // composeFile is the part of docker-compose.yml that the checks read.
@@ -36,6 +39,7 @@ var composeDefaults = []struct {
 	{"kafka", "apache/kafka", 9092, []string{"kafka", "KAFKA_BROKERS"}},
 	{"rabbitmq", "rabbitmq", 5672, []string{"amqp", "amqps"}},
 	{"nats", "nats", 4222, []string{"nats"}},
+	{"postgres", "postgres", 5432, []string{"postgres", "postgresql"}},
 }
 
 func readCompose(t *testing.T) composeFile {
@@ -66,8 +70,8 @@ func published(ports []string) []int {
 }
 
 // docker-compose.yml must start, on the default ports, every server that the
-// tests and examples use: Redis, Kafka in KRaft mode, RabbitMQ, and NATS
-// with JetStream.
+// tests and examples use: Redis, Kafka in KRaft mode, RabbitMQ, NATS with
+// JetStream, and PostgreSQL.
 func TestComposeServicesMatchDefaults(t *testing.T) {
 	c := readCompose(t)
 	for _, d := range composeDefaults {
@@ -93,15 +97,31 @@ func TestComposeServicesMatchDefaults(t *testing.T) {
 	rabbit := c.Services["rabbitmq"].Environment
 	assert.Equal(t, "guest", rabbit["RABBITMQ_DEFAULT_USER"], "the default AMQP URL logs in as guest")
 	assert.Equal(t, "guest", rabbit["RABBITMQ_DEFAULT_PASS"])
+
+	// PG_URL's default logs in as a user without a password, to a database
+	// that must exist: the image creates it and trusts every login.
+	pgURL, err := url.Parse(testserver.DefaultPostgresURL)
+	require.NoError(t, err)
+	_, hasPassword := pgURL.User.Password()
+	assert.False(t, hasPassword, "PG_URL's default has no password")
+	pg := c.Services["postgres"].Environment
+	assert.Equal(t, "trust", pg["POSTGRES_HOST_AUTH_METHOD"], "PG_URL's default (%s) logs in without a password", testserver.DefaultPostgresURL)
+	assert.Equal(t, strings.TrimPrefix(pgURL.Path, "/"), pg["POSTGRES_DB"], "the image creates PG_URL's database")
+	if user := pg["POSTGRES_USER"]; user != "" {
+		assert.Equal(t, pgURL.User.Username(), user, "PG_URL's user is the image's superuser")
+	} else {
+		assert.Equal(t, "postgres", pgURL.User.Username(), "PG_URL's user is the image's default superuser")
+	}
 }
 
-// brokerAddr matches a loopback broker address in code and docs:
-// scheme://[user:pass@]host:port, or VAR=host:port and "VAR", "host:port"
-// for REDIS_ADDR and KAFKA_BROKERS.
-var brokerAddr = regexp.MustCompile(`\b(kafka|rediss?|amqps?|nats)://(?:[^@/\s"]*@)?(?:localhost|127\.0\.0\.1):(\d+)` +
+// brokerAddr matches a loopback broker or database address in code and
+// docs: scheme://[user[:pass]@]host:port, or VAR=host:port and "VAR",
+// "host:port" for REDIS_ADDR and KAFKA_BROKERS.
+var brokerAddr = regexp.MustCompile(`\b(kafka|rediss?|amqps?|nats|postgres(?:ql)?)://(?:[^@/\s"]*@)?(?:localhost|127\.0\.0\.1):(\d+)` +
 	`|\b(REDIS_ADDR|KAFKA_BROKERS)(?:=|", ")(?:localhost|127\.0\.0\.1):(\d+)`)
 
-// Every loopback broker address written in the repository's code and docs
+// Every loopback broker or PostgreSQL address written in the repository's
+// code and docs
 // (examples, README, package docs, test-server defaults; not tests) points
 // at a port that docker-compose.yml publishes for that broker.
 func TestComposePortsMatchDocsAndExamples(t *testing.T) {
@@ -142,7 +162,7 @@ func TestComposePortsMatchDocsAndExamples(t *testing.T) {
 	})
 	require.NoError(t, err)
 	// The walk must have seen the defaults, or it checked nothing.
-	for _, want := range []string{"REDIS_ADDR:6379", "amqp:5672", "nats:4222", "kafka:9092"} {
+	for _, want := range []string{"REDIS_ADDR:6379", "amqp:5672", "nats:4222", "kafka:9092", "postgres:5432"} {
 		assert.True(t, found[want], "no file mentions %s; the scan is looking in the wrong place", want)
 	}
 }
