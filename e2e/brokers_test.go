@@ -53,6 +53,39 @@ type broker struct {
 	timerRedelivery bool
 	// cleanup deletes what one scenario created on a shared server.
 	cleanup func(t *testing.T, url string, topics []string, group string)
+	// pg: the column keeps the idempotency records in PostgreSQL (pgstore)
+	// instead of Redis; base is then the name of the broker it runs on.
+	pg   bool
+	base string
+}
+
+// kind is the broker the column runs on, whatever its store: the name a
+// scenario's na is keyed by.
+func (b *broker) kind() string {
+	if b.base != "" {
+		return b.base
+	}
+	return b.name
+}
+
+// pgColumns are the brokers the scenario table runs on a second time with
+// pgstore as the store, as pg-<broker>: gochannel, and NATS, the network
+// broker whose column runs fastest. One network broker is enough: what the
+// table checks there is the store's state machine under a broker's
+// redeliveries, which the Redis store's columns already check on every
+// broker.
+var pgColumns = []*broker{pgColumn("gochannel"), pgColumn("nats")}
+
+// pgColumn is the broker named name, with pgstore as its store.
+func pgColumn(name string) *broker {
+	for _, b := range brokers {
+		if b.name == name {
+			c := *b
+			c.name, c.base, c.pg = "pg-"+name, name, true
+			return &c
+		}
+	}
+	panic("e2e: no broker " + name)
 }
 
 // config is the backends configuration of one member of group.

@@ -13,12 +13,15 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	idempotency "github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
@@ -31,7 +34,29 @@ const (
 	childLedgerVar  = "E2E_LEDGER_ADDR"
 	childPrefixVar  = "E2E_KEY_PREFIX"
 	childStartedVar = "E2E_STARTED_HASH"
+	// childPGTableVar, when set, makes the child keep its records in this
+	// pgstore table on the shared PostgreSQL (PG_URL) instead of in the
+	// Redis at E2E_STORE_ADDR: a pg- column.
+	childPGTableVar = "E2E_PG_TABLE"
 )
+
+// childStore is the store of a child process: a pgstore on the table that
+// E2E_PG_TABLE names, or a redisstore on E2E_STORE_ADDR.
+func childStore() (idempotency.Store, error) {
+	if table := os.Getenv(childPGTableVar); table != "" {
+		pool, err := pgxpool.New(context.Background(), testserver.PostgresURL())
+		if err != nil {
+			return nil, err
+		}
+		return pgstore.New(pool, pgstore.Config{Table: table})
+	}
+	return redisstore.New(redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: os.Getenv(childStoreVar)}))
+}
+
+// childStoreEnv is what a child needs to reach e's store.
+func (e *env) childStoreEnv() []string {
+	return []string{childStoreVar + "=" + e.storeURL, childPGTableVar + "=" + e.pgTable}
+}
 
 // crashChild is a consumer that claims keys and then hangs in its handler
 // until it is killed. Before hanging, it writes each key and the time its
@@ -50,7 +75,7 @@ func crashChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	store, err := redisstore.New(redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: os.Getenv(childStoreVar)}))
+	store, err := childStore()
 	if err != nil {
 		return fail(err)
 	}
@@ -107,11 +132,11 @@ func crash(e *env) {
 	child.Env = append(os.Environ(), childEnv(e.b.config(e.url, e.group, e.id+"-crashed"))...)
 	child.Env = append(child.Env,
 		childEnvVar+"="+e.topic,
-		childStoreVar+"="+e.storeURL,
 		childLedgerVar+"="+e.ledger.Options().Addr,
 		childPrefixVar+"="+e.prefix,
 		childStartedVar+"="+startedHash,
 	)
+	child.Env = append(child.Env, e.childStoreEnv()...)
 	child.Stdout, child.Stderr = logFile, logFile
 	require.NoError(e.t, child.Start())
 	killed := false

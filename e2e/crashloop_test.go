@@ -23,7 +23,6 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/backends"
 	idempotency "github.com/idempotency/watermill-idempotency/middleware"
-	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
 // The crash-loop child is this test binary, re-executed with these variables
@@ -69,7 +68,7 @@ func crashLoopChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	store, err := redisstore.New(redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: os.Getenv(childStoreVar)}))
+	store, err := childStore()
 	if err != nil {
 		return fail(err)
 	}
@@ -249,10 +248,10 @@ func crashLoop(e *env) {
 		loopPoisonTopicVar+"="+poisonTopic,
 		loopPoisonKeyVar+"="+poisonKey,
 		loopLedgerPrefixVar+"="+e.id,
-		childStoreVar+"="+e.storeURL,
 		childLedgerVar+"="+e.ledger.Options().Addr,
 		childPrefixVar+"="+e.prefix,
 	)
+	childEnvs = append(childEnvs, e.childStoreEnv()...)
 	logDir := e.t.TempDir()
 	start := func(i int) (*exec.Cmd, <-chan error, string) {
 		logPath := filepath.Join(logDir, "child-"+strconv.Itoa(i)+".log")
@@ -375,11 +374,7 @@ func crashLoop(e *env) {
 
 	// The store kept the count across the lapsed leases: three runs and the
 	// claim that MaxAttempts refused.
-	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: e.storeURL})
-	defer c.Close()
-	store, err := redisstore.New(c)
-	require.NoError(e.t, err)
-	rec, err := store.Get(ctx, e.prefix+":"+handlerName+":"+poisonKey)
+	rec, err := e.newStore().Get(ctx, e.prefix+":"+handlerName+":"+poisonKey)
 	require.NoError(e.t, err)
 	assert.Equal(e.t, idempotency.StateFailed, rec.State, "the poison's key is left FAILED")
 	assert.Equal(e.t, crashLoopMaxAttempts+1, rec.Attempts, "the poison's attempts: its runs and the refused claim")

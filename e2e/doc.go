@@ -1,6 +1,7 @@
 // Package e2e runs one table of failure scenarios, unchanged, against every
 // broker the backends package supports, on real servers, with the
-// idempotency middleware keeping its state in a real Redis (redisstore).
+// idempotency middleware keeping its state in a real Redis (redisstore),
+// and again on two brokers with PostgreSQL (pgstore) as the store.
 //
 //	go test -race -count=1 -v ./e2e/...
 //	go test -v -run 'TestE2E/kafka/crash' ./e2e/
@@ -63,9 +64,24 @@
 // on gochannel, where there are no consumer groups: each consumer receives
 // every message, which makes it a harsher duplicate test, not a weaker one.
 //
+// # PostgreSQL store
+//
+// The table runs a second time on gochannel and on NATS with pgstore as the
+// store, each scenario on a table of its own (dropped at the end):
+// TestE2E/pg-gochannel/<scenario> and TestE2E/pg-nats/<scenario>. In
+// duplicate-storm, flaky-handler and output-replay the handlers make their
+// effects in PostgreSQL instead of the ledger, and write COMPLETED (with
+// the output) in the same transaction through pgstore.CompleteInTx; there a
+// flaky failure comes after the effect's INSERT, and the rollback must take
+// it back. Those three run a quarter of the keys on these columns, and
+// concurrent-copies half. The crash child keeps its records in the same
+// table. store-outage does not apply: it kills the store's server, and the
+// PostgreSQL server is shared; nor, to keep the run short, does crash-loop.
+//
 // Servers: Redis (REDIS_ADDR, 127.0.0.1:6379), RabbitMQ (AMQP_URL,
 // amqp://guest:guest@127.0.0.1:5672/), NATS with JetStream (NATS_URL,
-// nats://127.0.0.1:4222), and Kafka: an in-process kfake cluster of three
+// nats://127.0.0.1:4222), PostgreSQL (PG_URL,
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable), and Kafka: an in-process kfake cluster of three
 // brokers, or the cluster named by KAFKA_BROKERS. redis-server must be on
 // PATH for the private store and ledger servers. docker-compose.yml at the
 // root of the repository starts all of them on those ports. Everything a run

@@ -19,25 +19,36 @@ type scenario struct {
 	// it fails the test.
 	budget time.Duration
 	run    func(e *env)
-	// na names the brokers the scenario does not apply to, and why.
+	// na names the brokers the scenario does not apply to, and why; it
+	// holds for their pg- columns too.
 	na map[string]string
+	// pgNA, when set, says why the scenario does not apply with pgstore.
+	pgNA string
+	// pgInTx: on the pg- columns, the handlers make their effects in
+	// PostgreSQL and write COMPLETED in the same transaction
+	// (pgstore.CompleteInTx), instead of in the Redis ledger.
+	pgInTx bool
 }
 
 var scenarios = []scenario{
-	{name: "duplicate-storm", budget: 4 * time.Minute, run: duplicateStorm},
-	{name: "flaky-handler", budget: 2 * time.Minute, run: flakyHandler},
+	{name: "duplicate-storm", budget: 4 * time.Minute, run: duplicateStorm, pgInTx: true},
+	{name: "flaky-handler", budget: 2 * time.Minute, run: flakyHandler, pgInTx: true},
 	{name: "concurrent-copies", budget: 2 * time.Minute, run: concurrentCopies},
 	{name: "crash", budget: 2 * time.Minute, run: crash, na: map[string]string{
 		"gochannel": "n/a: the killed process would take the in-process channel, and every message in it, " +
 			"down with it; nothing is left to redeliver",
 	}},
-	{name: "store-outage", budget: 2 * time.Minute, run: storeOutage},
+	{name: "store-outage", budget: 2 * time.Minute, run: storeOutage,
+		pgNA: "n/a with pgstore: the scenario kills and restarts the store's server, a private redis-server; " +
+			"the PostgreSQL server is shared and not the test's to kill"},
 	{name: "slow-handler", budget: 2 * time.Minute, run: slowHandler},
-	{name: "output-replay", budget: 2 * time.Minute, run: outputReplay},
+	{name: "output-replay", budget: 2 * time.Minute, run: outputReplay, pgInTx: true},
 	{name: "crash-loop", budget: 2 * time.Minute, run: crashLoop, na: map[string]string{
 		"gochannel": "n/a: each death of the consumer process would take the in-process channel, and the poison " +
 			"message in it, down with it; nothing is left to redeliver",
-	}},
+	}, pgNA: "n/a with pgstore, to keep the run short (it takes 10 s and passes: its children take the store " +
+		"from E2E_PG_TABLE as the crash scenario's do): crash covers a child killed holding pgstore leases, and " +
+		"storetest on pgstore the attempts a lapsed lease leaves counted"},
 	{name: "stuck-partition", budget: time.Minute, run: stuckPartition, na: map[string]string{
 		"redis": "n/a: a Kafka scenario; a stream has no partitions, and a nacked message holds back only the " +
 			"consumer it was delivered to",
@@ -50,8 +61,14 @@ var scenarios = []scenario{
 	}},
 }
 
-// TestE2E runs every scenario on every broker: TestE2E/<broker>/<scenario>.
-// Brokers run in parallel, the scenarios of one broker one after another.
+// columns are the table's columns: every broker with redisstore, then the
+// pg- columns with pgstore.
+var columns = append(append([]*broker(nil), brokers...), pgColumns...)
+
+// TestE2E runs every scenario on every broker: TestE2E/<broker>/<scenario>,
+// with redisstore as the store, and again on gochannel and NATS with pgstore:
+// TestE2E/pg-<broker>/<scenario>. Columns run in parallel, the scenarios
+// of one column one after another.
 func TestE2E(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end scenarios on real servers left out by -short")
@@ -65,18 +82,26 @@ func TestE2E(t *testing.T) {
 	t.Cleanup(func() {
 		t.Logf("broker    scenario\n%s", summary.table(order))
 	})
-	for _, b := range brokers {
+	for _, b := range columns {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			url := b.start(t)
 			for _, s := range scenarios {
-				if why := s.na[b.name]; why != "" {
+				why := s.na[b.kind()]
+				if why == "" && b.pg {
+					why = s.pgNA
+				}
+				if why != "" {
 					// Not a skip: the scenario does not exist for this broker.
 					t.Logf("%s/%s does not apply: %s", b.name, s.name, why)
 					continue
 				}
 				t.Run(s.name, func(t *testing.T) {
-					s.run(newEnv(t, b, url, s.name, ledger, s.budget))
+					e := newEnv(t, b, url, s.name, ledger, s.budget)
+					if s.pgInTx {
+						e.effectsInPostgres()
+					}
+					s.run(e)
 				})
 			}
 		})
@@ -87,7 +112,7 @@ func TestE2E(t *testing.T) {
 func order(key string) int {
 	broker, scen, _ := strings.Cut(key, "/")
 	n := 0
-	for i, b := range brokers {
+	for i, b := range columns {
 		if b.name == broker {
 			n = i * 100
 		}

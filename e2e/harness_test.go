@@ -14,6 +14,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,6 +23,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	idempotency "github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
@@ -67,8 +70,20 @@ type env struct {
 	ledger   *redis.Client // a private redis-server, separate from the store
 	storeURL string        // the shared Redis the store lives in
 	// newStore builds the store of one consumer; by default a redisstore
-	// with its own client of the shared Redis.
+	// with its own client of the shared Redis, on a pg- column the
+	// scenario's pgStore.
 	newStore func() idempotency.Store
+	// On a pg- column: the pool of the shared PostgreSQL, the store on a
+	// table of the scenario's own (pgTable), and the tables to drop at the
+	// end. Nil and empty otherwise.
+	pgPool   *pgxpool.Pool
+	pgStore  *pgstore.Store
+	pgTable  string
+	pgTables []string
+	// fxTable, when set (effectsInPostgres), is the PostgreSQL table that
+	// holds the effects in place of the ledger: each is made in the
+	// handler's transaction, which also writes COMPLETED.
+	fxTable string
 	// lease is the consumers' LeaseTTL; by default the package's lease.
 	lease time.Duration
 	// configure, when set, adjusts the backends configuration of every
@@ -135,6 +150,21 @@ func newEnv(t *testing.T, b *broker, url, scenario string, ledger *redis.Client,
 		require.NoError(t, err)
 		return s
 	}
+	if b.pg {
+		// Registered before e.cleanup, the pool closes after it has dropped
+		// the tables.
+		e.pgPool = testserver.PostgresPool(t)
+		e.pgTable = testserver.UniqueName("e2e_idem_")
+		e.pgTables = append(e.pgTables, e.pgTable)
+		s, err := pgstore.New(e.pgPool, pgstore.Config{Table: e.pgTable})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, s.Migrate(ctx))
+		e.pgStore = s
+		// One store for every consumer: it holds no state but the pool.
+		e.newStore = func() idempotency.Store { return s }
+	}
 	if b.inProcess {
 		e.shared = e.backend("shared")
 		e.pub = e.shared.Publisher
@@ -168,6 +198,45 @@ func (e *env) cleanup() {
 	for iter.Next(ctx) {
 		_ = e.ledger.Del(ctx, iter.Val()).Err()
 	}
+	for _, table := range e.pgTables {
+		if _, err := e.pgPool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()); err != nil {
+			e.t.Errorf("drop table %s: %v", table, err)
+		}
+	}
+}
+
+// pgScale divides the key counts of the heaviest scenarios on the pg-
+// columns: every claim there is a statement on the one shared PostgreSQL,
+// and the columns run beside all the others, two at a time on a two-CPU
+// machine. A quarter of the keys still makes thousands of deliveries race
+// for them.
+const pgScale = 4
+
+// size is n keys, or n/pgDiv on a pg- column.
+func (e *env) size(n, pgDiv int) int {
+	if e.b.pg {
+		return n / pgDiv
+	}
+	return n
+}
+
+// effectsInPostgres moves the scenario's effects, on a pg- column, from the
+// ledger to a PostgreSQL table of its own, each made in the handler's
+// transaction together with COMPLETED (pgstore.CompleteInTx): the
+// transactional path under a real broker's redeliveries. Elsewhere it does
+// nothing.
+func (e *env) effectsInPostgres() {
+	if e.pgStore == nil {
+		return
+	}
+	e.fxTable = testserver.UniqueName("e2e_fx_")
+	e.pgTables = append(e.pgTables, e.fxTable)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// No unique key on (hash, key): a double must show as a second row.
+	_, err := e.pgPool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{e.fxTable}.Sanitize()+
+		" (id bigserial PRIMARY KEY, hash text NOT NULL, key text NOT NULL)")
+	require.NoError(e.t, err)
 }
 
 // backend builds one member's Publisher and Subscriber; on gochannel every
@@ -259,14 +328,54 @@ func (e *env) stopConsumers() {
 }
 
 // effect records the side effect of msg's key in the ledger hash: the one
-// thing that must happen exactly once per key.
+// thing that must happen exactly once per key. After effectsInPostgres it
+// is a row of the effects table instead, see effectInTx.
 func (e *env) effect(msg *message.Message, hash, key string) error {
+	return e.effectOut(msg, hash, key, nil)
+}
+
+// effectOut is effect for a handler that returns out: on the transactional
+// path, out is stored with COMPLETED, for duplicates to replay.
+func (e *env) effectOut(msg *message.Message, hash, key string, out []*message.Message) error {
+	if e.fxTable != "" {
+		return e.effectInTx(msg, hash, key, out, nil)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := e.ledger.HIncrBy(ctx, e.ledgerKey(hash), key, 1).Err(); err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
 	e.effects.Store(hash+"/"+key, true)
+	return nil
+}
+
+// effectInTx inserts the effect's row and writes COMPLETED, with out as the
+// stored output, in one transaction, as a handler booking into its own
+// database would. With fail set, it fails after the INSERT instead: the
+// rollback must take the effect with it.
+func (e *env) effectInTx(msg *message.Message, hash, key string, out []*message.Message, fail error) error {
+	ctx := msg.Context()
+	err := pgx.BeginFunc(ctx, e.pgPool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{e.fxTable}.Sanitize()+" (hash, key) VALUES ($1, $2)", hash, key); err != nil {
+			return err
+		}
+		if fail != nil {
+			return fail
+		}
+		if err := e.pgStore.CompleteInTx(ctx, tx, out...); err != nil {
+			return err
+		}
+		// Marked before the commit: from the commit on, another consumer's
+		// duplicate can find the key COMPLETED and be acked, and the mark
+		// must already be there. Nothing sees COMPLETED before the commit
+		// (the row stays locked), and a commit that fails leaves the key
+		// without an effect, which checkLedger reports.
+		e.effects.Store(hash+"/"+key, true)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("effect in PostgreSQL: %w", err)
+	}
 	return nil
 }
 
@@ -440,10 +549,14 @@ func (e *env) finish() {
 }
 
 func (e *env) noteText() string {
-	if e.note == nil {
-		return ""
+	var s string
+	if e.note != nil {
+		s = ", " + e.note()
 	}
-	return ", " + e.note()
+	if e.fxTable != "" {
+		s += ", effects and COMPLETED in one PostgreSQL transaction"
+	}
+	return s
 }
 
 // checkLedger asserts that every wanted key had its effect exactly once and
@@ -452,8 +565,7 @@ func (e *env) checkLedger() int {
 	e.t.Helper()
 	total := 0
 	for hash, keys := range e.wantEffects {
-		got, err := e.ledger.HGetAll(context.Background(), e.ledgerKey(hash)).Result()
-		require.NoError(e.t, err)
+		got := e.effectCounts(hash)
 		var missing, twice []string
 		for _, k := range keys {
 			switch got[k] {
@@ -473,6 +585,31 @@ func (e *env) checkLedger() int {
 		assert.Len(e.t, got, len(keys), "%s: effects of unknown keys", hash)
 	}
 	return total
+}
+
+// effectCounts is, per key, how many effects hash holds: from the ledger,
+// or from the effects table after effectsInPostgres.
+func (e *env) effectCounts(hash string) map[string]string {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if e.fxTable == "" {
+		got, err := e.ledger.HGetAll(ctx, e.ledgerKey(hash)).Result()
+		require.NoError(e.t, err)
+		return got
+	}
+	rows, err := e.pgPool.Query(ctx, "SELECT key, count(*) FROM "+pgx.Identifier{e.fxTable}.Sanitize()+
+		" WHERE hash = $1 GROUP BY key", hash)
+	require.NoError(e.t, err)
+	got := map[string]string{}
+	var key string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&key, &n}, func() error {
+		got[key] = strconv.FormatInt(n, 10)
+		return nil
+	})
+	require.NoError(e.t, err)
+	return got
 }
 
 // snapshot is the counters at one moment.

@@ -39,9 +39,11 @@ func (e *env) effectOnce(msg *message.Message) error {
 // duplicateStorm: 2,000 keys, 5 copies each, in random order, to 4
 // competing consumers. Copies 0-2 of a key share a UUID (a producer
 // retrying), copies 3 and 4 have their own (another producer, same
-// requestId). NATS drops the UUID repeats itself (Nats-Msg-Id).
+// requestId). NATS drops the UUID repeats itself (Nats-Msg-Id). On the pg-
+// columns, 500 keys, each effect made in the handler's transaction.
 func duplicateStorm(e *env) {
-	const n, copies, consumers = 2000, 5, 4
+	const copies, consumers = 5, 4
+	n := e.size(2000, pgScale)
 	keys := keyNames("k", n)
 	e.expectEffects("up", keys)
 	e.handle(consumers, e.effectOnce)
@@ -69,9 +71,11 @@ var errFlaky = errors.New("flaky handler failed on purpose")
 // flakyHandler: 30% of all handler attempts fail before the effect; each key
 // is retried until an attempt succeeds. Whether attempt a of key k fails is
 // a hash of (k, a), so a run is reproducible and failures of one key are
-// independent of each other.
+// independent of each other. On the pg- columns (125 keys) a failure comes
+// inside the effect's transaction, after its INSERT, and must roll it back.
 func flakyHandler(e *env) {
-	const n, consumers = 500, 4
+	const consumers = 4
+	n := e.size(500, pgScale)
 	keys := keyNames("f", n)
 	e.expectEffects("up", keys)
 	var attempts sync.Map
@@ -83,6 +87,9 @@ func flakyHandler(e *env) {
 		attempt := c.(*atomic.Int64).Add(1)
 		if fnvMod(fmt.Sprintf("%s/%d", key, attempt), 100) < 30 {
 			injected.Add(1)
+			if e.fxTable != "" {
+				return e.effectInTx(msg, "up", key, nil, errFlaky)
+			}
 			return errFlaky
 		}
 		return e.effect(msg, "up", key)
@@ -107,9 +114,11 @@ func fnvMod(s string, n uint32) uint32 {
 
 // concurrentCopies: two copies of each key (different UUIDs, one
 // requestId) published at the same moment to two consumers; the handler
-// takes 200 ms, so the second copy arrives while the first runs.
+// takes 200 ms, so the second copy arrives while the first runs. The keys
+// go one after another, so the pg- columns run half of them.
 func concurrentCopies(e *env) {
-	const n, consumers = 50, 2
+	const consumers = 2
+	n := e.size(50, 2)
 	keys := keyNames("c", n)
 	e.expectEffects("up", keys)
 	e.handle(consumers, func(msg *message.Message) error {
@@ -286,9 +295,11 @@ func slowHandler(e *env) {
 // downstream gets it twice. The router nacks; the
 // redelivery finds the key COMPLETED and gets the stored output, which the
 // router publishes again with the same UUID. Downstream must see each
-// produced message, and have its effect once.
+// produced message, and have its effect once. On the pg- columns (50 keys)
+// the output is stored with COMPLETED in the effect's transaction.
 func outputReplay(e *env) {
-	const n, consumers = 200, 2
+	const consumers = 2
+	n := e.size(200, pgScale)
 	keys := keyNames("r", n)
 	down := e.topic + "-out"
 	e.topics = append(e.topics, down)
@@ -303,13 +314,13 @@ func outputReplay(e *env) {
 		r.AddHandler(handlerName, e.topic, b.Subscriber, down, fp.wrap(b.Publisher), func(msg *message.Message) ([]*message.Message, error) {
 			e.runs.Add(1)
 			key := msg.Metadata.Get("requestId")
-			if err := e.effect(msg, "up", key); err != nil {
-				return nil, err
-			}
 			out := message.NewMessage(watermill.NewUUID(), []byte("produced for "+key))
 			out.Metadata.Set(metaID, key+"#out")
 			out.Metadata.Set(metaEffect, "down/"+key)
 			out.Metadata.Set(metaSource, key)
+			if err := e.effectOut(msg, "up", key, []*message.Message{out}); err != nil {
+				return nil, err
+			}
 			return []*message.Message{out}, nil
 		})
 		r.AddNoPublisherHandler(handlerName+"-downstream", down, b.Subscriber, func(msg *message.Message) error {

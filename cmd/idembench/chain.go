@@ -34,9 +34,15 @@ type Rate struct {
 func noop(*message.Message) ([]*message.Message, error) { return nil, nil }
 
 // chainDedups names the middlewares of the chain section, in table order.
-var chainDedups = []string{"none", "watermill", "memstore", "redisstore", "naiveredis"}
+// pgstore-tx is ours on PostgreSQL with a handler that books a row and
+// completes in its own transaction (BEGIN, INSERT, CompleteInTx, COMMIT):
+// it does work the others' handlers do not.
+var chainDedups = []string{"none", "watermill", "memstore", "redisstore", "pgstore", "pgstore-tx", "naiveredis"}
 
-func buildChain(name string, rc *redis.Client, prefix string) (message.HandlerFunc, func()) {
+// needsPG says which chains run on PostgreSQL, left out without -pg.
+var needsPG = map[string]bool{"pgstore": true, "pgstore-tx": true}
+
+func buildChain(name string, rc *redis.Client, pg *pgBench, prefix string) (message.HandlerFunc, func()) {
 	switch name {
 	case "none":
 		return noop, func() {}
@@ -57,6 +63,11 @@ func buildChain(name string, rc *redis.Client, prefix string) (message.HandlerFu
 			log.Fatal(err)
 		}
 		return newIdem(s, prefix).Middleware(noop), func() {}
+	case "pgstore":
+		return newIdem(pg.store(), prefix).Middleware(noop), pg.purge
+	case "pgstore-tx":
+		s := pg.store()
+		return newIdem(s, prefix).Middleware(pg.bookingHandler(s)), pg.purge
 	case "naiveredis":
 		return benchref.NaiveRedis{Client: rc, Prefix: prefix + ":", TTL: time.Hour}.Middleware(noop), func() {}
 	}
@@ -74,12 +85,15 @@ func newIdem(s idempotency.Store, prefix string) *idempotency.Idempotency {
 
 // runChain calls each chain from c goroutines for o.chainDur, with fresh
 // keys and then with duplicates of 1024 completed keys.
-func runChain(o options, rc *redis.Client) []Rate {
+func runChain(o options, rc *redis.Client, pg *pgBench) []Rate {
 	var out []Rate
 	warmPool(rc, 2*maxInt(o.concurrency))
 	for i, name := range chainDedups {
+		if needsPG[name] && pg == nil {
+			continue
+		}
 		prefix := o.prefix + ":chain" + strconv.Itoa(i)
-		chain, closeFn := buildChain(name, rc, prefix)
+		chain, closeFn := buildChain(name, rc, pg, prefix)
 		var seq atomic.Uint64
 		fresh := func() string { return "f" + strconv.FormatUint(seq.Add(1), 10) }
 		dups := make([]string, 1024)

@@ -27,6 +27,7 @@ type options struct {
 	redisAddr   string
 	amqpURL     string
 	natsURL     string
+	pgURL       string
 	statsKeys   int
 	jsonOut     bool
 	verbose     bool
@@ -47,6 +48,8 @@ func main() {
 	flag.StringVar(&o.redisAddr, "redis", envOr("REDIS_ADDR", "127.0.0.1:6379"), "Redis: store, Redis Streams broker and ceiling")
 	flag.StringVar(&o.amqpURL, "amqp", envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL")
 	flag.StringVar(&o.natsURL, "nats", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS JetStream URL")
+	flag.StringVar(&o.pgURL, "pg", envOr("PG_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
+		"PostgreSQL: pgstore in the chain and stats sections (empty: leave it out)")
 	flag.IntVar(&o.statsKeys, "stats-n", 1000, "stats: messages per measurement")
 	flag.BoolVar(&o.jsonOut, "json", false, "print the report as JSON instead of tables")
 	jsonFile := flag.String("o", "", "also write the report as JSON to this file")
@@ -76,9 +79,16 @@ func main() {
 	defer rc.Close()
 	defer cleanup(rc, o.prefix)
 
+	var pg *pgBench
+	if o.pgURL != "" && (o.sections["chain"] || o.sections["stats"]) {
+		// As many connections as goroutines at the highest concurrency, as
+		// the Redis pool has more than enough.
+		pg = openPG(o.pgURL, maxInt(o.concurrency))
+		defer pg.close()
+	}
 	if o.sections["chain"] {
 		o.logf("chain ...")
-		rep.Chain = runChain(o, rc)
+		rep.Chain = runChain(o, rc, pg)
 	}
 	if o.sections["ceiling"] {
 		o.logf("ceiling ...")
@@ -87,6 +97,10 @@ func main() {
 	if o.sections["stats"] {
 		o.logf("stats ...")
 		rep.Stats = runStats(o)
+		if pg != nil {
+			o.logf("pgstats ...")
+			rep.PGStats = runPGStats(pg, o.statsKeys)
+		}
 	}
 	if o.sections["e2e"] {
 		rep.E2E = runE2E(o, rc)

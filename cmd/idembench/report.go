@@ -21,6 +21,7 @@ type report struct {
 	Chain   []Rate   `json:",omitempty"`
 	Ceiling Ceiling  `json:",omitzero"`
 	Stats   Stats    `json:",omitzero"`
+	PGStats PGStats  `json:",omitzero"`
 	E2E     []Rate   `json:",omitempty"`
 	Ratios  []Ratios `json:",omitempty"`
 }
@@ -37,6 +38,8 @@ type Ratios struct {
 	RedisVsNone float64
 	// Ours on Redis / the naive GET-then-SET reference.
 	RedisVsNaive float64
+	// Ours on PostgreSQL / ours on Redis (0 without -pg).
+	PGVsRedis float64
 	// Ours on Redis / the Redis ceiling for the same scripts (messages:
 	// script rate/2 fresh, script rate for duplicates).
 	RedisVsCeiling float64
@@ -76,6 +79,7 @@ func (r *report) summarise() {
 				MemstoreVsWatermill: div(r.find(r.Chain, "", "memstore", load, c), r.find(r.Chain, "", "watermill", load, c)),
 				RedisVsNone:         div(ours, r.find(r.Chain, "", "none", load, c)),
 				RedisVsNaive:        div(ours, r.find(r.Chain, "", "naiveredis", load, c)),
+				PGVsRedis:           div(r.find(r.Chain, "", "pgstore", load, c), ours),
 			}
 			if c == r.Ceiling.Clients {
 				x.RedisVsCeiling = div(ours, r.ceilingFor(load))
@@ -97,6 +101,9 @@ func (r *report) print(w io.Writer) {
 		}
 		fmt.Fprintln(tw, head)
 		for _, d := range chainDedups {
+			if needsPG[d] && r.find(r.Chain, "", d, "fresh", r.Config.Concurrency[0]) == 0 {
+				continue
+			}
 			row := d + "\t"
 			for _, c := range r.Config.Concurrency {
 				row += rate(r.find(r.Chain, "", d, "fresh", c)) + "\t" + rate(r.find(r.Chain, "", d, "duplicate", c)) + "\t"
@@ -106,9 +113,9 @@ func (r *report) print(w io.Writer) {
 		tw.Flush()
 		fmt.Fprintf(w, "\n## Ratios (rate of ours / rate of the other; 1.00 = as fast)\n\n")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "load\tc\tmemstore/watermill\tredis/none\tredis/naive\tredis/ceiling\t")
+		fmt.Fprintln(tw, "load\tc\tmemstore/watermill\tredis/none\tredis/naive\tredis/ceiling\tpg/redis\t")
 		for _, x := range r.Ratios {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", x.Load, x.Concurrency, f2(x.MemstoreVsWatermill), f3(x.RedisVsNone), f2(x.RedisVsNaive), f2(x.RedisVsCeiling))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", x.Load, x.Concurrency, f2(x.MemstoreVsWatermill), f3(x.RedisVsNone), f2(x.RedisVsNaive), f2(x.RedisVsCeiling), f2(x.PGVsRedis))
 		}
 		tw.Flush()
 	}
@@ -139,6 +146,14 @@ func (r *report) print(w io.Writer) {
 			fmt.Fprintln(w, "note:", s.Note)
 		}
 	}
+	if p := r.PGStats; p.Messages > 0 {
+		fmt.Fprintf(w, "\n## PostgreSQL round trips per message (pgstore; statements sent by the pool, pgx tracer; %d messages each)\n\n", p.Messages)
+		fmt.Fprintf(w, "fresh message:                          %.2f  (claim + complete; target 2: %s)\n", p.Fresh, met(p.Fresh, 2))
+		fmt.Fprintf(w, "duplicate:                              %.2f  (the claim finds it COMPLETED; target 1: %s)\n", p.Duplicate, met(p.Duplicate, 1))
+		fmt.Fprintf(w, "fresh, completion in the handler's tx:  %.2f  outside the handler's transaction (the claim; target 1: %s)\n", p.FreshTx, met(p.FreshTx, 1))
+		fmt.Fprintf(w, "                                        + %.2f statements in the handler's transaction (BEGIN, INSERT, CompleteInTx, COMMIT), %.2f of them the store's\n", p.TxHandler, p.TxStore)
+		fmt.Fprintf(w, "statements prepared while measuring:    %d (pgx prepares each once per connection)\n", p.Prepares)
+	}
 	if len(r.E2E) > 0 {
 		fmt.Fprintf(w, "\n## End to end through a Watermill router (messages/s, %d messages per cell, first to last handled)\n\n", r.Config.N)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -158,6 +173,14 @@ func (r *report) print(w io.Writer) {
 		}
 		tw.Flush()
 	}
+}
+
+// met says whether a count per message is within target.
+func met(x, target float64) string {
+	if x <= target {
+		return "met"
+	}
+	return "missed"
 }
 
 func f2(x float64) string {
