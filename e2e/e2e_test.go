@@ -46,9 +46,7 @@ var scenarios = []scenario{
 	{name: "crash-loop", budget: 2 * time.Minute, run: crashLoop, na: map[string]string{
 		"gochannel": "n/a: each death of the consumer process would take the in-process channel, and the poison " +
 			"message in it, down with it; nothing is left to redeliver",
-	}, pgNA: "n/a with pgstore, to keep the run short (it takes 10 s and passes: its children take the store " +
-		"from E2E_PG_TABLE as the crash scenario's do): crash covers a child killed holding pgstore leases, and " +
-		"storetest on pgstore the attempts a lapsed lease leaves counted"},
+	}},
 	{name: "stuck-partition", budget: time.Minute, run: stuckPartition, na: map[string]string{
 		"redis": "n/a: a Kafka scenario; a stream has no partitions, and a nacked message holds back only the " +
 			"consumer it was delivered to",

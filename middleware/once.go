@@ -182,6 +182,7 @@ func (o *Once) Do(ctx context.Context, key string, work func(ctx context.Context
 		return Result{Attempts: claim.Record.Attempts}, err
 	}
 
+	lease.run.do = true // for RunFromContext
 	finished := false
 	defer func() {
 		if !finished {

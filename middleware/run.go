@@ -17,16 +17,24 @@ type Run struct {
 	// idem is the Watermill middleware running the handler, whose Config
 	// says how produced messages are stored; nil outside it.
 	idem *Idempotency
+	// do: the run is Once.Do's, whose work returns the value to store.
+	do bool
 }
 
 type runKey struct{}
 
 // RunFromContext returns the run that ctx belongs to: the context of a
-// Watermill handler under this middleware (msg.Context()), of the work of
-// Once.Do, or of Lease.Context. It returns false outside any run.
+// Watermill handler under this middleware (msg.Context()) or of the work of
+// Once.Do. It returns false outside such a run, and for the runs of other
+// adapters (package httpidem stores the response the handler wrote, which a
+// transaction inside the handler cannot know), so that a store's
+// transactional completion refuses them instead of storing a wrong result.
 func RunFromContext(ctx context.Context) (*Run, bool) {
 	r, ok := ctx.Value(runKey{}).(*Run)
-	return r, ok
+	if !ok || r.idem == nil && !r.do {
+		return nil, false
+	}
+	return r, true
 }
 
 // Key is the stored key of the run.
@@ -42,8 +50,9 @@ func (r *Run) CompletedTTL() time.Duration { return r.lease.o.cfg.CompletedTTL }
 // Result is the stored result of a Watermill handler that produced out,
 // encoded as the middleware stores it (bounded by Config.MaxOutputSize,
 // nothing when output replay is disabled), so that duplicates republish
-// the same messages. Outside the Watermill middleware it encodes out with
-// the same format and no bound.
+// the same messages. For a run of Once.Do, whose stored result is the
+// work's value itself, it encodes out with the same format and no bound;
+// such work passes its value to the store instead.
 func (r *Run) Result(out ...*message.Message) []byte {
 	if r.idem != nil {
 		return r.idem.encodeResult(out, r.lease.dv)

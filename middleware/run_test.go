@@ -57,3 +57,17 @@ func TestRunFromContextOutsideARun(t *testing.T) {
 	})
 	require.NoError(t, err)
 }
+
+// Runs of adapters that store something other than what a transaction
+// inside the work knows (the HTTP middleware stores the response) are not
+// offered to transactional completion.
+func TestRunFromContextOnlyForWatermillAndDo(t *testing.T) {
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{})}, nil)
+	require.NoError(t, err)
+	lease, _, err := once.Claim(context.Background(), "claimed", idempotency.ClaimOptions{})
+	require.NoError(t, err)
+	require.NotNil(t, lease)
+	_, ok := idempotency.RunFromContext(lease.Context())
+	assert.False(t, ok, "a lease claimed through Once.Claim")
+	lease.Fail()
+}

@@ -155,6 +155,31 @@
 // stops renewing its lease once the fenced write succeeded). CompleteTx is
 // the same for callers that manage key, token and TTL themselves.
 //
+// What to know before using it:
+//
+//   - Run the transaction at READ COMMITTED, PostgreSQL's default. Under
+//     REPEATABLE READ or SERIALIZABLE, the owner's own renewals and the
+//     claims of duplicates change the record's row while the transaction
+//     runs, and the completion then fails with a serialization error
+//     (SQLSTATE 40001) on every delivery of a handler longer than a third of
+//     the lease.
+//   - A second transaction of the same run (a retry inside the handler
+//     after a COMMIT whose answer was lost) gets ErrAlreadyCompleted from
+//     its completion and must roll back: its effect is already committed.
+//   - The handler must return the error of its COMMIT: a handler that
+//     reports success although its transaction rolled back has its message
+//     acked with no effect; the key is left to lapse, and nothing redelivers
+//     it. pgx.BeginFunc returns that error.
+//   - A consumer that stalls (or is cut off) between the completion and its
+//     COMMIT holds the record's row lock until PostgreSQL ends its session;
+//     until then every copy of the key waits. Set
+//     idle_in_transaction_session_timeout (below the lease) and lock_timeout
+//     on the application's role, and TCP keepalives on its connections, so
+//     that a dead session is ended, and its transaction rolled back, soon.
+//   - The HTTP middleware does not offer it (its stored response is what the
+//     handler wrote, which a transaction inside the handler cannot know):
+//     CompleteInTx returns ErrNoRun there.
+//
 // # database/sql
 //
 // The store needs pgx's pool. A program that uses database/sql opens a

@@ -174,3 +174,56 @@ func TestLostLeaseRollsTheEffectBack(t *testing.T) {
 	assert.Equal(t, 2, rec.Attempts, "the lapsed lease counted, the takeover completed")
 	assert.EqualValues(t, 1, slowObs.outcomes[idempotency.OutcomeHandlerFailed].Load())
 }
+
+// A second transaction of the same run, as a retry inside the handler after
+// a COMMIT whose answer was lost, must not commit a second effect: its
+// completion says ErrAlreadyCompleted and it rolls back.
+func TestSecondTransactionOfARunRollsBack(t *testing.T) {
+	pool := testPool(t)
+	store, _ := newTable(t, pool)
+	effects := effectsTable(t, pool)
+	idem, err := idempotency.New(idempotency.Config{Store: store, NackDelay: -1}, nil)
+	require.NoError(t, err)
+	book := bookingHandler(pool, store, effects)
+	var second error
+	_, err = idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		if _, err := book(msg); err != nil {
+			return nil, err
+		}
+		_, second = book(msg) // the retry of a handler that thought its commit failed
+		return nil, nil
+	})(newMessage("order-7"))
+	require.NoError(t, err)
+	require.ErrorIs(t, second, pgstore.ErrAlreadyCompleted)
+	assert.Equal(t, 1, effectsOf(t, pool, effects, "order-7"), "one effect: the second transaction rolled back")
+}
+
+// Once.Do's work completes in its transaction with its value, which later
+// callers get back; a context outside any run is refused.
+func TestCompleteValueInTx(t *testing.T) {
+	pool := testPool(t)
+	store, _ := newTable(t, pool)
+	effects := effectsTable(t, pool)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store}, nil)
+	require.NoError(t, err)
+	work := func(ctx context.Context) ([]byte, error) {
+		value := []byte("invoice-17")
+		return value, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{effects}.Sanitize()+" (key) VALUES ('invoice-17')"); err != nil {
+				return err
+			}
+			return store.CompleteValueInTx(ctx, tx, value)
+		})
+	}
+	for range 3 {
+		res, err := once.Do(context.Background(), "invoice-17", work)
+		require.NoError(t, err)
+		assert.Equal(t, []byte("invoice-17"), res.Value)
+	}
+	assert.Equal(t, 1, effectsOf(t, pool, effects, "invoice-17"))
+
+	tx, err := pool.Begin(context.Background())
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	assert.ErrorIs(t, store.CompleteInTx(context.Background(), tx), pgstore.ErrNoRun)
+}

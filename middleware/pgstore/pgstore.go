@@ -121,7 +121,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duratio
 
 // Complete implements middleware.Store with one UPDATE.
 func (s *Store) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
-	return s.CompleteTx(ctx, s.pool, key, token, result, ttl)
+	return s.complete(ctx, s.pool, "complete", key, token, result, ttl)
 }
 
 // Fail implements middleware.Store with one UPDATE.
@@ -166,6 +166,11 @@ func (s *Store) owned(ctx context.Context, q Querier, op, key, token, stmt strin
 		if !r.expired() && string(r.token) == token &&
 			(op == "complete" && *r.state == stateCompleted || op == "fail" && *r.state == stateFailed) {
 			return nil // the token's own transition, resent
+		}
+		if !r.expired() && string(r.token) == token && op == opCompleteTx && *r.state == stateCompleted {
+			// Not a resend: another transaction of this run committed its
+			// effect and COMPLETED already; this one must not commit.
+			return wrap(op, key, ErrAlreadyCompleted)
 		}
 	}
 	if op == "release" {

@@ -21,24 +21,44 @@ type Querier interface {
 
 // CompleteTx is Complete run by q, typically the pgx.Tx in which the handler
 // made its effect: the effect and the COMPLETED record then commit together,
-// or not at all. The fence is the same as Complete's: it returns
-// middleware.ErrLeaseLost unless token holds a lease that has not lapsed (or
-// its own Complete was already applied), and then the transaction must roll
-// back, effect included. Once applied, the row stays locked until the
+// or not at all. The fence is Complete's, but stricter: it returns
+// middleware.ErrLeaseLost unless token holds a lease that has not lapsed,
+// and ErrAlreadyCompleted when token's own COMPLETED was committed before;
+// in both cases the transaction must roll back, effect included. Once applied, the row stays locked until the
 // transaction ends, so no claim can take the key over in between; a claim of
 // the key waits for the commit and then finds it COMPLETED. Under REPEATABLE
 // READ or SERIALIZABLE, a concurrent change of the row is a serialization
 // failure (SQLSTATE 40001), returned as it is: roll back and let the message
 // be redelivered.
 func (s *Store) CompleteTx(ctx context.Context, q Querier, key, token string, result []byte, ttl time.Duration) error {
+	return s.complete(ctx, q, opCompleteTx, key, token, result, ttl)
+}
+
+// complete is Complete (op "complete": a resend by the owner succeeds) and
+// CompleteTx (opCompleteTx: it does not).
+func (s *Store) complete(ctx context.Context, q Querier, op, key, token string, result []byte, ttl time.Duration) error {
 	if err := middleware.CheckOwner(key, token, ttl); err != nil {
-		return wrap("complete", key, err)
+		return wrap(op, key, err)
 	}
 	if result == nil {
 		result = []byte{} // NULL is the absence of a result; an empty one is a value
 	}
-	return s.owned(ctx, q, "complete", key, token, s.sql.complete, result, micros(ttl))
+	return s.owned(ctx, q, op, key, token, s.sql.complete, result, micros(ttl))
 }
+
+// opCompleteTx names CompleteTx in errors and tells owned that a COMPLETED
+// record of the same token is not a resend.
+const opCompleteTx = "complete in transaction"
+
+// ErrAlreadyCompleted is returned by CompleteTx, CompleteInTx and
+// CompleteValueInTx when the run's own COMPLETED record was committed
+// before, by an earlier transaction of the same run: its COMMIT succeeded
+// though the caller saw an error, and the work was tried again (Watermill's
+// Retry inside this middleware, say). Roll the transaction back: its effect
+// is already in the database. Unlike Complete, which a client resends with
+// nothing else in it, a transaction that completes carries an effect, and
+// committing it twice would double the effect.
+var ErrAlreadyCompleted = errors.New("pgstore: the run already committed its COMPLETED record and its effect")
 
 // SQLTx adapts a database/sql transaction to Querier, for CompleteTx. The
 // *sql.DB must use a PostgreSQL driver that takes $1 placeholders and maps

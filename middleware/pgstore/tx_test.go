@@ -166,11 +166,14 @@ func TestCompleteTxWithDatabaseSQL(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, middleware.StateCompleted, rec.State)
 
-	// The fence and the resend answer through database/sql as through pgx.
+	// The fence answers through database/sql as through pgx. A second
+	// transaction of the same owner must not commit: its effect would be a
+	// double.
 	tx, err = db.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback() }()
-	assert.NoError(t, s.CompleteTx(ctx, pgstore.SQLTx(tx), "k", tok, []byte("r"), time.Minute), "resent")
+	assert.ErrorIs(t, s.CompleteTx(ctx, pgstore.SQLTx(tx), "k", tok, []byte("r"), time.Minute), pgstore.ErrAlreadyCompleted,
+		"a second transaction of the owner that committed")
 	assert.ErrorIs(t, s.CompleteTx(ctx, pgstore.SQLTx(tx), "k", middleware.NewToken(), nil, time.Minute), middleware.ErrLeaseLost)
 	assert.Equal(t, 1, countEffects(t, pool, fx))
 }
