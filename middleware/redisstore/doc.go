@@ -89,7 +89,8 @@
 //   - Redis 5 or newer for the store: the scripts read the server's clock
 //     (TIME) before they write, which needs script effects replication, the
 //     default since 5.0. Redis 7.0 or newer for ExpiringKeyRepository, which
-//     uses SET with both NX and GET.
+//     uses SET with both NX and GET. The tests run on Redis 7.0; older
+//     servers are not tested.
 //   - maxmemory-policy noeviction (the default). Every record has a TTL, so
 //     any volatile-* or allkeys-* policy may evict an IN_PROGRESS or
 //     COMPLETED record under memory pressure, and the effect runs again. Size
