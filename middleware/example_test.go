@@ -52,7 +52,7 @@ func Example_router() {
 	router.AddMiddleware(idem.Middleware)
 
 	failed := false
-	router.AddNoPublisherHandler("ship", "orders", pubSub, func(msg *message.Message) error {
+	router.AddConsumerHandler("ship", "orders", pubSub, func(msg *message.Message) error {
 		if !failed {
 			failed = true
 			fmt.Println("ship", msg.Metadata.Get("requestId"), "failed, will be redelivered")

@@ -76,7 +76,7 @@ func TestRedisThousandMessagesThreeCopiesFlakyFirstAttempts(t *testing.T) {
 	count := &acks{}
 	startRouter(t, func(r *message.Router) {
 		r.AddMiddleware(count.middleware, idem.Middleware)
-		r.AddNoPublisherHandler("flaky", "in", pubSub, func(msg *message.Message) error {
+		r.AddConsumerHandler("flaky", "in", pubSub, func(msg *message.Message) error {
 			key := msg.Metadata.Get("requestId")
 			if _, seen := attempted.LoadOrStore(key, true); !seen && fnvMod(key, 5) == 0 {
 				injected.Add(1)
@@ -118,7 +118,7 @@ func twoRouters(t *testing.T, idem *idempotency.Idempotency, count *acks, handle
 		t.Cleanup(func() { _ = pubSub.Close() })
 		startRouter(t, func(r *message.Router) {
 			r.AddMiddleware(count.middleware, idem.Middleware)
-			r.AddNoPublisherHandler("h", "in", pubSub, handler)
+			r.AddConsumerHandler("h", "in", pubSub, handler)
 		})
 		pubs = append(pubs, pubSub)
 	}
@@ -228,7 +228,7 @@ func TestRedisKilledMidStreamAndRestarted(t *testing.T) {
 	}
 	startRouter(t, func(r *message.Router) {
 		r.AddMiddleware(count.middleware, checkAck, idem.Middleware)
-		r.AddNoPublisherHandler("h", "in", pubSub, func(msg *message.Message) error {
+		r.AddConsumerHandler("h", "in", pubSub, func(msg *message.Message) error {
 			effects.record(msg.Metadata.Get("requestId"))
 			time.Sleep(2 * time.Millisecond)
 			return nil

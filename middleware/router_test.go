@@ -64,7 +64,7 @@ func TestPermanentErrorsGoToPoisonQueue(t *testing.T) {
 	h.failFor.Store(1 << 20) // always fails
 	startRouter(t, func(r *message.Router) {
 		r.AddMiddleware(poison, idem.Middleware)
-		r.AddNoPublisherHandler("h", "in", pubSub, func(msg *message.Message) error {
+		r.AddConsumerHandler("h", "in", pubSub, func(msg *message.Message) error {
 			_, err := h.handle(msg)
 			return err
 		})
@@ -98,7 +98,7 @@ func TestScopeKeepsHandlersOfOneTopicApart(t *testing.T) {
 	startRouter(t, func(r *message.Router) {
 		r.AddMiddleware(idem.Middleware)
 		for _, name := range []string{"billing", "shipping"} {
-			r.AddNoPublisherHandler(name, "orders", pubSub, func(msg *message.Message) error {
+			r.AddConsumerHandler(name, "orders", pubSub, func(msg *message.Message) error {
 				mu.Lock()
 				runs[name]++
 				mu.Unlock()
@@ -131,7 +131,7 @@ func TestRecommendedStackTimeoutCutsAHungHandler(t *testing.T) {
 	startRouter(t, func(r *message.Router) {
 		r.AddMiddleware(wmmiddleware.CorrelationID, poison, wmmiddleware.Recoverer, idem.Middleware,
 			wmmiddleware.Timeout(100*time.Millisecond))
-		r.AddNoPublisherHandler("hangs-once", "in", pubSub, func(msg *message.Message) error {
+		r.AddConsumerHandler("hangs-once", "in", pubSub, func(msg *message.Message) error {
 			if runs.Add(1) == 1 {
 				<-msg.Context().Done() // hung until Timeout cuts it
 				return msg.Context().Err()

@@ -37,8 +37,6 @@ type e2eRun struct {
 	chain  message.HandlerMiddleware
 	group  string
 	cfg    backends.Config
-	// topics of this run; layout says how handlers map onto them.
-	topics []string
 }
 
 func runE2E(o options, rc *redis.Client) []Rate {

@@ -189,10 +189,9 @@ type Stats struct {
 	MemoryWithOutput     float64
 	UsedMemoryWithOutput float64
 	// OutputBytes is the size of the stored value of a key with output.
-	OutputBytes                int
-	Encoding                   string
-	Note                       string `json:",omitempty"`
-	commandsBefore, commandsAt map[string]int64
+	OutputBytes int
+	Encoding    string
+	Note        string `json:",omitempty"`
 }
 
 // Renewals describes a handler run under a short lease.

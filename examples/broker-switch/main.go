@@ -100,7 +100,7 @@ func run(w io.Writer) error {
 	effects := map[string]int{}
 	runID := watermill.NewShortUUID()
 	topic := "orders-" + runID // a topic and order numbers of this run's own
-	router.AddNoPublisherHandler("charge", topic, b.Subscriber, func(msg *message.Message) error {
+	router.AddConsumerHandler("charge", topic, b.Subscriber, func(msg *message.Message) error {
 		mu.Lock()
 		effects[msg.Metadata.Get("requestId")]++
 		mu.Unlock()

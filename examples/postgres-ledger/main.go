@@ -228,7 +228,7 @@ func consume(ctx context.Context, w io.Writer, s settings, pool *pgxpool.Pool, s
 		return err
 	}
 	router.AddMiddleware(idem.Middleware)
-	router.AddNoPublisherHandler(handlerName, s.topic, b.Subscriber, book(pool, store, s.ledger))
+	router.AddConsumerHandler(handlerName, s.topic, b.Subscriber, book(pool, store, s.ledger))
 
 	ctx, cancel := context.WithCancel(ctx)
 	var background sync.WaitGroup

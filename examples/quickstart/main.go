@@ -81,7 +81,7 @@ func run(w io.Writer) error {
 	var mu sync.Mutex
 	charged := map[string]int{} // the side effect: what a payment provider would see
 	failedOnce := map[string]bool{}
-	router.AddNoPublisherHandler("charge", "orders", pubSub, func(msg *message.Message) error {
+	router.AddConsumerHandler("charge", "orders", pubSub, func(msg *message.Message) error {
 		order := msg.Metadata.Get("requestId")
 		mu.Lock()
 		defer mu.Unlock()

@@ -29,7 +29,7 @@ func main() {
 		idem.Middleware,                 // once per requestId, per handler
 		middleware.Timeout(time.Minute), // inside: a handler stuck past it is cancelled, left FAILED, retried
 	)
-	router.AddNoPublisherHandler("charge", "orders", broker.Subscriber, func(msg *message.Message) error {
+	router.AddConsumerHandler("charge", "orders", broker.Subscriber, func(msg *message.Message) error {
 		return charge(msg.Context(), msg.Metadata.Get("requestId"), msg.Payload) // runs once per key
 	})
 	if err := router.Run(context.Background()); err != nil {

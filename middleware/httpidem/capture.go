@@ -136,7 +136,3 @@ var hopByHop = map[string]bool{
 	"Te":                true,
 	"Trailer":           true,
 }
-
-// wrote reports whether the handler answered: wrote a header, a body, or
-// flushed.
-func (r *recorder) wrote() bool { return r.status != 0 }

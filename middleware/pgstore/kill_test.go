@@ -188,7 +188,7 @@ func killChild(kind string) int {
 		}
 	}
 	r.AddMiddleware(announceCommitted, idem.Middleware)
-	r.AddNoPublisherHandler(killHandler, os.Getenv(killTopicVar), b.Subscriber, handler)
+	r.AddConsumerHandler(killHandler, os.Getenv(killTopicVar), b.Subscriber, handler)
 	if err := r.Run(ctx); err != nil {
 		return fail(err)
 	}

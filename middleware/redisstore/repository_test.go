@@ -71,7 +71,7 @@ func TestWatermillDeduplicatorAcrossRouters(t *testing.T) {
 			Timeout: 5 * time.Second,
 		}
 		router.AddMiddleware(dedup.Middleware)
-		router.AddNoPublisherHandler("h", "topic", pubSub, func(msg *message.Message) error {
+		router.AddConsumerHandler("h", "topic", pubSub, func(msg *message.Message) error {
 			handled.Add(1)
 			if _, loaded := seen.LoadOrStore(msg.Metadata.Get("requestId"), r); loaded {
 				t.Errorf("request %s handled twice", msg.Metadata.Get("requestId"))
