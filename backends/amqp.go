@@ -3,11 +3,9 @@ package backends
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
-	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
@@ -60,50 +58,44 @@ func newAMQP(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend,
 		return nil, errors.Join(unreachable(AMQP, ep.addrs, cfg.DialTimeout, err), pub.Close())
 	}
 	return &Backend{
-		Publisher: &amqpPublisher{
-			Publisher: pub,
-			config:    pubConfig,
-			groups:    cfg.AMQP.PublishGroups,
-			logger:    logger,
-			declared:  map[string]bool{},
-		},
+		Publisher: ensuringPublisher{Publisher: pub, ensure: (&amqpQueues{
+			pub:      pub,
+			config:   pubConfig,
+			groups:   cfg.AMQP.PublishGroups,
+			logger:   logger,
+			declared: newTopicSet[struct{}](),
+		}).ensure},
 		Subscriber: newNackDelaySubscriber(sub, cfg.NackResendSleep),
 	}, nil
 }
 
-// amqpPublisher declares the queues of the configured groups before the first
-// publish to each topic.
-type amqpPublisher struct {
-	*amqp.Publisher
-	config amqp.Config
-	groups []string
-	logger watermill.LoggerAdapter
-
-	mu       sync.Mutex
-	declared map[string]bool
+// amqpQueues declares the queues of the configured groups before the first
+// publish to each topic, so that messages published before any subscriber
+// started wait in the groups' queues instead of being dropped by the
+// exchange.
+type amqpQueues struct {
+	pub      *amqp.Publisher
+	config   amqp.Config
+	groups   []string
+	logger   watermill.LoggerAdapter
+	declared *topicSet[struct{}]
 }
 
-var _ message.Publisher = (*amqpPublisher)(nil)
-
-// Publish declares the topic's exchange and the groups' queues once, then
-// publishes and waits for the broker's confirms.
-func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) error {
-	if err := p.declare(topic); err != nil {
-		return err
-	}
-	return p.Publisher.Publish(topic, msgs...)
+// ensure declares the topic's exchange and the groups' queues once per
+// process.
+func (q *amqpQueues) ensure(topic string) error {
+	_, err := q.declared.ensure(topic, func(topic string) (struct{}, error) { return struct{}{}, q.declare(topic) })
+	return err
 }
 
-func (p *amqpPublisher) declare(topic string) (err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.declared[topic] || len(p.groups) == 0 {
+func (q *amqpQueues) declare(topic string) (err error) {
+	if len(q.groups) == 0 {
 		return nil
 	}
-	if !p.IsConnected() {
+	if !q.pub.IsConnected() {
 		return errors.New("backends: amqp: not connected")
 	}
-	ch, err := p.Connection().Channel()
+	ch, err := q.pub.Connection().Channel()
 	if err != nil {
 		return fmt.Errorf("backends: amqp: open channel: %w", err)
 	}
@@ -112,17 +104,16 @@ func (p *amqpPublisher) declare(topic string) (err error) {
 			err = fmt.Errorf("backends: amqp: close channel: %w", cerr)
 		}
 	}()
-	for _, group := range p.groups {
+	for _, group := range q.groups {
 		params := amqp.BuildTopologyParams{
 			Topic:        topic,
 			QueueName:    amqp.GenerateQueueNameTopicNameWithSuffix(group)(topic),
-			ExchangeName: p.config.Exchange.GenerateName(topic),
-			RoutingKey:   p.config.QueueBind.GenerateRoutingKey(topic),
+			ExchangeName: q.config.Exchange.GenerateName(topic),
+			RoutingKey:   q.config.QueueBind.GenerateRoutingKey(topic),
 		}
-		if err := p.config.TopologyBuilder.BuildTopology(ch, params, p.config, p.logger); err != nil {
+		if err := q.config.TopologyBuilder.BuildTopology(ch, params, q.config, q.logger); err != nil {
 			return fmt.Errorf("backends: amqp: declare queue %q: %w", params.QueueName, err)
 		}
 	}
-	p.declared[topic] = true
 	return nil
 }

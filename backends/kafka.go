@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"sync"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
@@ -63,7 +62,7 @@ func newKafka(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend
 		conf:        subConf,
 		partitions:  cfg.Kafka.Partitions,
 		replication: cfg.Kafka.ReplicationFactor,
-		created:     map[string]bool{},
+		created:     newTopicSet[struct{}](),
 	}
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{
 		Brokers:               ep.addrs,
@@ -85,7 +84,7 @@ func newKafka(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend
 		return nil, fmt.Errorf("backends: kafka subscriber: %w", err)
 	}
 	return &Backend{
-		Publisher:  &kafkaPublisher{pub: pub, topics: topics},
+		Publisher:  ensuringPublisher{Publisher: pub, ensure: topics.ensure},
 		Subscriber: &kafkaSubscriber{sub: sub, topics: topics},
 	}, nil
 }
@@ -104,23 +103,19 @@ type kafkaTopics struct {
 	conf        *sarama.Config
 	partitions  int32
 	replication int16
-
-	mu      sync.Mutex
-	created map[string]bool
+	created     *topicSet[struct{}]
 }
 
-// ensure creates topic unless this process already did, or it exists. It
-// holds a lock for the whole call, so concurrent first publishes create the
-// topic once.
+// ensure creates topic unless this process already did, or it exists.
 func (k *kafkaTopics) ensure(topic string) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.created[topic] {
-		return nil
-	}
+	_, err := k.created.ensure(topic, k.create)
+	return err
+}
+
+func (k *kafkaTopics) create(topic string) (struct{}, error) {
 	admin, err := sarama.NewClusterAdmin(k.brokers, k.conf)
 	if err != nil {
-		return fmt.Errorf("backends: kafka admin: %w", err)
+		return struct{}{}, fmt.Errorf("backends: kafka admin: %w", err)
 	}
 	defer func() { _ = admin.Close() }()
 
@@ -128,34 +123,16 @@ func (k *kafkaTopics) ensure(topic string) error {
 	if replication == 0 {
 		brokers, _, err := admin.DescribeCluster()
 		if err != nil {
-			return fmt.Errorf("backends: kafka describe cluster: %w", err)
+			return struct{}{}, fmt.Errorf("backends: kafka describe cluster: %w", err)
 		}
 		replication = int16(min(len(brokers), defaultKafkaMaxReplicas))
 	}
 	err = admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: k.partitions, ReplicationFactor: replication}, false)
 	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
-		return fmt.Errorf("backends: kafka create topic %q (%d partitions, replication %d): %w", topic, k.partitions, replication, err)
+		return struct{}{}, fmt.Errorf("backends: kafka create topic %q (%d partitions, replication %d): %w", topic, k.partitions, replication, err)
 	}
-	k.created[topic] = true
-	return nil
+	return struct{}{}, nil
 }
-
-// kafkaPublisher creates a topic before its first publish.
-type kafkaPublisher struct {
-	pub    *kafka.Publisher
-	topics *kafkaTopics
-}
-
-var _ message.Publisher = (*kafkaPublisher)(nil)
-
-func (p *kafkaPublisher) Publish(topic string, msgs ...*message.Message) error {
-	if err := p.topics.ensure(topic); err != nil {
-		return err
-	}
-	return p.pub.Publish(topic, msgs...)
-}
-
-func (p *kafkaPublisher) Close() error { return p.pub.Close() }
 
 // kafkaSubscriber creates a topic before its first subscribe.
 type kafkaSubscriber struct {

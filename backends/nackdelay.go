@@ -125,3 +125,17 @@ func (s *nackDelaySubscriber) Close() error {
 	s.wg.Wait()
 	return err
 }
+
+// settleOnStop settles a message when its subscription stops: as the handler
+// did if it answered just before (select picks among ready cases at random,
+// so an ack must not lose to the stop signal), else with abandon.
+func settleOnStop(msg *message.Message, ack, nack, abandon func()) {
+	select {
+	case <-msg.Acked():
+		ack()
+	case <-msg.Nacked():
+		nack()
+	default:
+		abandon()
+	}
+}

@@ -1,0 +1,127 @@
+package backends
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// Defaults for the zero values of Config fields.
+const (
+	defaultDialTimeout        = 10 * time.Second
+	defaultNackResendSleep    = time.Second
+	defaultKafkaPartitions    = 12
+	defaultKafkaMaxReplicas   = 3
+	defaultRedisMaxIdleTime   = 60 * time.Second
+	defaultRedisClaimInterval = 5 * time.Second
+	defaultAMQPPrefetch       = 1
+	defaultNATSAckWait        = 60 * time.Second
+	defaultNATSMaxAckPending  = 100
+)
+
+// Validate reports whether c can be used by New: a URL that names a
+// supported broker and parses for it, a Group where the broker needs one, and
+// no negative durations or counts. Zero values are valid: they mean the
+// documented defaults. Validate does not contact the broker.
+func (c Config) Validate() error {
+	ep, err := parseEndpoint(c.URL)
+	if err != nil {
+		return err
+	}
+	if ep.broker != GoChannel && strings.TrimSpace(c.Group) == "" {
+		return fmt.Errorf("%w: %s needs one (set %s)", ErrMissingGroup, ep.broker, EnvGroup)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"NackResendSleep", c.NackResendSleep},
+		{"DialTimeout", c.DialTimeout},
+		{"Redis.MaxIdleTime", c.Redis.MaxIdleTime},
+		{"Redis.ClaimInterval", c.Redis.ClaimInterval},
+		{"NATS.AckWait", c.NATS.AckWait},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("%w: %s is negative (%v)", ErrInvalidConfig, d.name, d.v)
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int64
+	}{
+		{"Kafka.Partitions", int64(c.Kafka.Partitions)},
+		{"Kafka.ReplicationFactor", int64(c.Kafka.ReplicationFactor)},
+		{"Redis.MaxLen", c.Redis.MaxLen},
+		{"AMQP.Prefetch", int64(c.AMQP.Prefetch)},
+		{"NATS.MaxAckPending", int64(c.NATS.MaxAckPending)},
+	} {
+		if n.v < 0 {
+			return fmt.Errorf("%w: %s is negative (%d)", ErrInvalidConfig, n.name, n.v)
+		}
+	}
+	if c.Kafka.Version != "" {
+		if _, err := sarama.ParseKafkaVersion(c.Kafka.Version); err != nil {
+			return fmt.Errorf("%w: Kafka.Version %q: %v", ErrInvalidConfig, c.Kafka.Version, err)
+		}
+	}
+	for _, g := range c.AMQP.PublishGroups {
+		if strings.TrimSpace(g) == "" {
+			return fmt.Errorf("%w: AMQP.PublishGroups holds an empty group", ErrInvalidConfig)
+		}
+	}
+	return nil
+}
+
+// withDefaults returns c with every zero field replaced by its default.
+func (c Config) withDefaults() Config {
+	c.URL = strings.TrimSpace(c.URL)
+	c.Group = strings.TrimSpace(c.Group)
+	if c.Consumer == "" {
+		c.Consumer = defaultConsumerName()
+	}
+	if c.NackResendSleep == 0 {
+		c.NackResendSleep = defaultNackResendSleep
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = defaultDialTimeout
+	}
+	if c.Kafka.Partitions == 0 {
+		c.Kafka.Partitions = defaultKafkaPartitions
+	}
+	if c.Kafka.Version == "" {
+		c.Kafka.Version = sarama.DefaultVersion.String()
+	}
+	if c.Redis.MaxIdleTime == 0 {
+		c.Redis.MaxIdleTime = defaultRedisMaxIdleTime
+	}
+	if c.Redis.ClaimInterval == 0 {
+		c.Redis.ClaimInterval = defaultRedisClaimInterval
+	}
+	if c.AMQP.Prefetch == 0 {
+		c.AMQP.Prefetch = defaultAMQPPrefetch
+	}
+	if len(c.AMQP.PublishGroups) == 0 && c.Group != "" {
+		c.AMQP.PublishGroups = []string{c.Group}
+	} else {
+		c.AMQP.PublishGroups = append([]string(nil), c.AMQP.PublishGroups...)
+	}
+	if c.NATS.AckWait == 0 {
+		c.NATS.AckWait = defaultNATSAckWait
+	}
+	if c.NATS.MaxAckPending == 0 {
+		c.NATS.MaxAckPending = defaultNATSMaxAckPending
+	}
+	return c
+}
+
+func defaultConsumerName() string {
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	// Without a host name there is nothing stable to use; a fixed name at
+	// least keeps a restarted process from leaving a dead consumer behind.
+	return "watermill"
+}
