@@ -1,0 +1,316 @@
+package grpcidem_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
+	"github.com/idempotency/watermill-idempotency/middleware/grpcidem/internal/testpb"
+)
+
+// retryPolicy is a service config that retries UNAVAILABLE, quickly.
+const retryPolicy = `{"methodConfig": [{
+	"name": [{"service": "grpcidem.test.v1.Ledger"}],
+	"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.05s",
+		"backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
+}]}`
+
+// attempt is one attempt of a call as the server received it.
+type attempt struct {
+	key      string
+	previous []string // grpc-previous-rpc-attempts, set by grpc-go on a retry
+}
+
+// attempts records every attempt that reaches the server, before the
+// idempotency interceptor.
+type attempts struct {
+	mu   sync.Mutex
+	list []attempt
+}
+
+func (a *attempts) record(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	a.mu.Lock()
+	a.list = append(a.list, attempt{key: callKey(ctx, req.(*testpb.ChargeRequest)), previous: md.Get("grpc-previous-rpc-attempts")})
+	a.mu.Unlock()
+	return handler(ctx, req)
+}
+
+func (a *attempts) get() []attempt {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]attempt(nil), a.list...)
+}
+
+// TestLostResponse: the server runs the call and answers, but a proxy drops
+// the answer and the connection, so the client sees UNAVAILABLE. grpc-go's
+// retry policy resends the call with the key the client interceptor gave
+// it, and the client receives the replayed response: the effect happened
+// once.
+func TestLostResponse(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		store, prefix := kind.new(t)
+		l := newLedger()
+		var seen attempts
+		proxy := startLossyProxy(t)
+		addr := serve(t, l, seen.record, proxy.afterHandler, newInterceptor(t, store, prefix, nil).Unary)
+		proxy.setTarget(addr)
+		client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
+		require.NoError(t, err)
+		c := dial(t, proxy.addr, grpc.WithDefaultServiceConfig(retryPolicy), grpc.WithChainUnaryInterceptor(client.Unary))
+
+		// A first call opens the connection through the proxy.
+		warm := charge(t, c, "t", "", &testpb.ChargeRequest{Amount: 1})
+		require.NoError(t, warm.err)
+
+		proxy.arm()
+		got := charge(t, c, "t", "", &testpb.ChargeRequest{Amount: 500})
+		require.NoError(t, got.err, "the retry gets the replay")
+		assert.Equal(t, 1, proxy.dropped(), "the first answer was dropped")
+		assert.True(t, got.replayed(), "the answer is the replay of the lost one")
+		assert.EqualValues(t, 500, got.reply.Amount)
+		assert.EqualValues(t, 2, got.reply.Run, "the lost run's response: the warm-up was run 1")
+		assert.EqualValues(t, 2, l.runs.Load(), "the effect happened once")
+
+		all := seen.get()
+		require.Len(t, all, 3, "the warm-up, the attempt whose answer was lost, its retry")
+		lost, retry := all[1], all[2]
+		assert.NotEmpty(t, lost.key)
+		assert.NotEqual(t, all[0].key, lost.key, "each logical call gets its own key")
+		assert.Equal(t, lost.key, retry.key, "the retry carries the same key")
+		assert.Equal(t, []string{"1"}, retry.previous, "grpc-go's retry policy resent it")
+
+		// Without a retry policy the client sees the loss itself, as
+		// UNAVAILABLE, and its own retry with the same key gets the replay.
+		plain := dial(t, proxy.addr, grpc.WithChainUnaryInterceptor(client.Unary))
+		require.NoError(t, charge(t, plain, "t", "", &testpb.ChargeRequest{Amount: 1}).err)
+		proxy.arm()
+		lostCall := charge(t, plain, "t", "app-retry", &testpb.ChargeRequest{Amount: 700})
+		assert.Equal(t, codes.Unavailable, status.Code(lostCall.err), "the answer was lost: %v", lostCall.err)
+		assert.Equal(t, 2, proxy.dropped())
+		appRetry := charge(t, plain, "t", "app-retry", &testpb.ChargeRequest{Amount: 700})
+		require.NoError(t, appRetry.err)
+		assert.True(t, appRetry.replayed())
+		assert.EqualValues(t, 700, appRetry.reply.Amount)
+		assert.EqualValues(t, 4, l.runs.Load(), "two warm-ups, two lost answers: each effect once")
+	})
+}
+
+// TestClientRetryReusesKey: a call failing with UNAVAILABLE is resent by
+// grpc-go's retry policy with the key the client interceptor gave it, and
+// the retry runs the handler (the key was FAILED).
+func TestClientRetryReusesKey(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		store, prefix := kind.new(t)
+		l := newLedger()
+		var seen attempts
+		var n atomic.Int64
+		failFirst := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			if n.Add(1) == 1 {
+				return nil, status.Error(codes.Unavailable, "first attempt fails")
+			}
+			return handler(ctx, req)
+		}
+		addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).Unary, failFirst)
+		client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
+		require.NoError(t, err)
+		c := dial(t, addr, grpc.WithDefaultServiceConfig(retryPolicy), grpc.WithChainUnaryInterceptor(client.Unary))
+
+		got := charge(t, c, "t", "", &testpb.ChargeRequest{Amount: 5})
+		require.NoError(t, got.err)
+		assert.False(t, got.replayed())
+		all := seen.get()
+		require.Len(t, all, 2)
+		assert.NotEmpty(t, all[0].key)
+		assert.Equal(t, all[0].key, all[1].key, "the retry carries the same key")
+		assert.Equal(t, []string{"1"}, all[1].previous)
+		assert.Equal(t, []string{all[0].key}, l.seenKeys(), "the handler ran once, on the retry, with that key")
+	})
+}
+
+// TestClientKeys: each logical call gets a fresh key; a key set by the
+// caller (WithKey, or the request's request_id) is kept; methods outside
+// ClientConfig.Methods get none.
+func TestClientKeys(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		store, prefix := kind.new(t)
+		l := newLedger()
+		var seen attempts
+		addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).Unary)
+		client, err := grpcidem.NewClient(grpcidem.ClientConfig{Methods: []string{methodCharge}})
+		require.NoError(t, err)
+		c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.Unary))
+		req := &testpb.ChargeRequest{Amount: 5}
+
+		a, b := charge(t, c, "t", "", req), charge(t, c, "t", "", req)
+		require.NoError(t, a.err)
+		require.NoError(t, b.err)
+		assert.False(t, b.replayed(), "two logical calls, two keys, two runs")
+		assert.NotEqual(t, a.reply.Key, b.reply.Key)
+		assert.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, a.reply.Key)
+
+		// The application's own retry: the same key twice.
+		ctx := grpcidem.WithKey(metadata.AppendToOutgoingContext(t.Context(), "tenant", "t"), "app-key")
+		var h1, h2 metadata.MD
+		r1, err := c.Charge(ctx, req, grpc.Header(&h1))
+		require.NoError(t, err)
+		r2, err := c.Charge(ctx, req, grpc.Header(&h2))
+		require.NoError(t, err)
+		assert.Equal(t, "app-key", r1.Key)
+		assert.True(t, proto.Equal(r1, r2))
+		assert.Equal(t, []string{"true"}, h2.Get(grpcidem.ReplayedMetadata))
+
+		// The request carries its own key: no metadata is added.
+		withField := &testpb.ChargeRequest{RequestId: "field-key", Amount: 5}
+		f := charge(t, c, "t", "", withField)
+		require.NoError(t, f.err)
+		assert.Equal(t, "field-key", f.reply.Key)
+
+		// Refund is not in the client's Methods: it gets no key, and the
+		// server refuses it.
+		refund := invoke(t, c.Refund, "t", "", req)
+		requireReason(t, refund.err, codes.InvalidArgument, grpcidem.ReasonKeyMissing)
+		assert.EqualValues(t, 4, l.runs.Load())
+	})
+}
+
+// lossyProxy is a loopback TCP proxy between a gRPC client and server. It
+// forwards every byte both ways until armed; armed, it forwards the
+// client's bytes but swallows the server's, and once the server's
+// interceptor chain has returned (afterHandler) it swallows the next bytes
+// the server sends, its answer, and closes both connections: the call ran,
+// and its answer is lost. It then disarms itself.
+type lossyProxy struct {
+	addr string
+	ln   net.Listener
+
+	mu       sync.Mutex
+	target   string // the server's address, set before the first connection
+	armed    bool
+	answered bool // the server's chain returned while armed
+	drops    int
+}
+
+func startLossyProxy(t *testing.T) *lossyProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &lossyProxy{addr: ln.Addr().String(), ln: ln}
+	var wg sync.WaitGroup
+	var connsMu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			target := p.target
+			p.mu.Unlock()
+			server, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = client.Close()
+				continue
+			}
+			connsMu.Lock()
+			conns = append(conns, client, server)
+			connsMu.Unlock()
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				_, _ = io.Copy(server, client)
+				_ = server.Close()
+			}()
+			go func() {
+				defer wg.Done()
+				p.pipeAnswers(client, server)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		connsMu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		connsMu.Unlock()
+		wg.Wait()
+	})
+	return p
+}
+
+// pipeAnswers copies the server's bytes to the client, unless armed.
+func (p *lossyProxy) pipeAnswers(client, server net.Conn) {
+	defer client.Close()
+	defer server.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := server.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			armed, answered := p.armed, p.answered
+			if armed && answered {
+				p.armed, p.answered = false, false
+				p.drops++
+			}
+			p.mu.Unlock()
+			switch {
+			case armed && answered:
+				return // the answer is swallowed and both connections close
+			case armed:
+				continue
+			}
+			if _, werr := client.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *lossyProxy) setTarget(addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = addr
+}
+
+func (p *lossyProxy) arm() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.armed = true
+}
+
+func (p *lossyProxy) dropped() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.drops
+}
+
+// afterHandler is a server interceptor that tells the proxy when the
+// server's chain returned: the next bytes the server sends are its answer.
+func (p *lossyProxy) afterHandler(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	p.mu.Lock()
+	if p.armed {
+		p.answered = true
+	}
+	p.mu.Unlock()
+	return resp, err
+}

@@ -1,0 +1,211 @@
+package grpcidem_test
+
+import (
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
+	"github.com/idempotency/watermill-idempotency/middleware/grpcidem/internal/testpb"
+)
+
+// TestReplay: the first call runs, a repeat gets the same response, marked
+// with the header idempotent-replayed: true, and the handler does not run
+// again; with the key in the metadata and in the request's request_id.
+func TestReplay(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		l, c := setup(t, kind, nil)
+
+		first := charge(t, c, "alice", "k1", &testpb.ChargeRequest{Amount: 100})
+		require.NoError(t, first.err)
+		assert.EqualValues(t, 1, first.reply.Run)
+		assert.False(t, first.replayed(), "a first call is not a replay")
+		again := charge(t, c, "alice", "k1", &testpb.ChargeRequest{Amount: 100})
+		require.NoError(t, again.err)
+		assert.True(t, proto.Equal(first.reply, again.reply), "replay %v, first %v", again.reply, first.reply)
+		assert.Equal(t, []string{"true"}, again.header.Get(grpcidem.ReplayedMetadata))
+		assert.EqualValues(t, 1, l.runs.Load())
+
+		// AIP-155: the key in the request message itself.
+		req := &testpb.ChargeRequest{RequestId: "rid-1", Amount: 7}
+		byField := charge(t, c, "alice", "", req)
+		require.NoError(t, byField.err)
+		assert.EqualValues(t, 2, byField.reply.Run)
+		assert.Equal(t, "rid-1", byField.reply.Key)
+		again = charge(t, c, "alice", "", req)
+		require.NoError(t, again.err)
+		assert.True(t, again.replayed())
+		assert.True(t, proto.Equal(byField.reply, again.reply))
+		// The same key in the metadata too is the same call.
+		again = charge(t, c, "alice", "rid-1", req)
+		require.NoError(t, again.err)
+		assert.True(t, again.replayed())
+		assert.EqualValues(t, 2, l.runs.Load())
+	})
+}
+
+// TestPassThrough: a method outside Config.Methods and a streaming method
+// run every time, with or without a key, and are never replayed.
+func TestPassThrough(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		l, c := setup(t, kind, nil)
+		for i := range 2 {
+			a := invoke(t, c.Peek, "alice", "k1", &testpb.ChargeRequest{Amount: 1})
+			require.NoError(t, a.err)
+			assert.EqualValues(t, i+1, a.reply.Run)
+			assert.False(t, a.replayed())
+		}
+		a := invoke(t, c.Peek, "alice", "", &testpb.ChargeRequest{})
+		require.NoError(t, a.err, "no key is needed outside Methods")
+
+		for range 2 {
+			ctx := metadata.AppendToOutgoingContext(t.Context(), grpcidem.DefaultMetadata, "k1")
+			stream, err := c.Watch(ctx, &testpb.ChargeRequest{})
+			require.NoError(t, err)
+			n := 0
+			for {
+				_, err := stream.Recv()
+				if err == io.EOF {
+					break
+				}
+				require.NoError(t, err)
+				n++
+			}
+			assert.Equal(t, 2, n, "the stream is untouched")
+		}
+		assert.EqualValues(t, 5, l.runs.Load(), "3 unary calls outside Methods, 2 streams: every one ran")
+	})
+}
+
+// TestTenantIsolation: two scopes using the same key each run once and
+// never see the other's response.
+func TestTenantIsolation(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		l, c := setup(t, kind, nil)
+		alice := charge(t, c, "alice", "shared", &testpb.ChargeRequest{Amount: 100})
+		bob := charge(t, c, "bob", "shared", &testpb.ChargeRequest{Amount: 100})
+		require.NoError(t, alice.err)
+		require.NoError(t, bob.err)
+		assert.False(t, bob.replayed(), "bob's call runs: alice's key is not his")
+		assert.NotEqual(t, alice.reply.Run, bob.reply.Run)
+
+		// Bob may even send another request under the same key.
+		bob2 := charge(t, c, "bob2", "shared", &testpb.ChargeRequest{Amount: 999})
+		require.NoError(t, bob2.err)
+		assert.False(t, bob2.replayed())
+
+		for tenant, want := range map[string]answer{"alice": alice, "bob": bob} {
+			again := charge(t, c, tenant, "shared", &testpb.ChargeRequest{Amount: 100})
+			require.NoError(t, again.err)
+			assert.True(t, again.replayed())
+			assert.True(t, proto.Equal(want.reply, again.reply), "%s gets its own response back", tenant)
+		}
+		assert.EqualValues(t, 3, l.runs.Load())
+	})
+}
+
+// TestKeyReused: the same key with another request message, or for another
+// method, is FAILED_PRECONDITION; the key's first answer stays stored.
+func TestKeyReused(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		l, c := setup(t, kind, nil)
+		first := charge(t, c, "alice", "k1", &testpb.ChargeRequest{Amount: 100})
+		require.NoError(t, first.err)
+
+		other := charge(t, c, "alice", "k1", &testpb.ChargeRequest{Amount: 250})
+		requireReason(t, other.err, codes.FailedPrecondition, grpcidem.ReasonKeyReused)
+		assert.False(t, other.replayed())
+		refund := invoke(t, c.Refund, "alice", "k1", &testpb.ChargeRequest{Amount: 100})
+		requireReason(t, refund.err, codes.FailedPrecondition, grpcidem.ReasonKeyReused)
+
+		again := charge(t, c, "alice", "k1", &testpb.ChargeRequest{Amount: 100})
+		require.NoError(t, again.err)
+		assert.True(t, proto.Equal(first.reply, again.reply))
+		assert.EqualValues(t, 1, l.runs.Load())
+	})
+}
+
+// TestConfig: New refuses what cannot work, with ErrInvalidConfig.
+func TestConfig(t *testing.T) {
+	store := &struct{ middleware.Store }{}
+	ok := grpcidem.Config{Store: store, Scope: tenantScope, Methods: []string{methodCharge}}
+	_, err := grpcidem.New(ok, nil)
+	require.NoError(t, err)
+
+	_, err = grpcidem.New(grpcidem.Config{Scope: tenantScope, Methods: []string{methodCharge}}, nil)
+	assert.ErrorIs(t, err, grpcidem.ErrNilStore)
+	for name, adjust := range map[string]func(*grpcidem.Config){
+		"no scope":          func(c *grpcidem.Config) { c.Scope = nil },
+		"scope and single":  func(c *grpcidem.Config) { c.SingleTenant = true },
+		"no methods":        func(c *grpcidem.Config) { c.Methods = nil },
+		"short method":      func(c *grpcidem.Config) { c.Methods = []string{"Charge"} },
+		"method no slash":   func(c *grpcidem.Config) { c.Methods = []string{"grpcidem.test.v1.Ledger/Charge"} },
+		"metadata grpc-":    func(c *grpcidem.Config) { c.Metadata = []string{"grpc-key"} },
+		"metadata -bin":     func(c *grpcidem.Config) { c.Metadata = []string{"key-bin"} },
+		"metadata upper":    func(c *grpcidem.Config) { c.Metadata = []string{"Idempotency-Key"} },
+		"field name":        func(c *grpcidem.Config) { c.RequestField = "request id" },
+		"negative lease":    func(c *grpcidem.Config) { c.Lease = -1 },
+		"tiny lease":        func(c *grpcidem.Config) { c.Lease = 1 },
+		"negative max size": func(c *grpcidem.Config) { c.MaxResponseSize = -1 },
+		"negative key len":  func(c *grpcidem.Config) { c.MaxKeyLength = -1 },
+		"negative retry":    func(c *grpcidem.Config) { c.RetryAfter = -1 },
+	} {
+		cfg := ok
+		adjust(&cfg)
+		_, err := grpcidem.New(cfg, nil)
+		assert.ErrorIs(t, err, grpcidem.ErrInvalidConfig, name)
+	}
+	single := ok
+	single.Scope, single.SingleTenant = nil, true
+	_, err = grpcidem.New(single, nil)
+	assert.NoError(t, err)
+
+	_, err = grpcidem.NewClient(grpcidem.ClientConfig{Metadata: "Bad Name"})
+	assert.ErrorIs(t, err, grpcidem.ErrInvalidConfig)
+	_, err = grpcidem.NewClient(grpcidem.ClientConfig{Methods: []string{"Charge"}})
+	assert.ErrorIs(t, err, grpcidem.ErrInvalidConfig)
+	_, err = grpcidem.NewClient(grpcidem.ClientConfig{})
+	assert.NoError(t, err)
+}
+
+// recordingObserver keeps every outcome with its label.
+type recordingObserver struct {
+	mu       sync.Mutex
+	outcomes []string
+}
+
+func (o *recordingObserver) Outcome(label string, outcome middleware.Outcome) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.outcomes = append(o.outcomes, label+" "+string(outcome))
+}
+
+func (o *recordingObserver) StoreLatency(string, time.Duration, error) {}
+
+// TestObserver: one outcome per call the interceptor applies to, labelled
+// with the full method name, never the scope; none for other methods.
+func TestObserver(t *testing.T) {
+	obs := &recordingObserver{}
+	_, c := setup(t, storeKinds[0], func(cfg *grpcidem.Config) { cfg.Observer = obs })
+	req := &testpb.ChargeRequest{Amount: 1}
+	charge(t, c, "alice", "k1", req)
+	charge(t, c, "alice", "k1", req)
+	charge(t, c, "alice", "k1", &testpb.ChargeRequest{Amount: 2})
+	charge(t, c, "alice", "", req)
+	charge(t, c, "alice", "k2", &testpb.ChargeRequest{Amount: 1, Code: int32(codes.Unavailable)})
+	invoke(t, c.Peek, "alice", "k3", req)
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	assert.Equal(t, []string{
+		methodCharge + " processed", methodCharge + " duplicate", methodCharge + " key_reused",
+		methodCharge + " missing_key", methodCharge + " handler_failed",
+	}, obs.outcomes)
+}

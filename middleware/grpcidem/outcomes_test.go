@@ -1,0 +1,254 @@
+package grpcidem_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
+	"github.com/idempotency/watermill-idempotency/middleware/grpcidem/internal/testpb"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+)
+
+// TestStatusMapping is the table of the package documentation, one row at a
+// time (each row's own test is named in it):
+//
+//	a retry while the first call runs  ABORTED + RetryInfo   TestInProgress
+//	the same key, a different request  FAILED_PRECONDITION   TestKeyReused
+//	store down                         UNAVAILABLE / runs    TestStoreUnavailable
+//	retryable codes, or a panic        FAILED, runs again    here: "retryable"
+//	any other code                     COMPLETED, replayed   here: "completed"
+func TestStatusMapping(t *testing.T) {
+	retryable := []codes.Code{codes.Unavailable, codes.Internal, codes.Unknown, codes.DeadlineExceeded,
+		codes.ResourceExhausted, codes.Aborted, codes.Canceled}
+	completed := []codes.Code{codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.PermissionDenied,
+		codes.FailedPrecondition, codes.OutOfRange, codes.Unimplemented, codes.DataLoss, codes.Unauthenticated}
+	for c := codes.OK; c <= codes.Unauthenticated; c++ {
+		assert.Equal(t, grpcidem.Retryable(c), containsCode(retryable, c), "Retryable(%s)", c)
+	}
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		l, c := setup(t, kind, nil)
+		t.Run("retryable", func(t *testing.T) {
+			for _, code := range retryable {
+				key := "retry-" + code.String()
+				req := &testpb.ChargeRequest{Amount: 1, Code: int32(code)}
+				before := l.runs.Load()
+				first := charge(t, c, "t", key, req)
+				assert.Equal(t, code, status.Code(first.err), "%s goes to the caller", code)
+				again := charge(t, c, "t", key, req)
+				assert.Equal(t, code, status.Code(again.err))
+				assert.False(t, again.replayed(), "%s is not replayed", code)
+				assert.EqualValues(t, before+2, l.runs.Load(), "%s leaves the key FAILED: the retry runs again", code)
+			}
+		})
+		t.Run("panic", func(t *testing.T) {
+			req := &testpb.ChargeRequest{Amount: 1, Panic: true}
+			before := l.runs.Load()
+			for range 2 {
+				a := charge(t, c, "t", "panics", req)
+				assert.Equal(t, codes.Internal, status.Code(a.err), "the outer recovery answers the panic")
+				assert.Contains(t, status.Convert(a.err).Message(), "ledger panics")
+				assert.False(t, a.replayed())
+			}
+			assert.EqualValues(t, before+2, l.runs.Load(), "a panic leaves the key FAILED")
+		})
+		t.Run("completed", func(t *testing.T) {
+			for _, code := range completed {
+				for _, details := range []bool{false, true} {
+					key := fmt.Sprintf("done-%s-%v", code, details)
+					req := &testpb.ChargeRequest{Amount: 1, Code: int32(code), WithDetails: details}
+					before := l.runs.Load()
+					first := charge(t, c, "t", key, req)
+					require.Equal(t, code, status.Code(first.err))
+					again := charge(t, c, "t", key, req)
+					assert.True(t, again.replayed(), "%s is replayed", code)
+					want, got := status.Convert(first.err), status.Convert(again.err)
+					assert.True(t, proto.Equal(want.Proto(), got.Proto()), "%s: replayed %v, first %v", code, got.Proto(), want.Proto())
+					if details {
+						require.Len(t, got.Details(), 1, "the handler's details are replayed")
+					}
+					assert.EqualValues(t, before+1, l.runs.Load(), "%s: COMPLETED, the handler ran once", code)
+				}
+			}
+			// OK is completed too (TestReplay has more).
+			first := charge(t, c, "t", "done-OK", &testpb.ChargeRequest{Amount: 1})
+			again := charge(t, c, "t", "done-OK", &testpb.ChargeRequest{Amount: 1})
+			require.NoError(t, again.err)
+			assert.True(t, again.replayed())
+			assert.True(t, proto.Equal(first.reply, again.reply))
+		})
+	})
+}
+
+func containsCode(cs []codes.Code, c codes.Code) bool {
+	for _, x := range cs {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// TestInProgress: a retry while the first call runs is ABORTED, with a
+// RetryInfo detail and the pushback trailer, and does not run the handler;
+// once the first call is done, the retry gets its replay.
+func TestInProgress(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		l, c := setup(t, kind, func(cfg *grpcidem.Config) { cfg.RetryAfter = 1500 * time.Millisecond })
+		req := &testpb.ChargeRequest{Amount: 1, Block: true}
+		done := make(chan answer, 1)
+		go func() { done <- charge(t, c, "t", "busy", req) }()
+		<-l.started
+
+		var trailer metadata.MD
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "tenant", "t", grpcidem.DefaultMetadata, "busy")
+		_, err := c.Charge(ctx, req, grpc.Trailer(&trailer))
+		st := requireReason(t, err, codes.Aborted, grpcidem.ReasonInProgress)
+		ri := retryInfo(st)
+		require.NotNil(t, ri, "ABORTED carries a RetryInfo")
+		assert.Equal(t, 1500*time.Millisecond, ri.RetryDelay.AsDuration())
+		assert.Equal(t, []string{"1500"}, trailer.Get("grpc-retry-pushback-ms"))
+
+		close(l.release)
+		first := <-done
+		require.NoError(t, first.err)
+		again := charge(t, c, "t", "busy", req)
+		require.NoError(t, again.err)
+		assert.True(t, again.replayed())
+		assert.True(t, proto.Equal(first.reply, again.reply))
+		assert.EqualValues(t, 1, l.runs.Load())
+	})
+}
+
+// downStores are stores that cannot be reached.
+var downStores = []struct {
+	name string
+	new  func(t *testing.T) middleware.Store
+}{
+	{name: "memstore closed", new: func(t *testing.T) middleware.Store {
+		s := memstore.New(memstore.Config{})
+		require.NoError(t, s.Close())
+		return s
+	}},
+	{name: "redis not listening", new: func(t *testing.T) middleware.Store {
+		c := redis.NewClient(&redis.Options{
+			ContextTimeoutEnabled: true,
+			Addr:                  "127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
+			MaxRetries:            -1,
+			DialTimeout:           200 * time.Millisecond,
+		})
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := redisstore.New(c)
+		require.NoError(t, err)
+		return s
+	}},
+}
+
+// TestStoreUnavailable: with the store down, calls are UNAVAILABLE with a
+// RetryInfo and the handler does not run (fail closed); with FailOpen the
+// handler runs every time, and each unprotected run is logged.
+func TestStoreUnavailable(t *testing.T) {
+	for _, ds := range downStores {
+		t.Run(ds.name, func(t *testing.T) {
+			t.Parallel()
+			t.Run("fail closed", func(t *testing.T) {
+				t.Parallel()
+				l := newLedger()
+				c := dial(t, serve(t, l, newInterceptor(t, ds.new(t), "", nil).Unary))
+				for range 2 {
+					a := charge(t, c, "t", "k1", &testpb.ChargeRequest{Amount: 1})
+					st := requireReason(t, a.err, codes.Unavailable, grpcidem.ReasonStoreUnavailable)
+					assert.NotNil(t, retryInfo(st))
+				}
+				assert.Zero(t, l.runs.Load(), "the handler must not run without the store")
+			})
+			t.Run("fail open", func(t *testing.T) {
+				t.Parallel()
+				l := newLedger()
+				logger := watermill.NewCaptureLogger()
+				i, err := grpcidem.New(grpcidem.Config{Store: ds.new(t), SingleTenant: true, FailOpen: true, Methods: []string{methodCharge}}, logger)
+				require.NoError(t, err)
+				c := dial(t, serve(t, l, i.Unary))
+				for n := range 2 {
+					a := charge(t, c, "t", "k1", &testpb.ChargeRequest{Amount: 1})
+					require.NoError(t, a.err)
+					assert.EqualValues(t, n+1, a.reply.Run)
+				}
+				assert.EqualValues(t, 2, l.runs.Load(), "fail open runs every call")
+				assert.Len(t, logger.Captured()[watermill.ErrorLogLevel], 2, "each unprotected run is logged")
+			})
+		})
+	}
+}
+
+// TestCorruptRecord: a foreign value under the very key a call is stored at
+// is INTERNAL (ReasonRecordCorrupt), never replayed, never overwritten, and
+// the handler does not run; so is a COMPLETED record whose stored answer
+// cannot be read.
+func TestCorruptRecord(t *testing.T) {
+	t.Parallel()
+	t.Run("redis foreign value", func(t *testing.T) {
+		t.Parallel()
+		client := testserver.RedisClient(t)
+		store, err := redisstore.New(client)
+		require.NoError(t, err)
+		prefix := "grpcidemtest:" + randomHex(t) + ":"
+		skey := grpcidem.StoreKey(prefix, "t", "k1")
+		ctx := context.Background()
+		t.Cleanup(func() { _ = client.Del(ctx, skey).Err() })
+		require.NoError(t, client.Set(ctx, skey, `{"state":"completed"}`, 0).Err())
+
+		l := newLedger()
+		logger := watermill.NewCaptureLogger()
+		i, err := grpcidem.New(grpcidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope, Methods: []string{methodCharge}}, logger)
+		require.NoError(t, err)
+		c := dial(t, serve(t, l, i.Unary))
+		a := charge(t, c, "t", "k1", &testpb.ChargeRequest{Amount: 1})
+		requireReason(t, a.err, codes.Internal, grpcidem.ReasonRecordCorrupt)
+		assert.False(t, a.replayed())
+		assert.Equal(t, `{"state":"completed"}`, client.Get(ctx, skey).Val(), "the foreign value is left as it was")
+		assert.Zero(t, l.runs.Load())
+		errs := logger.Captured()[watermill.ErrorLogLevel]
+		require.Len(t, errs, 1)
+		assert.ErrorIs(t, errs[0].Err, middleware.ErrCorruptRecord)
+		assert.Equal(t, skey, errs[0].Fields["stored_key"])
+	})
+	t.Run("unreadable stored answer", func(t *testing.T) {
+		t.Parallel()
+		for name, result := range map[string][]byte{
+			"garbage":      []byte("not an answer"),
+			"unknown type": append([]byte{1, 1, 11}, append([]byte("no.Such.Msg"), 0)...),
+			"wrong type":   append([]byte{1, 1, 21}, append([]byte("google.rpc.ErrorInfo"), 0)...),
+			"empty":        {},
+		} {
+			store := memstore.New(memstore.Config{})
+			t.Cleanup(func() { _ = store.Close() })
+			skey := grpcidem.StoreKey(grpcidem.DefaultKeyPrefix, "t", "k1")
+			ctx := context.Background()
+			_, err := store.Claim(ctx, skey, middleware.ClaimRequest{Token: "tok", Lease: time.Minute, TTL: time.Minute})
+			require.NoError(t, err)
+			require.NoError(t, store.Complete(ctx, skey, "tok", result, time.Minute))
+
+			l := newLedger()
+			c := dial(t, serve(t, l, newInterceptor(t, store, "", nil).Unary))
+			a := charge(t, c, "t", "k1", &testpb.ChargeRequest{Amount: 1})
+			requireReason(t, a.err, codes.Internal, grpcidem.ReasonRecordCorrupt)
+			assert.Zero(t, l.runs.Load(), name)
+		}
+	})
+}

@@ -1,0 +1,416 @@
+package grpcidem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/idempotency/watermill-idempotency/middleware"
+)
+
+// ReplayedMetadata is the response header metadata key set to "true" on
+// every replayed answer, a response or a final status.
+const ReplayedMetadata = "idempotent-replayed"
+
+// pushbackMetadata is the trailer by which a server tells grpc-go's retry
+// policy how long to wait before the next attempt (gRFC A6).
+const pushbackMetadata = "grpc-retry-pushback-ms"
+
+// ErrorDomain is the Domain of the google.rpc.ErrorInfo detail that every
+// answer of the interceptor itself carries, beside one of the Reason
+// constants, so that a client tells them from the handler's own statuses.
+const ErrorDomain = "grpcidem.watermill-idempotency"
+
+// Reasons of the ErrorInfo detail carried by the interceptor's own answers.
+const (
+	// ReasonKeyMissing (INVALID_ARGUMENT): the method requires an
+	// idempotency key and the call carries none.
+	ReasonKeyMissing = "IDEMPOTENCY_KEY_MISSING"
+	// ReasonKeyInvalid (INVALID_ARGUMENT): the key is empty, longer than
+	// MaxKeyLength, holds a byte outside printable ASCII, is sent more than
+	// once, or differs between two of its sources.
+	ReasonKeyInvalid = "IDEMPOTENCY_KEY_INVALID"
+	// ReasonKeyReused (FAILED_PRECONDITION): the key was first used for a
+	// different call (another method, or another request message). Use a
+	// new key for a new call.
+	ReasonKeyReused = "IDEMPOTENCY_KEY_REUSED"
+	// ReasonInProgress (ABORTED, with RetryInfo): a call with this key is
+	// still running. Retry later with the same key.
+	ReasonInProgress = "IDEMPOTENCY_KEY_IN_PROGRESS"
+	// ReasonStoreUnavailable (UNAVAILABLE, with RetryInfo): the store could
+	// not be reached and FailOpen is off; the handler did not run.
+	ReasonStoreUnavailable = "IDEMPOTENCY_STORE_UNAVAILABLE"
+	// ReasonRecordCorrupt (INTERNAL): the value kept under this key is not
+	// a record of the store's (middleware.ErrCorruptRecord), or the answer
+	// stored in it cannot be rebuilt: nothing runs. Retrying with the same
+	// key gets the same answer until an operator inspects and deletes the
+	// key, which the server logs.
+	ReasonRecordCorrupt = "IDEMPOTENCY_RECORD_CORRUPT"
+	// ReasonResponseNotStored (ALREADY_EXISTS): the call with this key
+	// completed, but its answer exceeded MaxResponseSize and cannot be
+	// replayed. The effect happened: do not retry with a new key; look the
+	// result up instead. The ErrorInfo's metadata holds "original_code"
+	// and "size".
+	ReasonResponseNotStored = "IDEMPOTENCY_RESPONSE_NOT_STORED"
+	// ReasonNotProtoMessage (INTERNAL): the request is not a protocol
+	// buffers message (a custom codec), so it has no fingerprint; nothing
+	// runs.
+	ReasonNotProtoMessage = "IDEMPOTENCY_NOT_PROTO_MESSAGE"
+)
+
+// retryable are the codes after which the key is FAILED, so that a retry
+// runs the handler again: they say the call may not have had its effect, or
+// may succeed later. CANCELED is among them: it is what a handler returns
+// when its caller went away, which says nothing about the request.
+var retryable = [...]codes.Code{
+	codes.Unavailable, codes.Internal, codes.Unknown, codes.DeadlineExceeded,
+	codes.ResourceExhausted, codes.Aborted, codes.Canceled,
+}
+
+// Retryable reports whether a handler's status code leaves the key FAILED,
+// so that a retry runs the handler again (UNAVAILABLE, INTERNAL, UNKNOWN,
+// DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, CANCELED), rather than
+// COMPLETED and replayed.
+func Retryable(c codes.Code) bool { return slices.Contains(retryable[:], c) }
+
+// Interceptor makes unary gRPC methods idempotent per key. It is safe for
+// concurrent use; build it with New and install Unary as a
+// grpc.UnaryServerInterceptor.
+type Interceptor struct {
+	cfg      Config
+	once     *middleware.Once
+	logger   watermill.LoggerAdapter
+	observer middleware.Observer
+	scope    func(context.Context) string
+	methods  map[string]bool
+}
+
+// New returns an interceptor for cfg, which is copied: later changes to the
+// caller's Config have no effect. A nil logger logs nothing. It returns
+// ErrNilStore without a Store, and an error matching ErrInvalidConfig for
+// any other invalid field, including a Config without Methods or that sets
+// neither Scope nor SingleTenant, or both.
+func New(cfg Config, logger watermill.LoggerAdapter) (*Interceptor, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	// The one owner protocol claims, renews, completes and fails the keys;
+	// the interceptor only decides what each outcome means for gRPC.
+	once, err := middleware.NewOnce(middleware.OnceConfig{
+		Store:        cfg.Store,
+		LeaseTTL:     cfg.Lease,
+		CompletedTTL: cfg.CompletedTTL,
+		FailedTTL:    cfg.FailedTTL,
+		StoreTimeout: cfg.StoreTimeout,
+		Observer:     cfg.Observer,
+	}, logger)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	i := &Interceptor{cfg: cfg, once: once, logger: logger, observer: cfg.Observer, scope: cfg.Scope, methods: map[string]bool{}}
+	if i.observer == nil {
+		i.observer = nopObserver{}
+	}
+	if cfg.SingleTenant {
+		i.scope = func(context.Context) string { return "" }
+	}
+	for _, m := range cfg.Methods {
+		i.methods[m] = true
+	}
+	return i, nil
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Outcome(string, middleware.Outcome)        {}
+func (nopObserver) StoreLatency(string, time.Duration, error) {}
+
+// call is what the logs and the Observer say about one call.
+type call struct {
+	method string // the full method name, the Observer's label
+	fields watermill.LogFields
+}
+
+// Unary is the grpc.UnaryServerInterceptor:
+//
+//	grpc.NewServer(grpc.ChainUnaryInterceptor(authenticate, idem.Unary))
+//
+// Calls of methods outside Config.Methods pass through untouched; streaming
+// calls never reach it.
+func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !i.methods[info.FullMethod] {
+		return handler(ctx, req)
+	}
+	c := call{method: info.FullMethod, fields: watermill.LogFields{"method": info.FullMethod}}
+	msg, ok := req.(proto.Message)
+	if !ok {
+		i.logger.Error("Idempotency needs protocol buffers requests", fmt.Errorf("request is a %T", req), c.fields)
+		return nil, i.status(codes.Internal, ReasonNotProtoMessage,
+			"The server cannot make this method idempotent: its request is not a protocol buffers message.", nil, false)
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	key, err := extractKey(md, i.cfg.Metadata, msg, i.cfg.RequestField, i.cfg.MaxKeyLength)
+	switch {
+	case err != nil:
+		i.done(c, middleware.OutcomeMissingKey, nil)
+		return nil, i.status(codes.InvalidArgument, ReasonKeyInvalid, i.describeKeyError(err), nil, false)
+	case key == "" && i.cfg.KeyOptional:
+		return handler(ctx, req)
+	case key == "":
+		i.done(c, middleware.OutcomeMissingKey, nil)
+		return nil, i.status(codes.InvalidArgument, ReasonKeyMissing, fmt.Sprintf(
+			"%s requires an idempotency key: send a unique one (a V4 UUID, say) in the metadata %s or the request field %s, and reuse it when you retry.",
+			info.FullMethod, i.cfg.Metadata[0], i.cfg.RequestField), nil, false)
+	}
+	fp, err := fingerprint(info.FullMethod, msg)
+	if err != nil {
+		i.logger.Error("Request cannot be fingerprinted", err, c.fields)
+		return nil, i.status(codes.Internal, ReasonNotProtoMessage, "The server cannot encode the request to fingerprint it.", nil, false)
+	}
+	skey := storeKey(i.cfg.KeyPrefix, i.scope(ctx), key)
+	// The stored key names the record for an operator; it holds the scope's
+	// hash, never the scope.
+	c.fields["idempotency_key"] = key
+	c.fields["stored_key"] = skey
+
+	lease, claim, err := i.once.Claim(ctx, skey, middleware.ClaimOptions{Fingerprint: fp, LogFields: c.fields})
+	switch {
+	case err == nil && lease != nil:
+		return i.run(ctx, req, handler, lease, c)
+	case err == nil:
+		return i.answerRepeat(ctx, claim.Record, fp, c)
+	case errors.Is(err, middleware.ErrCorruptRecord):
+		i.done(c, middleware.OutcomeCorruptRecord, err)
+		return nil, i.status(codes.Internal, ReasonRecordCorrupt,
+			"The idempotency record of this key cannot be read, so the call was not run. Retrying with the same key will not help until the server's operator repairs it.", nil, false)
+	default:
+		return i.claimFailed(ctx, req, handler, err, c)
+	}
+}
+
+// claimFailed answers a call whose claim failed (ErrStoreUnavailable).
+func (i *Interceptor) claimFailed(ctx context.Context, req any, handler grpc.UnaryHandler, err error, c call) (any, error) {
+	switch {
+	case ctx.Err() != nil:
+		// The caller left during the claim: counted, but no operator needs
+		// to hear of it, and nothing runs for it, even with FailOpen.
+		i.observer.Outcome(c.method, middleware.OutcomeStoreUnavailable)
+		i.logger.Info("Claim interrupted: the caller is gone", c.fields.Copy().Add(watermill.LogFields{"err": err.Error()}))
+	case i.cfg.FailOpen:
+		i.done(c, middleware.OutcomeFailOpen, err)
+		return handler(ctx, req)
+	default:
+		i.done(c, middleware.OutcomeStoreUnavailable, err)
+	}
+	return nil, i.status(codes.Unavailable, ReasonStoreUnavailable,
+		"The idempotency store cannot be reached, so the call was not run. Retry later with the same key.", nil, true)
+}
+
+// answerRepeat answers a call whose claim was refused, from the record that
+// refused it.
+func (i *Interceptor) answerRepeat(ctx context.Context, rec middleware.Record, fp []byte, c call) (any, error) {
+	if len(rec.Fingerprint) > 0 && !slices.Equal(rec.Fingerprint, fp) {
+		i.done(c, middleware.OutcomeKeyReused, nil)
+		return nil, i.status(codes.FailedPrecondition, ReasonKeyReused,
+			"This idempotency key was first used for a different call (another method or request message). Use a new key for a new call.", nil, false)
+	}
+	if rec.State == middleware.StateCompleted {
+		return i.replay(ctx, rec.Result, c)
+	}
+	// IN_PROGRESS held by another call. (A FAILED record is claimed unless
+	// its fingerprint differs, handled above; a store answering otherwise
+	// is treated the same way: retry later.)
+	i.done(c, middleware.OutcomeInProgress, nil)
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(pushbackMetadata, strconv.FormatInt(i.cfg.RetryAfter.Milliseconds(), 10)))
+	return nil, i.status(codes.Aborted, ReasonInProgress,
+		"A call with this idempotency key is still running. Retry later with the same key.", nil, true)
+}
+
+// replay answers with a stored answer, with the header idempotent-replayed:
+// true.
+func (i *Interceptor) replay(ctx context.Context, result []byte, c call) (any, error) {
+	corrupt := func(err error) (any, error) {
+		i.done(c, middleware.OutcomeCorruptRecord, fmt.Errorf("stored answer of a completed key: %w", err))
+		return nil, i.status(codes.Internal, ReasonRecordCorrupt,
+			"The call with this key completed, but its stored answer cannot be read.", nil, false)
+	}
+	a, err := decodeAnswer(result)
+	if err != nil {
+		return corrupt(err)
+	}
+	switch a.Kind {
+	case kindMessage:
+		m, err := a.message(outputType(c.method))
+		if err != nil {
+			return corrupt(err)
+		}
+		i.done(c, middleware.OutcomeDuplicate, nil)
+		_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedMetadata, "true"))
+		return m, nil
+	case kindStatus:
+		i.done(c, middleware.OutcomeDuplicate, nil)
+		_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedMetadata, "true"))
+		return nil, status.FromProto(a.Status).Err()
+	default: // kindOmitted
+		i.done(c, middleware.OutcomeDuplicate, nil)
+		return nil, i.status(codes.AlreadyExists, ReasonResponseNotStored, fmt.Sprintf(
+			"The call with this key completed with %s, but its answer (%d bytes) was too large to store and cannot be replayed. Do not retry with a new key: look the result up instead.",
+			a.Code, a.Size), map[string]string{"original_code": a.Code.String(), "size": strconv.Itoa(a.Size)}, false)
+	}
+}
+
+// run executes the handler as the key's owner, under the lease's context,
+// then records the outcome: FAILED after a retryable code, a panic or a
+// lost lease, COMPLETED with the answer otherwise, also when the caller
+// left before the handler returned (its retry gets the replay).
+func (i *Interceptor) run(ctx context.Context, req any, handler grpc.UnaryHandler, lease *middleware.Lease, c call) (any, error) {
+	// A copy: the lease reads the fields it was given from its renewal timer.
+	c.fields = c.fields.Copy().Add(watermill.LogFields{"attempts": lease.Record().Attempts})
+	lctx := lease.Context()
+
+	finished := false
+	defer func() {
+		if !finished {
+			// Record the failure, then let the panic go on to the outer
+			// recovery interceptor (or crash the server, as grpc-go does
+			// without one), as if this interceptor were absent.
+			lease.Fail()
+			i.done(c, middleware.OutcomeHandlerFailed, errors.New("handler panicked"))
+		}
+	}()
+	resp, herr := handler(lctx, req)
+	finished = true
+
+	if cause := context.Cause(lctx); errors.Is(cause, middleware.ErrLeaseLost) {
+		// Another call may have claimed the key and be running it: this
+		// run's answer is not the key's outcome.
+		lease.Fail()
+		i.done(c, middleware.OutcomeHandlerFailed, fmt.Errorf("handler answered after its lease was lost: %w", cause))
+		return resp, herr
+	}
+	var (
+		result []byte
+		stored storedAnswer
+		err    error
+	)
+	if herr != nil {
+		st := status.Convert(herr)
+		if Retryable(st.Code()) {
+			lease.Fail()
+			i.done(c, middleware.OutcomeHandlerFailed, herr)
+			return resp, herr
+		}
+		result, stored, err = encodeStatus(st, i.cfg.MaxResponseSize)
+	} else {
+		m, ok := resp.(proto.Message)
+		if !ok {
+			err = fmt.Errorf("response is a %T, not a protocol buffers message", resp)
+		} else {
+			result, stored, err = encodeResponse(m, i.cfg.MaxResponseSize)
+		}
+	}
+	if err != nil {
+		// An answer that cannot be stored cannot be replayed: let the
+		// retry run again rather than replay something else.
+		lease.Fail()
+		i.done(c, middleware.OutcomeHandlerFailed, fmt.Errorf("answer cannot be stored: %w", err))
+		return resp, herr
+	}
+	if stored.Kind == kindOmitted {
+		i.logger.Info("Answer too large to store; repeats will be answered ALREADY_EXISTS", c.fields.Copy().Add(watermill.LogFields{
+			"code": stored.Code.String(), "size": stored.Size, "max_response_size": i.cfg.MaxResponseSize,
+		}))
+	}
+	cerr := lease.Complete(result)
+	i.done(c, middleware.CompleteOutcome(cerr), cerr)
+	return resp, herr
+}
+
+// outputType returns the output type of the method fullMethod as the
+// protobuf registry knows it, or "" when it does not.
+func outputType(fullMethod string) protoreflect.FullName {
+	service, method, ok := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
+	if !ok {
+		return ""
+	}
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service))
+	if err != nil {
+		return ""
+	}
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok {
+		return ""
+	}
+	md := sd.Methods().ByName(protoreflect.Name(method))
+	if md == nil {
+		return ""
+	}
+	return md.Output().FullName()
+}
+
+// status builds one of the interceptor's own answers: code and message,
+// an ErrorInfo with reason (and meta), and a RetryInfo when retry says that
+// retrying with the same key can help.
+func (i *Interceptor) status(code codes.Code, reason, msg string, meta map[string]string, retry bool) error {
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: meta}}
+	if retry {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(i.cfg.RetryAfter)})
+	}
+	st, err := status.New(code, msg).WithDetails(details...)
+	if err != nil { // only for OK, never passed here
+		return status.Error(code, msg)
+	}
+	return st.Err()
+}
+
+// describeKeyError says what is wrong with a key, for a status message.
+func (i *Interceptor) describeKeyError(err error) string {
+	msg := err.Error() // "the idempotency key in metadata idempotency-key is too long"
+	switch {
+	case errors.Is(err, errKeyTooLong):
+		msg += fmt.Sprintf(" (at most %d bytes)", i.cfg.MaxKeyLength)
+	case errors.Is(err, errKeyNotPrint):
+		msg += " (0x20 to 0x7E only)"
+	}
+	return strings.ToUpper(msg[:1]) + msg[1:] + ": send one valid key per call."
+}
+
+// done counts one outcome and logs it: what the client did wrong and what
+// went as planned at Debug, a failed handler at Info, and what an operator
+// must look at (the store, a corrupt record, a result not recorded) at
+// Error.
+func (i *Interceptor) done(c call, outcome middleware.Outcome, err error) {
+	i.observer.Outcome(c.method, outcome)
+	fields := c.fields.Copy()
+	fields["outcome"] = string(outcome)
+	switch outcome {
+	case middleware.OutcomeProcessed, middleware.OutcomeDuplicate, middleware.OutcomeInProgress,
+		middleware.OutcomeKeyReused, middleware.OutcomeMissingKey:
+		i.logger.Debug("Idempotency outcome", fields)
+	case middleware.OutcomeHandlerFailed:
+		fields["err"] = err
+		i.logger.Info("Idempotency outcome", fields)
+	default:
+		i.logger.Error("Idempotency outcome", err, fields)
+	}
+}
