@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -16,40 +17,47 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
+// The lease and timer tests below run in a testing/synctest bubble: the
+// in-process store and the lease's timers read the bubble's clock, so a
+// lease of the default 40 s passes in no real time, and every step happens
+// at the instant the protocol says, not when a loaded machine gets to it.
+
 // A subscriber may cancel a message's context while its handler still runs
 // (NATS after AckWait, any subscriber on Close). A handler that does not
 // watch its context keeps running; its lease must keep being renewed, or the
 // redelivered copy would run beside it.
 func TestRenewalOutlivesACancelledMessageContext(t *testing.T) {
-	store := memstore.New(memstore.Config{})
-	const lease = 150 * time.Millisecond
-	idem, _ := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease})
-	var runs atomic.Int32
-	release := make(chan struct{})
-	h := idem.Middleware(func(*message.Message) ([]*message.Message, error) {
-		runs.Add(1)
-		<-release // ignores its context
-		return nil, nil
-	})
-	parent, cancel := context.WithCancel(context.Background())
-	first := newMsg("k", "p")
-	first.SetContext(parent)
-	done := make(chan error, 1)
-	go func() { _, err := h(first); done <- err }()
-	require.Eventually(t, func() bool { return runs.Load() == 1 }, time.Second, time.Millisecond)
-	cancel()
+	synctest.Test(t, func(t *testing.T) {
+		store := memstore.New(memstore.Config{})
+		idem, _ := newIdem(t, idempotency.Config{Store: store, LeaseTTL: idempotency.DefaultLeaseTTL})
+		var runs atomic.Int32
+		release := make(chan struct{})
+		h := idem.Middleware(func(*message.Message) ([]*message.Message, error) {
+			runs.Add(1)
+			<-release // ignores its context
+			return nil, nil
+		})
+		parent, cancel := context.WithCancel(context.Background())
+		first := newMsg("k", "p")
+		first.SetContext(parent)
+		done := make(chan error, 1)
+		go func() { _, err := h(first); done <- err }()
+		synctest.Wait()
+		require.EqualValues(t, 1, runs.Load())
+		cancel()
 
-	deadline := time.Now().Add(4 * lease)
-	for time.Now().Before(deadline) {
+		deadline := time.Now().Add(4 * idempotency.DefaultLeaseTTL)
+		for time.Now().Before(deadline) {
+			_, err := h(newMsg("k", "p"))
+			require.ErrorIs(t, err, idempotency.ErrInProgress, "the copy must wait while the first still runs")
+			time.Sleep(idempotency.DefaultLeaseTTL / 16)
+		}
+		close(release)
+		require.NoError(t, <-done)
+		assert.EqualValues(t, 1, runs.Load())
 		_, err := h(newMsg("k", "p"))
-		require.ErrorIs(t, err, idempotency.ErrInProgress, "the copy must wait while the first still runs")
-		time.Sleep(10 * time.Millisecond)
-	}
-	close(release)
-	require.NoError(t, <-done)
-	assert.EqualValues(t, 1, runs.Load())
-	_, err := h(newMsg("k", "p"))
-	require.NoError(t, err, "and the key completed")
+		require.NoError(t, err, "and the key completed")
+	})
 }
 
 // A lease so short that renewals fire while the lease is being set up must
@@ -77,37 +85,39 @@ func (hangingRenew) Renew(ctx context.Context, _, _ string, _ time.Duration) err
 // An owner cut off from the store must have its handler's context cancelled
 // before the store lets another consumer claim the key.
 func TestCutOffOwnerIsCancelledBeforeTakeover(t *testing.T) {
-	inner := memstore.New(memstore.Config{})
-	const lease = 300 * time.Millisecond
-	idem, _ := newIdem(t, idempotency.Config{Store: hangingRenew{inner}, LeaseTTL: lease})
-	var cancelledAt atomic.Int64
-	started := make(chan struct{})
-	msg := newMsg("cut-off", "p")
-	key, err := idem.StoreKey(msg)
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() {
-		_, err := idem.Middleware(func(m *message.Message) ([]*message.Message, error) {
-			close(started)
-			<-m.Context().Done()
-			cancelledAt.Store(time.Now().UnixNano())
-			return nil, context.Cause(m.Context())
-		})(msg)
-		done <- err
-	}()
-	<-started
-	for {
-		res, err := inner.Claim(context.Background(), key, claimFor(time.Minute, nil))
+	synctest.Test(t, func(t *testing.T) {
+		inner := memstore.New(memstore.Config{})
+		const lease = 30 * time.Second
+		idem, _ := newIdem(t, idempotency.Config{Store: hangingRenew{inner}, LeaseTTL: lease})
+		var cancelledAt atomic.Int64
+		started := make(chan struct{})
+		msg := newMsg("cut-off", "p")
+		key, err := idem.StoreKey(msg)
 		require.NoError(t, err)
-		if res.Acquired {
-			at := cancelledAt.Load()
-			require.NotZero(t, at, "another consumer acquired the key while the cut-off owner's handler still ran")
-			assert.Less(t, at, time.Now().UnixNano())
-			break
+		done := make(chan error, 1)
+		go func() {
+			_, err := idem.Middleware(func(m *message.Message) ([]*message.Message, error) {
+				close(started)
+				<-m.Context().Done()
+				cancelledAt.Store(time.Now().UnixNano())
+				return nil, context.Cause(m.Context())
+			})(msg)
+			done <- err
+		}()
+		<-started
+		for {
+			res, err := inner.Claim(context.Background(), key, claimFor(time.Minute, nil))
+			require.NoError(t, err)
+			if res.Acquired {
+				at := cancelledAt.Load()
+				require.NotZero(t, at, "another consumer acquired the key while the cut-off owner's handler still ran")
+				assert.Less(t, at, time.Now().UnixNano())
+				break
+			}
+			time.Sleep(lease / 100)
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	require.ErrorIs(t, <-done, idempotency.ErrLeaseLost)
+		require.ErrorIs(t, <-done, idempotency.ErrLeaseLost)
+	})
 }
 
 // slowComplete is a store whose Complete does not answer until its context
@@ -133,14 +143,16 @@ func (s slowComplete) Complete(ctx context.Context, _, _ string, _ []byte, _ tim
 // outcome is complete_failed (COMPLETED could not be written within the
 // lease), never a lease_lost reported after the lease ran out.
 func TestCompleteIsBoundedByTheLease(t *testing.T) {
-	const lease = 200 * time.Millisecond
-	store := slowComplete{Store: memstore.New(memstore.Config{}), release: make(chan struct{})}
-	time.AfterFunc(3*lease, func() { close(store.release) })
-	idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease, StoreTimeout: 5 * time.Second})
-	_, err := idem.Middleware((&counter{}).handle)(newMsg("slow-complete", "p"))
-	require.NoError(t, err, "the effect happened: acked")
-	assert.Equal(t, 1, obs.get(idempotency.OutcomeCompleteFailed))
-	assert.Zero(t, obs.get(idempotency.OutcomeLeaseLost), "no call outlived the lease to be told it was lost")
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 200 * time.Millisecond
+		store := slowComplete{Store: memstore.New(memstore.Config{}), release: make(chan struct{})}
+		time.AfterFunc(3*lease, func() { close(store.release) })
+		idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease, StoreTimeout: 5 * time.Second})
+		_, err := idem.Middleware((&counter{}).handle)(newMsg("slow-complete", "p"))
+		require.NoError(t, err, "the effect happened: acked")
+		assert.Equal(t, 1, obs.get(idempotency.OutcomeCompleteFailed))
+		assert.Zero(t, obs.get(idempotency.OutcomeLeaseLost), "no call outlived the lease to be told it was lost")
+	})
 }
 
 // failingRenew fails every Renew as a store blip would.
@@ -152,24 +164,26 @@ func (failingRenew) Renew(context.Context, string, string, time.Duration) error 
 
 // The lease's log lines say which message they are about.
 func TestRenewalLogNamesTheMessage(t *testing.T) {
-	logger := watermill.NewCaptureLogger()
-	idem, err := idempotency.New(idempotency.Config{Store: failingRenew{memstore.New(memstore.Config{})},
-		LeaseTTL: 60 * time.Millisecond, NackDelay: -1}, logger)
-	require.NoError(t, err)
-	msg := newMsg("renew-log", "p")
-	_, _ = idem.Middleware(func(*message.Message) ([]*message.Message, error) {
-		time.Sleep(45 * time.Millisecond) // past the first renewal at lease/3
-		return nil, nil
-	})(msg)
-	var found bool
-	for _, m := range logger.Captured()[watermill.InfoLogLevel] {
-		if m.Msg == "Lease renewal failed; retrying" {
-			found = true
-			assert.Equal(t, msg.UUID, m.Fields["message_uuid"])
-			assert.NotEmpty(t, m.Fields["idempotency_key"])
+	synctest.Test(t, func(t *testing.T) {
+		logger := watermill.NewCaptureLogger()
+		idem, err := idempotency.New(idempotency.Config{Store: failingRenew{memstore.New(memstore.Config{})},
+			LeaseTTL: 60 * time.Millisecond, NackDelay: -1}, logger)
+		require.NoError(t, err)
+		msg := newMsg("renew-log", "p")
+		_, _ = idem.Middleware(func(*message.Message) ([]*message.Message, error) {
+			time.Sleep(45 * time.Millisecond) // past the first renewal at lease/3
+			return nil, nil
+		})(msg)
+		var found bool
+		for _, m := range logger.Captured()[watermill.InfoLogLevel] {
+			if m.Msg == "Lease renewal failed; retrying" {
+				found = true
+				assert.Equal(t, msg.UUID, m.Fields["message_uuid"])
+				assert.NotEmpty(t, m.Fields["idempotency_key"])
+			}
 		}
-	}
-	assert.True(t, found, "the failed renewal was logged")
+		assert.True(t, found, "the failed renewal was logged")
+	})
 }
 
 // slowClaim is a network store whose claims take a while to answer.
@@ -188,38 +202,42 @@ func (s slowClaim) Claim(ctx context.Context, key string, req idempotency.ClaimR
 // renewed at once, not a third of a lease later, past the point where the
 // owner gives it up.
 func TestFirstRenewalCountsFromTheClaim(t *testing.T) {
-	const lease = 300 * time.Millisecond
-	store := slowClaim{Store: memstore.New(memstore.Config{}), delay: lease * 6 / 10}
-	idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease})
-	_, err := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		select {
-		case <-time.After(lease / 2):
-			return nil, nil
-		case <-msg.Context().Done():
-			return nil, context.Cause(msg.Context())
-		}
-	})(newMsg("slow-claim", "p"))
-	require.NoError(t, err, "the handler kept its lease")
-	assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed))
-	assert.GreaterOrEqual(t, obs.op(idempotency.OpRenew), 1)
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 300 * time.Millisecond
+		store := slowClaim{Store: memstore.New(memstore.Config{}), delay: lease * 6 / 10}
+		idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease})
+		_, err := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			select {
+			case <-time.After(lease / 2):
+				return nil, nil
+			case <-msg.Context().Done():
+				return nil, context.Cause(msg.Context())
+			}
+		})(newMsg("slow-claim", "p"))
+		require.NoError(t, err, "the handler kept its lease")
+		assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed))
+		assert.GreaterOrEqual(t, obs.op(idempotency.OpRenew), 1)
+	})
 }
 
 // A claim that answers after nine tenths of the lease came too late for the
 // owner to keep the lease: the key is given back and the message nacked,
 // instead of running work that the next owner could overlap.
 func TestClaimAnsweredTooLateIsReleased(t *testing.T) {
-	const lease = 100 * time.Millisecond
-	inner := memstore.New(memstore.Config{})
-	idem, obs := newIdem(t, idempotency.Config{Store: slowClaim{Store: inner, delay: lease * 95 / 100}, LeaseTTL: lease})
-	h := &counter{}
-	msg := newMsg("late-claim", "p")
-	_, err := idem.Middleware(h.handle)(msg)
-	require.ErrorIs(t, err, idempotency.ErrStoreUnavailable)
-	assert.Zero(t, h.runs.Load(), "nothing ran under a lease about to lapse")
-	key, err := idem.StoreKey(msg)
-	require.NoError(t, err)
-	rec, err := inner.Get(context.Background(), key)
-	require.NoError(t, err)
-	assert.Equal(t, idempotency.StateAbsent, rec.State, "the claim was released")
-	assert.Equal(t, 1, obs.get(idempotency.OutcomeStoreUnavailable))
+	synctest.Test(t, func(t *testing.T) {
+		const lease = 100 * time.Millisecond
+		inner := memstore.New(memstore.Config{})
+		idem, obs := newIdem(t, idempotency.Config{Store: slowClaim{Store: inner, delay: lease * 95 / 100}, LeaseTTL: lease})
+		h := &counter{}
+		msg := newMsg("late-claim", "p")
+		_, err := idem.Middleware(h.handle)(msg)
+		require.ErrorIs(t, err, idempotency.ErrStoreUnavailable)
+		assert.Zero(t, h.runs.Load(), "nothing ran under a lease about to lapse")
+		key, err := idem.StoreKey(msg)
+		require.NoError(t, err)
+		rec, err := inner.Get(context.Background(), key)
+		require.NoError(t, err)
+		assert.Equal(t, idempotency.StateAbsent, rec.State, "the claim was released")
+		assert.Equal(t, 1, obs.get(idempotency.OutcomeStoreUnavailable))
+	})
 }
