@@ -125,8 +125,43 @@ func TestConfigValidate(t *testing.T) {
 				return
 			}
 			require.ErrorIs(t, err, tc.wantErr)
+			require.ErrorIs(t, err, backends.ErrInvalidConfig, "every problem is an invalid config")
 		})
 	}
+}
+
+// TestConfigValidateEveryProblem: Validate reports all problems at once, in
+// its documented order, each matching ErrInvalidConfig beside its own
+// sentinel.
+func TestConfigValidateEveryProblem(t *testing.T) {
+	cfg := backends.Config{URL: "kafka://localhost:9092", DialTimeout: -1, NATS: backends.NATSConfig{AckWait: -2, MaxAckPending: -3}}
+	cfg.Kafka.Version = "latest"
+	cfg.AMQP.PublishGroups = []string{" "}
+	err := cfg.Validate()
+	require.Error(t, err)
+	problems := err.(interface{ Unwrap() []error }).Unwrap()
+	require.Len(t, problems, 6, err.Error())
+	for _, p := range problems {
+		assert.ErrorIs(t, p, backends.ErrInvalidConfig, p.Error())
+	}
+	assert.ErrorIs(t, problems[0], backends.ErrMissingGroup)
+	assert.Equal(t, "backends: missing consumer group: kafka needs one (set BROKER_GROUP)", problems[0].Error())
+	assert.Equal(t, "backends: invalid config: DialTimeout is negative (-1ns)", problems[1].Error())
+	assert.Equal(t, "backends: invalid config: NATS.AckWait is negative (-2ns)", problems[2].Error())
+	assert.Equal(t, "backends: invalid config: NATS.MaxAckPending is negative (-3)", problems[3].Error())
+	assert.Contains(t, problems[4].Error(), `backends: invalid config: Kafka.Version "latest"`)
+	assert.Equal(t, "backends: invalid config: AMQP.PublishGroups holds an empty group", problems[5].Error())
+
+	// A URL that names no broker hides the Group problem (whether a group is
+	// needed depends on the broker) but not the others.
+	cfg.URL = "sqs://queue"
+	err = cfg.Validate()
+	assert.ErrorIs(t, err, backends.ErrUnknownBroker)
+	assert.NotErrorIs(t, err, backends.ErrMissingGroup)
+	problems = err.(interface{ Unwrap() []error }).Unwrap()
+	require.Len(t, problems, 6, err.Error())
+	assert.ErrorIs(t, problems[0], backends.ErrUnknownBroker)
+	assert.ErrorIs(t, problems[0], backends.ErrInvalidConfig)
 }
 
 func TestFromEnv(t *testing.T) {

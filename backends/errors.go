@@ -15,7 +15,9 @@ var (
 	// that delivers through consumer groups (every broker but gochannel).
 	ErrMissingGroup = errors.New("backends: missing consumer group")
 	// ErrInvalidConfig is returned for a Config field out of range, or an
-	// environment variable that does not parse.
+	// environment variable that does not parse; every problem that
+	// Config.Validate reports matches it, beside its own sentinel if it has
+	// one.
 	ErrInvalidConfig = errors.New("backends: invalid config")
 	// ErrUnreachable is returned by New when the broker does not answer
 	// within Config.DialTimeout; the message names the address tried.

@@ -3,10 +3,13 @@ package backends
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/idempotency/watermill-idempotency/internal/configerr"
 )
 
 // Defaults for the zero values of Config fields.
@@ -22,17 +25,24 @@ const (
 	defaultNATSMaxAckPending  = 100
 )
 
-// Validate reports whether c can be used by New: a URL that names a
-// supported broker and parses for it, a Group where the broker needs one, and
-// no negative durations or counts. Zero values are valid: they mean the
-// documented defaults. Validate does not contact the broker.
+// Validate reports every problem that keeps New from using c, not only the
+// first: errors.Join of one error per problem, each matching
+// ErrInvalidConfig, in this fixed order: URL (it must name a supported
+// broker and parse for it; such a problem matches ErrUnknownBroker or
+// ErrInvalidURL as well); Group, where the URL's broker needs one (a
+// problem that matches ErrMissingGroup as well); NackResendSleep,
+// DialTimeout, Redis.MaxIdleTime, Redis.ClaimInterval, NATS.AckWait (none
+// negative); Kafka.Partitions, Kafka.ReplicationFactor, Redis.MaxLen,
+// AMQP.Prefetch, NATS.MaxAckPending (none negative); Kafka.Version (a
+// version sarama knows); AMQP.PublishGroups (no empty group). Zero values
+// are valid: they mean the documented defaults. Validate does not contact
+// the broker.
 func (c Config) Validate() error {
-	ep, err := parseEndpoint(c.URL)
-	if err != nil {
-		return err
-	}
-	if ep.broker != GoChannel && strings.TrimSpace(c.Group) == "" {
-		return fmt.Errorf("%w: %s needs one (set %s)", ErrMissingGroup, ep.broker, EnvGroup)
+	l := configerr.New(ErrInvalidConfig)
+	if ep, err := parseEndpoint(c.URL); err != nil {
+		l.Add(err)
+	} else if ep.broker != GoChannel && strings.TrimSpace(c.Group) == "" {
+		l.Add(fmt.Errorf("%w: %s needs one (set %s)", ErrMissingGroup, ep.broker, EnvGroup))
 	}
 	for _, d := range []struct {
 		name string
@@ -45,7 +55,7 @@ func (c Config) Validate() error {
 		{"NATS.AckWait", c.NATS.AckWait},
 	} {
 		if d.v < 0 {
-			return fmt.Errorf("%w: %s is negative (%v)", ErrInvalidConfig, d.name, d.v)
+			l.Addf("%s is negative (%v)", d.name, d.v)
 		}
 	}
 	for _, n := range []struct {
@@ -59,20 +69,18 @@ func (c Config) Validate() error {
 		{"NATS.MaxAckPending", int64(c.NATS.MaxAckPending)},
 	} {
 		if n.v < 0 {
-			return fmt.Errorf("%w: %s is negative (%d)", ErrInvalidConfig, n.name, n.v)
+			l.Addf("%s is negative (%d)", n.name, n.v)
 		}
 	}
 	if c.Kafka.Version != "" {
 		if _, err := sarama.ParseKafkaVersion(c.Kafka.Version); err != nil {
-			return fmt.Errorf("%w: Kafka.Version %q: %v", ErrInvalidConfig, c.Kafka.Version, err)
+			l.Addf("Kafka.Version %q: %v", c.Kafka.Version, err)
 		}
 	}
-	for _, g := range c.AMQP.PublishGroups {
-		if strings.TrimSpace(g) == "" {
-			return fmt.Errorf("%w: AMQP.PublishGroups holds an empty group", ErrInvalidConfig)
-		}
+	if slices.ContainsFunc(c.AMQP.PublishGroups, func(g string) bool { return strings.TrimSpace(g) == "" }) {
+		l.Addf("AMQP.PublishGroups holds an empty group")
 	}
-	return nil
+	return l.Err()
 }
 
 // withDefaults returns c with every zero field replaced by its default.

@@ -157,5 +157,9 @@
 // Every outcome is logged through the watermill.LoggerAdapter with the key,
 // handler name, outcome and attempts, and reported to Config.Observer along
 // with the latency of every store call; package idemprom exports them to
-// Prometheus.
+// Prometheus. An Observer that also implements ContextObserver gets each
+// outcome with the message's context (msg.Context()), its stored key,
+// attempt and replayed flag instead; package idemotel uses it to put them on
+// the message's OpenTelemetry span, and records the same metrics as
+// idemprom.
 package middleware

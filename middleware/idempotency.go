@@ -48,7 +48,7 @@ func (d *Idempotency) Middleware(h message.HandlerFunc) message.HandlerFunc {
 
 func (d *Idempotency) handle(msg *message.Message, h message.HandlerFunc) ([]*message.Message, error) {
 	scope := d.cfg.Scope(msg)
-	dv := delivery{uuid: msg.UUID, scope: scope}
+	dv := delivery{uuid: msg.UUID, scope: scope, ctx: msg.Context()}
 	key, err := d.storeKey(msg, scope)
 	if err != nil {
 		d.once.done(OutcomeMissingKey, dv, err)

@@ -1,6 +1,9 @@
 package middleware
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Outcome names what the middleware did with one delivery; it is the label
 // of logs and metrics.
@@ -67,6 +70,67 @@ type Observer interface {
 	// (OpClaim, OpRenew, OpComplete, OpFail, OpRelease), its duration, and
 	// its error.
 	StoreLatency(op string, d time.Duration, err error)
+}
+
+// OutcomeDetails is what a ContextObserver learns about one outcome, beside
+// the label that Observer.Outcome gets.
+type OutcomeDetails struct {
+	// Handler is the label Observer.Outcome receives: the Watermill
+	// handler's name, the HTTP route pattern (or "http"), or
+	// OnceConfig.Name.
+	Handler string
+	// Scope is the scope the key was stored under: the Watermill handler's
+	// name (Config.Scope), the HTTP route label, or OnceConfig.Name. It
+	// never holds a tenant's identity.
+	Scope string
+	// Key is the key as stored (for Watermill prefix:scope:key), empty when
+	// none could be derived. It may carry user data: an observer that
+	// exports it should hash it.
+	Key string
+	// Outcome is what happened.
+	Outcome Outcome
+	// Attempt is the key's attempt count after the claim (Record.Attempts):
+	// the number of this run when the handler ran, the stored count when it
+	// did not, and 0 when no record was read (no key, store unavailable).
+	Attempt int
+	// Replayed is true when the stored result was returned instead of
+	// running the handler (OutcomeDuplicate).
+	Replayed bool
+	// Err is the error reported with the outcome, nil for processed and
+	// duplicate.
+	Err error
+}
+
+// ContextObserver is an Observer that also wants every outcome with the
+// context of its message or request (msg.Context() for Watermill, the
+// request's context for HTTP, the ctx of Once.Do) and its details, for
+// example to put attributes on the span that context carries. When an
+// Observer implements it, OutcomeContext is called instead of Outcome, once
+// per outcome; StoreLatency is called as for any Observer. Package idemotel
+// provides one for OpenTelemetry.
+type ContextObserver interface {
+	Observer
+	// OutcomeContext is called once per delivery or request, instead of
+	// Outcome. ctx may be cancelled already; it must not be retained.
+	OutcomeContext(ctx context.Context, d OutcomeDetails)
+}
+
+// ReportOutcome tells obs about one outcome: OutcomeContext when obs is a
+// ContextObserver, else Outcome(d.Handler, d.Outcome). Adapters built on
+// Once call it where they report their outcomes. A nil obs is ignored, and
+// so is a nil ctx for a plain Observer; a ContextObserver gets
+// context.Background() instead of a nil ctx.
+func ReportOutcome(ctx context.Context, obs Observer, d OutcomeDetails) {
+	switch o := obs.(type) {
+	case nil:
+	case ContextObserver:
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		o.OutcomeContext(ctx, d)
+	default:
+		o.Outcome(d.Handler, d.Outcome)
+	}
 }
 
 type nopObserver struct{}

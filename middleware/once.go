@@ -111,6 +111,8 @@ type Once struct {
 	quiet bool
 	// timed: the observer wants store latencies, so calls are timed.
 	timed bool
+	// detailed: the observer is a ContextObserver.
+	detailed bool
 }
 
 // NewOnce returns the protocol for cfg. It copies cfg, fills the defaults
@@ -126,7 +128,8 @@ func NewOnce(cfg OnceConfig, logger watermill.LoggerAdapter) (*Once, error) {
 	_, inProcess := cfg.Store.(InProcessStore)
 	_, quiet := logger.(watermill.NopLogger)
 	_, untimed := cfg.Observer.(nopObserver)
-	return &Once{cfg: cfg, logger: logger, inProcess: inProcess, quiet: quiet, timed: !untimed}, nil
+	_, detailed := cfg.Observer.(ContextObserver)
+	return &Once{cfg: cfg, logger: logger, inProcess: inProcess, quiet: quiet, timed: !untimed, detailed: detailed}, nil
 }
 
 // Config returns the configuration in force, defaults filled.
@@ -165,7 +168,7 @@ type Result struct {
 // The key is used as given: put a prefix of your own in it when the store
 // is shared.
 func (o *Once) Do(ctx context.Context, key string, work func(ctx context.Context) ([]byte, error)) (Result, error) {
-	dv := delivery{scope: o.cfg.Name, key: key}
+	dv := delivery{scope: o.cfg.Name, key: key, ctx: ctx}
 	lease, claim, err := o.claim(ctx, key, nil, dv)
 	dv.attempts = claim.Record.Attempts
 	if err != nil {
@@ -351,7 +354,16 @@ func (o *Once) storeCtx(parent context.Context, d time.Duration) (context.Contex
 
 // done logs and counts one outcome.
 func (o *Once) done(outcome Outcome, dv delivery, err error) {
-	o.cfg.Observer.Outcome(dv.scope, outcome)
+	if o.detailed {
+		ctx := dv.ctx
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		o.cfg.Observer.(ContextObserver).OutcomeContext(ctx, OutcomeDetails{Handler: dv.scope, Scope: dv.scope,
+			Key: dv.key, Outcome: outcome, Attempt: dv.attempts, Replayed: outcome == OutcomeDuplicate, Err: err})
+	} else {
+		o.cfg.Observer.Outcome(dv.scope, outcome)
+	}
 	if o.quiet {
 		return
 	}
@@ -375,6 +387,8 @@ type delivery struct {
 	uuid, scope, key string
 	attempts         int
 	extra            watermill.LogFields
+	// ctx is the message's or caller's context, for a ContextObserver.
+	ctx context.Context
 }
 
 func (dv delivery) fields() watermill.LogFields {

@@ -126,11 +126,11 @@ func TestRedisStore(t *testing.T) {
 	c := paymentspb.NewPaymentsClient(conn)
 
 	key := "example-grpc-test-" + randomSuffix(t)
-	// The documented stored key: the default prefix, the hex of the first
-	// 16 bytes of SHA-256(scope), a colon and the key. The scope, an API
-	// key, is not in it.
+	// The documented stored key: the default prefix, a colon, the hex of
+	// the first 16 bytes of SHA-256(scope), a colon and the key. The scope,
+	// an API key, is not in it.
 	scope := sha256.Sum256([]byte("sk_test_redis"))
-	storedKey := grpcidem.DefaultKeyPrefix + hex.EncodeToString(scope[:16]) + ":" + key
+	storedKey := grpcidem.DefaultKeyPrefix + ":" + hex.EncodeToString(scope[:16]) + ":" + key
 	rc := testserver.RedisClient(t)
 	t.Cleanup(func() { _ = rc.Del(context.Background(), storedKey).Err() })
 

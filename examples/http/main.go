@@ -58,7 +58,7 @@ func run() error {
 	case <-ctx.Done():
 	}
 	// Shutdown waits for running requests, so their outcome gets recorded.
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), httpidem.DefaultLease)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), httpidem.DefaultLeaseTTL)
 	defer cancel()
 	return srv.Shutdown(shutdownCtx)
 }

@@ -75,11 +75,11 @@ func TestRedisStore(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	key := "example-http-test-" + randomSuffix(t)
-	// The documented stored key: the default prefix, the hex of the first
-	// 16 bytes of SHA-256(scope), a colon and the key. The scope, an API
-	// key, is not in it.
+	// The documented stored key: the default prefix, a colon, the hex of
+	// the first 16 bytes of SHA-256(scope), a colon and the key. The scope,
+	// an API key, is not in it.
 	scope := sha256.Sum256([]byte("sk_test_redis"))
-	storedKey := httpidem.DefaultKeyPrefix + hex.EncodeToString(scope[:16]) + ":" + key
+	storedKey := httpidem.DefaultKeyPrefix + ":" + hex.EncodeToString(scope[:16]) + ":" + key
 	c := testserver.RedisClient(t)
 	t.Cleanup(func() { _ = c.Del(context.Background(), storedKey).Err() })
 	cmd := []string{"-X", "POST", "http://x/payments", "-H", "Authorization: Bearer sk_test_redis",

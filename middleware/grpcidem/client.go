@@ -8,6 +8,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/idempotency/watermill-idempotency/internal/configerr"
 )
 
 // ClientConfig configures a Client. The zero ClientConfig is valid: every
@@ -51,9 +53,10 @@ type Client struct {
 	methods map[string]bool
 }
 
-// NewClient returns a Client for cfg, which is copied. It returns an error
-// matching ErrInvalidConfig for a metadata key or method name that cannot
-// be used.
+// NewClient returns a Client for cfg, which is copied. It reports every
+// problem of cfg, joined with errors.Join, each matching ErrInvalidConfig,
+// in this fixed order: Metadata (a usable metadata key), RequestField (a
+// protobuf field name), Methods (each a full method name).
 func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Metadata == "" {
 		cfg.Metadata = DefaultMetadata
@@ -64,19 +67,17 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.NewKey == nil {
 		cfg.NewKey = newUUID
 	}
-	if err := checkMetadataName(cfg.Metadata); err != nil {
+	l := configerr.New(ErrInvalidConfig)
+	checkMetadataName(l, cfg.Metadata)
+	checkFieldName(l, cfg.RequestField)
+	checkMethods(l, cfg.Methods)
+	if err := l.Err(); err != nil {
 		return nil, err
-	}
-	if !isFieldName(cfg.RequestField) {
-		return nil, fmt.Errorf("%w: RequestField %q is not a protobuf field name", ErrInvalidConfig, cfg.RequestField)
 	}
 	c := &Client{cfg: cfg}
 	if len(cfg.Methods) > 0 {
 		c.methods = map[string]bool{}
 		for _, m := range cfg.Methods {
-			if !isFullMethod(m) {
-				return nil, fmt.Errorf("%w: method %q is not a full method name such as /payments.v1.Payments/CreatePayment", ErrInvalidConfig, m)
-			}
 			c.methods[m] = true
 		}
 	}

@@ -61,7 +61,7 @@ func (a *attempts) get() []attempt {
 // once.
 func TestLostResponse(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
-		store, prefix := kind.new(t)
+		store, prefix := kind.New(t)
 		l := newLedger()
 		var seen attempts
 		proxy := startLossyProxy(t)
@@ -113,7 +113,7 @@ func TestLostResponse(t *testing.T) {
 // the retry runs the handler (the key was FAILED).
 func TestClientRetryReusesKey(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
-		store, prefix := kind.new(t)
+		store, prefix := kind.New(t)
 		l := newLedger()
 		var seen attempts
 		var n atomic.Int64
@@ -145,7 +145,7 @@ func TestClientRetryReusesKey(t *testing.T) {
 // ClientConfig.Methods get none.
 func TestClientKeys(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
-		store, prefix := kind.new(t)
+		store, prefix := kind.New(t)
 		l := newLedger()
 		var seen attempts
 		addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).Unary)

@@ -67,6 +67,6 @@ func TestConcurrentCalls(t *testing.T) {
 			}
 		}
 		assert.Equal(t, calls-1, replays+refused)
-		t.Logf("%s: 1 run, %d replays, %d ABORTED", kind.name, replays, refused)
+		t.Logf("%s: 1 run, %d replays, %d ABORTED", kind.Name, replays, refused)
 	})
 }

@@ -1,13 +1,29 @@
 package grpcidem
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/idempotency/watermill-idempotency/internal/configerr"
 	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+)
+
+// Errors of an invalid Config or ClientConfig, checked with errors.Is.
+var (
+	// ErrInvalidConfig is matched by every problem that Config.Validate,
+	// New and NewClient report: a Config without Methods, a malformed
+	// method, metadata or field name, a negative duration or size, a
+	// Config that sets neither Scope nor SingleTenant, or both, and a
+	// missing Store.
+	ErrInvalidConfig = errors.New("grpcidem: invalid config")
+	// ErrNilStore is matched, beside ErrInvalidConfig, by the problem of a
+	// Config without a Store.
+	ErrNilStore = errors.New("grpcidem: nil store")
 )
 
 // Defaults used for the zero value of the corresponding Config fields.
@@ -18,40 +34,35 @@ const (
 	// DefaultRequestField is the request message's string field carrying
 	// the key, as Google's AIP-155 names it.
 	DefaultRequestField = "request_id"
-	// DefaultKeyPrefix starts every stored key. It differs from the
-	// prefixes of the Watermill and HTTP middleware, so that keys of the
-	// three sharing one store never meet.
-	DefaultKeyPrefix = "grpcidem:"
-	// DefaultMaxKeyLength is the longest key accepted, in bytes, as in
-	// package httpidem.
-	DefaultMaxKeyLength = 255
-	// DefaultLease is how long a claim holds a key while the handler runs;
-	// it is renewed every third of it (middleware.DefaultLeaseTTL).
-	DefaultLease = middleware.DefaultLeaseTTL
-	// DefaultCompletedTTL is how long a completed answer is replayed.
-	DefaultCompletedTTL = 24 * time.Hour
-	// DefaultFailedTTL is how long a failed attempt is remembered (its
-	// fingerprint still binds the key; a retry may run again).
-	DefaultFailedTTL = 24 * time.Hour
+	// DefaultKeyPrefix starts every stored key, followed by a colon that
+	// the interceptor adds, as the Watermill middleware does after its
+	// prefix "idem". It differs from the prefixes of the Watermill and HTTP
+	// middleware, so that keys of the three sharing one store never meet.
+	DefaultKeyPrefix = "grpcidem"
+	// DefaultMaxKeyLength is the longest key accepted, in bytes (255), as
+	// in package httpidem.
+	DefaultMaxKeyLength = adapter.DefaultMaxKeyLength
+	// DefaultLeaseTTL is how long a claim holds a key while the handler
+	// runs (40 s); it is renewed every third of it
+	// (middleware.DefaultLeaseTTL).
+	DefaultLeaseTTL = middleware.DefaultLeaseTTL
+	// DefaultStoreTimeout bounds each store call (5 s,
+	// middleware.DefaultStoreTimeout).
+	DefaultStoreTimeout = middleware.DefaultStoreTimeout
+	// DefaultCompletedTTL is how long a completed answer is replayed
+	// (24 h, middleware.DefaultCompletedTTL).
+	DefaultCompletedTTL = middleware.DefaultCompletedTTL
+	// DefaultFailedTTL is how long a failed attempt is remembered (24 h,
+	// middleware.DefaultFailedTTL): its fingerprint still binds the key; a
+	// retry may run again.
+	DefaultFailedTTL = middleware.DefaultFailedTTL
 	// DefaultMaxResponseSize bounds the stored answer: the response's wire
 	// bytes and type name, or the final status with its details.
 	DefaultMaxResponseSize = 1 << 20
-	// DefaultStoreTimeout bounds each store call
-	// (middleware.DefaultStoreTimeout).
-	DefaultStoreTimeout = middleware.DefaultStoreTimeout
 	// DefaultRetryAfter is the delay of the RetryInfo sent with ABORTED
-	// (the key is in progress) and UNAVAILABLE (the store is down).
-	DefaultRetryAfter = time.Second
+	// (the key is in progress) and UNAVAILABLE (the store is down): 1 s.
+	DefaultRetryAfter = adapter.DefaultRetryAfter
 )
-
-// ErrNilStore is returned by New for a Config without a Store.
-var ErrNilStore = errors.New("grpcidem: nil store")
-
-// ErrInvalidConfig is returned by New and NewClient, wrapped with the
-// reason, for a Config without Methods, a malformed method or metadata
-// name, a negative duration or size, or a Config that sets neither Scope nor
-// SingleTenant, or both.
-var ErrInvalidConfig = errors.New("grpcidem: invalid config")
 
 // Config configures an Interceptor. Store, Methods and the choice between
 // Scope and SingleTenant are required; every other field has a usable zero
@@ -78,6 +89,11 @@ type Config struct {
 	// leaves it empty, needs the key in its metadata. Empty means
 	// DefaultRequestField ("request_id").
 	RequestField string
+
+	// KeyPrefix starts every stored key; the interceptor adds a colon after
+	// it, as the Watermill middleware does after its Config.KeyPrefix.
+	// Empty means DefaultKeyPrefix ("grpcidem").
+	KeyPrefix string
 
 	// KeyOptional lets calls without a key pass through without
 	// idempotency. False (the default) answers them INVALID_ARGUMENT: a
@@ -106,14 +122,12 @@ type Config struct {
 	// sends another client's key would get that client's stored answer.
 	SingleTenant bool
 
-	// KeyPrefix starts every stored key. Empty means DefaultKeyPrefix.
-	KeyPrefix string
-
-	// Lease is how long a claim holds a key while the handler runs
-	// (middleware.OnceConfig.LeaseTTL): it is renewed every Lease/3, and
-	// when the lease is lost the handler's context is cancelled with
-	// middleware.ErrLeaseLost as its cause. Zero means DefaultLease (40 s).
-	Lease time.Duration
+	// LeaseTTL is how long a claim holds a key while the handler runs
+	// (middleware.OnceConfig.LeaseTTL): it is renewed every LeaseTTL/3,
+	// and when the lease is lost the handler's context is cancelled with
+	// middleware.ErrLeaseLost as its cause. Zero means DefaultLeaseTTL
+	// (40 s).
+	LeaseTTL time.Duration
 
 	// StoreTimeout bounds each store call; every call made while the key is
 	// held is also bounded by what is left of the lease. Zero means
@@ -157,104 +171,85 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	c.Methods = append([]string(nil), c.Methods...)
+	shared := c.common().WithDefaults(DefaultKeyPrefix)
+	c.KeyPrefix, c.MaxKeyLength, c.RetryAfter = shared.KeyPrefix, shared.MaxKeyLength, shared.RetryAfter
+	c.LeaseTTL, c.StoreTimeout, c.CompletedTTL, c.FailedTTL = shared.LeaseTTL, shared.StoreTimeout, shared.CompletedTTL, shared.FailedTTL
+	c.Methods = slices.Clone(c.Methods)
+	c.Metadata = slices.Clone(c.Metadata)
 	if len(c.Metadata) == 0 {
 		c.Metadata = []string{DefaultMetadata}
-	} else {
-		c.Metadata = append([]string(nil), c.Metadata...)
 	}
-	if c.RequestField == "" {
-		c.RequestField = DefaultRequestField
-	}
-	if c.MaxKeyLength == 0 {
-		c.MaxKeyLength = DefaultMaxKeyLength
-	}
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = DefaultKeyPrefix
-	}
-	if c.Lease == 0 {
-		c.Lease = DefaultLease
-	}
-	if c.StoreTimeout == 0 {
-		c.StoreTimeout = DefaultStoreTimeout
-	}
-	if c.CompletedTTL == 0 {
-		c.CompletedTTL = DefaultCompletedTTL
-	}
-	if c.FailedTTL == 0 {
-		c.FailedTTL = DefaultFailedTTL
-	}
-	if c.MaxResponseSize == 0 {
-		c.MaxResponseSize = DefaultMaxResponseSize
-	}
-	if c.RetryAfter == 0 {
-		c.RetryAfter = DefaultRetryAfter
-	}
+	c.RequestField = cmp.Or(c.RequestField, DefaultRequestField)
+	c.MaxResponseSize = cmp.Or(c.MaxResponseSize, DefaultMaxResponseSize)
 }
 
-// Validate reports whether the config can be used. Zero fields other than
-// Store, Methods, Scope and SingleTenant are valid: they stand for their
-// defaults. New calls it after filling the defaults.
+// common is what c shares, field for field, with the Config of package
+// httpidem.
+func (c Config) common() adapter.Common {
+	return adapter.Common{Invalid: ErrInvalidConfig, NilStore: ErrNilStore, Unit: "call", Store: c.Store, Observer: c.Observer,
+		Scoped: c.Scope != nil, SingleTenant: c.SingleTenant, KeyPrefix: c.KeyPrefix, MaxKeyLength: c.MaxKeyLength, RetryAfter: c.RetryAfter,
+		LeaseTTL: c.LeaseTTL, StoreTimeout: c.StoreTimeout, CompletedTTL: c.CompletedTTL, FailedTTL: c.FailedTTL}
+}
+
+// Validate reports every problem of the config, not only the first:
+// errors.Join of one error per problem, each matching ErrInvalidConfig (a
+// missing Store matches ErrNilStore as well), in this fixed order: Store;
+// Scope and SingleTenant (one of them, not both); LeaseTTL, StoreTimeout,
+// CompletedTTL, FailedTTL and RetryAfter (none negative, LeaseTTL at least
+// 3 ms); MaxKeyLength (not negative); Methods (required, each a full
+// method name); Metadata (each a usable metadata key); RequestField (a
+// protobuf field name); MaxResponseSize (not negative). Zero fields other
+// than Store, Methods, Scope and SingleTenant are valid: they stand for
+// their defaults. New calls it after filling the defaults.
 func (c Config) Validate() error {
-	if c.Store == nil {
-		return ErrNilStore
-	}
-	switch {
-	case c.Scope == nil && !c.SingleTenant:
-		return fmt.Errorf("%w: Scope is required (the tenant of a call); set SingleTenant instead only when one client calls this service", ErrInvalidConfig)
-	case c.Scope != nil && c.SingleTenant:
-		return fmt.Errorf("%w: Scope and SingleTenant are both set; choose one", ErrInvalidConfig)
-	}
+	l := c.common().Check()
 	if len(c.Methods) == 0 {
-		return fmt.Errorf("%w: Methods is required: the full names of the unary methods to make idempotent", ErrInvalidConfig)
+		l.Addf("Methods is required: the full names of the unary methods to make idempotent")
 	}
-	for _, m := range c.Methods {
-		if !isFullMethod(m) {
-			return fmt.Errorf("%w: method %q is not a full method name such as /payments.v1.Payments/CreatePayment", ErrInvalidConfig, m)
-		}
-	}
+	checkMethods(l, c.Methods)
 	for _, name := range c.Metadata {
-		if err := checkMetadataName(name); err != nil {
-			return err
-		}
+		checkMetadataName(l, name)
 	}
-	if !isFieldName(c.RequestField) {
-		return fmt.Errorf("%w: RequestField %q is not a protobuf field name", ErrInvalidConfig, c.RequestField)
-	}
-	for _, f := range []struct {
-		name string
-		d    time.Duration
-	}{{"Lease", c.Lease}, {"StoreTimeout", c.StoreTimeout}, {"CompletedTTL", c.CompletedTTL}, {"FailedTTL", c.FailedTTL}, {"RetryAfter", c.RetryAfter}} {
-		if f.d < 0 {
-			return fmt.Errorf("%w: %s is %v, must not be negative", ErrInvalidConfig, f.name, f.d)
-		}
-	}
-	if c.Lease > 0 && c.Lease < 3*time.Millisecond {
-		return fmt.Errorf("%w: Lease %v is too short to renew every Lease/3", ErrInvalidConfig, c.Lease)
-	}
-	if c.MaxKeyLength < 0 {
-		return fmt.Errorf("%w: MaxKeyLength is %d", ErrInvalidConfig, c.MaxKeyLength)
-	}
+	checkFieldName(l, c.RequestField)
 	if c.MaxResponseSize < 0 {
-		return fmt.Errorf("%w: MaxResponseSize is %d", ErrInvalidConfig, c.MaxResponseSize)
+		l.Addf("MaxResponseSize is %d, must not be negative", c.MaxResponseSize)
 	}
-	return nil
+	return l.Err()
 }
 
-// checkMetadataName accepts a metadata key that can carry a printable key:
-// lower-case letters, digits, '-', '_' and '.', not reserved by gRPC
-// ("grpc-") and not binary ("-bin").
-func checkMetadataName(name string) error {
+// checkMetadataName adds a problem to l unless name is a metadata key that
+// can carry a printable key: lower-case letters, digits, '-', '_' and '.',
+// not reserved by gRPC ("grpc-") and not binary ("-bin").
+func checkMetadataName(l *configerr.List, name string) {
 	if name == "" || strings.HasPrefix(name, "grpc-") || strings.HasSuffix(name, "-bin") {
-		return fmt.Errorf("%w: metadata key %q cannot carry a key (empty, reserved grpc- or binary -bin)", ErrInvalidConfig, name)
+		l.Addf("metadata key %q cannot carry a key (empty, reserved grpc- or binary -bin)", name)
+		return
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return fmt.Errorf("%w: metadata key %q must be lower-case letters, digits, '-', '_' or '.'", ErrInvalidConfig, name)
+			l.Addf("metadata key %q must be lower-case letters, digits, '-', '_' or '.'", name)
+			return
 		}
 	}
-	return nil
+}
+
+// checkMethods adds a problem to l for each method that is not a full
+// method name.
+func checkMethods(l *configerr.List, methods []string) {
+	for _, m := range methods {
+		if !isFullMethod(m) {
+			l.Addf("method %q is not a full method name such as /payments.v1.Payments/CreatePayment", m)
+		}
+	}
+}
+
+// checkFieldName adds a problem to l unless field is empty (the default)
+// or a protobuf field name.
+func checkFieldName(l *configerr.List, field string) {
+	if field != "" && !isFieldName(field) {
+		l.Addf("RequestField %q is not a protobuf field name", field)
+	}
 }
 
 // isFullMethod reports whether m reads "/service/method", the service

@@ -85,8 +85,8 @@
 // without it every client would share one key space, and a client sending
 // another client's key would get that client's stored answer. A service that
 // only one client calls says so with Config.SingleTenant instead. The stored
-// key is Config.KeyPrefix, the hex of the first 16 bytes of SHA-256(scope),
-// a colon and the key:
+// key is Config.KeyPrefix, a colon, the hex of the first 16 bytes of
+// SHA-256(scope), a colon and the key:
 //
 //	grpcidem:2bd806c97f0e00af1a1fc3328fa763a9:8e03978e   scope "alice", key "8e03978e"
 //

@@ -1,5 +1,7 @@
 package grpcidem
 
-// StoreKey is storeKey, for the external tests that look records up in the
-// store.
-var StoreKey = storeKey
+import "github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+
+// StoreKey is adapter.StoreKey, for the external tests that look records
+// up in the store.
+var StoreKey = adapter.StoreKey

@@ -15,6 +15,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem/internal/testpb"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
 )
 
 // TestReplay: the first call runs, a repeat gets the same response, marked
@@ -152,8 +153,8 @@ func TestConfig(t *testing.T) {
 		"metadata -bin":     func(c *grpcidem.Config) { c.Metadata = []string{"key-bin"} },
 		"metadata upper":    func(c *grpcidem.Config) { c.Metadata = []string{"Idempotency-Key"} },
 		"field name":        func(c *grpcidem.Config) { c.RequestField = "request id" },
-		"negative lease":    func(c *grpcidem.Config) { c.Lease = -1 },
-		"tiny lease":        func(c *grpcidem.Config) { c.Lease = 1 },
+		"negative lease":    func(c *grpcidem.Config) { c.LeaseTTL = -1 },
+		"tiny lease":        func(c *grpcidem.Config) { c.LeaseTTL = 1 },
 		"negative max size": func(c *grpcidem.Config) { c.MaxResponseSize = -1 },
 		"negative key len":  func(c *grpcidem.Config) { c.MaxKeyLength = -1 },
 		"negative retry":    func(c *grpcidem.Config) { c.RetryAfter = -1 },
@@ -163,6 +164,28 @@ func TestConfig(t *testing.T) {
 		_, err := grpcidem.New(cfg, nil)
 		assert.ErrorIs(t, err, grpcidem.ErrInvalidConfig, name)
 	}
+	// Every problem at once, in the documented order, each an
+	// ErrInvalidConfig.
+	err = grpcidem.Config{LeaseTTL: -1, Metadata: []string{"grpc-key", "Key"}, RequestField: "request id", MaxResponseSize: -1}.Validate()
+	adaptertest.RequireProblems(t, err, `grpcidem: nil store
+grpcidem: invalid config: Scope is required (the tenant of a call); set SingleTenant instead only when one client calls this service
+grpcidem: invalid config: LeaseTTL is -1ns, must not be negative
+grpcidem: invalid config: Methods is required: the full names of the unary methods to make idempotent
+grpcidem: invalid config: metadata key "grpc-key" cannot carry a key (empty, reserved grpc- or binary -bin)
+grpcidem: invalid config: metadata key "Key" must be lower-case letters, digits, '-', '_' or '.'
+grpcidem: invalid config: RequestField "request id" is not a protobuf field name
+grpcidem: invalid config: MaxResponseSize is -1, must not be negative`, grpcidem.ErrInvalidConfig, grpcidem.ErrNilStore)
+	_, err = grpcidem.New(grpcidem.Config{}, nil)
+	adaptertest.RequireProblems(t, err, `grpcidem: nil store
+grpcidem: invalid config: Scope is required (the tenant of a call); set SingleTenant instead only when one client calls this service
+grpcidem: invalid config: Methods is required: the full names of the unary methods to make idempotent`, grpcidem.ErrInvalidConfig, grpcidem.ErrNilStore)
+	// Zero fields other than the required ones stand for their defaults.
+	assert.NoError(t, ok.Validate())
+	_, err = grpcidem.NewClient(grpcidem.ClientConfig{Metadata: "Bad", Methods: []string{"Charge", methodCharge, "x"}})
+	adaptertest.RequireProblems(t, err, `grpcidem: invalid config: metadata key "Bad" must be lower-case letters, digits, '-', '_' or '.'
+grpcidem: invalid config: method "Charge" is not a full method name such as /payments.v1.Payments/CreatePayment
+grpcidem: invalid config: method "x" is not a full method name such as /payments.v1.Payments/CreatePayment`, grpcidem.ErrInvalidConfig, nil)
+
 	single := ok
 	single.Scope, single.SingleTenant = nil, true
 	_, err = grpcidem.New(single, nil)

@@ -2,8 +2,6 @@ package grpcidem_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"sync"
@@ -19,12 +17,10 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem/internal/testpb"
-	"github.com/idempotency/watermill-idempotency/middleware/memstore"
-	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
 )
 
 const (
@@ -32,50 +28,19 @@ const (
 	methodRefund = "/grpcidem.test.v1.Ledger/Refund"
 )
 
-// storeKind builds a fresh store for one test, and a key prefix unique to it
-// so that tests sharing the Redis server never see each other's keys.
-type storeKind struct {
-	name string
-	new  func(t *testing.T) (middleware.Store, string)
-}
+// storeKind builds a fresh store for one test, and a key prefix unique to it.
+type storeKind = adaptertest.StoreKind
 
-var storeKinds = []storeKind{
-	{name: "memstore", new: func(t *testing.T) (middleware.Store, string) {
-		s := memstore.New(memstore.Config{})
-		t.Cleanup(func() { _ = s.Close() })
-		return s, grpcidem.DefaultKeyPrefix
-	}},
-	{name: "redisstore", new: func(t *testing.T) (middleware.Store, string) {
-		client := testserver.RedisClient(t)
-		s, err := redisstore.New(client)
-		require.NoError(t, err)
-		prefix := "grpcidemtest:" + randomHex(t) + ":"
-		t.Cleanup(func() {
-			ctx := context.Background()
-			iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
-			for iter.Next(ctx) {
-				_ = client.Del(ctx, iter.Val()).Err()
-			}
-		})
-		return s, prefix
-	}},
-}
+var storeKinds = adaptertest.StoreKinds(grpcidem.DefaultKeyPrefix, "grpcidemtest")
 
 // eachStore runs f once per store kind, in parallel.
 func eachStore(t *testing.T, f func(t *testing.T, kind storeKind)) {
 	for _, k := range storeKinds {
-		t.Run(k.name, func(t *testing.T) {
+		t.Run(k.Name, func(t *testing.T) {
 			t.Parallel()
 			f(t, k)
 		})
 	}
-}
-
-func randomHex(t testing.TB) string {
-	var b [8]byte
-	_, err := rand.Read(b[:])
-	require.NoError(t, err)
-	return hex.EncodeToString(b[:])
 }
 
 // ledger is the service under test. What a call does depends on its
@@ -224,7 +189,7 @@ func dial(t testing.TB, addr string, opts ...grpc.DialOption) testpb.LedgerClien
 // setup is a server with the interceptor on a store of kind, and a client.
 func setup(t *testing.T, kind storeKind, adjust func(*grpcidem.Config)) (*ledger, testpb.LedgerClient) {
 	t.Helper()
-	store, prefix := kind.new(t)
+	store, prefix := kind.New(t)
 	l := newLedger()
 	addr := serve(t, l, newInterceptor(t, store, prefix, adjust).Unary)
 	return l, dial(t, addr)

@@ -3,12 +3,10 @@ package grpcidem_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -21,6 +19,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem/internal/testpb"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
@@ -135,41 +134,17 @@ func TestInProgress(t *testing.T) {
 	})
 }
 
-// downStores are stores that cannot be reached.
-var downStores = []struct {
-	name string
-	new  func(t *testing.T) middleware.Store
-}{
-	{name: "memstore closed", new: func(t *testing.T) middleware.Store {
-		s := memstore.New(memstore.Config{})
-		require.NoError(t, s.Close())
-		return s
-	}},
-	{name: "redis not listening", new: func(t *testing.T) middleware.Store {
-		c := redis.NewClient(&redis.Options{
-			ContextTimeoutEnabled: true,
-			Addr:                  "127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
-			MaxRetries:            -1,
-			DialTimeout:           200 * time.Millisecond,
-		})
-		t.Cleanup(func() { _ = c.Close() })
-		s, err := redisstore.New(c)
-		require.NoError(t, err)
-		return s
-	}},
-}
-
 // TestStoreUnavailable: with the store down, calls are UNAVAILABLE with a
 // RetryInfo and the handler does not run (fail closed); with FailOpen the
 // handler runs every time, and each unprotected run is logged.
 func TestStoreUnavailable(t *testing.T) {
-	for _, ds := range downStores {
-		t.Run(ds.name, func(t *testing.T) {
+	for _, ds := range adaptertest.DownStores {
+		t.Run(ds.Name, func(t *testing.T) {
 			t.Parallel()
 			t.Run("fail closed", func(t *testing.T) {
 				t.Parallel()
 				l := newLedger()
-				c := dial(t, serve(t, l, newInterceptor(t, ds.new(t), "", nil).Unary))
+				c := dial(t, serve(t, l, newInterceptor(t, ds.New(t), "", nil).Unary))
 				for range 2 {
 					a := charge(t, c, "t", "k1", &testpb.ChargeRequest{Amount: 1})
 					st := requireReason(t, a.err, codes.Unavailable, grpcidem.ReasonStoreUnavailable)
@@ -181,7 +156,7 @@ func TestStoreUnavailable(t *testing.T) {
 				t.Parallel()
 				l := newLedger()
 				logger := watermill.NewCaptureLogger()
-				i, err := grpcidem.New(grpcidem.Config{Store: ds.new(t), SingleTenant: true, FailOpen: true, Methods: []string{methodCharge}}, logger)
+				i, err := grpcidem.New(grpcidem.Config{Store: ds.New(t), SingleTenant: true, FailOpen: true, Methods: []string{methodCharge}}, logger)
 				require.NoError(t, err)
 				c := dial(t, serve(t, l, i.Unary))
 				for n := range 2 {
@@ -207,7 +182,7 @@ func TestCorruptRecord(t *testing.T) {
 		client := testserver.RedisClient(t)
 		store, err := redisstore.New(client)
 		require.NoError(t, err)
-		prefix := "grpcidemtest:" + randomHex(t) + ":"
+		prefix := "grpcidemtest:" + adaptertest.RandomHex(t)
 		skey := grpcidem.StoreKey(prefix, "t", "k1")
 		ctx := context.Background()
 		t.Cleanup(func() { _ = client.Del(ctx, skey).Err() })

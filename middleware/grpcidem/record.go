@@ -11,6 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
 // A stored answer is a small binary record, the Result of a COMPLETED key:
@@ -88,10 +90,10 @@ func (a storedAnswer) encode() []byte {
 	b := []byte{recordVersion, a.Kind}
 	switch a.Kind {
 	case kindMessage:
-		b = appendBytes(b, []byte(a.TypeName))
-		b = appendBytes(b, a.Wire)
+		b = adapter.AppendField(b, a.TypeName)
+		b = adapter.AppendField(b, a.Wire)
 	case kindStatus:
-		b = appendBytes(b, a.statusWire)
+		b = adapter.AppendField(b, a.statusWire)
 	case kindOmitted:
 		b = binary.AppendUvarint(b, uint64(a.Code))
 		b = binary.AppendUvarint(b, uint64(a.Size))
@@ -99,52 +101,43 @@ func (a storedAnswer) encode() []byte {
 	return b
 }
 
-func appendBytes(b, s []byte) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
 // decodeAnswer reads a stored answer. The status of a kindStatus record is
 // decoded as well; a response's message is rebuilt by message.
 func decodeAnswer(b []byte) (storedAnswer, error) {
-	d := decoder{b: b}
+	d := adapter.NewReader(b, errBadRecord)
 	var a storedAnswer
-	version, kind := d.byte(), d.byte()
-	if d.err == nil && version != recordVersion {
-		return a, fmt.Errorf("%w: version %d", errBadRecord, version)
+	version, kind := d.Byte(), d.Byte()
+	if d.Err() == nil && version != recordVersion {
+		d.Fail("version %d", version)
+		return storedAnswer{}, d.Err()
 	}
 	a.Kind = kind
 	switch kind {
 	case kindMessage:
-		a.TypeName = string(d.bytes())
-		a.Wire = d.bytes()
-		if d.err == nil && !protoreflect.FullName(a.TypeName).IsValid() {
-			d.err = fmt.Errorf("%w: type name %q", errBadRecord, a.TypeName)
+		a.TypeName = string(d.Bytes())
+		a.Wire = d.Bytes()
+		if d.Err() == nil && !protoreflect.FullName(a.TypeName).IsValid() {
+			d.Fail("type name %q", a.TypeName)
 		}
 	case kindStatus:
-		wire := d.bytes()
+		wire := d.Bytes()
 		a.statusWire = wire
-		if d.err == nil {
+		if d.Err() == nil {
 			a.Status = &spb.Status{}
 			if err := proto.Unmarshal(wire, a.Status); err != nil {
-				d.err = fmt.Errorf("%w: status: %w", errBadRecord, err)
+				d.Fail("status: %w", err)
 			} else if a.Status.Code <= 0 || a.Status.Code > int32(codes.Unauthenticated) {
-				d.err = fmt.Errorf("%w: status code %d", errBadRecord, a.Status.Code)
+				d.Fail("status code %d", a.Status.Code)
 			}
 		}
 	case kindOmitted:
-		a.Code = codes.Code(d.uvarint(uint64(codes.Unauthenticated)))
-		a.Size = int(d.uvarint(1 << 40))
+		a.Code = codes.Code(d.Uvarint(uint64(codes.Unauthenticated)))
+		a.Size = int(d.Uvarint(1 << 40))
 	default:
-		if d.err == nil {
-			d.err = fmt.Errorf("%w: kind %d", errBadRecord, kind)
-		}
+		d.Fail("kind %d", kind)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("%w: %d trailing bytes", errBadRecord, len(d.b))
-	}
-	if d.err != nil {
-		return storedAnswer{}, d.err
+	if err := d.Finish(); err != nil {
+		return storedAnswer{}, err
 	}
 	return a, nil
 }
@@ -167,52 +160,4 @@ func (a storedAnswer) message(want protoreflect.FullName) (proto.Message, error)
 		return nil, fmt.Errorf("%w: response of type %s: %w", errBadRecord, name, err)
 	}
 	return m, nil
-}
-
-// decoder reads a record; after the first error every read returns zero.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(what string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: bad %s", errBadRecord, what)
-	}
-}
-
-func (d *decoder) byte() byte {
-	if d.err != nil || len(d.b) == 0 {
-		d.fail("byte")
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *decoder) uvarint(max uint64) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 || v > max {
-		d.fail("number")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) bytes() []byte {
-	n := d.uvarint(1 << 62)
-	if d.err == nil && n > uint64(len(d.b)) {
-		d.fail("length")
-	}
-	if d.err != nil {
-		return nil
-	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
 }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -22,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
 // ReplayedMetadata is the response header metadata key set to "true" on
@@ -102,48 +102,30 @@ type Interceptor struct {
 }
 
 // New returns an interceptor for cfg, which is copied: later changes to the
-// caller's Config have no effect. A nil logger logs nothing. It returns
-// ErrNilStore without a Store, and an error matching ErrInvalidConfig for
-// any other invalid field, including a Config without Methods or that sets
-// neither Scope nor SingleTenant, or both.
+// caller's Config have no effect. A nil logger logs nothing. An invalid
+// Config is refused with every problem that Config.Validate reports, each
+// matching ErrInvalidConfig (and ErrNilStore for a missing Store).
 func New(cfg Config, logger watermill.LoggerAdapter) (*Interceptor, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
-	// The one owner protocol claims, renews, completes and fails the keys;
-	// the interceptor only decides what each outcome means for gRPC.
-	once, err := middleware.NewOnce(middleware.OnceConfig{
-		Store:        cfg.Store,
-		LeaseTTL:     cfg.Lease,
-		CompletedTTL: cfg.CompletedTTL,
-		FailedTTL:    cfg.FailedTTL,
-		StoreTimeout: cfg.StoreTimeout,
-		Observer:     cfg.Observer,
-	}, logger)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	i := &Interceptor{cfg: cfg, once: once, logger: logger, observer: cfg.Observer, scope: cfg.Scope, methods: map[string]bool{}}
-	if i.observer == nil {
-		i.observer = nopObserver{}
+	i := &Interceptor{cfg: cfg, scope: cfg.Scope, methods: make(map[string]bool, len(cfg.Methods))}
+	for _, m := range cfg.Methods {
+		i.methods[m] = true
 	}
 	if cfg.SingleTenant {
 		i.scope = func(context.Context) string { return "" }
 	}
-	for _, m := range cfg.Methods {
-		i.methods[m] = true
+	// The one owner protocol claims, renews, completes and fails the keys;
+	// the interceptor only decides what each outcome means for gRPC.
+	var err error
+	if i.once, i.logger, err = cfg.common().NewOnce(logger); err != nil {
+		return nil, err
 	}
+	i.observer = cfg.common().ObserverOrNop()
 	return i, nil
 }
-
-type nopObserver struct{}
-
-func (nopObserver) Outcome(string, middleware.Outcome)        {}
-func (nopObserver) StoreLatency(string, time.Duration, error) {}
 
 // call is what the logs and the Observer say about one call.
 type call struct {
@@ -187,7 +169,7 @@ func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServer
 		i.logger.Error("Request cannot be fingerprinted", err, c.fields)
 		return nil, i.status(codes.Internal, ReasonNotProtoMessage, "The server cannot encode the request to fingerprint it.", nil, false)
 	}
-	skey := storeKey(i.cfg.KeyPrefix, i.scope(ctx), key)
+	skey := adapter.StoreKey(i.cfg.KeyPrefix, i.scope(ctx), key)
 	// The stored key names the record for an operator; it holds the scope's
 	// hash, never the scope.
 	c.fields["idempotency_key"] = key
@@ -288,18 +270,12 @@ func (i *Interceptor) run(ctx context.Context, req any, handler grpc.UnaryHandle
 	c.fields = c.fields.Copy().Add(watermill.LogFields{"attempts": lease.Record().Attempts})
 	lctx := lease.Context()
 
-	finished := false
-	defer func() {
-		if !finished {
-			// Record the failure, then let the panic go on to the outer
-			// recovery interceptor (or crash the server, as grpc-go does
-			// without one), as if this interceptor were absent.
-			lease.Fail()
-			i.done(c, middleware.OutcomeHandlerFailed, errors.New("handler panicked"))
-		}
-	}()
-	resp, herr := handler(lctx, req)
-	finished = true
+	var (
+		resp any
+		herr error
+	)
+	adapter.RunHandler(lease, func(err error) { i.done(c, middleware.OutcomeHandlerFailed, err) },
+		func() { resp, herr = handler(lctx, req) })
 
 	if cause := context.Cause(lctx); errors.Is(cause, middleware.ErrLeaseLost) {
 		// Another call may have claimed the key and be running it: this
@@ -387,30 +363,17 @@ func (i *Interceptor) status(code codes.Code, reason, msg string, meta map[strin
 func (i *Interceptor) describeKeyError(err error) string {
 	msg := err.Error() // "the idempotency key in metadata idempotency-key is too long"
 	switch {
-	case errors.Is(err, errKeyTooLong):
+	case errors.Is(err, adapter.ErrKeyTooLong):
 		msg += fmt.Sprintf(" (at most %d bytes)", i.cfg.MaxKeyLength)
-	case errors.Is(err, errKeyNotPrint):
+	case errors.Is(err, adapter.ErrKeyNotPrintable):
 		msg += " (0x20 to 0x7E only)"
 	}
 	return strings.ToUpper(msg[:1]) + msg[1:] + ": send one valid key per call."
 }
 
-// done counts one outcome and logs it: what the client did wrong and what
-// went as planned at Debug, a failed handler at Info, and what an operator
-// must look at (the store, a corrupt record, a result not recorded) at
-// Error.
+// done counts one outcome and logs it at the level adapter.LogOutcome
+// gives it.
 func (i *Interceptor) done(c call, outcome middleware.Outcome, err error) {
 	i.observer.Outcome(c.method, outcome)
-	fields := c.fields.Copy()
-	fields["outcome"] = string(outcome)
-	switch outcome {
-	case middleware.OutcomeProcessed, middleware.OutcomeDuplicate, middleware.OutcomeInProgress,
-		middleware.OutcomeKeyReused, middleware.OutcomeMissingKey:
-		i.logger.Debug("Idempotency outcome", fields)
-	case middleware.OutcomeHandlerFailed:
-		fields["err"] = err
-		i.logger.Info("Idempotency outcome", fields)
-	default:
-		i.logger.Error("Idempotency outcome", err, fields)
-	}
+	adapter.LogOutcome(i.logger, c.fields, outcome, err)
 }

@@ -24,7 +24,7 @@ func TestConcurrentRequestsOneKey(t *testing.T) {
 	for _, path := range []string{"/pay", "/block"} {
 		t.Run(strings.TrimPrefix(path, "/"), func(t *testing.T) {
 			eachStore(t, func(t *testing.T, kind storeKind) {
-				store, prefix := kind.new(t)
+				store, prefix := kind.New(t)
 				api := newPayments()
 				srv := httptest.NewServer(newMiddleware(t, store, prefix, nil).Handler(api))
 				t.Cleanup(srv.Close)

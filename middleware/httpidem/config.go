@@ -1,13 +1,15 @@
 package httpidem
 
 import (
+	"cmp"
 	"errors"
-	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
 // Defaults used for the zero value of the corresponding Config fields.
@@ -15,30 +17,35 @@ const (
 	// DefaultHeader is the request header carrying the key, as named by the
 	// IETF draft "The Idempotency-Key HTTP Header Field".
 	DefaultHeader = "Idempotency-Key"
-	// DefaultKeyPrefix starts every stored key. It differs from the prefix
-	// of the Watermill middleware so that HTTP keys and message keys sharing
-	// one store never meet.
-	DefaultKeyPrefix = "httpidem:"
-	// DefaultMaxKeyLength is the longest key accepted, in bytes (Stripe's
-	// documented bound).
-	DefaultMaxKeyLength = 255
-	// DefaultLease is how long a claim holds a key while the handler runs;
-	// it is renewed every third of it (middleware.DefaultLeaseTTL).
-	DefaultLease = middleware.DefaultLeaseTTL
-	// DefaultCompletedTTL is how long a completed response is replayed.
-	DefaultCompletedTTL = 24 * time.Hour
-	// DefaultFailedTTL is how long a failed attempt is remembered (its
-	// fingerprint still binds the key; a retry may run again).
-	DefaultFailedTTL = 24 * time.Hour
+	// DefaultMaxKeyLength is the longest key accepted, in bytes: 255,
+	// Stripe's documented bound.
+	DefaultMaxKeyLength = adapter.DefaultMaxKeyLength
+	// DefaultKeyPrefix starts every stored key, followed by a colon that
+	// the middleware adds, as the Watermill middleware does after its
+	// prefix "idem". It differs from that prefix so that HTTP keys and
+	// message keys sharing one store never meet.
+	DefaultKeyPrefix = "httpidem"
+	// DefaultLeaseTTL is how long a claim holds a key while the handler
+	// runs (40 s); it is renewed every third of it
+	// (middleware.DefaultLeaseTTL).
+	DefaultLeaseTTL = middleware.DefaultLeaseTTL
+	// DefaultStoreTimeout bounds each store call, as the Watermill
+	// middleware's middleware.DefaultStoreTimeout does.
+	DefaultStoreTimeout = middleware.DefaultStoreTimeout
+	// DefaultCompletedTTL is how long a completed response is replayed
+	// (24 h, middleware.DefaultCompletedTTL).
+	DefaultCompletedTTL = middleware.DefaultCompletedTTL
+	// DefaultFailedTTL is how long a failed attempt is remembered (24 h,
+	// middleware.DefaultFailedTTL): its fingerprint still binds the key; a
+	// retry may run again.
+	DefaultFailedTTL = middleware.DefaultFailedTTL
 	// DefaultMaxRequestBody bounds the request body read to fingerprint it.
 	DefaultMaxRequestBody = 10 << 20
 	// DefaultMaxResponseBody bounds the response body stored for replay.
 	DefaultMaxResponseBody = 1 << 20
-	// DefaultStoreTimeout bounds each store call, as the Watermill
-	// middleware's middleware.DefaultStoreTimeout does.
-	DefaultStoreTimeout = middleware.DefaultStoreTimeout
-	// DefaultRetryAfter is the Retry-After sent with 409 and 503 answers.
-	DefaultRetryAfter = time.Second
+	// DefaultRetryAfter is the Retry-After sent with 409 and 503 answers:
+	// 1 s.
+	DefaultRetryAfter = adapter.DefaultRetryAfter
 	// DefaultProblemTypeBase starts the "type" member of every problem
 	// body; the ProblemType constant's name follows, so the URI points at
 	// that constant's documentation.
@@ -48,13 +55,17 @@ const (
 	DefaultOutcomeLabel = "http"
 )
 
-// ErrNilStore is returned by New for a Config without a Store.
-var ErrNilStore = errors.New("httpidem: nil store")
-
-// ErrInvalidConfig is returned by New, wrapped with the reason, for a
-// negative duration or size, a malformed header name or method, or a
-// Config that sets neither Scope nor SingleTenant, or both.
-var ErrInvalidConfig = errors.New("httpidem: invalid config")
+// Errors of an invalid Config, checked with errors.Is.
+var (
+	// ErrInvalidConfig is matched by every problem that Config.Validate and
+	// New report: a negative duration or size, a malformed header name or
+	// method, a Config that sets neither Scope nor SingleTenant, or both,
+	// and a missing Store.
+	ErrInvalidConfig = errors.New("httpidem: invalid config")
+	// ErrNilStore is matched, beside ErrInvalidConfig, by the problem of a
+	// Config without a Store.
+	ErrNilStore = errors.New("httpidem: nil store")
+)
 
 // Config configures a Middleware. Store is required, and so is the choice
 // between Scope and SingleTenant; every other field has a usable zero value,
@@ -99,19 +110,21 @@ type Config struct {
 	// Set-Cookie included.
 	SingleTenant bool
 
-	// KeyPrefix starts every stored key. Empty means DefaultKeyPrefix.
+	// KeyPrefix starts every stored key; the middleware adds a colon after
+	// it, as the Watermill middleware does after its Config.KeyPrefix.
+	// Empty means DefaultKeyPrefix ("httpidem").
 	KeyPrefix string
 
-	// Lease is how long a claim holds a key while the handler runs
+	// LeaseTTL is how long a claim holds a key while the handler runs
 	// (middleware.OnceConfig.LeaseTTL): the middleware renews it every
-	// Lease/3, and every Lease/10 after a renewal failed. When the store
-	// says the lease is lost, or no renewal succeeds for nine tenths of a
-	// Lease, the handler's context is cancelled with middleware.ErrLeaseLost
-	// as its cause, before the store can hand the key to another request. A
-	// crashed server stops renewing, and after Lease a retry runs the
-	// handler again (the lapsed run counts as a failed attempt). Zero means
-	// DefaultLease (40 s).
-	Lease time.Duration
+	// LeaseTTL/3, and every LeaseTTL/10 after a renewal failed. When the
+	// store says the lease is lost, or no renewal succeeds for nine tenths
+	// of a LeaseTTL, the handler's context is cancelled with
+	// middleware.ErrLeaseLost as its cause, before the store can hand the
+	// key to another request. A crashed server stops renewing, and after
+	// LeaseTTL a retry runs the handler again (the lapsed run counts as a
+	// failed attempt). Zero means DefaultLeaseTTL (40 s).
+	LeaseTTL time.Duration
 
 	// StoreTimeout bounds each store call: the claim, each renewal, and
 	// each attempt to record the outcome; every call made while the key is
@@ -174,86 +187,51 @@ func (c *Config) setDefaults() {
 	if len(c.Methods) == 0 {
 		c.Methods = []string{http.MethodPost, http.MethodPatch}
 	} else {
-		c.Methods = append([]string(nil), c.Methods...)
+		c.Methods = slices.Clone(c.Methods)
 	}
-	if c.Header == "" {
-		c.Header = DefaultHeader
-	}
-	c.Header = http.CanonicalHeaderKey(c.Header)
-	if c.MaxKeyLength == 0 {
-		c.MaxKeyLength = DefaultMaxKeyLength
-	}
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = DefaultKeyPrefix
-	}
-	if c.Lease == 0 {
-		c.Lease = DefaultLease
-	}
-	if c.StoreTimeout == 0 {
-		c.StoreTimeout = DefaultStoreTimeout
-	}
-	if c.CompletedTTL == 0 {
-		c.CompletedTTL = DefaultCompletedTTL
-	}
-	if c.FailedTTL == 0 {
-		c.FailedTTL = DefaultFailedTTL
-	}
-	if c.MaxRequestBody == 0 {
-		c.MaxRequestBody = DefaultMaxRequestBody
-	}
-	if c.MaxResponseBody == 0 {
-		c.MaxResponseBody = DefaultMaxResponseBody
-	}
-	if c.RetryAfter == 0 {
-		c.RetryAfter = DefaultRetryAfter
-	}
-	if c.ProblemTypeBase == "" {
-		c.ProblemTypeBase = DefaultProblemTypeBase
-	}
+	c.Header = http.CanonicalHeaderKey(cmp.Or(c.Header, DefaultHeader))
+	c.MaxRequestBody = cmp.Or(c.MaxRequestBody, DefaultMaxRequestBody)
+	c.MaxResponseBody = cmp.Or(c.MaxResponseBody, DefaultMaxResponseBody)
+	c.ProblemTypeBase = cmp.Or(c.ProblemTypeBase, DefaultProblemTypeBase)
+	shared := c.common().WithDefaults(DefaultKeyPrefix)
+	c.KeyPrefix, c.MaxKeyLength, c.RetryAfter = shared.KeyPrefix, shared.MaxKeyLength, shared.RetryAfter
+	c.LeaseTTL, c.StoreTimeout, c.CompletedTTL, c.FailedTTL = shared.LeaseTTL, shared.StoreTimeout, shared.CompletedTTL, shared.FailedTTL
 }
 
-// Validate reports whether the config can be used. Zero fields other than
-// Store, Scope and SingleTenant are valid: they stand for their defaults.
-// New calls it after filling the defaults.
+// Validate reports every problem of the config, not only the first:
+// errors.Join of one error per problem, each matching ErrInvalidConfig (a
+// missing Store matches ErrNilStore as well), in this fixed order: Store;
+// Scope and SingleTenant (one of them, not both); LeaseTTL, StoreTimeout,
+// CompletedTTL, FailedTTL and RetryAfter (none negative, LeaseTTL at least
+// 3 ms); MaxKeyLength, MaxRequestBody and MaxResponseBody (none negative);
+// Header (a header name); Methods (each a method name). Zero fields other
+// than Store, Scope and SingleTenant are valid: they stand for their
+// defaults. New calls it after filling the defaults.
 func (c Config) Validate() error {
-	if c.Store == nil {
-		return ErrNilStore
-	}
-	switch {
-	case c.Scope == nil && !c.SingleTenant:
-		return fmt.Errorf("%w: Scope is required (the tenant of a request); set SingleTenant instead only when one client calls this service", ErrInvalidConfig)
-	case c.Scope != nil && c.SingleTenant:
-		return fmt.Errorf("%w: Scope and SingleTenant are both set; choose one", ErrInvalidConfig)
-	}
-	for name, d := range map[string]time.Duration{
-		"Lease": c.Lease, "CompletedTTL": c.CompletedTTL, "FailedTTL": c.FailedTTL, "RetryAfter": c.RetryAfter,
-		"StoreTimeout": c.StoreTimeout,
-	} {
-		if d < 0 {
-			return fmt.Errorf("%w: %s is %v, must not be negative", ErrInvalidConfig, name, d)
-		}
-	}
-	if c.Lease > 0 && c.Lease < 3*time.Millisecond {
-		return fmt.Errorf("%w: Lease %v is too short to renew every Lease/3", ErrInvalidConfig, c.Lease)
-	}
-	if c.MaxKeyLength < 0 {
-		return fmt.Errorf("%w: MaxKeyLength is %d", ErrInvalidConfig, c.MaxKeyLength)
-	}
+	l := c.common().Check()
 	if c.MaxRequestBody < 0 {
-		return fmt.Errorf("%w: MaxRequestBody is %d", ErrInvalidConfig, c.MaxRequestBody)
+		l.Addf("MaxRequestBody is %d, must not be negative", c.MaxRequestBody)
 	}
 	if c.MaxResponseBody < 0 {
-		return fmt.Errorf("%w: MaxResponseBody is %d", ErrInvalidConfig, c.MaxResponseBody)
+		l.Addf("MaxResponseBody is %d, must not be negative", c.MaxResponseBody)
 	}
 	if c.Header != "" && !isToken(c.Header) {
-		return fmt.Errorf("%w: Header %q is not a header name", ErrInvalidConfig, c.Header)
+		l.Addf("Header %q is not a header name", c.Header)
 	}
 	for _, m := range c.Methods {
 		if !isToken(m) {
-			return fmt.Errorf("%w: method %q is not a method name", ErrInvalidConfig, m)
+			l.Addf("method %q is not a method name", m)
 		}
 	}
-	return nil
+	return l.Err()
+}
+
+// common is what c shares, field for field, with the Config of package
+// grpcidem.
+func (c Config) common() adapter.Common {
+	return adapter.Common{Invalid: ErrInvalidConfig, NilStore: ErrNilStore, Unit: "request", Store: c.Store, Observer: c.Observer,
+		Scoped: c.Scope != nil, SingleTenant: c.SingleTenant, KeyPrefix: c.KeyPrefix, MaxKeyLength: c.MaxKeyLength, RetryAfter: c.RetryAfter,
+		LeaseTTL: c.LeaseTTL, StoreTimeout: c.StoreTimeout, CompletedTTL: c.CompletedTTL, FailedTTL: c.FailedTTL}
 }
 
 // isToken reports whether s is an RFC 9110 token (header names, methods).

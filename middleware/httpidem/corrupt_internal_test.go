@@ -18,6 +18,8 @@ import (
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
 // TestCorruptRedisRecord puts foreign values under the very key the
@@ -30,10 +32,10 @@ func TestCorruptRedisRecord(t *testing.T) {
 	require.NoError(t, err)
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	prefix := "httpidemtest:" + hex.EncodeToString(b[:]) + ":"
+	prefix := "httpidemtest:" + hex.EncodeToString(b[:])
 	ctx := context.Background()
 	t.Cleanup(func() {
-		keys, _ := client.Keys(ctx, prefix+"*").Result()
+		keys, _ := client.Keys(ctx, prefix+":*").Result()
 		if len(keys) > 0 {
 			_ = client.Del(ctx, keys...).Err()
 		}
@@ -58,7 +60,7 @@ func TestCorruptRedisRecord(t *testing.T) {
 	for name, put := range foreign {
 		t.Run(name, func(t *testing.T) {
 			k := "k-" + strings.ReplaceAll(name, " ", "-")
-			skey := storeKey(prefix, "t", k)
+			skey := adapter.StoreKey(prefix, "t", k)
 			require.NoError(t, put(skey))
 			dump := client.Dump(ctx, skey).Val()
 

@@ -64,8 +64,8 @@
 // client calls says so with Config.SingleTenant instead; New refuses a
 // Config that sets neither, or both (ErrInvalidConfig).
 //
-// The stored key is Config.KeyPrefix, the hex of the first 16 bytes of
-// SHA-256(scope), a colon and the key:
+// The stored key is Config.KeyPrefix, a colon, the hex of the first 16
+// bytes of SHA-256(scope), a colon and the key:
 //
 //	httpidem:2bd806c97f0e00af1a1fc3328fa763a9:8e03978e   scope "alice", key "8e03978e"
 //
@@ -144,7 +144,7 @@
 //     with its fingerprint (a different request with the key is 422 meanwhile)
 //     and its attempt count;
 //   - a lapsed lease (the server died mid-handler, or could not renew) is a
-//     failed attempt: after Config.Lease (40 s) without renewal, a retry
+//     failed attempt: after Config.LeaseTTL (40 s) without renewal, a retry
 //     runs the handler again, and the record is kept for FailedTTL after
 //     the lease's end.
 //
@@ -196,6 +196,12 @@
 // The outcomes that need an operator (store_unavailable, fail_open,
 // complete_failed, lease_lost, corrupt_record) are logged at Error with the
 // stored key.
+//
+// An Observer that implements middleware.ContextObserver gets each outcome
+// with the request's context, where otelhttp.NewHandler keeps the server
+// span, the stored key (which holds the scope's hash, never the scope), the
+// attempt and whether the response was replayed; idemotel's Observer puts
+// them on that span.
 //
 // # Guarantees
 //

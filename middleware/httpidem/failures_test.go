@@ -16,47 +16,20 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
-	"github.com/idempotency/watermill-idempotency/middleware/memstore"
-	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
 )
 
-// downStores are stores that cannot be reached.
-var downStores = []struct {
-	name string
-	new  func(t *testing.T) middleware.Store
-}{
-	{name: "memstore closed", new: func(t *testing.T) middleware.Store {
-		s := memstore.New(memstore.Config{})
-		require.NoError(t, s.Close())
-		return s
-	}},
-	{name: "redis not listening", new: func(t *testing.T) middleware.Store {
-		c := redis.NewClient(&redis.Options{
-			ContextTimeoutEnabled: true,
-			Addr:                  "127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
-			MaxRetries:            -1,
-			DialTimeout:           200 * time.Millisecond,
-		})
-		t.Cleanup(func() { _ = c.Close() })
-		s, err := redisstore.New(c)
-		require.NoError(t, err)
-		return s
-	}},
-}
-
 func TestStoreUnavailable(t *testing.T) {
-	for _, ds := range downStores {
-		t.Run(ds.name, func(t *testing.T) {
+	for _, ds := range adaptertest.DownStores {
+		t.Run(ds.Name, func(t *testing.T) {
 			t.Run("fail closed", func(t *testing.T) {
 				api := newPayments()
-				h := newMiddleware(t, ds.new(t), "", nil).Handler(api)
+				h := newMiddleware(t, ds.New(t), "", nil).Handler(api)
 				for range 2 {
 					got := serve(h, newRequest(step{keys: key("k1")}))
 					require.Equal(t, http.StatusServiceUnavailable, got.status)
@@ -67,7 +40,7 @@ func TestStoreUnavailable(t *testing.T) {
 			t.Run("fail open", func(t *testing.T) {
 				api := newPayments()
 				logger := watermill.NewCaptureLogger()
-				m, err := httpidem.New(httpidem.Config{Store: ds.new(t), SingleTenant: true, FailOpen: true}, logger)
+				m, err := httpidem.New(httpidem.Config{Store: ds.New(t), SingleTenant: true, FailOpen: true}, logger)
 				require.NoError(t, err)
 				for i := range 2 {
 					got := serve(m.Handler(api), newRequest(step{keys: key("k1")}))
@@ -100,7 +73,7 @@ func (s *flakyStore) Complete(ctx context.Context, key, token string, result []b
 func TestCompleteRetriedWithinLease(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
 		t.Run("store recovers", func(t *testing.T) {
-			inner, prefix := kind.new(t)
+			inner, prefix := kind.New(t)
 			store := &flakyStore{Store: inner}
 			store.failComplete.Store(2)
 			api := newPayments()
@@ -114,12 +87,12 @@ func TestCompleteRetriedWithinLease(t *testing.T) {
 			assert.EqualValues(t, 1, api.runs.Load())
 		})
 		t.Run("store stays down", func(t *testing.T) {
-			inner, prefix := kind.new(t)
+			inner, prefix := kind.New(t)
 			store := &flakyStore{Store: inner}
 			store.failComplete.Store(1 << 30)
 			api := newPayments()
 			logger := watermill.NewCaptureLogger()
-			m, err := httpidem.New(httpidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope, Lease: 150 * time.Millisecond}, logger)
+			m, err := httpidem.New(httpidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope, LeaseTTL: 150 * time.Millisecond}, logger)
 			require.NoError(t, err)
 
 			first := serve(m.Handler(api), newRequest(step{keys: key("k1")}))
@@ -134,10 +107,10 @@ func TestCompleteRetriedWithinLease(t *testing.T) {
 // is 409, never a second run.
 func TestLeaseRenewed(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
-		store, prefix := kind.new(t)
+		store, prefix := kind.New(t)
 		api := newPayments()
 		lease := 150 * time.Millisecond
-		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.Lease = lease }).Handler(api)
+		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.LeaseTTL = lease }).Handler(api)
 
 		first := make(chan result, 1)
 		go func() { first <- serve(h, newRequest(step{keys: key("k1"), path: "/block"})) }()
@@ -162,7 +135,7 @@ func TestLeaseRenewed(t *testing.T) {
 // next renewal finds the lease lost and cancels the handler's context.
 func TestLeaseLostCancelsHandler(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
-		store, prefix := kind.new(t)
+		store, prefix := kind.New(t)
 		started, cause := make(chan struct{}), make(chan error, 1)
 		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			close(started)
@@ -170,7 +143,7 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 			cause <- context.Cause(r.Context())
 			w.WriteHeader(http.StatusCreated)
 		})
-		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.Lease = 60 * time.Millisecond }).Handler(handler)
+		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.LeaseTTL = 60 * time.Millisecond }).Handler(handler)
 
 		done := make(chan result, 1)
 		go func() { done <- serve(h, newRequest(step{keys: key("k1"), tenant: "t"})) }()
@@ -191,7 +164,7 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 // so that net/http's own header handling (sniffing, Content-Length) counts.
 func TestOuterHeadersNotReplayed(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
-		store, prefix := kind.new(t)
+		store, prefix := kind.New(t)
 		var n atomic.Int64
 		idem := newMiddleware(t, store, prefix, nil)
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -223,7 +196,7 @@ func TestOuterHeadersNotReplayed(t *testing.T) {
 // TestNilHeaderKept: a header set to nil (net/http: send none, do not sniff)
 // stays nil in the replay.
 func TestNilHeaderKept(t *testing.T) {
-	store, prefix := storeKinds[0].new(t)
+	store, prefix := storeKinds[0].New(t)
 	srv := httptest.NewServer(newMiddleware(t, store, prefix, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header()["Content-Type"] = nil
 		_, _ = io.WriteString(w, "<html>no type</html>")
@@ -240,7 +213,7 @@ func TestNilHeaderKept(t *testing.T) {
 // TestHandlerSeesBody sends a 1 MiB body of unknown length over HTTP: the
 // handler reads exactly what the client sent, after the middleware hashed it.
 func TestHandlerSeesBody(t *testing.T) {
-	store, prefix := storeKinds[0].new(t)
+	store, prefix := storeKinds[0].New(t)
 	h := newMiddleware(t, store, prefix, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -273,7 +246,7 @@ func TestHandlerSeesBody(t *testing.T) {
 // 500 problem, and the handler does not run again.
 func TestCorruptStoredResponse(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
-		store, prefix := kind.new(t)
+		store, prefix := kind.New(t)
 		ctx := context.Background()
 		skey, token := httpidem.StoreKey(prefix, "", "k1"), middleware.NewToken()
 		_, err := store.Claim(ctx, skey, middleware.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute})
@@ -308,7 +281,7 @@ func TestClientGoneHandlerReturnsNormally(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
-				store, prefix := kind.new(t)
+				store, prefix := kind.New(t)
 				var effects atomic.Int64
 				started, served := make(chan struct{}, 2), make(chan struct{}, 2)
 				idem := newMiddleware(t, store, prefix, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -367,7 +340,7 @@ func TestClientGoneHandlerReturnsNormally(t *testing.T) {
 func TestClaimFailsAfterClientLeft(t *testing.T) {
 	for _, failOpen := range []bool{false, true} {
 		t.Run(fmt.Sprintf("FailOpen=%v", failOpen), func(t *testing.T) {
-			store, prefix := storeKinds[0].new(t)
+			store, prefix := storeKinds[0].New(t)
 			api := newPayments()
 			h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.FailOpen = failOpen }).Handler(api)
 			ctx, cancel := context.WithCancel(context.Background())

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
 // errFuzzPanic is the only panic allowed out of the middleware: the
@@ -122,7 +124,7 @@ func FuzzMiddleware(f *testing.F) {
 			body, _ := io.ReadAll(resp.Body)
 			guarded := slices.Contains([]string{http.MethodPost, http.MethodPatch}, fr.method)
 			parsed, keyErr := parseKey(fr.key, DefaultMaxKeyLength)
-			id := storeKey("", fr.tenant, parsed)
+			id := adapter.StoreKey("", fr.tenant, parsed)
 
 			if guarded && (fr.key == "" || keyErr != nil) && (resp.StatusCode != http.StatusBadRequest || ran) {
 				t.Fatalf("request %d: key %q (%v) answered %d, handler ran: %v", i, fr.key, keyErr, resp.StatusCode, ran)

@@ -1,9 +1,6 @@
 package httpidem_test
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,54 +12,21 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
-	"github.com/idempotency/watermill-idempotency/middleware/memstore"
-	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
 )
 
-// storeKind builds a fresh store for one test, and a key prefix unique to it
-// so that tests sharing the Redis server never see each other's keys.
-type storeKind struct {
-	name string
-	new  func(t *testing.T) (middleware.Store, string)
-}
+// storeKind builds a fresh store for one test, and a key prefix unique to it.
+type storeKind = adaptertest.StoreKind
 
-var storeKinds = []storeKind{
-	{name: "memstore", new: func(t *testing.T) (middleware.Store, string) {
-		s := memstore.New(memstore.Config{})
-		t.Cleanup(func() { _ = s.Close() })
-		return s, httpidem.DefaultKeyPrefix
-	}},
-	{name: "redisstore", new: func(t *testing.T) (middleware.Store, string) {
-		client := testserver.RedisClient(t)
-		s, err := redisstore.New(client)
-		require.NoError(t, err)
-		prefix := "httpidemtest:" + randomHex(t) + ":"
-		t.Cleanup(func() {
-			ctx := context.Background()
-			iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
-			for iter.Next(ctx) {
-				_ = client.Del(ctx, iter.Val()).Err()
-			}
-		})
-		return s, prefix
-	}},
-}
+var storeKinds = adaptertest.StoreKinds(httpidem.DefaultKeyPrefix, "httpidemtest")
 
 // eachStore runs f once per store kind.
 func eachStore(t *testing.T, f func(t *testing.T, kind storeKind)) {
 	for _, k := range storeKinds {
-		t.Run(k.name, func(t *testing.T) { f(t, k) })
+		t.Run(k.Name, func(t *testing.T) { f(t, k) })
 	}
-}
-
-func randomHex(t testing.TB) string {
-	var b [8]byte
-	_, err := rand.Read(b[:])
-	require.NoError(t, err)
-	return hex.EncodeToString(b[:])
 }
 
 // payments is the handler under test. Its answer depends on the path:

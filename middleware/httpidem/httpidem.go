@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
 // ReplayedHeader is set to "true" on every replayed response.
@@ -37,45 +38,26 @@ type Middleware struct {
 }
 
 // New returns a middleware for cfg, which is copied: later changes to the
-// caller's Config have no effect. A nil logger logs nothing. It returns
-// ErrNilStore without a Store, and an error matching ErrInvalidConfig for
-// any other invalid field, including a Config that sets neither Scope nor
-// SingleTenant, or both.
+// caller's Config have no effect. A nil logger logs nothing. An invalid
+// Config is refused with every problem that Config.Validate reports, each
+// matching ErrInvalidConfig (and ErrNilStore for a missing Store).
 func New(cfg Config, logger watermill.LoggerAdapter) (*Middleware, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
-	// The one owner protocol claims, renews, completes and fails the keys;
-	// the middleware only decides what each outcome means for HTTP.
-	once, err := middleware.NewOnce(middleware.OnceConfig{
-		Store:        cfg.Store,
-		LeaseTTL:     cfg.Lease,
-		CompletedTTL: cfg.CompletedTTL,
-		FailedTTL:    cfg.FailedTTL,
-		StoreTimeout: cfg.StoreTimeout,
-		Observer:     cfg.Observer,
-	}, logger)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	m := &Middleware{cfg: cfg, once: once, logger: logger, observer: cfg.Observer, scope: cfg.Scope}
-	if m.observer == nil {
-		m.observer = nopObserver{}
-	}
+	m := &Middleware{cfg: cfg, scope: cfg.Scope, observer: cfg.common().ObserverOrNop()}
 	if cfg.SingleTenant {
 		m.scope = func(*http.Request) string { return "" }
 	}
+	// The one owner protocol claims, renews, completes and fails the keys;
+	// the middleware only decides what each outcome means for HTTP.
+	var err error
+	if m.once, m.logger, err = cfg.common().NewOnce(logger); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
-
-type nopObserver struct{}
-
-func (nopObserver) Outcome(string, middleware.Outcome)        {}
-func (nopObserver) StoreLatency(string, time.Duration, error) {}
 
 // Handler wraps next, as a func(http.Handler) http.Handler.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
@@ -92,10 +74,15 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 type request struct {
 	label  string // the Observer's label: the route pattern, or "http"
 	fields watermill.LogFields
+	// For a middleware.ContextObserver: the request's context, the stored
+	// key and the attempt count read by the claim.
+	ctx      context.Context
+	key      string
+	attempts int
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	rq := request{label: r.Pattern, fields: watermill.LogFields{"method": r.Method, "path": r.URL.Path}}
+	rq := request{label: r.Pattern, fields: watermill.LogFields{"method": r.Method, "path": r.URL.Path}, ctx: r.Context()}
 	if rq.label == "" {
 		rq.label = DefaultOutcomeLabel
 	}
@@ -128,13 +115,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	fp := fingerprint(r, body)
-	skey := storeKey(m.cfg.KeyPrefix, m.scope(r), key)
+	skey := adapter.StoreKey(m.cfg.KeyPrefix, m.scope(r), key)
 	// The stored key names the record for an operator; it holds the
 	// scope's hash, never the scope.
 	rq.fields["idempotency_key"] = key
 	rq.fields["stored_key"] = skey
 
+	rq.key = skey
 	lease, claim, err := m.once.Claim(r.Context(), skey, middleware.ClaimOptions{Fingerprint: fp, LogFields: rq.fields})
+	rq.attempts = claim.Record.Attempts
 	switch {
 	case err == nil && lease != nil:
 		m.run(w, r, next, lease, rq)
@@ -158,7 +147,7 @@ func (m *Middleware) claimFailed(w http.ResponseWriter, r *http.Request, next ht
 	case r.Context().Err() != nil:
 		// The client hung up during the claim: counted, as it is answered
 		// 503, but no operator needs to hear of it.
-		m.observer.Outcome(rq.label, middleware.OutcomeStoreUnavailable)
+		m.report(rq, middleware.OutcomeStoreUnavailable, err)
 		m.logger.Info("Claim interrupted: the client is gone", rq.fields.Copy().Add(watermill.LogFields{"err": err.Error()}))
 	case m.cfg.FailOpen:
 		m.done(rq, middleware.OutcomeFailOpen, err)
@@ -264,17 +253,8 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	rec := newRecorder(w, m.cfg.MaxResponseBody)
 	ctx := lease.Context()
 
-	finished := false
-	defer func() {
-		if !finished {
-			// Record the failure, then let the panic go on to the outer
-			// recovery (or net/http), as if this middleware were absent.
-			lease.Fail()
-			m.done(rq, middleware.OutcomeHandlerFailed, errors.New("handler panicked"))
-		}
-	}()
-	next.ServeHTTP(rec, r.WithContext(ctx))
-	finished = true
+	adapter.RunHandler(lease, func(err error) { m.done(rq, middleware.OutcomeHandlerFailed, err) },
+		func() { next.ServeHTTP(rec, r.WithContext(ctx)) })
 
 	resp := rec.response()
 	if cause := context.Cause(ctx); errors.Is(cause, middleware.ErrLeaseLost) {
@@ -323,22 +303,15 @@ func (m *Middleware) complete(rec *recorder, lease *middleware.Lease, result []b
 	return err
 }
 
-// done counts one outcome and logs it: what the client did wrong and what
-// went as planned at Debug, a failed handler at Info, and what an operator
-// must look at (the store, a corrupt record, a result not recorded) at
-// Error.
+// report tells the Observer about one outcome.
+func (m *Middleware) report(rq request, outcome middleware.Outcome, err error) {
+	middleware.ReportOutcome(rq.ctx, m.observer, middleware.OutcomeDetails{Handler: rq.label, Scope: rq.label,
+		Key: rq.key, Outcome: outcome, Attempt: rq.attempts, Replayed: outcome == middleware.OutcomeDuplicate, Err: err})
+}
+
+// done counts one outcome and logs it at the level adapter.LogOutcome
+// gives it.
 func (m *Middleware) done(rq request, outcome middleware.Outcome, err error) {
-	m.observer.Outcome(rq.label, outcome)
-	fields := rq.fields.Copy()
-	fields["outcome"] = string(outcome)
-	switch outcome {
-	case middleware.OutcomeProcessed, middleware.OutcomeDuplicate, middleware.OutcomeInProgress,
-		middleware.OutcomeKeyReused, middleware.OutcomeMissingKey:
-		m.logger.Debug("Idempotency outcome", fields)
-	case middleware.OutcomeHandlerFailed:
-		fields["err"] = err
-		m.logger.Info("Idempotency outcome", fields)
-	default:
-		m.logger.Error("Idempotency outcome", err, fields)
-	}
+	m.report(rq, outcome, err)
+	adapter.LogOutcome(m.logger, rq.fields, outcome, err)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
 )
 
 // step is one request of a scenario and what it must get.
@@ -154,7 +155,7 @@ func TestStatuses(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
-				store, prefix := kind.new(t)
+				store, prefix := kind.New(t)
 				api := newPayments()
 				h := newMiddleware(t, store, prefix, tc.adjust).Handler(api)
 				seen := map[string]result{}
@@ -256,12 +257,12 @@ func requireReplay(t *testing.T, orig, got result) {
 }
 
 func TestNew(t *testing.T) {
-	store, prefix := storeKinds[0].new(t)
+	store, prefix := storeKinds[0].New(t)
 	_, err := httpidem.New(httpidem.Config{SingleTenant: true}, nil)
 	require.ErrorIs(t, err, httpidem.ErrNilStore)
 	for name, cfg := range map[string]httpidem.Config{
-		"negative lease":     {Store: store, SingleTenant: true, Lease: -time.Second},
-		"tiny lease":         {Store: store, SingleTenant: true, Lease: time.Millisecond},
+		"negative lease":     {Store: store, SingleTenant: true, LeaseTTL: -time.Second},
+		"tiny lease":         {Store: store, SingleTenant: true, LeaseTTL: time.Millisecond},
 		"negative TTL":       {Store: store, SingleTenant: true, CompletedTTL: -1},
 		"negative failed":    {Store: store, SingleTenant: true, FailedTTL: -1},
 		"negative retry":     {Store: store, SingleTenant: true, RetryAfter: -1},
@@ -283,6 +284,19 @@ func TestNew(t *testing.T) {
 	assert.NoError(t, httpidem.Config{Store: store, SingleTenant: true}.Validate())
 	assert.ErrorIs(t, httpidem.Config{Store: store}.Validate(), httpidem.ErrInvalidConfig)
 	assert.ErrorIs(t, httpidem.Config{}.Validate(), httpidem.ErrNilStore)
+
+	// Every problem at once, in the documented order, each an
+	// ErrInvalidConfig.
+	err = httpidem.Config{LeaseTTL: -time.Second, MaxRequestBody: -1, Header: "Idempotency Key", Methods: []string{"PO ST", "GET"}}.Validate()
+	adaptertest.RequireProblems(t, err, `httpidem: nil store
+httpidem: invalid config: Scope is required (the tenant of a request); set SingleTenant instead only when one client calls this service
+httpidem: invalid config: LeaseTTL is -1s, must not be negative
+httpidem: invalid config: MaxRequestBody is -1, must not be negative
+httpidem: invalid config: Header "Idempotency Key" is not a header name
+httpidem: invalid config: method "PO ST" is not a method name`, httpidem.ErrInvalidConfig, httpidem.ErrNilStore)
+	_, err = httpidem.New(httpidem.Config{}, nil)
+	assert.ErrorIs(t, err, httpidem.ErrNilStore)
+	assert.ErrorIs(t, err, httpidem.ErrInvalidConfig, "a missing Store is an invalid config too")
 
 	// The config is copied: changing the caller's slice later changes nothing.
 	methods := []string{http.MethodPut}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
 func TestParseKey(t *testing.T) {
@@ -66,27 +68,27 @@ func TestStoreKeyUnambiguous(t *testing.T) {
 	}
 	seen := map[string][2]string{}
 	for _, p := range pairs {
-		k := storeKey("p:", p[0], p[1])
+		k := adapter.StoreKey("p", p[0], p[1])
 		if prev, dup := seen[k]; dup {
 			t.Errorf("scope %q key %q and scope %q key %q share stored key %q", prev[0], prev[1], p[0], p[1], k)
 		}
 		seen[k] = p
 	}
-	// The documented form: prefix, 32 hex digits of SHA-256(scope), a colon,
-	// the key.
-	assert.Equal(t, "httpidem:2bd806c97f0e00af1a1fc3328fa763a9:k1", storeKey(DefaultKeyPrefix, "alice", "k1"))
-	assert.Equal(t, "p:e3b0c44298fc1c149afbf4c8996fb924:k1", storeKey("p:", "", "k1"))
+	// The documented form: prefix, a colon, 32 hex digits of SHA-256(scope),
+	// a colon, the key.
+	assert.Equal(t, "httpidem:2bd806c97f0e00af1a1fc3328fa763a9:k1", adapter.StoreKey(DefaultKeyPrefix, "alice", "k1"))
+	assert.Equal(t, "p:e3b0c44298fc1c149afbf4c8996fb924:k1", adapter.StoreKey("p", "", "k1"))
 }
 
 // TestStoreKeyHidesScope: a scope that is a secret (an API key) never
 // appears in a stored key.
 func TestStoreKeyHidesScope(t *testing.T) {
 	const secret = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
-	k := storeKey(DefaultKeyPrefix, secret, "order-42")
+	k := adapter.StoreKey(DefaultKeyPrefix, secret, "order-42")
 	assert.NotContains(t, k, secret)
 	assert.NotContains(t, k, secret[:8])
 	assert.True(t, strings.HasSuffix(k, ":order-42"), k)
-	assert.Len(t, k, len(DefaultKeyPrefix)+32+1+len("order-42"))
+	assert.Len(t, k, len(DefaultKeyPrefix)+1+32+1+len("order-42"))
 }
 
 func TestFingerprint(t *testing.T) {

@@ -2,19 +2,21 @@ package httpidem
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
+// What is wrong with a key: the rules every adapter shares, and two of
+// the header's own.
 var (
-	errKeyEmpty    = errors.New("is empty")
+	errKeyEmpty    = adapter.ErrKeyEmpty
+	errKeyTooLong  = adapter.ErrKeyTooLong
+	errKeyNotPrint = adapter.ErrKeyNotPrintable
 	errKeyQuote    = errors.New("is not a valid quoted string")
-	errKeyTooLong  = errors.New("is too long")
-	errKeyNotPrint = errors.New("contains a character outside printable ASCII")
 	errKeyComma    = errors.New("contains a comma outside a quoted string")
 )
 
@@ -39,16 +41,8 @@ func parseKey(v string, maxLen int) (string, error) {
 	} else if strings.IndexByte(v, ',') >= 0 {
 		return "", errKeyComma
 	}
-	if v == "" {
-		return "", errKeyEmpty
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < 0x20 || v[i] > 0x7e {
-			return "", errKeyNotPrint
-		}
-	}
-	if len(v) > maxLen {
-		return "", errKeyTooLong
+	if err := adapter.CheckKey(v, maxLen); err != nil {
+		return "", err
 	}
 	return v, nil
 }
@@ -80,28 +74,6 @@ func unquoteSFString(v string) (string, bool) {
 	return b.String(), true
 }
 
-// scopeHashLen is how many bytes of the scope's SHA-256 name it in a stored
-// key: 128 bits, so that two scopes meet only by a collision no one can
-// find (2^64 scopes for an even chance), while keys stay short.
-const scopeHashLen = 16
-
-// storeKey returns the stored key of (scope, key): the prefix, the hex of
-// the first 16 bytes of SHA-256(scope), a colon and the key, as in
-// "httpidem:2bd806c97f0e00af1a1fc3328fa763a9:k1" for scope "alice". The
-// scope is hashed so that no secret (an API key used as the scope) appears
-// in a key name, in the store's logs or in a SCAN. Its hash has a fixed
-// length, so no two (scope, key) pairs share a stored key, whatever bytes
-// they hold.
-func storeKey(prefix, scope, key string) string {
-	sum := sha256.Sum256([]byte(scope))
-	b := make([]byte, 0, len(prefix)+2*scopeHashLen+1+len(key))
-	b = append(b, prefix...)
-	b = hex.AppendEncode(b, sum[:scopeHashLen])
-	b = append(b, ':')
-	b = append(b, key...)
-	return string(b)
-}
-
 // fingerprintVersion changes whenever the fingerprint's input changes, so
 // that records of an older version never match by accident.
 const fingerprintVersion = 1
@@ -111,18 +83,7 @@ const fingerprintVersion = 1
 // each length-prefixed so that no two requests share an input.
 func fingerprint(r *http.Request, body []byte) []byte {
 	bodySum := sha256.Sum256(body)
-	h := sha256.New()
-	var n [binary.MaxVarintLen64]byte
-	field := func(s []byte) {
-		h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
-		h.Write(s)
-	}
-	h.Write([]byte{fingerprintVersion})
-	field([]byte(r.Method))
-	field([]byte(r.URL.EscapedPath()))
-	field([]byte(r.URL.RawQuery))
-	field(bodySum[:])
-	return h.Sum(nil)
+	return adapter.Fingerprint(fingerprintVersion, []byte(r.Method), []byte(r.URL.EscapedPath()), []byte(r.URL.RawQuery), bodySum[:])
 }
 
 // describeKeyError says what is wrong with a key, for a problem detail.

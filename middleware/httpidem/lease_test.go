@@ -58,14 +58,14 @@ func (s *hangingStore) Complete(ctx context.Context, key, token string, result [
 }
 
 // TestHungRenewalStillRecordsOutcome: a renewal that hangs is bounded (by
-// Lease/3), and once it ends the outcome is still recorded, so a retry is a
+// LeaseTTL/3), and once it ends the outcome is still recorded, so a retry is a
 // replay and not a second run.
 func TestHungRenewalStillRecordsOutcome(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
-		inner, prefix := kind.new(t)
+		inner, prefix := kind.New(t)
 		store := &hangingStore{Store: inner, hangRenews: true, renewing: make(chan struct{})}
 		api := newPayments()
-		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.Lease = 600 * time.Millisecond })
+		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.LeaseTTL = 600 * time.Millisecond })
 		handler := h.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-store.renewing: // return while the renewal hangs
@@ -91,12 +91,12 @@ func TestHungRenewalStillRecordsOutcome(t *testing.T) {
 // whole lease and leaving the key to expire.
 func TestCompleteBoundedByStoreTimeout(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
-		inner, prefix := kind.new(t)
+		inner, prefix := kind.New(t)
 		store := &hangingStore{Store: inner}
 		store.hangCompletes.Store(1)
 		api := newPayments()
 		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) {
-			c.Lease = 5 * time.Second
+			c.LeaseTTL = 5 * time.Second
 			c.StoreTimeout = 100 * time.Millisecond
 		}).Handler(api)
 
@@ -114,7 +114,7 @@ func TestCompleteBoundedByStoreTimeout(t *testing.T) {
 // TestClaimBoundedByStoreTimeout: a claim that hangs is answered 503 after
 // StoreTimeout, even though the client waits.
 func TestClaimBoundedByStoreTimeout(t *testing.T) {
-	inner, prefix := storeKinds[0].new(t)
+	inner, prefix := storeKinds[0].New(t)
 	store := &hangingStore{Store: inner, hangClaims: true}
 	api := newPayments()
 	h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.StoreTimeout = 50 * time.Millisecond }).Handler(api)
@@ -178,7 +178,7 @@ func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 		state middleware.State
 	}
 	seenc := make(chan seen, 1)
-	h := newMiddleware(t, store, httpidem.DefaultKeyPrefix, func(c *httpidem.Config) { c.Lease = lease }).Handler(
+	h := newMiddleware(t, store, httpidem.DefaultKeyPrefix, func(c *httpidem.Config) { c.LeaseTTL = lease }).Handler(
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			<-r.Context().Done()
 			rec, err := inner.Get(context.Background(), httpidem.StoreKey(httpidem.DefaultKeyPrefix, "", "k1"))
@@ -212,12 +212,12 @@ func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 // not keep it), and a loaded machine takes 3 ms for a round trip.
 func TestLeaseStopRacesRenewal(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
-		store, prefix := kind.new(t)
+		store, prefix := kind.New(t)
 		lease := 3 * time.Millisecond
 		if _, inProcess := store.(middleware.InProcessStore); !inProcess {
 			lease = 30 * time.Millisecond
 		}
-		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.Lease = lease }).Handler(
+		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.LeaseTTL = lease }).Handler(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				select {
 				case <-time.After(time.Duration(rand.Int64N(int64(lease * 4 / 3)))):

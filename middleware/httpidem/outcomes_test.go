@@ -94,13 +94,13 @@ func (s faultyStore) Complete(ctx context.Context, key, token string, result []b
 // once, under its ServeMux pattern, or "http" when no pattern matched it.
 func TestOutcomesObserved(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
-		inner, prefix := kind.new(t)
+		inner, prefix := kind.New(t)
 		store := faultyStore{inner}
 		obs := newRecordingObserver()
 		api := newPayments()
 		adjust := func(c *httpidem.Config) {
 			c.Observer = obs
-			c.Lease = 150 * time.Millisecond // "nocomplete" retries for a lease
+			c.LeaseTTL = 150 * time.Millisecond // "nocomplete" retries for a lease
 		}
 		idem := newMiddleware(t, store, prefix, adjust)
 		open := newMiddleware(t, store, prefix, func(c *httpidem.Config) { adjust(c); c.FailOpen = true })
@@ -171,7 +171,7 @@ func TestOutcomesObserved(t *testing.T) {
 // (middleware.ErrCorruptRecord) is answered 500 with a problem body, runs
 // nothing, and is logged at Error with the stored key for an operator.
 func TestCorruptRecord(t *testing.T) {
-	inner, prefix := storeKinds[0].new(t)
+	inner, prefix := storeKinds[0].New(t)
 	api := newPayments()
 	logger := watermill.NewCaptureLogger()
 	m, err := httpidem.New(httpidem.Config{Store: faultyStore{inner}, KeyPrefix: prefix, Scope: tenantScope}, logger)
@@ -209,11 +209,11 @@ func (s slowCompleteStore) Complete(ctx context.Context, key, token string, resu
 // the client already has the whole body; only the end of the response
 // waits for the store.
 func TestBodyReachesClientWhileCompleting(t *testing.T) {
-	inner, prefix := storeKinds[0].new(t)
+	inner, prefix := storeKinds[0].New(t)
 	store := slowCompleteStore{Store: inner, release: make(chan struct{})}
 	api := newPayments()
 	h := newMiddleware(t, store, prefix, func(c *httpidem.Config) {
-		c.Lease = time.Minute
+		c.LeaseTTL = time.Minute
 		c.StoreTimeout = time.Minute
 	}).Handler(api)
 	srv := httptest.NewServer(h)
@@ -264,7 +264,7 @@ func TestBodyReachesClientWhileCompleting(t *testing.T) {
 func TestStoredKeysHideScope(t *testing.T) {
 	const secret = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
 	eachStore(t, func(t *testing.T, kind storeKind) {
-		store, prefix := kind.new(t)
+		store, prefix := kind.New(t)
 		h := newMiddleware(t, store, prefix, nil).Handler(newPayments())
 		got := serve(h, newRequest(step{keys: key("order-42"), tenant: secret}))
 		require.Equal(t, http.StatusCreated, got.status)
@@ -283,7 +283,7 @@ func TestStoredKeysHideScope(t *testing.T) {
 // KEYS is fine here: the prefix is the test's own, on a test server.
 func storedKeys(t *testing.T, kind storeKind, store middleware.Store, prefix string) []string {
 	t.Helper()
-	if kind.name != "redisstore" {
+	if kind.Name != "redisstore" {
 		n, ok := store.(interface{ Len() int })
 		require.True(t, ok)
 		require.Equal(t, 1, n.Len(), "one record, the one checked above")

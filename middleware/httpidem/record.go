@@ -3,9 +3,10 @@ package httpidem
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"net/http"
 	"sort"
+
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
 // A stored response is a small binary record, the Result of a COMPLETED key:
@@ -61,113 +62,56 @@ func (s storedResponse) encode() []byte {
 	b = binary.AppendUvarint(b, uint64(s.Status))
 	b = binary.AppendUvarint(b, uint64(len(names)))
 	for _, name := range names {
-		b = appendString(b, name)
+		b = adapter.AppendField(b, name)
 		values := s.Header[name]
 		b = binary.AppendUvarint(b, uint64(len(values)))
 		for _, v := range values {
-			b = appendString(b, v)
+			b = adapter.AppendField(b, v)
 		}
 	}
 	if s.BodyOmitted {
 		return binary.AppendUvarint(b, uint64(s.BodySize))
 	}
-	b = binary.AppendUvarint(b, uint64(len(s.Body)))
-	return append(b, s.Body...)
-}
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
+	return adapter.AppendField(b, s.Body)
 }
 
 func decodeResponse(b []byte) (storedResponse, error) {
-	d := decoder{b: b}
+	d := adapter.NewReader(b, errBadRecord)
 	var s storedResponse
-	version, flags := d.byte(), d.byte()
-	if d.err == nil && (version != recordVersion || flags&^flagBodyOmitted != 0) {
-		return s, fmt.Errorf("%w: version %d, flags %#x", errBadRecord, version, flags)
+	version, flags := d.Byte(), d.Byte()
+	if d.Err() == nil && (version != recordVersion || flags&^flagBodyOmitted != 0) {
+		d.Fail("version %d, flags %#x", version, flags)
+		return storedResponse{}, d.Err()
 	}
 	s.BodyOmitted = flags&flagBodyOmitted != 0
-	status := d.uvarint(999)
-	if d.err == nil && status < 100 {
-		return s, fmt.Errorf("%w: status %d", errBadRecord, status)
+	status := d.Uvarint(999)
+	if d.Err() == nil && status < 100 {
+		d.Fail("status %d", status)
+		return storedResponse{}, d.Err()
 	}
 	s.Status = int(status)
-	n := d.uvarint(uint64(len(d.b)))
+	n := d.Uvarint(uint64(d.Left()))
 	s.Header = make(http.Header, n)
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		name := d.string()
-		count := d.uvarint(uint64(len(d.b)))
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
+		name := string(d.Bytes())
+		count := d.Uvarint(uint64(d.Left()))
 		values := make([]string, 0, count)
-		for j := uint64(0); j < count && d.err == nil; j++ {
-			values = append(values, d.string())
+		for j := uint64(0); j < count && d.Err() == nil; j++ {
+			values = append(values, string(d.Bytes()))
 		}
-		if _, dup := s.Header[name]; dup && d.err == nil {
-			d.err = fmt.Errorf("%w: header %q twice", errBadRecord, name)
+		if _, dup := s.Header[name]; dup {
+			d.Fail("header %q twice", name)
 		}
 		s.Header[name] = values
 	}
 	if s.BodyOmitted {
-		s.BodySize = int64(d.uvarint(1 << 62))
+		s.BodySize = int64(d.Uvarint(1 << 62))
 	} else {
-		s.Body = d.bytes()
+		s.Body = d.Bytes()
 		s.BodySize = int64(len(s.Body))
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("%w: %d trailing bytes", errBadRecord, len(d.b))
-	}
-	if d.err != nil {
-		return storedResponse{}, d.err
+	if err := d.Finish(); err != nil {
+		return storedResponse{}, err
 	}
 	return s, nil
 }
-
-// decoder reads a record; after the first error every read returns zero.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(what string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: bad %s", errBadRecord, what)
-	}
-}
-
-func (d *decoder) byte() byte {
-	if d.err != nil || len(d.b) == 0 {
-		d.fail("byte")
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *decoder) uvarint(max uint64) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 || v > max {
-		d.fail("length")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) bytes() []byte {
-	n := d.uvarint(1 << 62)
-	if d.err == nil && n > uint64(len(d.b)) {
-		d.fail("length")
-	}
-	if d.err != nil {
-		return nil
-	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) string() string { return string(d.bytes()) }

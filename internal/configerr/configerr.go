@@ -1,0 +1,38 @@
+package configerr
+
+import (
+	"errors"
+	"fmt"
+)
+
+// List collects the problems of one Config, in the order they are added.
+// The zero List is not usable: build it with New.
+type List struct {
+	invalid error
+	errs    []error
+}
+
+// New returns an empty List whose problems match invalid, the package's
+// ErrInvalidConfig.
+func New(invalid error) *List { return &List{invalid: invalid} }
+
+// Addf adds a problem that reads as invalid's message, ": " and the
+// formatted text; the text may wrap further errors with %w.
+func (l *List) Addf(format string, args ...any) {
+	l.errs = append(l.errs, fmt.Errorf("%w: "+format, append([]any{l.invalid}, args...)...))
+}
+
+// Add adds err, a problem that already names itself (it wraps a sentinel
+// of its own, such as ErrNilStore): its message is kept, and it matches
+// invalid as well.
+func (l *List) Add(err error) { l.errs = append(l.errs, problem{err: err, invalid: l.invalid}) }
+
+// Err returns nil when no problem was added, else every problem joined
+// with errors.Join, one per line, in the order they were added.
+func (l *List) Err() error { return errors.Join(l.errs...) }
+
+// problem is an error of its own that is also an invalid config.
+type problem struct{ err, invalid error }
+
+func (p problem) Error() string   { return p.err.Error() }
+func (p problem) Unwrap() []error { return []error{p.err, p.invalid} }

@@ -1,0 +1,159 @@
+package adapter
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/idempotency/watermill-idempotency/internal/configerr"
+	"github.com/idempotency/watermill-idempotency/middleware"
+)
+
+// Defaults of the shared settings that the owner protocol does not define.
+const (
+	// DefaultMaxKeyLength is the longest client key accepted, in bytes
+	// (Stripe's documented bound).
+	DefaultMaxKeyLength = 255
+	// DefaultRetryAfter is how long a client is told to wait before it
+	// retries a key in progress, or a store that cannot be reached.
+	DefaultRetryAfter = time.Second
+)
+
+// Common is what the Configs of every adapter have, under the same names
+// and with the same meaning, plus what names the adapter in its errors.
+type Common struct {
+	// Invalid and NilStore are the adapter's ErrInvalidConfig and
+	// ErrNilStore; Unit is what its Scope scopes: "request", "call".
+	Invalid, NilStore error
+	Unit              string
+
+	Store        middleware.Store
+	Scoped       bool // the adapter's Config.Scope is set
+	SingleTenant bool
+	KeyPrefix    string
+	MaxKeyLength int
+	LeaseTTL     time.Duration
+	StoreTimeout time.Duration
+	CompletedTTL time.Duration
+	FailedTTL    time.Duration
+	RetryAfter   time.Duration
+	Observer     middleware.Observer
+}
+
+// WithDefaults returns c with every zero setting replaced by its default:
+// keyPrefix (the adapter's own), DefaultMaxKeyLength, DefaultRetryAfter,
+// and the owner protocol's defaults for the lease, the TTLs and the store
+// timeout.
+func (c Common) WithDefaults(keyPrefix string) Common {
+	c.KeyPrefix = cmp.Or(c.KeyPrefix, keyPrefix)
+	c.MaxKeyLength = cmp.Or(c.MaxKeyLength, DefaultMaxKeyLength)
+	c.RetryAfter = cmp.Or(c.RetryAfter, DefaultRetryAfter)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, middleware.DefaultLeaseTTL)
+	c.StoreTimeout = cmp.Or(c.StoreTimeout, middleware.DefaultStoreTimeout)
+	c.CompletedTTL = cmp.Or(c.CompletedTTL, middleware.DefaultCompletedTTL)
+	c.FailedTTL = cmp.Or(c.FailedTTL, middleware.DefaultFailedTTL)
+	return c
+}
+
+// Check returns a configerr.List holding the problems of the shared
+// settings, in this order: Store (NilStore), Scope and SingleTenant (one of
+// them, not both), LeaseTTL, StoreTimeout, CompletedTTL, FailedTTL and
+// RetryAfter (none negative; LeaseTTL long enough to renew), MaxKeyLength
+// (not negative). The adapter adds the problems of its own fields after
+// these. Zero settings are valid: they stand for their defaults.
+func (c Common) Check() *configerr.List {
+	l := configerr.New(c.Invalid)
+	if c.Store == nil {
+		l.Add(c.NilStore)
+	}
+	switch {
+	case !c.Scoped && !c.SingleTenant:
+		l.Addf("Scope is required (the tenant of a %s); set SingleTenant instead only when one client calls this service", c.Unit)
+	case c.Scoped && c.SingleTenant:
+		l.Addf("Scope and SingleTenant are both set; choose one")
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"LeaseTTL", c.LeaseTTL}, {"StoreTimeout", c.StoreTimeout}, {"CompletedTTL", c.CompletedTTL}, {"FailedTTL", c.FailedTTL}, {"RetryAfter", c.RetryAfter}} {
+		if f.d < 0 {
+			l.Addf("%s is %v, must not be negative", f.name, f.d)
+		}
+	}
+	if c.LeaseTTL > 0 && c.LeaseTTL < 3*time.Millisecond {
+		l.Addf("LeaseTTL %v is too short to renew every LeaseTTL/3", c.LeaseTTL)
+	}
+	if c.MaxKeyLength < 0 {
+		l.Addf("MaxKeyLength is %d, must not be negative", c.MaxKeyLength)
+	}
+	return l
+}
+
+// NewOnce returns the owner protocol for c, which claims, renews, completes
+// and fails the keys (the adapter only decides what each outcome means on
+// its wire), and the logger to use: logger, or watermill.NopLogger for nil.
+// An error matches c.Invalid; it does not happen for settings that Check
+// accepts.
+func (c Common) NewOnce(logger watermill.LoggerAdapter) (*middleware.Once, watermill.LoggerAdapter, error) {
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	once, err := middleware.NewOnce(middleware.OnceConfig{Store: c.Store, Observer: c.Observer,
+		LeaseTTL: c.LeaseTTL, StoreTimeout: c.StoreTimeout, CompletedTTL: c.CompletedTTL, FailedTTL: c.FailedTTL}, logger)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", c.Invalid, err)
+	}
+	return once, logger, nil
+}
+
+// RunHandler calls handler as the key's owner, under lease. Should handler
+// panic, the key is FAILED (lease.Fail), panicked counts and logs that, and
+// the panic goes on to the outer recovery (or net/http, or crashes a gRPC
+// server without one), as if the adapter were absent.
+func RunHandler(lease *middleware.Lease, panicked func(err error), handler func()) {
+	finished := false
+	defer func() {
+		if !finished {
+			lease.Fail()
+			panicked(errors.New("handler panicked"))
+		}
+	}()
+	handler()
+	finished = true
+}
+
+// ObserverOrNop returns the Observer to report to: c.Observer, or one that
+// discards everything for nil.
+func (c Common) ObserverOrNop() middleware.Observer {
+	if c.Observer == nil {
+		return nopObserver{}
+	}
+	return c.Observer
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Outcome(string, middleware.Outcome)        {}
+func (nopObserver) StoreLatency(string, time.Duration, error) {}
+
+// LogOutcome logs one outcome with fields (copied, plus "outcome"): what
+// the client did wrong and what went as planned at Debug, a failed handler
+// at Info, and what an operator must look at (the store, a corrupt record,
+// a result not recorded) at Error.
+func LogOutcome(logger watermill.LoggerAdapter, fields watermill.LogFields, outcome middleware.Outcome, err error) {
+	fields = fields.Copy()
+	fields["outcome"] = string(outcome)
+	switch outcome {
+	case middleware.OutcomeProcessed, middleware.OutcomeDuplicate, middleware.OutcomeInProgress,
+		middleware.OutcomeKeyReused, middleware.OutcomeMissingKey:
+		logger.Debug("Idempotency outcome", fields)
+	case middleware.OutcomeHandlerFailed:
+		fields["err"] = err
+		logger.Info("Idempotency outcome", fields)
+	default:
+		logger.Error("Idempotency outcome", err, fields)
+	}
+}

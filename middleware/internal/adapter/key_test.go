@@ -1,0 +1,43 @@
+package adapter_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+)
+
+// TestFingerprintStable: the fingerprints of records already in a store
+// must still match after an upgrade, so the hash of given fields never
+// changes. The expected values are those of the adapters' own hashing
+// before it moved here.
+func TestFingerprintStable(t *testing.T) {
+	body := sha256.Sum256([]byte(`{"amount":1}`))
+	assert.Equal(t, "57cf40fae81fcd3b5e3ae2ce3e9aa907d16bb42240a1152defa0def058077f50",
+		hex.EncodeToString(adapter.Fingerprint(1, []byte("POST"), []byte("/pay"), []byte("x=1"), body[:])), "HTTP: method, path, query, body hash")
+	assert.Equal(t, "595880a68d6e806b090b6613134c170f2a0ca86f2a496d7281ccb5862843f6e2",
+		hex.EncodeToString(adapter.Fingerprint(1, []byte("/p.v1.P/Charge"), []byte{8, 100})), "gRPC: method, request bytes")
+	// Moving a byte from one field to the next changes the fingerprint.
+	assert.NotEqual(t, adapter.Fingerprint(1, []byte("ab"), []byte("c")), adapter.Fingerprint(1, []byte("a"), []byte("bc")))
+	assert.NotEqual(t, adapter.Fingerprint(1, []byte("a")), adapter.Fingerprint(2, []byte("a")), "the version")
+}
+
+// TestStoreKey: the prefix, a colon, 32 hex digits of SHA-256(scope), a
+// colon and the key, for any prefix.
+func TestStoreKey(t *testing.T) {
+	assert.Equal(t, "grpcidem:2bd806c97f0e00af1a1fc3328fa763a9:k1", adapter.StoreKey("grpcidem", "alice", "k1"))
+	assert.Equal(t, "p:e3b0c44298fc1c149afbf4c8996fb924::", adapter.StoreKey("p", "", ":"))
+}
+
+func TestCheckKey(t *testing.T) {
+	require.NoError(t, adapter.CheckKey(" ~", 2))
+	assert.ErrorIs(t, adapter.CheckKey("", 2), adapter.ErrKeyEmpty)
+	assert.ErrorIs(t, adapter.CheckKey("abc", 2), adapter.ErrKeyTooLong)
+	assert.ErrorIs(t, adapter.CheckKey("a\x7f", 2), adapter.ErrKeyNotPrintable)
+	assert.ErrorIs(t, adapter.CheckKey(strings.Repeat("\x00", 3), 2), adapter.ErrKeyNotPrintable, "what is wrong first: the bytes, then the length")
+}

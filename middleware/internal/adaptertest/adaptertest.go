@@ -1,0 +1,109 @@
+package adaptertest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+)
+
+// StoreKind builds a fresh store for one test, and a key prefix unique to
+// it so that tests sharing the Redis server never see each other's keys.
+type StoreKind struct {
+	Name string
+	New  func(t *testing.T) (store middleware.Store, keyPrefix string)
+}
+
+// StoreKinds returns the stores every adapter test runs against: a
+// memstore of the test's own with the adapter's defaultPrefix, and a
+// redisstore on the test server with the prefix testPrefix, a colon and
+// random hex, whose keys are deleted when the test ends.
+func StoreKinds(defaultPrefix, testPrefix string) []StoreKind {
+	return []StoreKind{
+		{Name: "memstore", New: func(t *testing.T) (middleware.Store, string) {
+			s := memstore.New(memstore.Config{})
+			t.Cleanup(func() { _ = s.Close() })
+			return s, defaultPrefix
+		}},
+		{Name: "redisstore", New: func(t *testing.T) (middleware.Store, string) {
+			client := testserver.RedisClient(t)
+			s, err := redisstore.New(client)
+			require.NoError(t, err)
+			prefix := testPrefix + ":" + RandomHex(t)
+			t.Cleanup(func() {
+				ctx := context.Background()
+				iter := client.Scan(ctx, 0, prefix+":*", 100).Iterator()
+				for iter.Next(ctx) {
+					_ = client.Del(ctx, iter.Val()).Err()
+				}
+			})
+			return s, prefix
+		}},
+	}
+}
+
+// RandomHex returns 16 random hex digits, for names that no other test
+// uses.
+func RandomHex(t testing.TB) string {
+	var b [8]byte
+	_, err := rand.Read(b[:])
+	require.NoError(t, err)
+	return hex.EncodeToString(b[:])
+}
+
+// DownStore builds a store that cannot be reached.
+type DownStore struct {
+	Name string
+	New  func(t *testing.T) middleware.Store
+}
+
+// DownStores are the stores that cannot be reached: a closed memstore, and
+// a redisstore whose address nothing listens on.
+var DownStores = []DownStore{
+	{Name: "memstore closed", New: func(t *testing.T) middleware.Store {
+		s := memstore.New(memstore.Config{})
+		require.NoError(t, s.Close())
+		return s
+	}},
+	{Name: "redis not listening", New: func(t *testing.T) middleware.Store {
+		c := redis.NewClient(&redis.Options{
+			ContextTimeoutEnabled: true,
+			Addr:                  "127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),
+			MaxRetries:            -1,
+			DialTimeout:           200 * time.Millisecond,
+		})
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := redisstore.New(c)
+		require.NoError(t, err)
+		return s
+	}},
+}
+
+// RequireProblems checks that err holds every problem of an invalid
+// Config: its message is want (one problem a line, in the order Validate
+// checks them), each problem on its own matches invalid (the adapter's
+// ErrInvalidConfig), and the first matches first as well, unless first is
+// nil.
+func RequireProblems(t testing.TB, err error, want string, invalid, first error) {
+	t.Helper()
+	require.Error(t, err)
+	require.Equal(t, want, err.Error())
+	joined, ok := err.(interface{ Unwrap() []error })
+	require.True(t, ok, "errors.Join of the problems")
+	for _, p := range joined.Unwrap() {
+		require.ErrorIs(t, p, invalid, p.Error())
+	}
+	if first != nil {
+		require.ErrorIs(t, joined.Unwrap()[0], first)
+	}
+}
