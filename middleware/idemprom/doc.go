@@ -11,9 +11,17 @@
 //     outcomes are middleware.Outcome values (processed, duplicate,
 //     in_progress, handler_failed, store_unavailable, complete_failed, …).
 //   - idempotency_store_duration_seconds{op, result}: latency of every
-//     store call; op is claim, renew, complete or fail, result ok or error.
+//     store call; op is claim, renew, complete, fail or release, result ok
+//     or error.
 //
 // Alert on complete_failed and lease_lost (a handler may run twice),
 // store_unavailable (messages are nacked), and a growing rate of
 // in_progress (handlers slower than the broker's redelivery).
+//
+// The repository's dashboards/idempotency.json is a Grafana dashboard of
+// these series (outcomes per second by handler, duplicate ratio, in-progress
+// nacks, store latency p50 and p99, complete_failed and lease_lost), and
+// dashboards/idempotency-alerts.yml holds Prometheus alert rules for them; a
+// test keeps both in step with the names and labels here. Package idemotel
+// records the same names and labels through OpenTelemetry.
 package idemprom

@@ -1,0 +1,579 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idempotency/watermill-idempotency/middleware"
+)
+
+// recordView is a record as idemctl shows it. Durations are milliseconds.
+type recordView struct {
+	Key            string      `json:"key"`
+	State          string      `json:"state"`
+	Attempts       int         `json:"attempts,omitempty"`
+	CreatedAt      *time.Time  `json:"created_at,omitempty"`
+	UpdatedAt      *time.Time  `json:"updated_at,omitempty"`
+	AgeMS          int64       `json:"age_ms,omitempty"`
+	LeaseExpiresAt *time.Time  `json:"lease_expires_at,omitempty"`
+	LeaseLeftMS    *int64      `json:"lease_left_ms,omitempty"`
+	TTLMS          int64       `json:"ttl_ms,omitempty"`
+	Fingerprint    string      `json:"fingerprint,omitempty"`
+	ResultBytes    *int        `json:"result_bytes,omitempty"`
+	Bytes          int64       `json:"bytes,omitempty"`
+	Output         *outputView `json:"output,omitempty"`
+	Error          string      `json:"error,omitempty"`
+}
+
+// outputView is a COMPLETED record's stored result, decoded when the
+// Watermill middleware wrote it.
+type outputView struct {
+	// Format: "messages" (the handler's output), "none" (no output),
+	// "not_stored" (larger than MaxOutputSize, or replay disabled), or
+	// "opaque" (written by httpidem, Once.Do or another tool).
+	Format   string        `json:"format"`
+	Messages []messageView `json:"messages,omitempty"`
+}
+
+type messageView struct {
+	UUID         string            `json:"uuid"`
+	Metadata     map[string]string `json:"metadata"`
+	PayloadBytes int               `json:"payload_bytes"`
+}
+
+const stateCorrupt = "corrupt"
+
+func view(key string, rec middleware.Record, ttl time.Duration, bytes int64, now time.Time, withOutput bool) recordView {
+	v := recordView{Key: key, State: rec.State.String(), Attempts: rec.Attempts, TTLMS: ttl.Milliseconds(), Bytes: bytes}
+	if !rec.CreatedAt.IsZero() {
+		v.CreatedAt, v.UpdatedAt = &rec.CreatedAt, &rec.UpdatedAt
+		v.AgeMS = now.Sub(rec.UpdatedAt).Milliseconds()
+	}
+	if !rec.LeaseExpiresAt.IsZero() {
+		v.LeaseExpiresAt = &rec.LeaseExpiresAt
+		if rec.State == middleware.StateInProgress {
+			left := max(rec.LeaseExpiresAt.Sub(now).Milliseconds(), 0)
+			v.LeaseLeftMS = &left
+		}
+	}
+	if len(rec.Fingerprint) > 0 {
+		v.Fingerprint = hex.EncodeToString(rec.Fingerprint)
+	}
+	if rec.State == middleware.StateCompleted {
+		n := len(rec.Result)
+		v.ResultBytes = &n
+		if withOutput {
+			v.Output = decodeOutput(rec.Result)
+		}
+	}
+	return v
+}
+
+func decodeOutput(result []byte) *outputView {
+	msgs, stored, err := middleware.DecodeOutput(result)
+	switch {
+	case err != nil:
+		return &outputView{Format: "opaque"}
+	case !stored:
+		return &outputView{Format: "not_stored"}
+	case len(msgs) == 0:
+		return &outputView{Format: "none"}
+	}
+	out := &outputView{Format: "messages"}
+	for _, m := range msgs {
+		out.Messages = append(out.Messages, messageView{UUID: m.UUID, Metadata: m.Metadata, PayloadBytes: len(m.Payload)})
+	}
+	return out
+}
+
+func corruptView(key string, err error) recordView {
+	return recordView{Key: key, State: stateCorrupt, Error: err.Error()}
+}
+
+func (c *cli) writeJSON(v any) {
+	b, _ := json.Marshal(v)
+	fmt.Fprintf(c.stdout, "%s\n", b)
+}
+
+func ms(n int64) string { return (time.Duration(n) * time.Millisecond).String() }
+
+// printRecord prints v for a person.
+func (c *cli) printRecord(v recordView) {
+	w := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "key:\t%q\n", v.Key)
+	fmt.Fprintf(w, "state:\t%s\n", v.State)
+	if v.Error != "" {
+		fmt.Fprintf(w, "error:\t%s\n", v.Error)
+	}
+	if v.Attempts > 0 {
+		fmt.Fprintf(w, "attempts:\t%d\n", v.Attempts)
+	}
+	if v.CreatedAt != nil {
+		fmt.Fprintf(w, "created:\t%s\n", v.CreatedAt.UTC().Format(time.RFC3339Nano))
+		fmt.Fprintf(w, "updated:\t%s (%s ago)\n", v.UpdatedAt.UTC().Format(time.RFC3339Nano), ms(v.AgeMS))
+	}
+	if v.LeaseExpiresAt != nil {
+		left := "lapsed"
+		if v.LeaseLeftMS != nil {
+			left = ms(*v.LeaseLeftMS) + " left"
+		}
+		fmt.Fprintf(w, "lease until:\t%s (%s)\n", v.LeaseExpiresAt.UTC().Format(time.RFC3339Nano), left)
+	}
+	if v.TTLMS > 0 {
+		fmt.Fprintf(w, "ttl:\t%s\n", ms(v.TTLMS))
+	}
+	if v.Fingerprint != "" {
+		fmt.Fprintf(w, "fingerprint:\t%s\n", v.Fingerprint)
+	}
+	if v.Bytes > 0 {
+		fmt.Fprintf(w, "size:\t%d bytes\n", v.Bytes)
+	}
+	if v.ResultBytes != nil {
+		fmt.Fprintf(w, "result:\t%d bytes\n", *v.ResultBytes)
+	}
+	if v.Output != nil {
+		fmt.Fprintf(w, "output:\t%s\n", v.Output.Format)
+		for i, m := range v.Output.Messages {
+			keys := make([]string, 0, len(m.Metadata))
+			for k := range m.Metadata {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			meta := make([]string, 0, len(keys))
+			for _, k := range keys {
+				meta = append(meta, fmt.Sprintf("%s=%q", k, m.Metadata[k]))
+			}
+			fmt.Fprintf(w, "  message %d:\tuuid %s, payload %d bytes, metadata {%s}\n", i, m.UUID, m.PayloadBytes, strings.Join(meta, ", "))
+		}
+	}
+	_ = w.Flush()
+}
+
+// progress reports a long walk on stderr, at most every two seconds.
+type progress struct {
+	c     *cli
+	every time.Duration
+	start time.Time
+	last  time.Time
+	shown bool
+}
+
+// progressEvery is how often a long walk reports its progress.
+const progressEvery = 2 * time.Second
+
+func newProgress(c *cli) *progress {
+	now := time.Now()
+	return &progress{c: c, every: progressEvery, start: now, last: now}
+}
+
+func (p *progress) update(scanned, matched int) {
+	if time.Since(p.last) < p.every {
+		return
+	}
+	p.last = time.Now()
+	p.shown = true
+	fmt.Fprintf(p.c.stderr, "idemctl: %d keys scanned, %d matched (%s)\n", scanned, matched, time.Since(p.start).Round(time.Second))
+}
+
+func (p *progress) done(scanned, matched int) {
+	if p.shown {
+		fmt.Fprintf(p.c.stderr, "idemctl: done: %d keys scanned, %d matched (%s)\n", scanned, matched, time.Since(p.start).Round(time.Millisecond))
+	}
+}
+
+var getCommand = command{
+	synopsis: "get KEY [--json]",
+	help:     "Shows one key: state, attempts, lease left, TTL, fingerprint, size and the stored output.\nExit 3 when the store does not hold the key.",
+	args:     1,
+	flags: func(*flag.FlagSet) func(context.Context, *cli, []string) error {
+		return func(ctx context.Context, c *cli, args []string) error {
+			key := args[0]
+			now, err := c.be.now(ctx)
+			if err != nil {
+				return err
+			}
+			rec, ttl, bytes, err := c.be.inspect(ctx, key)
+			if errors.Is(err, middleware.ErrCorruptRecord) {
+				v := corruptView(key, err)
+				c.show(v)
+				return err
+			}
+			if err != nil {
+				return err
+			}
+			if rec.State == middleware.StateAbsent {
+				return notFound(fmt.Errorf("no record under %q", key))
+			}
+			c.show(view(key, rec, ttl, bytes, now, true))
+			return nil
+		}
+	},
+}
+
+func (c *cli) show(v recordView) {
+	c.answered = true
+	if c.opts.json {
+		c.writeJSON(v)
+	} else {
+		c.printRecord(v)
+	}
+}
+
+// filter is the record selection of list and purge.
+type filter struct {
+	prefix      string
+	state       string
+	minAttempts int
+	age         time.Duration
+	limit       int
+}
+
+func (f *filter) register(fs *flag.FlagSet, limit int) {
+	fs.StringVar(&f.prefix, "prefix", "", "only keys that start with this (e.g. idem:orders:); empty: every key of the store")
+	fs.StringVar(&f.state, "state", "", "only keys in this state: in_progress, failed (a lapsed lease is failed), completed or corrupt")
+	fs.IntVar(&f.minAttempts, "min-attempts", 0, "only keys with at least this many attempts")
+	fs.DurationVar(&f.age, "age", 0, "only keys whose last transition (for in_progress: the claim) is at least this old")
+	fs.IntVar(&f.limit, "limit", limit, "stop after this many matching keys")
+}
+
+func (f *filter) validate() error {
+	switch f.state {
+	case "", "in_progress", "failed", "completed", stateCorrupt:
+	default:
+		return fmt.Errorf("%w: --state %q: use in_progress, failed, completed or corrupt", errUsage, f.state)
+	}
+	if f.minAttempts < 0 || f.age < 0 || f.limit < 1 {
+		return fmt.Errorf("%w: --min-attempts and --age must not be negative, --limit must be positive", errUsage)
+	}
+	return nil
+}
+
+func (f *filter) match(e entry, now time.Time) bool {
+	if e.Err != nil { // a corrupt record has no state, attempts or age
+		return (f.state == "" || f.state == stateCorrupt) && f.minAttempts == 0 && f.age == 0
+	}
+	if e.Record.State == middleware.StateAbsent || f.state == stateCorrupt {
+		return false
+	}
+	if f.state != "" && e.Record.State.String() != f.state {
+		return false
+	}
+	if e.Record.Attempts < f.minAttempts {
+		return false
+	}
+	return f.age == 0 || now.Sub(e.Record.UpdatedAt) >= f.age
+}
+
+// walk yields the entries that match f, with progress on stderr. A read
+// error other than a corrupt record ends the walk.
+func (c *cli) walk(ctx context.Context, f filter, each func(e entry) error) (scanned, matched int, truncated bool, err error) {
+	now, err := c.be.now(ctx)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	p := newProgress(c)
+	defer func() { p.done(scanned, matched) }()
+	for e, err := range c.be.walk(ctx, f.prefix) {
+		if err != nil {
+			return scanned, matched, false, err
+		}
+		if e.Err != nil && !errors.Is(e.Err, middleware.ErrCorruptRecord) {
+			return scanned, matched, false, e.Err
+		}
+		scanned++
+		p.update(scanned, matched)
+		if !f.match(e, now) {
+			continue
+		}
+		if matched == f.limit {
+			return scanned, matched, true, nil
+		}
+		matched++
+		if err := each(e); err != nil {
+			return scanned, matched, false, err
+		}
+	}
+	return scanned, matched, false, nil
+}
+
+var listCommand = command{
+	synopsis: "list [--prefix P] [--state S] [--min-attempts N] [--age D] [--limit N] [--json]",
+	help: "Lists the keys under --prefix that match every filter, as the store's walk finds them\n" +
+		"(Redis: SCAN; PostgreSQL: pages in key_hash order), until --limit matches.\n" +
+		"With --json, one JSON object per line; a summary goes to stderr.",
+	args: 0,
+	flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+		var f filter
+		f.register(fs, 1000)
+		return func(ctx context.Context, c *cli, _ []string) error {
+			if err := f.validate(); err != nil {
+				return err
+			}
+			now, err := c.be.now(ctx)
+			if err != nil {
+				return err
+			}
+			var tw *tabwriter.Writer
+			if !c.opts.json {
+				tw = tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "STATE\tATTEMPTS\tAGE\tLEASE LEFT\tTTL\tKEY")
+			}
+			scanned, matched, truncated, err := c.walk(ctx, f, func(e entry) error {
+				var v recordView
+				if e.Err != nil {
+					v = corruptView(e.Key, e.Err)
+				} else {
+					v = view(e.Key, e.Record, e.TTL, e.Bytes, now, false)
+				}
+				if c.opts.json {
+					c.writeJSON(v)
+					return nil
+				}
+				left := "-"
+				if v.LeaseLeftMS != nil {
+					left = ms(*v.LeaseLeftMS)
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%q\n", v.State, v.Attempts, ms(v.AgeMS), left, ms(v.TTLMS), v.Key)
+				return nil
+			})
+			if tw != nil {
+				_ = tw.Flush()
+			}
+			if err != nil {
+				return err
+			}
+			more := ""
+			if truncated {
+				more = fmt.Sprintf("; stopped at --limit %d, more keys match", f.limit)
+			}
+			fmt.Fprintf(c.stderr, "idemctl: %d of %d scanned keys listed%s\n", matched, scanned, more)
+			return nil
+		}
+	},
+}
+
+var releaseCommand = command{
+	synopsis: "release KEY [--yes] [--json]",
+	help: "Frees an IN_PROGRESS or FAILED key so that the next delivery runs its handler.\n" +
+		"The record is deleted in one atomic store operation that checks its state first:\n" +
+		"its attempt count and fingerprint are forgotten, and the next delivery is attempt 1\n" +
+		"(also past MaxAttempts). An owner still running the handler loses its lease: its\n" +
+		"context is cancelled at its next renewal and its Complete reports lease_lost, so\n" +
+		"release a live IN_PROGRESS key only when its handler is stuck. A COMPLETED key is\n" +
+		"refused (exit 4): deleting it would run the effect again; use purge for that.\n" +
+		"Exit 3 when the store does not hold the key.",
+	args: 1,
+	flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+		yes := fs.Bool("yes", false, "do not ask for confirmation")
+		return func(ctx context.Context, c *cli, args []string) error {
+			key := args[0]
+			now, err := c.be.now(ctx)
+			if err != nil {
+				return err
+			}
+			rec, _, _, err := c.be.inspect(ctx, key)
+			if errors.Is(err, middleware.ErrCorruptRecord) {
+				return fmt.Errorf("%w; release frees only records: delete it with idemctl purge --prefix %q --state corrupt --apply", err, key)
+			}
+			if err != nil {
+				return err
+			}
+			if err := releasable(key, rec.State); err != nil {
+				return err
+			}
+			if !*yes {
+				what := fmt.Sprintf("%s, %d attempt(s)", rec.State, rec.Attempts)
+				if rec.State == middleware.StateInProgress {
+					what += fmt.Sprintf(", lease held for %s more: its owner will be cancelled", rec.LeaseExpiresAt.Sub(now).Round(time.Millisecond))
+				}
+				if err := c.confirm(fmt.Sprintf("Release %q (%s)? The next delivery runs the handler as attempt 1.", key, what)); err != nil {
+					return err
+				}
+			}
+			found, deleted, err := c.be.deleteIf(ctx, key, middleware.StateInProgress, middleware.StateFailed)
+			if err != nil {
+				return err
+			}
+			if !deleted {
+				return releasable(key, found) // it changed since it was read
+			}
+			if c.opts.json {
+				c.writeJSON(map[string]any{"key": key, "released": true, "state": found.String(), "attempts": rec.Attempts})
+			} else {
+				fmt.Fprintf(c.stdout, "released %q (was %s after %d attempt(s)); the next delivery runs it\n", key, found, rec.Attempts)
+			}
+			return nil
+		}
+	},
+}
+
+// releasable says why a key in state cannot be released, or nil.
+func releasable(key string, state middleware.State) error {
+	switch state {
+	case middleware.StateAbsent:
+		return notFound(fmt.Errorf("no record under %q: nothing to release, the next delivery runs it", key))
+	case middleware.StateCompleted:
+		return refused(fmt.Errorf("%q is COMPLETED: release frees only IN_PROGRESS or FAILED keys; deleting a completed key runs its effect again (idemctl purge does it)", key))
+	}
+	return nil
+}
+
+var purgeCommand = command{
+	synopsis: "purge [--prefix P] [--state S] [--min-attempts N] [--age D] [--limit N] [--apply [--yes]] [--json]",
+	help: "Deletes the keys under --prefix and/or in --state (and matching the other filters).\n" +
+		"Without --apply it is a dry run that only lists what it would delete. With --apply\n" +
+		"it asks for confirmation unless --yes, then deletes each key; with --state, only if\n" +
+		"the key is still in that state (checked atomically), so a key that moved on is\n" +
+		"skipped. Deleting a COMPLETED key lets its next copy run the effect again; deleting\n" +
+		"an IN_PROGRESS one cancels its owner (see release).",
+	args: 0,
+	flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+		var f filter
+		f.register(fs, 100000)
+		apply := fs.Bool("apply", false, "delete (without it: a dry run)")
+		yes := fs.Bool("yes", false, "with --apply: do not ask for confirmation")
+		return func(ctx context.Context, c *cli, _ []string) error {
+			if err := f.validate(); err != nil {
+				return err
+			}
+			if f.prefix == "" && f.state == "" {
+				return fmt.Errorf("%w: purge needs --prefix or --state (it never deletes every key of a store)", errUsage)
+			}
+			var keys []string
+			if _, _, truncated, err := c.walk(ctx, f, func(e entry) error { keys = append(keys, e.Key); return nil }); err != nil {
+				return err
+			} else if truncated {
+				fmt.Fprintf(c.stderr, "idemctl: stopped at --limit %d; run purge again for the rest\n", f.limit)
+			}
+			if !*apply {
+				if c.opts.json {
+					c.writeJSON(map[string]any{"dry_run": true, "matched": len(keys), "deleted": 0, "keys": nonNil(keys)})
+				} else {
+					for i, k := range keys {
+						if i == maxListed {
+							fmt.Fprintf(c.stdout, "… and %d more (--json lists them all)\n", len(keys)-maxListed)
+							break
+						}
+						fmt.Fprintf(c.stdout, "would delete %q\n", k)
+					}
+					fmt.Fprintf(c.stdout, "dry run: %d key(s) match; run again with --apply to delete them\n", len(keys))
+				}
+				return nil
+			}
+			if len(keys) > 0 && !*yes {
+				if err := c.confirm(fmt.Sprintf("Delete %d key(s) (prefix %q, state %q)?", len(keys), f.prefix, f.state)); err != nil {
+					return err
+				}
+			}
+			deleted, skipped := []string{}, []string{}
+			for _, k := range keys {
+				ok, err := c.purgeKey(ctx, k, f.state)
+				if err != nil {
+					return err
+				}
+				if ok {
+					deleted = append(deleted, k)
+				} else {
+					skipped = append(skipped, k)
+				}
+			}
+			if c.opts.json {
+				c.writeJSON(map[string]any{"dry_run": false, "matched": len(keys), "deleted": len(deleted), "skipped": skipped, "keys": deleted})
+			} else {
+				fmt.Fprintf(c.stdout, "deleted %d key(s); %d skipped (their state changed)\n", len(deleted), len(skipped))
+			}
+			return nil
+		}
+	},
+}
+
+// purgeKey deletes key: only if still in state when one is given.
+func (c *cli) purgeKey(ctx context.Context, key, state string) (bool, error) {
+	var st middleware.State
+	switch state {
+	case "", stateCorrupt:
+		return true, c.be.remove(ctx, key)
+	case "in_progress":
+		st = middleware.StateInProgress
+	case "failed":
+		st = middleware.StateFailed
+	case "completed":
+		st = middleware.StateCompleted
+	}
+	_, deleted, err := c.be.deleteIf(ctx, key, st)
+	return deleted, err
+}
+
+// maxListed bounds the keys a dry run prints as text.
+const maxListed = 20
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+var statsCommand = command{
+	synopsis: "stats [--prefix P] [--limit N] [--sample N] [--json]",
+	help: "Counts the keys under --prefix per state, with the mean bytes per record.\n" +
+		"PostgreSQL counts every row in one query (exact, pg_column_size of each row).\n" +
+		"Redis walks at most --limit keys with SCAN and measures MEMORY USAGE of up to\n" +
+		"--sample keys per state. Sizing: keys per day x retention in days x bytes per record.",
+	args: 0,
+	flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+		prefix := fs.String("prefix", "", "only keys that start with this; empty: every key of the store")
+		limit := fs.Int("limit", 1000000, "Redis: scan at most this many keys")
+		sample := fs.Int("sample", 100, "Redis: measure the memory of up to this many keys per state")
+		return func(ctx context.Context, c *cli, _ []string) error {
+			if *limit < 1 || *sample < 0 {
+				return fmt.Errorf("%w: --limit must be positive, --sample not negative", errUsage)
+			}
+			p := newProgress(c)
+			counts, scanned, exact, truncated, err := c.be.stats(ctx, *prefix, *limit, *sample, p.update)
+			if err != nil {
+				return err
+			}
+			p.done(scanned, scanned)
+			var total, sampled, sum int64
+			for _, s := range counts {
+				total += s.Records
+				sampled += s.Sampled
+				sum += s.Sampled * s.MeanBytes
+			}
+			var mean int64
+			if sampled > 0 {
+				mean = sum / sampled
+			}
+			if c.opts.json {
+				c.writeJSON(map[string]any{"store": c.be.kind(), "prefix": *prefix, "records": total, "scanned": scanned,
+					"exact": exact, "truncated": truncated, "mean_bytes": mean, "states": counts})
+				return nil
+			}
+			w := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "STATE\tRECORDS\tSAMPLED\tMEAN BYTES")
+			names := make([]string, 0, len(counts))
+			for s := range counts {
+				names = append(names, s)
+			}
+			sort.Strings(names)
+			for _, s := range names {
+				fmt.Fprintf(w, "%s\t%d\t%d\t%d\n", s, counts[s].Records, counts[s].Sampled, counts[s].MeanBytes)
+			}
+			fmt.Fprintf(w, "total\t%d\t%d\t%d\n", total, sampled, mean)
+			_ = w.Flush()
+			if truncated {
+				fmt.Fprintf(c.stdout, "(stopped at --limit %d keys: counts are a lower bound)\n", *limit)
+			}
+			return nil
+		}
+	},
+}

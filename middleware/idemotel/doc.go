@@ -1,0 +1,72 @@
+// Package idemotel reports the idempotency middleware's outcomes to
+// OpenTelemetry: as attributes on the span of the message or request, and as
+// metrics with the same names and labels as package idemprom. It lives apart
+// so that the middleware itself does not depend on OpenTelemetry.
+//
+//	obs, err := idemotel.New(idemotel.Config{}) // the global MeterProvider
+//	idem, err := idempotency.New(idempotency.Config{Store: store, Observer: obs}, logger)
+//
+// The same Observer serves httpidem.Config.Observer and
+// middleware.OnceConfig.Observer, and any number of middlewares at once.
+//
+// # Traces
+//
+// Observer is a middleware.ContextObserver: the middleware hands it every
+// outcome with the context of its message (msg.Context() as the handler
+// received it), its request (HTTP) or its call (Once.Do). Observer puts these
+// attributes on the span that context carries, if that span is recording; it
+// starts no span of its own:
+//
+//   - idempotency.key_hash (string): the lower-case hex SHA-256 of the
+//     stored key (for Watermill prefix:scope:key). The key itself may carry
+//     user data and is never exported; the hash is also the key_hash column
+//     of a pgstore table, and `printf %s "$KEY" | sha256sum` gives it for a
+//     key seen with idemctl. Absent when no key could be derived
+//     (missing_key).
+//   - idempotency.scope (string): the Watermill handler's name (the
+//     scope of the stored key), the HTTP route pattern (or "http"), or
+//     OnceConfig.Name. Never a tenant's identity.
+//   - idempotency.outcome (string): a middleware.Outcome (processed,
+//     duplicate, handler_failed, in_progress, …).
+//   - idempotency.attempt (int): the key's attempt count as the claim read
+//     it: the number of this run when the handler ran, the stored count when
+//     it did not. Absent when no record was read (missing_key,
+//     store_unavailable).
+//   - idempotency.replayed (bool): true when the stored result was returned
+//     instead of running the handler (outcome duplicate).
+//
+// The span is whichever one the context carries, so the attributes land on:
+//   - the consumer span of a Watermill message, when a tracing middleware
+//     that runs before this one (router.AddMiddleware order) or the
+//     subscriber put it into msg.Context() — Watermill's usual context
+//     propagation;
+//   - the server span of otelhttp.NewHandler around an httpidem middleware;
+//   - the server span of otelgrpc's stats handler around a gRPC interceptor
+//     that reports through middleware.ReportOutcome;
+//   - the caller's span for Once.Do.
+//
+// With no span in the context (or a span that is not recording) only the
+// metrics are recorded.
+//
+// # Metrics
+//
+// Instruments, from Config.MeterProvider's meter named ScopeName, with the
+// names and attributes of idemprom's series (Namespace, when set, is
+// prepended with an underscore, as idemprom does):
+//   - idempotency_outcomes_total, an Int64Counter, unit "{delivery}",
+//     attributes handler and outcome: one per delivery or request, with the
+//     same values as idempotency_outcomes_total{handler, outcome} of
+//     idemprom;
+//   - idempotency_store_duration_seconds, a Float64Histogram, unit "s",
+//     attributes op (claim, renew, complete, fail, release) and result (ok,
+//     error), with idemprom's bucket boundaries.
+//
+// An exporter that keeps instrument names as they are (OTLP into a
+// Prometheus that does not add suffixes, for one) therefore yields the very
+// series the dashboard in dashboards/ queries. An exporter that appends unit
+// or type suffixes may rename them; configure it not to.
+//
+// Alert on complete_failed and lease_lost (a handler may run twice),
+// store_unavailable (messages are nacked), and a growing rate of
+// in_progress (handlers slower than the broker's redelivery).
+package idemotel

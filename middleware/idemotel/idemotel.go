@@ -1,0 +1,124 @@
+package idemotel
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idempotency/watermill-idempotency/middleware"
+)
+
+// ScopeName is the instrumentation scope of the Observer's meter.
+const ScopeName = "github.com/idempotency/watermill-idempotency/middleware/idemotel"
+
+// The span attributes that Observer sets; see the package documentation.
+const (
+	AttrKeyHash  = attribute.Key("idempotency.key_hash")
+	AttrScope    = attribute.Key("idempotency.scope")
+	AttrOutcome  = attribute.Key("idempotency.outcome")
+	AttrAttempt  = attribute.Key("idempotency.attempt")
+	AttrReplayed = attribute.Key("idempotency.replayed")
+)
+
+// The metric names, without Config.Namespace, as in package idemprom.
+const (
+	OutcomesMetric      = "idempotency_outcomes_total"
+	StoreDurationMetric = "idempotency_store_duration_seconds"
+)
+
+// storeBuckets are idemprom's histogram buckets, in seconds.
+var storeBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+
+// Config configures an Observer. The zero Config is valid.
+type Config struct {
+	// MeterProvider makes the meter of the metrics. Nil means the global one
+	// (otel.GetMeterProvider()), which records nothing until one is set.
+	MeterProvider metric.MeterProvider
+	// Namespace starts every metric name, followed by an underscore, as
+	// idemprom.New's namespace does. Empty means none.
+	Namespace string
+}
+
+// Observer is a middleware.ContextObserver for OpenTelemetry. It is safe for
+// concurrent use; pass one to any number of middlewares.
+type Observer struct {
+	outcomes metric.Int64Counter
+	latency  metric.Float64Histogram
+}
+
+var _ middleware.ContextObserver = (*Observer)(nil)
+
+// New returns an Observer that records on cfg.MeterProvider. It fails only
+// when the provider refuses to create an instrument.
+func New(cfg Config) (*Observer, error) {
+	mp := cfg.MeterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	prefix := ""
+	if cfg.Namespace != "" {
+		prefix = cfg.Namespace + "_"
+	}
+	meter := mp.Meter(ScopeName)
+	outcomes, err := meter.Int64Counter(prefix+OutcomesMetric,
+		metric.WithDescription("Deliveries handled by the idempotency middleware, by handler and outcome."),
+		metric.WithUnit("{delivery}"))
+	if err != nil {
+		return nil, fmt.Errorf("idemotel: counter %s: %w", prefix+OutcomesMetric, err)
+	}
+	latency, err := meter.Float64Histogram(prefix+StoreDurationMetric,
+		metric.WithDescription("Latency of idempotency store calls, by operation and result."),
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(storeBuckets...))
+	if err != nil {
+		return nil, fmt.Errorf("idemotel: histogram %s: %w", prefix+StoreDurationMetric, err)
+	}
+	return &Observer{outcomes: outcomes, latency: latency}, nil
+}
+
+// Outcome implements middleware.Observer, for callers that report without a
+// context: it counts the outcome and touches no span.
+func (o *Observer) Outcome(handler string, outcome middleware.Outcome) {
+	o.count(context.Background(), handler, outcome)
+}
+
+// OutcomeContext implements middleware.ContextObserver: it counts the
+// outcome and puts the documented attributes on ctx's span.
+func (o *Observer) OutcomeContext(ctx context.Context, d middleware.OutcomeDetails) {
+	o.count(ctx, d.Handler, d.Outcome)
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attrs := make([]attribute.KeyValue, 0, 5)
+	if d.Key != "" {
+		sum := sha256.Sum256([]byte(d.Key))
+		attrs = append(attrs, AttrKeyHash.String(hex.EncodeToString(sum[:])))
+	}
+	attrs = append(attrs, AttrScope.String(d.Scope), AttrOutcome.String(string(d.Outcome)))
+	if d.Attempt > 0 {
+		attrs = append(attrs, AttrAttempt.Int(d.Attempt))
+	}
+	attrs = append(attrs, AttrReplayed.Bool(d.Replayed))
+	span.SetAttributes(attrs...)
+}
+
+func (o *Observer) count(ctx context.Context, handler string, outcome middleware.Outcome) {
+	o.outcomes.Add(ctx, 1, metric.WithAttributes(attribute.String("handler", handler), attribute.String("outcome", string(outcome))))
+}
+
+// StoreLatency implements middleware.Observer.
+func (o *Observer) StoreLatency(op string, d time.Duration, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	o.latency.Record(context.Background(), d.Seconds(), metric.WithAttributes(attribute.String("op", op), attribute.String("result", result)))
+}
