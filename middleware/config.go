@@ -1,10 +1,10 @@
 package middleware
 
 import (
-	"errors"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/idempotency/watermill-idempotency/internal/configerr"
 )
 
 // Defaults of Config.
@@ -145,16 +145,18 @@ func (c Config) onceConfig() OnceConfig {
 	}
 }
 
-// Validate reports every problem of a Config whose defaults are filled.
+// Validate reports every problem of a Config whose defaults are filled,
+// joined in the order of its fields; each matches ErrInvalidConfig.
 func (c Config) Validate() error {
-	errs := c.onceConfig().problems()
+	problems := configerr.New(ErrInvalidConfig)
+	c.onceConfig().check(problems)
 	if c.MaxKeyLength < 0 || c.MaxOutputSize < 0 {
-		errs = append(errs, errors.New("MaxKeyLength and MaxOutputSize must not be negative"))
+		problems.Addf("MaxKeyLength and MaxOutputSize must not be negative")
 	}
 	for _, f := range c.KeyMetadata {
 		if f == "" {
-			errs = append(errs, errors.New("KeyMetadata has an empty field name"))
+			problems.Addf("KeyMetadata has an empty field name")
 		}
 	}
-	return invalidConfig(errs)
+	return problems.Err()
 }

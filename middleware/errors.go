@@ -24,6 +24,12 @@ var (
 	ErrCorruptRecord = errors.New("idempotency: corrupt record")
 )
 
+// ErrInvalidConfig is matched (errors.Is) by every problem that
+// Config.Validate and OnceConfig.Validate report, and so by the errors of New
+// and NewOnce for a config they cannot use. Validate reports all problems at
+// once, joined with errors.Join in the order of the fields.
+var ErrInvalidConfig = errors.New("idempotency: invalid config")
+
 // Errors returned by the Watermill middleware to the router. The permanent
 // ones (see IsPermanent) mean that redelivering the message cannot help: route
 // them to a poison queue.

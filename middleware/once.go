@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/idempotency/watermill-idempotency/internal/configerr"
 )
 
 // DefaultOnceName labels the outcomes of Once.Do when OnceConfig.Name is
@@ -64,37 +65,33 @@ func (c *OnceConfig) setDefaults() {
 	}
 }
 
-// Validate reports every problem of a OnceConfig whose defaults are filled.
-func (c OnceConfig) Validate() error { return invalidConfig(c.problems()) }
+// Validate reports every problem of a OnceConfig whose defaults are filled,
+// joined in the order of its fields; each matches ErrInvalidConfig.
+func (c OnceConfig) Validate() error {
+	problems := configerr.New(ErrInvalidConfig)
+	c.check(problems)
+	return problems.Err()
+}
 
-// problems lists what is wrong with c, in the order of its fields.
-func (c OnceConfig) problems() []error {
-	var errs []error
+// check adds what is wrong with c to problems, in the order of its fields.
+func (c OnceConfig) check(problems *configerr.List) {
 	if c.Store == nil {
-		errs = append(errs, errors.New("Store is required"))
+		problems.Addf("Store is required")
 	}
 	for _, f := range []struct {
 		name string
 		d    time.Duration
 	}{{"LeaseTTL", c.LeaseTTL}, {"CompletedTTL", c.CompletedTTL}, {"FailedTTL", c.FailedTTL}, {"StoreTimeout", c.StoreTimeout}} {
 		if f.d < 0 {
-			errs = append(errs, fmt.Errorf("%s is %v, must be positive", f.name, f.d))
+			problems.Addf("%s is %v, must be positive", f.name, f.d)
 		}
 	}
 	if c.LeaseTTL > 0 && c.LeaseTTL < 3*time.Millisecond {
-		errs = append(errs, fmt.Errorf("LeaseTTL %v is too short to renew", c.LeaseTTL))
+		problems.Addf("LeaseTTL %v is too short to renew", c.LeaseTTL)
 	}
 	if c.MaxAttempts < 0 {
-		errs = append(errs, fmt.Errorf("MaxAttempts is %d, must be 0 (unlimited) or more", c.MaxAttempts))
+		problems.Addf("MaxAttempts is %d, must be 0 (unlimited) or more", c.MaxAttempts)
 	}
-	return errs
-}
-
-func invalidConfig(errs []error) error {
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("idempotency: invalid config: %w", err)
-	}
-	return nil
 }
 
 // Once is the owner's side of the protocol, written once for every adapter:
