@@ -129,8 +129,11 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Interceptor, error) {
 
 // call is what the logs and the Observer say about one call.
 type call struct {
-	method string // the full method name, the Observer's label
-	fields watermill.LogFields
+	ctx      context.Context // the call's, for a ContextObserver's span
+	method   string          // the full method name, the Observer's label
+	key      string          // the stored key, once derived
+	attempts int             // the key's attempts, once claimed
+	fields   watermill.LogFields
 }
 
 // Unary is the grpc.UnaryServerInterceptor:
@@ -143,7 +146,7 @@ func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServer
 	if !i.methods[info.FullMethod] {
 		return handler(ctx, req)
 	}
-	c := call{method: info.FullMethod, fields: watermill.LogFields{"method": info.FullMethod}}
+	c := call{ctx: ctx, method: info.FullMethod, fields: watermill.LogFields{"method": info.FullMethod}}
 	msg, ok := req.(proto.Message)
 	if !ok {
 		i.logger.Error("Idempotency needs protocol buffers requests", fmt.Errorf("request is a %T", req), c.fields)
@@ -174,8 +177,10 @@ func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServer
 	// hash, never the scope.
 	c.fields["idempotency_key"] = key
 	c.fields["stored_key"] = skey
+	c.key = skey
 
 	lease, claim, err := i.once.Claim(ctx, skey, middleware.ClaimOptions{Fingerprint: fp, LogFields: c.fields})
+	c.attempts = claim.Record.Attempts
 	switch {
 	case err == nil && lease != nil:
 		return i.run(ctx, req, handler, lease, c)
@@ -196,7 +201,7 @@ func (i *Interceptor) claimFailed(ctx context.Context, req any, handler grpc.Una
 	case ctx.Err() != nil:
 		// The caller left during the claim: counted, but no operator needs
 		// to hear of it, and nothing runs for it, even with FailOpen.
-		i.observer.Outcome(c.method, middleware.OutcomeStoreUnavailable)
+		i.report(c, middleware.OutcomeStoreUnavailable, err)
 		i.logger.Info("Claim interrupted: the caller is gone", c.fields.Copy().Add(watermill.LogFields{"err": err.Error()}))
 	case i.cfg.FailOpen:
 		i.done(c, middleware.OutcomeFailOpen, err)
@@ -374,6 +379,13 @@ func (i *Interceptor) describeKeyError(err error) string {
 // done counts one outcome and logs it at the level adapter.LogOutcome
 // gives it.
 func (i *Interceptor) done(c call, outcome middleware.Outcome, err error) {
-	i.observer.Outcome(c.method, outcome)
+	i.report(c, outcome, err)
 	adapter.LogOutcome(i.logger, c.fields, outcome, err)
+}
+
+// report counts one outcome; a ContextObserver also gets the call's context
+// (the span of otelgrpc's server handler, say) and its details.
+func (i *Interceptor) report(c call, outcome middleware.Outcome, err error) {
+	middleware.ReportOutcome(c.ctx, i.observer, middleware.OutcomeDetails{Handler: c.method, Scope: c.method,
+		Key: c.key, Outcome: outcome, Attempt: c.attempts, Replayed: outcome == middleware.OutcomeDuplicate, Err: err})
 }
