@@ -368,7 +368,7 @@ func TestPurge(t *testing.T) {
 		assert.ElementsMatch(t, []any{e.key("f1"), e.key("f2")}, v["keys"])
 		assert.Len(t, e.jsonLines(t, "--prefix", e.prefix+":"), 5, "a dry run deletes nothing")
 
-		v = e.jsonRun(t, "n\n", exitRefused, "purge", "--prefix", e.prefix+":", "--state", "failed", "--apply")
+		e.jsonRun(t, "n\n", exitRefused, "purge", "--prefix", e.prefix+":", "--state", "failed", "--apply")
 		assert.Len(t, e.jsonLines(t, "--prefix", e.prefix+":"), 5, "not confirmed: nothing deleted")
 
 		v = e.jsonRun(t, "", exitOK, "purge", "--prefix", e.prefix+":", "--state", "failed", "--apply", "--yes")
