@@ -27,9 +27,11 @@ import (
 // groups are unique per run and per test.
 
 // Subtests the suite skips, and why:
-//   - TestReconnect, every broker: it needs Features.RestartServiceCommand
-//     to restart a shared server, which would break every other test using
-//     it. Reconnection is the client libraries' own, tested upstream.
+//   - TestReconnect, every broker: it restarts the broker, which on a shared
+//     server would break every other test using it. It runs on private
+//     servers instead, in reconnect_norace_test.go, beside TestRestart_* in
+//     reconnect_test.go (which says why the former builds only without the
+//     race detector).
 //   - TestNewSubscriberReceivesOldMessages inside TestPubSub, every broker:
 //     it needs each new subscriber to receive every message, which with the
 //     shared per-test group is a bug, not a feature. Kafka, Redis Streams and

@@ -40,6 +40,17 @@
 //     runs 3 times, and its fourth delivery goes to the poison topic, once,
 //     while 40 other keys, published with it and after the first death, are
 //     each processed once. The child's outcomes go to the ledger.
+//   - broker-restart: the broker is a private server of the scenario's own
+//     (a redis-server with an fsync'ed append-only file, a nats-server with
+//     its own JetStream store, a RabbitMQ node of its own beside the shared
+//     one, a kfake cluster with a data directory), stopped for a second and
+//     started again while 300 keys stream in to two consumers; publishes
+//     that fail meanwhile are retried with the same UUID. Nothing is lost
+//     and each effect happens once. It does not apply to gochannel (no
+//     broker to restart), nor, under the race detector, to RabbitMQ and
+//     Kafka: watermill-amqp v3.0.2 and sarama v1.43.3 have data races on
+//     reconnection (Watermill issue #693, IBM/sarama issue #3017) that
+//     -race reports; without -race it runs there too.
 //   - stuck-partition (Kafka): on topics with the backends' default
 //     partition count, one key's handler fails on every delivery while 120
 //     other keys, placed on the other partitions by a pinned partitioner,

@@ -47,6 +47,8 @@ var scenarios = []scenario{
 		"gochannel": "n/a: each death of the consumer process would take the in-process channel, and the poison " +
 			"message in it, down with it; nothing is left to redeliver",
 	}},
+	{name: "broker-restart", budget: 2 * time.Minute, run: brokerRestart, na: brokerRestartNA,
+		pgNA: "n/a with pgstore: what it checks is the broker's restart, which the redisstore columns check on every broker"},
 	{name: "stuck-partition", budget: time.Minute, run: stuckPartition, na: map[string]string{
 		"redis": "n/a: a Kafka scenario; a stream has no partitions, and a nacked message holds back only the " +
 			"consumer it was delivered to",

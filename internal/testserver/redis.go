@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,6 +46,8 @@ type RedisServer struct {
 	dir  string
 	args []string
 	cmd  *exec.Cmd
+	// restartMu makes restarts asked for together run one after the other.
+	restartMu sync.Mutex
 }
 
 // StartRedis starts a private redis-server on a free loopback port, with no

@@ -98,13 +98,55 @@
 //   - Persistence, if a restart must not forget completed keys: a Redis that
 //     restarts empty lets every later copy of a completed message run again
 //     (appendonly yes; appendfsync everysec loses at most a second).
-//   - Replication is asynchronous: a failover to a replica may lose the last
-//     claims and completions, with the same effect as a restart. WAIT is not
-//     used; the store trades that window for one round trip per transition.
+//   - Replication is asynchronous: by default a failover to a replica may
+//     lose the last claims and completions, with the same effect as a
+//     restart (a lost COMPLETED lets the next copy of its message run
+//     again). Options.Replicas closes that window; see Replica
+//     acknowledgement below.
 //   - A clock that does not jump: a lease deadline is the primary's TIME plus
 //     the lease, so a clock stepped forward (or a failover to a replica whose
 //     clock is ahead) ends leases early. A clock stepped back never makes a
 //     record's updated time precede its created time.
+//
+// # Replica acknowledgement
+//
+// NewWithOptions with Options.Replicas set to N makes Claim, Renew and
+// Complete wait until N replicas have the transition: each is sent as
+// EVALSHA followed by WAIT N, in one pipeline, so it is still one round
+// trip (and, when the server answers NOSCRIPT, a second one with EVAL, once
+// per script and server). A Sentinel failover (or a Cluster failover) to a
+// replica that acknowledged keeps what the owner was told: its claim, its
+// renewed lease and its COMPLETED record. The cost is the replicas' round
+// trip on each of those calls.
+//
+// WAIT waits at most Options.ReplicaTimeout (500 ms by default), and at
+// most half of what is left before the call's deadline. When fewer than N
+// replicas acknowledge in time, the transition was still applied on the
+// primary, so the call succeeds: a Complete after a run whose effect
+// happened returns nil and the message is acked. The shortfall is an
+// outcome of its own: it is counted (ReplicaStats().Shortfalls), logged at
+// Info level with the operation, key and replica counts, and passed to
+// Options.OnReplicaShortfall. Only a failover before the replicas catch up
+// loses such a transition; alert on the counter. Fail and Release do not
+// wait: losing one in a failover leaves a lease that lapses, which counts
+// as the same failed attempt.
+//
+// WAIT is sent on the connection that ran the script: with a cluster client,
+// to the primary of the key's slot as the client last saw it (a MOVED
+// answer while slots move is returned as an error, and the owner's retry
+// finds the new primary). A *redis.Ring is refused
+// (ErrReplicaAckUnsupported): its shards have no replicas. ReplicaTimeout
+// must be shorter than the client's ReadTimeout, which bounds a pipeline's
+// reply.
+//
+// What each deployment keeps, as TestSentinelFailover measures it (a master
+// killed under a steady stream while its replica lags 30 ms behind, then
+// every key redelivered): without replica acknowledgement, the completions
+// of the last moments before the crash are lost and their effects run again
+// on redelivery; with Replicas 1, no acknowledged completion is lost and no
+// acknowledged key's effect runs again. A standalone Redis without
+// persistence forgets everything on a restart; with appendfsync always it
+// forgets nothing it acknowledged.
 //
 // ExpiringKeyRepository adapts a Redis client to Watermill's
 // middleware.ExpiringKeyRepository, so users of Watermill's own Deduplicator

@@ -29,6 +29,7 @@ var (
 // does not own the client: closing the client is the caller's business.
 type Store struct {
 	client redis.UniversalClient
+	ack    *replicaAck // nil: no WAIT
 }
 
 var _ middleware.Store = (*Store)(nil)
@@ -47,13 +48,24 @@ var _ middleware.Store = (*Store)(nil)
 // redis.UniversalClient (a wrapper, say) is accepted as it is: New cannot see
 // its options, and honouring deadlines is then its business.
 func New(client redis.UniversalClient) (*Store, error) {
+	return NewWithOptions(client, Options{})
+}
+
+// NewWithOptions is New with Options, such as replica acknowledgement
+// (Options.Replicas). It returns New's errors, and an error for options out
+// of range.
+func NewWithOptions(client redis.UniversalClient, opts Options) (*Store, error) {
 	if isNil(client) {
 		return nil, ErrNilClient
 	}
 	if !honoursDeadlines(client) {
 		return nil, ErrContextTimeoutDisabled
 	}
-	return &Store{client: client}, nil
+	ack, err := newReplicaAck(client, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{client: client, ack: ack}, nil
 }
 
 // honoursDeadlines reports whether client's options let it bound socket I/O
@@ -82,12 +94,13 @@ func isNil(c redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// Claim implements middleware.Store with one EVALSHA.
+// Claim implements middleware.Store with one EVALSHA (pipelined with WAIT
+// under Options.Replicas).
 func (s *Store) Claim(ctx context.Context, key string, req middleware.ClaimRequest) (middleware.ClaimResult, error) {
 	if err := middleware.CheckClaim(key, req); err != nil {
 		return middleware.ClaimResult{}, wrap("claim", key, err)
 	}
-	v, err := claimScript.Run(ctx, s.client, []string{key},
+	v, err := s.runScript(ctx, "claim", key, claimScript,
 		req.Token, millis(req.Lease), millis(req.TTL), req.Fingerprint).Slice()
 	if err != nil {
 		return middleware.ClaimResult{}, scriptError(ctx, "claim", key, err)
@@ -102,7 +115,8 @@ func (s *Store) Claim(ctx context.Context, key string, req middleware.ClaimReque
 	return res, nil
 }
 
-// Renew implements middleware.Store with one EVALSHA.
+// Renew implements middleware.Store with one EVALSHA (pipelined with WAIT
+// under Options.Replicas).
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
 	if err := middleware.CheckOwner(key, token, lease); err != nil {
 		return wrap("renew", key, err)
@@ -110,7 +124,8 @@ func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duratio
 	return s.owned(ctx, "renew", key, renewScript, token, millis(lease))
 }
 
-// Complete implements middleware.Store with one EVALSHA.
+// Complete implements middleware.Store with one EVALSHA (pipelined with
+// WAIT under Options.Replicas).
 func (s *Store) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
 	if err := middleware.CheckOwner(key, token, ttl); err != nil {
 		return wrap("complete", key, err)
@@ -146,7 +161,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 // owned runs a script that answers 1 when the token owns the key (or its
 // own transition was already applied) and 0 when it does not.
 func (s *Store) owned(ctx context.Context, op, key string, script *redis.Script, args ...any) error {
-	v, err := script.Run(ctx, s.client, []string{key}, args...).Result()
+	v, err := s.runScript(ctx, op, key, script, args...).Result()
 	if err != nil {
 		return scriptError(ctx, op, key, err)
 	}

@@ -1,0 +1,210 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultReplicaTimeout is how long a transition waits for its replicas
+// when Options.ReplicaTimeout is zero.
+const DefaultReplicaTimeout = 500 * time.Millisecond
+
+// ErrReplicaAckUnsupported is returned by NewWithOptions when Options.Replicas
+// is set for a *redis.Ring: its shards have no replicas to wait for, and it
+// could not send WAIT on the connection of the script.
+var ErrReplicaAckUnsupported = errors.New("redisstore: replica acknowledgement needs a client of one primary (standalone, Sentinel) or a cluster client, not a ring")
+
+// Options configure a Store beyond its client. A zero Options is the
+// default: no replica acknowledgement, nothing logged.
+type Options struct {
+	// Replicas is how many replicas must acknowledge a Claim, a Renew or a
+	// Complete before the store answers: each of them is sent as EVALSHA
+	// followed by WAIT Replicas, in one pipeline, so it stays one round trip.
+	// A failover to a replica that acknowledged then keeps the transition: a
+	// claimed key stays claimed, a lease stays renewed, a completed key stays
+	// COMPLETED. When fewer replicas acknowledge within ReplicaTimeout, the
+	// transition still succeeds (it was applied on the primary, and the
+	// effect of a completed run did happen), and the shortfall is counted
+	// (ReplicaStats), logged and passed to OnReplicaShortfall. Fail and
+	// Release do not wait: losing one in a failover leaves a lease that
+	// lapses, which counts as the same failed attempt. Zero means no WAIT.
+	Replicas int
+	// ReplicaTimeout bounds each WAIT; a call's context deadline bounds it
+	// too (to half of what is left, so that the reply still arrives in
+	// time). It must be shorter than the client's ReadTimeout, which bounds
+	// a pipeline's reply. Zero means DefaultReplicaTimeout (500 ms).
+	ReplicaTimeout time.Duration
+	// OnReplicaShortfall, when not nil, is called after each transition that
+	// was applied but acknowledged by fewer than Replicas replicas in time.
+	// It runs on the caller's goroutine and must not block.
+	OnReplicaShortfall func(ReplicaShortfall)
+	// Logger logs replica shortfalls (at Info level). Nil means none.
+	Logger watermill.LoggerAdapter
+}
+
+// ReplicaShortfall describes a transition applied on the primary that fewer
+// replicas than Options.Replicas acknowledged within the timeout: a
+// failover before they catch up may lose it.
+type ReplicaShortfall struct {
+	// Op is the transition: "claim", "renew" or "complete".
+	Op string
+	// Key is the record's key.
+	Key string
+	// Acked is how many replicas acknowledged it; Wanted is Options.Replicas.
+	Acked, Wanted int
+}
+
+// ReplicaStats counts the transitions that waited for replicas since the
+// store was made.
+type ReplicaStats struct {
+	// Acknowledged counts transitions that enough replicas acknowledged.
+	Acknowledged uint64
+	// Shortfalls counts transitions applied on the primary that fewer
+	// replicas acknowledged in time (see ReplicaShortfall).
+	Shortfalls uint64
+}
+
+// replicaAck is the store's replica acknowledgement, nil when Replicas is 0.
+type replicaAck struct {
+	replicas    int
+	timeout     time.Duration
+	onShortfall func(ReplicaShortfall)
+	logger      watermill.LoggerAdapter
+	acked       atomic.Uint64
+	shortfalls  atomic.Uint64
+}
+
+func newReplicaAck(client redis.UniversalClient, o Options) (*replicaAck, error) {
+	switch {
+	case o.Replicas < 0:
+		return nil, fmt.Errorf("redisstore: Options.Replicas is %d, must be 0 (no WAIT) or more", o.Replicas)
+	case o.ReplicaTimeout < 0:
+		return nil, fmt.Errorf("redisstore: Options.ReplicaTimeout is %v, must be positive (zero: %v)", o.ReplicaTimeout, DefaultReplicaTimeout)
+	case o.Replicas == 0:
+		return nil, nil
+	}
+	if _, ring := client.(*redis.Ring); ring {
+		return nil, ErrReplicaAckUnsupported
+	}
+	a := &replicaAck{replicas: o.Replicas, timeout: o.ReplicaTimeout, onShortfall: o.OnReplicaShortfall, logger: o.Logger}
+	if a.timeout == 0 {
+		a.timeout = DefaultReplicaTimeout
+	}
+	if rt := readTimeout(client); rt > 0 && a.timeout >= rt {
+		return nil, fmt.Errorf("redisstore: Options.ReplicaTimeout %v must be shorter than the client's ReadTimeout %v, which bounds WAIT's reply", a.timeout, rt)
+	}
+	if a.logger == nil {
+		a.logger = watermill.NopLogger{}
+	}
+	return a, nil
+}
+
+// readTimeout is the ReadTimeout of a client whose options New can read;
+// 0 when it cannot, or the client has none.
+func readTimeout(client redis.UniversalClient) time.Duration {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		return c.Options().ReadTimeout
+	}
+	return 0
+}
+
+// ReplicaStats returns the store's replica acknowledgement counts; both are
+// zero when Options.Replicas is 0.
+func (s *Store) ReplicaStats() ReplicaStats {
+	if s.ack == nil {
+		return ReplicaStats{}
+	}
+	return ReplicaStats{Acknowledged: s.ack.acked.Load(), Shortfalls: s.ack.shortfalls.Load()}
+}
+
+// runScript runs a transition's script on key. With replica acknowledgement
+// a claim, renewal or completion is pipelined with WAIT: one round trip;
+// Fail is not (see Options.Replicas). A server that does not know the
+// script answers NOSCRIPT, and the pipeline is sent once more with EVAL,
+// which loads it: the first pipeline's WAIT had nothing new to wait for,
+// but with fewer replicas than asked it still waited its timeout (once per
+// script and server).
+func (s *Store) runScript(ctx context.Context, op, key string, script *redis.Script, args ...any) *redis.Cmd {
+	keys := []string{key}
+	if s.ack == nil || op == "fail" {
+		return script.Run(ctx, s.client, keys, args...)
+	}
+	pipeliner, err := s.pipelinerFor(ctx, key)
+	if err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	cmd, acked, werr := s.pipelined(ctx, pipeliner, func(p redis.Pipeliner) *redis.Cmd {
+		return script.EvalSha(ctx, p, keys, args...)
+	})
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd, acked, werr = s.pipelined(ctx, pipeliner, func(p redis.Pipeliner) *redis.Cmd {
+			return script.Eval(ctx, p, keys, args...)
+		})
+	}
+	if cmd.Err() == nil {
+		s.ack.count(op, key, acked, werr)
+	}
+	return cmd
+}
+
+// pipelined sends one script call and a WAIT in one pipeline and returns
+// the script's command, the replicas WAIT counted and WAIT's error.
+func (s *Store) pipelined(ctx context.Context, pipe redis.Pipeliner, call func(redis.Pipeliner) *redis.Cmd) (*redis.Cmd, int64, error) {
+	cmd := call(pipe)
+	wait := pipe.Do(ctx, "wait", s.ack.replicas, s.ack.waitTimeout(ctx).Milliseconds())
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	acked, err := wait.Int64()
+	return cmd, acked, err
+}
+
+// pipelinerFor returns a pipeline whose commands all go to key's primary:
+// WAIT has no key, and a cluster client would send it to any node.
+func (s *Store) pipelinerFor(ctx context.Context, key string) (redis.Pipeliner, error) {
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		node, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return node.Pipeline(), nil
+	}
+	return s.client.Pipeline(), nil
+}
+
+// waitTimeout is WAIT's timeout for a call under ctx: the configured one,
+// at most half of what is left before ctx's deadline, and never 0 (which
+// would make WAIT block for ever).
+func (a *replicaAck) waitTimeout(ctx context.Context) time.Duration {
+	d := a.timeout
+	if deadline, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(deadline)/2)
+	}
+	return max(d.Truncate(time.Millisecond), time.Millisecond)
+}
+
+// count records the outcome of one WAIT after a script that succeeded.
+func (a *replicaAck) count(op, key string, acked int64, waitErr error) {
+	if waitErr == nil && acked >= int64(a.replicas) {
+		a.acked.Add(1)
+		return
+	}
+	a.shortfalls.Add(1)
+	fields := watermill.LogFields{"op": op, "idempotency_key": key, "replicas_acked": acked, "replicas_wanted": a.replicas}
+	if waitErr != nil {
+		fields["err"] = waitErr
+	}
+	a.logger.Info("Redis replicas did not acknowledge a transition in time; a failover now may lose it", fields)
+	if a.onShortfall != nil {
+		a.onShortfall(ReplicaShortfall{Op: op, Key: key, Acked: int(acked), Wanted: a.replicas})
+	}
+}

@@ -1,0 +1,291 @@
+package redisstore_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+)
+
+// roundTrips counts what a client sends: round trips (a command, or a whole
+// pipeline) and commands.
+type roundTrips struct {
+	mu          sync.Mutex
+	trips, cmds int
+}
+
+func (h *roundTrips) reset() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.trips, h.cmds = 0, 0
+}
+
+func (h *roundTrips) counts() (trips, cmds int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.trips, h.cmds
+}
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "hello" { // a new connection's handshake
+			h.mu.Lock()
+			h.trips++
+			h.cmds++
+			h.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.mu.Lock()
+		h.trips++
+		h.cmds += len(cmds)
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+// startReplicated starts a private master with one replica in sync.
+func startReplicated(t *testing.T) (master, replica *testserver.RedisServer) {
+	master = testserver.StartRedis(t, "--repl-diskless-sync-delay", "0")
+	_, port, err := net.SplitHostPort(master.Addr)
+	require.NoError(t, err)
+	replica = testserver.StartRedis(t, "--replicaof", "127.0.0.1", port)
+	c := redis.NewClient(&redis.Options{Addr: master.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	require.Eventually(t, func() bool {
+		n, err := c.Wait(context.Background(), 1, 50*time.Millisecond).Result()
+		return err == nil && n == 1
+	}, 10*time.Second, 10*time.Millisecond, "the replica never connected")
+	return master, replica
+}
+
+// TestReplicaAckOneRoundTrip proves that with Options.Replicas each of
+// Claim, Renew and Complete is one round trip (one pipeline of EVALSHA and
+// WAIT, from the client's count), that the server ran one EVALSHA and one
+// WAIT for it, and that Fail, Release and Get send no WAIT.
+func TestReplicaAckOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	master, _ := startReplicated(t)
+	admin := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: master.Addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: master.Addr, Protocol: 2, DisableIdentity: true})
+	t.Cleanup(func() { _ = client.Close() })
+	hook := &roundTrips{}
+	client.AddHook(hook)
+	s, err := redisstore.NewWithOptions(client, redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	// The first call of a script on a server that does not know it: the
+	// pipeline answers NOSCRIPT and is sent again with EVAL, which loads
+	// it. Still one WAIT that counts.
+	require.NoError(t, admin.ConfigResetStat(ctx).Err())
+	hook.reset()
+	warm := claimReq(time.Minute, nil)
+	res, err := s.Claim(ctx, "warm", warm)
+	require.NoError(t, err)
+	assert.True(t, res.Acquired)
+	trips, cmds := hook.counts()
+	assert.Equal(t, 2, trips, "NOSCRIPT: a second pipeline with EVAL")
+	assert.Equal(t, 4, cmds)
+	calls := commandCalls(t, admin)
+	assert.Equal(t, 1, calls["evalsha"])
+	assert.Equal(t, 1, calls["eval"])
+	assert.Equal(t, 2, calls["wait"])
+	require.NoError(t, s.Renew(ctx, "warm", warm.Token, time.Minute))
+	require.NoError(t, s.Complete(ctx, "warm", warm.Token, nil, time.Minute))
+	warm = claimReq(time.Minute, nil)
+	_, err = s.Claim(ctx, "warm2", warm)
+	require.NoError(t, err)
+	require.NoError(t, s.Fail(ctx, "warm2", warm.Token, time.Minute))
+	require.NoError(t, s.Release(ctx, "warm2", warm.Token))
+	_, err = s.Get(ctx, "warm")
+	require.NoError(t, err)
+	acked := s.ReplicaStats().Acknowledged
+
+	var token string
+	steps := []struct {
+		name string
+		wait bool
+		run  func() error
+	}{
+		{"claim", true, func() error {
+			req := claimReq(time.Minute, nil)
+			token = req.Token
+			_, err := s.Claim(ctx, "k", req)
+			return err
+		}},
+		{"renew", true, func() error { return s.Renew(ctx, "k", token, time.Minute) }},
+		{"complete", true, func() error { return s.Complete(ctx, "k", token, []byte("r"), time.Hour) }},
+		{"complete resent", true, func() error { return s.Complete(ctx, "k", token, []byte("r"), time.Hour) }},
+		{"duplicate claim", true, func() error {
+			res, err := s.Claim(ctx, "k", claimReq(time.Minute, nil))
+			if err == nil && res.Acquired {
+				t.Errorf("duplicate acquired: %+v", res)
+			}
+			return err
+		}},
+		{"claim again", true, func() error {
+			req := claimReq(time.Minute, nil)
+			token = req.Token
+			_, err := s.Claim(ctx, "k2", req)
+			return err
+		}},
+		{"fail", false, func() error { return s.Fail(ctx, "k2", token, time.Hour) }},
+		{"release", false, func() error { return s.Release(ctx, "k2", token) }},
+		{"get", false, func() error { _, err := s.Get(ctx, "k"); return err }},
+	}
+	waited := 0
+	for _, step := range steps {
+		require.NoError(t, admin.ConfigResetStat(ctx).Err())
+		hook.reset()
+		require.NoError(t, step.run(), step.name)
+		trips, cmds := hook.counts()
+		calls := commandCalls(t, admin)
+		assert.Equal(t, 1, trips, "%s: round trips", step.name)
+		assert.Equal(t, 1, calls["evalsha"], "%s: EVALSHA calls, stats %v", step.name, calls)
+		assert.Zero(t, calls["eval"]+calls["script|load"], "%s: script re-sent, stats %v", step.name, calls)
+		if step.wait {
+			waited++
+			assert.Equal(t, 2, cmds, "%s: EVALSHA and WAIT in one pipeline", step.name)
+			assert.Equal(t, 1, calls["wait"], "%s: WAIT calls, stats %v", step.name, calls)
+		} else {
+			assert.Equal(t, 1, cmds, "%s: one command", step.name)
+			assert.Zero(t, calls["wait"], "%s: no WAIT, stats %v", step.name, calls)
+		}
+	}
+	assert.Equal(t, redisstore.ReplicaStats{Acknowledged: acked + uint64(waited)}, s.ReplicaStats(),
+		"every WAIT was acknowledged by the replica")
+}
+
+// TestReplicaShortfall stops the replica: a Complete is still applied and
+// succeeds (the effect happened), and the shortfall is counted, passed to
+// the callback and logged. WAIT is bounded by the call's deadline, so a
+// long ReplicaTimeout never makes a call outlive its context.
+func TestReplicaShortfall(t *testing.T) {
+	t.Parallel()
+	master, replica := startReplicated(t)
+	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: master.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	var (
+		mu   sync.Mutex
+		seen []redisstore.ReplicaShortfall
+	)
+	logs := watermill.NewCaptureLogger()
+	s, err := redisstore.NewWithOptions(client, redisstore.Options{
+		Replicas:       1,
+		ReplicaTimeout: 4 * time.Second,
+		OnReplicaShortfall: func(r redisstore.ReplicaShortfall) {
+			mu.Lock()
+			seen = append(seen, r)
+			mu.Unlock()
+		},
+		Logger: logs,
+	})
+	require.NoError(t, err)
+	ctx := context.Background()
+	warm := claimReq(time.Minute, nil) // loads both scripts: one pipeline each below
+	_, err = s.Claim(ctx, "warm", warm)
+	require.NoError(t, err)
+	require.NoError(t, s.Complete(ctx, "warm", warm.Token, nil, time.Minute))
+	req := claimReq(time.Minute, nil)
+	_, err = s.Claim(ctx, "k", req)
+	require.NoError(t, err)
+	require.Equal(t, redisstore.ReplicaStats{Acknowledged: 3}, s.ReplicaStats())
+
+	replica.Stop()
+	// The deadline, shorter than ReplicaTimeout, bounds WAIT (to half of
+	// what is left), so the call returns in time.
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	err = s.Complete(short, "k", req.Token, []byte("r"), time.Hour)
+	cancel()
+	require.NoError(t, err, "the completion was applied: it succeeds although no replica acknowledged it in time")
+	rec, err := s.Get(ctx, "k")
+	require.NoError(t, err)
+	assert.Equal(t, middleware.StateCompleted, rec.State)
+	assert.Equal(t, redisstore.ReplicaStats{Acknowledged: 3, Shortfalls: 1}, s.ReplicaStats())
+	mu.Lock()
+	assert.Equal(t, []redisstore.ReplicaShortfall{{Op: "complete", Key: "k", Acked: 0, Wanted: 1}}, seen)
+	mu.Unlock()
+	assert.True(t, logs.Has(watermill.CapturedMessage{
+		Level:  watermill.InfoLogLevel,
+		Fields: watermill.LogFields{"op": "complete", "idempotency_key": "k", "replicas_acked": int64(0), "replicas_wanted": 1},
+		Msg:    "Redis replicas did not acknowledge a transition in time; a failover now may lose it",
+	}), "logged: %v", logs.Captured())
+
+	// A lease lost is not a shortfall: the script changed nothing.
+	err = s.Complete(ctx, "k", middleware.NewToken(), nil, time.Hour)
+	require.ErrorIs(t, err, middleware.ErrLeaseLost)
+}
+
+// TestReplicaAckOptions: out-of-range options are errors, and a ring,
+// whose shards have no replicas and which could not keep WAIT on the
+// script's connection, is refused.
+func TestReplicaAckOptions(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	_, err := redisstore.NewWithOptions(c, redisstore.Options{Replicas: -1})
+	assert.ErrorContains(t, err, "Replicas is -1")
+	_, err = redisstore.NewWithOptions(c, redisstore.Options{Replicas: 1, ReplicaTimeout: -time.Second})
+	assert.ErrorContains(t, err, "ReplicaTimeout is -1s")
+	_, err = redisstore.NewWithOptions(c, redisstore.Options{Replicas: 1, ReplicaTimeout: c.Options().ReadTimeout})
+	assert.ErrorContains(t, err, "shorter than the client's ReadTimeout")
+	s, err := redisstore.NewWithOptions(c, redisstore.Options{Replicas: 1})
+	require.NoError(t, err)
+	assert.Equal(t, redisstore.ReplicaStats{}, s.ReplicaStats())
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = ring.Close() })
+	_, err = redisstore.NewWithOptions(ring, redisstore.Options{Replicas: 1})
+	assert.ErrorIs(t, err, redisstore.ErrReplicaAckUnsupported)
+	_, err = redisstore.NewWithOptions(ring, redisstore.Options{})
+	assert.NoError(t, err)
+}
+
+// TestReplicaAckCluster: on a cluster client, WAIT goes to the node that
+// ran the script (a keyless command would go to any node). The test
+// cluster has no replicas, so every WAIT falls short and is counted.
+func TestReplicaAckCluster(t *testing.T) {
+	t.Parallel()
+	addrs := testserver.StartRedisCluster(t)
+	client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs})
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := redisstore.NewWithOptions(client, redisstore.Options{Replicas: 1, ReplicaTimeout: 5 * time.Millisecond})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for i := range 6 {
+		key := "spread-" + strconv.Itoa(i)
+		_, err := s.Claim(ctx, key, claimReq(time.Minute, nil)) // loads the script where the key lives
+		require.NoError(t, err)
+		admins := map[string]*redis.Client{}
+		for _, a := range addrs {
+			admins[a] = redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true})
+			require.NoError(t, admins[a].ConfigResetStat(ctx).Err())
+		}
+		_, err = s.Claim(ctx, key, claimReq(time.Minute, nil))
+		require.NoError(t, err)
+		ran := 0
+		for a, admin := range admins {
+			calls := commandCalls(t, admin)
+			assert.Equal(t, calls["evalsha"], calls["wait"], "%s on %s: WAIT beside the script, stats %v", key, a, calls)
+			ran += calls["evalsha"]
+			_ = admin.Close()
+		}
+		assert.Equal(t, 1, ran, key)
+	}
+	assert.Equal(t, uint64(12), s.ReplicaStats().Shortfalls)
+}
