@@ -94,7 +94,7 @@ func crashChild() int {
 		return fail(err)
 	}
 	r.AddMiddleware(idem.Middleware)
-	r.AddNoPublisherHandler(handlerName, os.Getenv(childEnvVar), b.Subscriber, func(msg *message.Message) error {
+	r.AddConsumerHandler(handlerName, os.Getenv(childEnvVar), b.Subscriber, func(msg *message.Message) error {
 		key := msg.Metadata.Get("requestId")
 		now := strconv.FormatInt(time.Now().UnixMilli(), 10)
 		if err := ledger.HSet(context.Background(), started, key, now).Err(); err != nil {

@@ -94,7 +94,7 @@ func crashLoopChild() int {
 	g := newExitGate()
 	r.AddMiddleware(poison, g.middleware, idem.Middleware)
 	poisonKey := os.Getenv(loopPoisonKeyVar)
-	r.AddNoPublisherHandler(handlerName, os.Getenv(loopChildVar), b.Subscriber, func(msg *message.Message) error {
+	r.AddConsumerHandler(handlerName, os.Getenv(loopChildVar), b.Subscriber, func(msg *message.Message) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		key := msg.Metadata.Get("requestId")

@@ -311,7 +311,7 @@ func (e *env) startConsumers(n int, wire func(r *message.Router, b *backends.Bac
 // handle starts n members whose one handler consumes the scenario's topic.
 func (e *env) handle(n int, h message.NoPublishHandlerFunc) {
 	e.startConsumers(n, func(r *message.Router, b *backends.Backend) {
-		r.AddNoPublisherHandler(handlerName, e.topic, b.Subscriber, h)
+		r.AddConsumerHandler(handlerName, e.topic, b.Subscriber, h)
 	})
 }
 

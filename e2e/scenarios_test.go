@@ -323,7 +323,7 @@ func outputReplay(e *env) {
 			}
 			return []*message.Message{out}, nil
 		})
-		r.AddNoPublisherHandler(handlerName+"-downstream", down, b.Subscriber, func(msg *message.Message) error {
+		r.AddConsumerHandler(handlerName+"-downstream", down, b.Subscriber, func(msg *message.Message) error {
 			e.runs.Add(1)
 			downRuns.Add(1)
 			return e.effect(msg, "down", msg.Metadata.Get(metaSource))
