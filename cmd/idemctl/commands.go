@@ -12,7 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 // recordView is a record as idemctl shows it. Durations are milliseconds.
@@ -51,7 +51,7 @@ type messageView struct {
 
 const stateCorrupt = "corrupt"
 
-func view(key string, rec middleware.Record, ttl time.Duration, bytes int64, now time.Time, withOutput bool) recordView {
+func view(key string, rec idempotency.Record, ttl time.Duration, bytes int64, now time.Time, withOutput bool) recordView {
 	v := recordView{Key: key, State: rec.State.String(), Attempts: rec.Attempts, TTLMS: ttl.Milliseconds(), Bytes: bytes}
 	if !rec.CreatedAt.IsZero() {
 		v.CreatedAt, v.UpdatedAt = &rec.CreatedAt, &rec.UpdatedAt
@@ -59,7 +59,7 @@ func view(key string, rec middleware.Record, ttl time.Duration, bytes int64, now
 	}
 	if !rec.LeaseExpiresAt.IsZero() {
 		v.LeaseExpiresAt = &rec.LeaseExpiresAt
-		if rec.State == middleware.StateInProgress {
+		if rec.State == idempotency.StateInProgress {
 			left := max(rec.LeaseExpiresAt.Sub(now).Milliseconds(), 0)
 			v.LeaseLeftMS = &left
 		}
@@ -67,7 +67,7 @@ func view(key string, rec middleware.Record, ttl time.Duration, bytes int64, now
 	if len(rec.Fingerprint) > 0 {
 		v.Fingerprint = hex.EncodeToString(rec.Fingerprint)
 	}
-	if rec.State == middleware.StateCompleted {
+	if rec.State == idempotency.StateCompleted {
 		n := len(rec.Result)
 		v.ResultBytes = &n
 		if withOutput {
@@ -78,7 +78,7 @@ func view(key string, rec middleware.Record, ttl time.Duration, bytes int64, now
 }
 
 func decodeOutput(result []byte) *outputView {
-	msgs, stored, err := middleware.DecodeOutput(result)
+	msgs, stored, err := idempotency.DecodeOutput(result)
 	switch {
 	case err != nil:
 		return &outputView{Format: "opaque"}
@@ -201,7 +201,7 @@ var getCommand = command{
 				return err
 			}
 			rec, ttl, bytes, err := c.be.inspect(ctx, key)
-			if errors.Is(err, middleware.ErrCorruptRecord) {
+			if errors.Is(err, idempotency.ErrCorruptRecord) {
 				v := corruptView(key, err)
 				c.show(v)
 				return err
@@ -209,7 +209,7 @@ var getCommand = command{
 			if err != nil {
 				return err
 			}
-			if rec.State == middleware.StateAbsent {
+			if rec.State == idempotency.StateAbsent {
 				return notFound(fmt.Errorf("no record under %q", key))
 			}
 			c.show(view(key, rec, ttl, bytes, now, true))
@@ -260,7 +260,7 @@ func (f *filter) match(e entry, now time.Time) bool {
 	if e.Err != nil { // a corrupt record has no state, attempts or age
 		return (f.state == "" || f.state == stateCorrupt) && f.minAttempts == 0 && f.age == 0
 	}
-	if e.Record.State == middleware.StateAbsent || f.state == stateCorrupt {
+	if e.Record.State == idempotency.StateAbsent || f.state == stateCorrupt {
 		return false
 	}
 	if f.state != "" && e.Record.State.String() != f.state {
@@ -285,7 +285,7 @@ func (c *cli) walk(ctx context.Context, f filter, each func(e entry) error) (sca
 		if err != nil {
 			return scanned, matched, false, err
 		}
-		if e.Err != nil && !errors.Is(e.Err, middleware.ErrCorruptRecord) {
+		if e.Err != nil && !errors.Is(e.Err, idempotency.ErrCorruptRecord) {
 			return scanned, matched, false, e.Err
 		}
 		scanned++
@@ -380,7 +380,7 @@ var releaseCommand = command{
 				return err
 			}
 			rec, _, _, err := c.be.inspect(ctx, key)
-			if errors.Is(err, middleware.ErrCorruptRecord) {
+			if errors.Is(err, idempotency.ErrCorruptRecord) {
 				return fmt.Errorf("%w; release frees only records: delete it with idemctl purge --prefix %q --state corrupt --apply", err, key)
 			}
 			if err != nil {
@@ -391,14 +391,14 @@ var releaseCommand = command{
 			}
 			if !*yes {
 				what := fmt.Sprintf("%s, %d attempt(s)", rec.State, rec.Attempts)
-				if rec.State == middleware.StateInProgress {
+				if rec.State == idempotency.StateInProgress {
 					what += fmt.Sprintf(", lease held for %s more: its owner will be cancelled", rec.LeaseExpiresAt.Sub(now).Round(time.Millisecond))
 				}
 				if err := c.confirm(fmt.Sprintf("Release %q (%s)? The next delivery runs the handler as attempt 1.", key, what)); err != nil {
 					return err
 				}
 			}
-			found, deleted, err := c.be.deleteIf(ctx, key, middleware.StateInProgress, middleware.StateFailed)
+			found, deleted, err := c.be.deleteIf(ctx, key, idempotency.StateInProgress, idempotency.StateFailed)
 			if err != nil {
 				return err
 			}
@@ -416,11 +416,11 @@ var releaseCommand = command{
 }
 
 // releasable says why a key in state cannot be released, or nil.
-func releasable(key string, state middleware.State) error {
+func releasable(key string, state idempotency.State) error {
 	switch state {
-	case middleware.StateAbsent:
+	case idempotency.StateAbsent:
 		return notFound(fmt.Errorf("no record under %q: nothing to release, the next delivery runs it", key))
-	case middleware.StateCompleted:
+	case idempotency.StateCompleted:
 		return refused(fmt.Errorf("%q is COMPLETED: release frees only IN_PROGRESS or FAILED keys; deleting a completed key runs its effect again (idemctl purge does it)", key))
 	}
 	return nil
@@ -497,16 +497,16 @@ var purgeCommand = command{
 
 // purgeKey deletes key: only if still in state when one is given.
 func (c *cli) purgeKey(ctx context.Context, key, state string) (bool, error) {
-	var st middleware.State
+	var st idempotency.State
 	switch state {
 	case "", stateCorrupt:
 		return true, c.be.remove(ctx, key)
 	case "in_progress":
-		st = middleware.StateInProgress
+		st = idempotency.StateInProgress
 	case "failed":
-		st = middleware.StateFailed
+		st = idempotency.StateFailed
 	case "completed":
-		st = middleware.StateCompleted
+		st = idempotency.StateCompleted
 	}
 	_, deleted, err := c.be.deleteIf(ctx, key, st)
 	return deleted, err

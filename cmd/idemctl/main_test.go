@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
@@ -28,7 +28,7 @@ import (
 // env is one store under test, with a key prefix of its own.
 type env struct {
 	kind   string
-	store  middleware.Store
+	store  idempotency.Store
 	flags  []string // --store (and --table)
 	prefix string   // the middleware's KeyPrefix; keys start with prefix+":"
 	// corrupt writes a value under key that is not a record.
@@ -137,14 +137,14 @@ func keysOf(lines []map[string]any) []string {
 
 // newIdem returns the Watermill middleware on e's store and prefix, scope
 // "orders".
-func (e env) newIdem(t *testing.T, adjust func(*middleware.Config)) *middleware.Idempotency {
+func (e env) newIdem(t *testing.T, adjust func(*idempotency.Config)) *idempotency.Idempotency {
 	t.Helper()
-	cfg := middleware.Config{Store: e.store, KeyPrefix: e.prefix, Scope: func(*message.Message) string { return "orders" },
+	cfg := idempotency.Config{Store: e.store, KeyPrefix: e.prefix, Scope: func(*message.Message) string { return "orders" },
 		NackDelay: time.Millisecond, LeaseTTL: 2 * time.Second}
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	idem, err := middleware.New(cfg, watermill.NopLogger{})
+	idem, err := idempotency.New(cfg, watermill.NopLogger{})
 	require.NoError(t, err)
 	return idem
 }
@@ -161,7 +161,7 @@ func newMsg(id, payload string) *message.Message {
 // it.
 func (e env) claimStuck(t *testing.T, key string) {
 	t.Helper()
-	res, err := e.store.Claim(context.Background(), key, middleware.ClaimRequest{Token: middleware.NewToken(), Lease: time.Minute, TTL: time.Minute})
+	res, err := e.store.Claim(context.Background(), key, idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 }
@@ -170,8 +170,8 @@ func (e env) claimStuck(t *testing.T, key string) {
 func (e env) failTimes(t *testing.T, key string, n int) {
 	t.Helper()
 	for range n {
-		tok := middleware.NewToken()
-		res, err := e.store.Claim(context.Background(), key, middleware.ClaimRequest{Token: tok, Lease: time.Minute, TTL: time.Minute})
+		tok := idempotency.NewToken()
+		res, err := e.store.Claim(context.Background(), key, idempotency.ClaimRequest{Token: tok, Lease: time.Minute, TTL: time.Minute})
 		require.NoError(t, err)
 		require.True(t, res.Acquired)
 		require.NoError(t, e.store.Fail(context.Background(), key, tok, time.Minute))
@@ -182,7 +182,7 @@ func (e env) failTimes(t *testing.T, key string, n int) {
 // the store does not hold is exit 3.
 func TestGet(t *testing.T) {
 	eachStore(t, func(t *testing.T, e env) {
-		idem := e.newIdem(t, func(c *middleware.Config) { c.CheckPayload = true })
+		idem := e.newIdem(t, func(c *idempotency.Config) { c.CheckPayload = true })
 		h := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 			out := message.NewMessage("out-uuid-1", []byte("twelve bytes"))
 			out.Metadata.Set("topic", "shipments")
@@ -208,7 +208,7 @@ func TestGet(t *testing.T) {
 		assert.Equal(t, map[string]any{"topic": "shipments"}, m["metadata"])
 
 		// A value stored by Once.Do is no Watermill output: shown as opaque.
-		once, err := middleware.NewOnce(middleware.OnceConfig{Store: e.store}, nil)
+		once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: e.store}, nil)
 		require.NoError(t, err)
 		_, err = once.Do(context.Background(), e.key("once"), func(context.Context) ([]byte, error) { return []byte("value"), nil })
 		require.NoError(t, err)
@@ -280,19 +280,19 @@ func TestList(t *testing.T) {
 func TestReleaseThenTheNextMessageRuns(t *testing.T) {
 	eachStore(t, func(t *testing.T, e env) {
 		runs := 0
-		idem := e.newIdem(t, func(c *middleware.Config) { c.MaxAttempts = 2 })
+		idem := e.newIdem(t, func(c *idempotency.Config) { c.MaxAttempts = 2 })
 		h := idem.Middleware(func(*message.Message) ([]*message.Message, error) { runs++; return nil, nil })
 
 		// A handler hung holding the key: every copy is nacked in progress.
 		e.claimStuck(t, e.key("stuck"))
 		_, err := h(newMsg("stuck", ""))
-		require.ErrorIs(t, err, middleware.ErrInProgress)
+		require.ErrorIs(t, err, idempotency.ErrInProgress)
 
 		v := e.jsonRun(t, "no\n", exitRefused, "release", e.key("stuck"))
 		assert.Equal(t, "refused", v["code"])
 		rec, err := e.store.Get(context.Background(), e.key("stuck"))
 		require.NoError(t, err)
-		assert.Equal(t, middleware.StateInProgress, rec.State, "not confirmed: nothing changed")
+		assert.Equal(t, idempotency.StateInProgress, rec.State, "not confirmed: nothing changed")
 
 		v = e.jsonRun(t, "y\n", exitOK, "release", e.key("stuck"))
 		assert.Equal(t, true, v["released"])
@@ -302,13 +302,13 @@ func TestReleaseThenTheNextMessageRuns(t *testing.T) {
 		assert.Equal(t, 1, runs, "the next message ran")
 		rec, err = e.store.Get(context.Background(), e.key("stuck"))
 		require.NoError(t, err)
-		assert.Equal(t, middleware.StateCompleted, rec.State)
+		assert.Equal(t, idempotency.StateCompleted, rec.State)
 		assert.Equal(t, 1, rec.Attempts, "attempts start again at 1")
 
 		// A poison key at MaxAttempts: refused until released.
 		e.failTimes(t, e.key("poison"), 2)
 		_, err = h(newMsg("poison", ""))
-		require.ErrorIs(t, err, middleware.ErrTooManyAttempts)
+		require.ErrorIs(t, err, idempotency.ErrTooManyAttempts)
 		v = e.jsonRun(t, "", exitOK, "release", e.key("poison"), "--yes")
 		assert.Equal(t, "failed", v["state"])
 		assert.EqualValues(t, 3, v["attempts"], "the refused claim counted one")
@@ -321,7 +321,7 @@ func TestReleaseThenTheNextMessageRuns(t *testing.T) {
 		assert.Contains(t, v["error"], "COMPLETED")
 		rec, err = e.store.Get(context.Background(), e.key("stuck"))
 		require.NoError(t, err)
-		assert.Equal(t, middleware.StateCompleted, rec.State, "a completed key is never released")
+		assert.Equal(t, idempotency.StateCompleted, rec.State, "a completed key is never released")
 		v = e.jsonRun(t, "", exitNotFound, "release", e.key("nobody"), "--yes")
 		assert.Equal(t, "not_found", v["code"])
 
@@ -340,12 +340,12 @@ func TestReleaseThenTheNextMessageRuns(t *testing.T) {
 func TestReleasedOwnerIsFenced(t *testing.T) {
 	eachStore(t, func(t *testing.T, e env) {
 		key := e.key("fenced")
-		tok := middleware.NewToken()
-		_, err := e.store.Claim(context.Background(), key, middleware.ClaimRequest{Token: tok, Lease: time.Minute, TTL: time.Minute})
+		tok := idempotency.NewToken()
+		_, err := e.store.Claim(context.Background(), key, idempotency.ClaimRequest{Token: tok, Lease: time.Minute, TTL: time.Minute})
 		require.NoError(t, err)
 		e.jsonRun(t, "", exitOK, "release", key, "--yes")
-		require.ErrorIs(t, e.store.Renew(context.Background(), key, tok, time.Minute), middleware.ErrLeaseLost)
-		require.ErrorIs(t, e.store.Complete(context.Background(), key, tok, []byte("late"), time.Minute), middleware.ErrLeaseLost)
+		require.ErrorIs(t, e.store.Renew(context.Background(), key, tok, time.Minute), idempotency.ErrLeaseLost)
+		require.ErrorIs(t, e.store.Complete(context.Background(), key, tok, []byte("late"), time.Minute), idempotency.ErrLeaseLost)
 	})
 }
 

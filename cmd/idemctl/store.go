@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
@@ -20,7 +20,7 @@ import (
 // entry is one record found by a walk, whichever the store.
 type entry struct {
 	Key    string
-	Record middleware.Record
+	Record idempotency.Record
 	TTL    time.Duration
 	Bytes  int64 // 0 when the store does not report it on a walk
 	Err    error
@@ -38,9 +38,9 @@ type stateCount struct {
 type backend interface {
 	kind() string
 	now(ctx context.Context) (time.Time, error)
-	inspect(ctx context.Context, key string) (rec middleware.Record, ttl time.Duration, bytes int64, err error)
+	inspect(ctx context.Context, key string) (rec idempotency.Record, ttl time.Duration, bytes int64, err error)
 	walk(ctx context.Context, prefix string) iter.Seq2[entry, error]
-	deleteIf(ctx context.Context, key string, states ...middleware.State) (middleware.State, bool, error)
+	deleteIf(ctx context.Context, key string, states ...idempotency.State) (idempotency.State, bool, error)
 	remove(ctx context.Context, key string) error
 	// stats counts records by state; exact when the store counts them all
 	// itself, else from a walk of at most limit keys, sizing sample per
@@ -125,7 +125,7 @@ func (b *redisBackend) now(ctx context.Context) (time.Time, error) {
 	return b.client.Time(ctx).Result()
 }
 
-func (b *redisBackend) inspect(ctx context.Context, key string) (middleware.Record, time.Duration, int64, error) {
+func (b *redisBackend) inspect(ctx context.Context, key string) (idempotency.Record, time.Duration, int64, error) {
 	return b.store.Inspect(ctx, key)
 }
 
@@ -139,7 +139,7 @@ func (b *redisBackend) walk(ctx context.Context, prefix string) iter.Seq2[entry,
 	}
 }
 
-func (b *redisBackend) deleteIf(ctx context.Context, key string, states ...middleware.State) (middleware.State, bool, error) {
+func (b *redisBackend) deleteIf(ctx context.Context, key string, states ...idempotency.State) (idempotency.State, bool, error) {
 	return b.store.DeleteIf(ctx, key, states...)
 }
 
@@ -160,11 +160,11 @@ func (b *redisBackend) stats(ctx context.Context, prefix string, limit, sample i
 		progress(scanned, scanned)
 		state := e.Record.State.String()
 		switch {
-		case e.Err != nil && errors.Is(e.Err, middleware.ErrCorruptRecord):
+		case e.Err != nil && errors.Is(e.Err, idempotency.ErrCorruptRecord):
 			state = pgstore.CountCorrupt
 		case e.Err != nil:
 			return nil, scanned, false, false, e.Err
-		case e.Record.State == middleware.StateAbsent:
+		case e.Record.State == idempotency.StateAbsent:
 			continue // expired during the walk
 		}
 		c := counts[state]
@@ -208,7 +208,7 @@ func (b *pgBackend) now(ctx context.Context) (time.Time, error) {
 	return t, err
 }
 
-func (b *pgBackend) inspect(ctx context.Context, key string) (middleware.Record, time.Duration, int64, error) {
+func (b *pgBackend) inspect(ctx context.Context, key string) (idempotency.Record, time.Duration, int64, error) {
 	return b.store.Inspect(ctx, key)
 }
 
@@ -222,7 +222,7 @@ func (b *pgBackend) walk(ctx context.Context, prefix string) iter.Seq2[entry, er
 	}
 }
 
-func (b *pgBackend) deleteIf(ctx context.Context, key string, states ...middleware.State) (middleware.State, bool, error) {
+func (b *pgBackend) deleteIf(ctx context.Context, key string, states ...idempotency.State) (idempotency.State, bool, error) {
 	return b.store.DeleteIf(ctx, key, states...)
 }
 

@@ -22,8 +22,8 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/examples/grpc/paymentspb"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
-	idempotency "github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 

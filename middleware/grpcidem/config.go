@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
@@ -44,18 +44,18 @@ const (
 	DefaultMaxKeyLength = adapter.DefaultMaxKeyLength
 	// DefaultLeaseTTL is how long a claim holds a key while the handler
 	// runs (40 s); it is renewed every third of it
-	// (middleware.DefaultLeaseTTL).
-	DefaultLeaseTTL = middleware.DefaultLeaseTTL
+	// (idempotency.DefaultLeaseTTL).
+	DefaultLeaseTTL = idempotency.DefaultLeaseTTL
 	// DefaultStoreTimeout bounds each store call (5 s,
-	// middleware.DefaultStoreTimeout).
-	DefaultStoreTimeout = middleware.DefaultStoreTimeout
+	// idempotency.DefaultStoreTimeout).
+	DefaultStoreTimeout = idempotency.DefaultStoreTimeout
 	// DefaultCompletedTTL is how long a completed answer is replayed
-	// (24 h, middleware.DefaultCompletedTTL).
-	DefaultCompletedTTL = middleware.DefaultCompletedTTL
+	// (24 h, idempotency.DefaultCompletedTTL).
+	DefaultCompletedTTL = idempotency.DefaultCompletedTTL
 	// DefaultFailedTTL is how long a failed attempt is remembered (24 h,
-	// middleware.DefaultFailedTTL): its fingerprint still binds the key; a
+	// idempotency.DefaultFailedTTL): its fingerprint still binds the key; a
 	// retry may run again.
-	DefaultFailedTTL = middleware.DefaultFailedTTL
+	DefaultFailedTTL = idempotency.DefaultFailedTTL
 	// DefaultMaxResponseSize bounds the stored answer: the response's wire
 	// bytes and type name, or the final status with its details.
 	DefaultMaxResponseSize = 1 << 20
@@ -70,7 +70,7 @@ const (
 type Config struct {
 	// Store keeps the state of every key. Required: there is no silent
 	// default (use memstore for tests and demos, redisstore in production).
-	Store middleware.Store
+	Store idempotency.Store
 
 	// Methods lists the full names of the unary methods the interceptor
 	// applies to, as grpc.UnaryServerInfo.FullMethod spells them
@@ -123,9 +123,9 @@ type Config struct {
 	SingleTenant bool
 
 	// LeaseTTL is how long a claim holds a key while the handler runs
-	// (middleware.OnceConfig.LeaseTTL): it is renewed every LeaseTTL/3,
+	// (idempotency.OnceConfig.LeaseTTL): it is renewed every LeaseTTL/3,
 	// and when the lease is lost the handler's context is cancelled with
-	// middleware.ErrLeaseLost as its cause. Zero means DefaultLeaseTTL
+	// idempotency.ErrLeaseLost as its cause. Zero means DefaultLeaseTTL
 	// (40 s).
 	LeaseTTL time.Duration
 
@@ -165,9 +165,9 @@ type Config struct {
 	// Observer receives one outcome per call the interceptor applies to,
 	// labelled with the call's full method name (never the scope or the
 	// key), and the latency of every store call: the same
-	// middleware.Observer as the Watermill and HTTP middleware's, so
+	// idempotency.Observer as the Watermill and HTTP middleware's, so
 	// idemprom counts all three. Nil means none.
-	Observer middleware.Observer
+	Observer idempotency.Observer
 }
 
 func (c *Config) setDefaults() {

@@ -1,10 +1,10 @@
 // Package grpcidem makes unary gRPC methods idempotent per key: a client
 // that retries after a timeout, grpc-go's retry policy resending a call, or
 // a load balancer replaying one, gets the first answer back instead of a
-// second effect. It keeps its state in the same middleware.Store as the
+// second effect. It keeps its state in the same idempotency.Store as the
 // Watermill middleware and package httpidem (Redis in production, memstore
 // for tests and demos), and runs on the same owner protocol
-// (middleware.Once): any number of server processes sharing that store
+// (idempotency.Once): any number of server processes sharing that store
 // behave as one.
 //
 //	idem, err := grpcidem.New(grpcidem.Config{
@@ -121,7 +121,7 @@
 //
 // The first call claims the key (IN_PROGRESS, with a 40 s lease renewed
 // every lease/3 while the handler runs) and runs the handler under the
-// lease's context, which is cancelled with middleware.ErrLeaseLost as its
+// lease's context, which is cancelled with idempotency.ErrLeaseLost as its
 // cause when the lease is lost. The answer is recorded before grpc-go
 // sends it. Recording COMPLETED is retried with backoff until the lease runs
 // out when the store fails (the response waits meanwhile): giving up early
@@ -152,7 +152,7 @@
 //
 // # Observing
 //
-// Config.Observer gets one middleware.Outcome per call the interceptor
+// Config.Observer gets one idempotency.Outcome per call the interceptor
 // applies to, labelled with the full method name, never the scope: the
 // same outcomes as package httpidem's (processed, duplicate, in_progress,
 // key_reused, missing_key, store_unavailable, fail_open, handler_failed,

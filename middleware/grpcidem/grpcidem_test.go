@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem/internal/testpb"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
 )
 
@@ -136,7 +136,7 @@ func TestKeyReused(t *testing.T) {
 
 // TestConfig: New refuses what cannot work, with ErrInvalidConfig.
 func TestConfig(t *testing.T) {
-	store := &struct{ middleware.Store }{}
+	store := &struct{ idempotency.Store }{}
 	ok := grpcidem.Config{Store: store, Scope: tenantScope, Methods: []string{methodCharge}}
 	_, err := grpcidem.New(ok, nil)
 	require.NoError(t, err)
@@ -205,7 +205,7 @@ type recordingObserver struct {
 	outcomes []string
 }
 
-func (o *recordingObserver) Outcome(label string, outcome middleware.Outcome) {
+func (o *recordingObserver) Outcome(label string, outcome idempotency.Outcome) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.outcomes = append(o.outcomes, label+" "+string(outcome))

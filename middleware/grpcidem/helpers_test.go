@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem/internal/testpb"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
 )
 
@@ -153,7 +153,7 @@ func tenantScope(ctx context.Context) string {
 
 // newInterceptor builds an interceptor for Charge and Refund on store, with
 // the test's prefix and tenant scope; adjust may change the config first.
-func newInterceptor(t testing.TB, store middleware.Store, prefix string, adjust func(*grpcidem.Config)) *grpcidem.Interceptor {
+func newInterceptor(t testing.TB, store idempotency.Store, prefix string, adjust func(*grpcidem.Config)) *grpcidem.Interceptor {
 	t.Helper()
 	cfg := grpcidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope, Methods: []string{methodCharge, methodRefund}}
 	if adjust != nil {

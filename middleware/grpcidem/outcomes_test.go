@@ -16,9 +16,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
-	"github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem/internal/testpb"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
@@ -200,7 +200,7 @@ func TestCorruptRecord(t *testing.T) {
 		assert.Zero(t, l.runs.Load())
 		errs := logger.Captured()[watermill.ErrorLogLevel]
 		require.Len(t, errs, 1)
-		assert.ErrorIs(t, errs[0].Err, middleware.ErrCorruptRecord)
+		assert.ErrorIs(t, errs[0].Err, idempotency.ErrCorruptRecord)
 		assert.Equal(t, skey, errs[0].Fields["stored_key"])
 	})
 	t.Run("unreadable stored answer", func(t *testing.T) {
@@ -215,7 +215,7 @@ func TestCorruptRecord(t *testing.T) {
 			t.Cleanup(func() { _ = store.Close() })
 			skey := grpcidem.StoreKey(grpcidem.DefaultKeyPrefix, "t", "k1")
 			ctx := context.Background()
-			_, err := store.Claim(ctx, skey, middleware.ClaimRequest{Token: "tok", Lease: time.Minute, TTL: time.Minute})
+			_, err := store.Claim(ctx, skey, idempotency.ClaimRequest{Token: "tok", Lease: time.Minute, TTL: time.Minute})
 			require.NoError(t, err)
 			require.NoError(t, store.Complete(ctx, skey, "tok", result, time.Minute))
 

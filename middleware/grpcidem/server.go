@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
@@ -57,7 +57,7 @@ const (
 	// not be reached and FailOpen is off; the handler did not run.
 	ReasonStoreUnavailable = "IDEMPOTENCY_STORE_UNAVAILABLE"
 	// ReasonRecordCorrupt (INTERNAL): the value kept under this key is not
-	// a record of the store's (middleware.ErrCorruptRecord), or the answer
+	// a record of the store's (idempotency.ErrCorruptRecord), or the answer
 	// stored in it cannot be rebuilt: nothing runs. Retrying with the same
 	// key gets the same answer until an operator inspects and deletes the
 	// key, which the server logs.
@@ -94,9 +94,9 @@ func Retryable(c codes.Code) bool { return slices.Contains(retryable[:], c) }
 // grpc.UnaryServerInterceptor.
 type Interceptor struct {
 	cfg      Config
-	once     *middleware.Once
+	once     *idempotency.Once
 	logger   watermill.LoggerAdapter
-	observer middleware.Observer
+	observer idempotency.Observer
 	scope    func(context.Context) string
 	methods  map[string]bool
 }
@@ -157,12 +157,12 @@ func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServer
 	key, err := extractKey(md, i.cfg.Metadata, msg, i.cfg.RequestField, i.cfg.MaxKeyLength)
 	switch {
 	case err != nil:
-		i.done(c, middleware.OutcomeMissingKey, nil)
+		i.done(c, idempotency.OutcomeMissingKey, nil)
 		return nil, i.status(codes.InvalidArgument, ReasonKeyInvalid, i.describeKeyError(err), nil, false)
 	case key == "" && i.cfg.KeyOptional:
 		return handler(ctx, req)
 	case key == "":
-		i.done(c, middleware.OutcomeMissingKey, nil)
+		i.done(c, idempotency.OutcomeMissingKey, nil)
 		return nil, i.status(codes.InvalidArgument, ReasonKeyMissing, fmt.Sprintf(
 			"%s requires an idempotency key: send a unique one (a V4 UUID, say) in the metadata %s or the request field %s, and reuse it when you retry.",
 			info.FullMethod, i.cfg.Metadata[0], i.cfg.RequestField), nil, false)
@@ -179,15 +179,15 @@ func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServer
 	c.fields["stored_key"] = skey
 	c.key = skey
 
-	lease, claim, err := i.once.Claim(ctx, skey, middleware.ClaimOptions{Fingerprint: fp, LogFields: c.fields})
+	lease, claim, err := i.once.Claim(ctx, skey, idempotency.ClaimOptions{Fingerprint: fp, LogFields: c.fields})
 	c.attempts = claim.Record.Attempts
 	switch {
 	case err == nil && lease != nil:
 		return i.run(ctx, req, handler, lease, c)
 	case err == nil:
 		return i.answerRepeat(ctx, claim.Record, fp, c)
-	case errors.Is(err, middleware.ErrCorruptRecord):
-		i.done(c, middleware.OutcomeCorruptRecord, err)
+	case errors.Is(err, idempotency.ErrCorruptRecord):
+		i.done(c, idempotency.OutcomeCorruptRecord, err)
 		return nil, i.status(codes.Internal, ReasonRecordCorrupt,
 			"The idempotency record of this key cannot be read, so the call was not run. Retrying with the same key will not help until the server's operator repairs it.", nil, false)
 	default:
@@ -201,13 +201,13 @@ func (i *Interceptor) claimFailed(ctx context.Context, req any, handler grpc.Una
 	case ctx.Err() != nil:
 		// The caller left during the claim: counted, but no operator needs
 		// to hear of it, and nothing runs for it, even with FailOpen.
-		i.report(c, middleware.OutcomeStoreUnavailable, err)
+		i.report(c, idempotency.OutcomeStoreUnavailable, err)
 		i.logger.Info("Claim interrupted: the caller is gone", c.fields.Copy().Add(watermill.LogFields{"err": err.Error()}))
 	case i.cfg.FailOpen:
-		i.done(c, middleware.OutcomeFailOpen, err)
+		i.done(c, idempotency.OutcomeFailOpen, err)
 		return handler(ctx, req)
 	default:
-		i.done(c, middleware.OutcomeStoreUnavailable, err)
+		i.done(c, idempotency.OutcomeStoreUnavailable, err)
 	}
 	return nil, i.status(codes.Unavailable, ReasonStoreUnavailable,
 		"The idempotency store cannot be reached, so the call was not run. Retry later with the same key.", nil, true)
@@ -215,19 +215,19 @@ func (i *Interceptor) claimFailed(ctx context.Context, req any, handler grpc.Una
 
 // answerRepeat answers a call whose claim was refused, from the record that
 // refused it.
-func (i *Interceptor) answerRepeat(ctx context.Context, rec middleware.Record, fp []byte, c call) (any, error) {
+func (i *Interceptor) answerRepeat(ctx context.Context, rec idempotency.Record, fp []byte, c call) (any, error) {
 	if len(rec.Fingerprint) > 0 && !slices.Equal(rec.Fingerprint, fp) {
-		i.done(c, middleware.OutcomeKeyReused, nil)
+		i.done(c, idempotency.OutcomeKeyReused, nil)
 		return nil, i.status(codes.FailedPrecondition, ReasonKeyReused,
 			"This idempotency key was first used for a different call (another method or request message). Use a new key for a new call.", nil, false)
 	}
-	if rec.State == middleware.StateCompleted {
+	if rec.State == idempotency.StateCompleted {
 		return i.replay(ctx, rec.Result, c)
 	}
 	// IN_PROGRESS held by another call. (A FAILED record is claimed unless
 	// its fingerprint differs, handled above; a store answering otherwise
 	// is treated the same way: retry later.)
-	i.done(c, middleware.OutcomeInProgress, nil)
+	i.done(c, idempotency.OutcomeInProgress, nil)
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(pushbackMetadata, strconv.FormatInt(i.cfg.RetryAfter.Milliseconds(), 10)))
 	return nil, i.status(codes.Aborted, ReasonInProgress,
 		"A call with this idempotency key is still running. Retry later with the same key.", nil, true)
@@ -237,7 +237,7 @@ func (i *Interceptor) answerRepeat(ctx context.Context, rec middleware.Record, f
 // true.
 func (i *Interceptor) replay(ctx context.Context, result []byte, c call) (any, error) {
 	corrupt := func(err error) (any, error) {
-		i.done(c, middleware.OutcomeCorruptRecord, fmt.Errorf("stored answer of a completed key: %w", err))
+		i.done(c, idempotency.OutcomeCorruptRecord, fmt.Errorf("stored answer of a completed key: %w", err))
 		return nil, i.status(codes.Internal, ReasonRecordCorrupt,
 			"The call with this key completed, but its stored answer cannot be read.", nil, false)
 	}
@@ -251,15 +251,15 @@ func (i *Interceptor) replay(ctx context.Context, result []byte, c call) (any, e
 		if err != nil {
 			return corrupt(err)
 		}
-		i.done(c, middleware.OutcomeDuplicate, nil)
+		i.done(c, idempotency.OutcomeDuplicate, nil)
 		_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedMetadata, "true"))
 		return m, nil
 	case kindStatus:
-		i.done(c, middleware.OutcomeDuplicate, nil)
+		i.done(c, idempotency.OutcomeDuplicate, nil)
 		_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedMetadata, "true"))
 		return nil, status.FromProto(a.Status).Err()
 	default: // kindOmitted
-		i.done(c, middleware.OutcomeDuplicate, nil)
+		i.done(c, idempotency.OutcomeDuplicate, nil)
 		return nil, i.status(codes.AlreadyExists, ReasonResponseNotStored, fmt.Sprintf(
 			"The call with this key completed with %s, but its answer (%d bytes) was too large to store and cannot be replayed. Do not retry with a new key: look the result up instead.",
 			a.Code, a.Size), map[string]string{"original_code": a.Code.String(), "size": strconv.Itoa(a.Size)}, false)
@@ -270,7 +270,7 @@ func (i *Interceptor) replay(ctx context.Context, result []byte, c call) (any, e
 // then records the outcome: FAILED after a retryable code, a panic or a
 // lost lease, COMPLETED with the answer otherwise, also when the caller
 // left before the handler returned (its retry gets the replay).
-func (i *Interceptor) run(ctx context.Context, req any, handler grpc.UnaryHandler, lease *middleware.Lease, c call) (any, error) {
+func (i *Interceptor) run(ctx context.Context, req any, handler grpc.UnaryHandler, lease *idempotency.Lease, c call) (any, error) {
 	// A copy: the lease reads the fields it was given from its renewal timer.
 	c.fields = c.fields.Copy().Add(watermill.LogFields{"attempts": lease.Record().Attempts})
 	lctx := lease.Context()
@@ -279,14 +279,14 @@ func (i *Interceptor) run(ctx context.Context, req any, handler grpc.UnaryHandle
 		resp any
 		herr error
 	)
-	adapter.RunHandler(lease, func(err error) { i.done(c, middleware.OutcomeHandlerFailed, err) },
+	adapter.RunHandler(lease, func(err error) { i.done(c, idempotency.OutcomeHandlerFailed, err) },
 		func() { resp, herr = handler(lctx, req) })
 
-	if cause := context.Cause(lctx); errors.Is(cause, middleware.ErrLeaseLost) {
+	if cause := context.Cause(lctx); errors.Is(cause, idempotency.ErrLeaseLost) {
 		// Another call may have claimed the key and be running it: this
 		// run's answer is not the key's outcome.
 		lease.Fail()
-		i.done(c, middleware.OutcomeHandlerFailed, fmt.Errorf("handler answered after its lease was lost: %w", cause))
+		i.done(c, idempotency.OutcomeHandlerFailed, fmt.Errorf("handler answered after its lease was lost: %w", cause))
 		return resp, herr
 	}
 	var (
@@ -298,7 +298,7 @@ func (i *Interceptor) run(ctx context.Context, req any, handler grpc.UnaryHandle
 		st := status.Convert(herr)
 		if Retryable(st.Code()) {
 			lease.Fail()
-			i.done(c, middleware.OutcomeHandlerFailed, herr)
+			i.done(c, idempotency.OutcomeHandlerFailed, herr)
 			return resp, herr
 		}
 		result, stored, err = encodeStatus(st, i.cfg.MaxResponseSize)
@@ -314,7 +314,7 @@ func (i *Interceptor) run(ctx context.Context, req any, handler grpc.UnaryHandle
 		// An answer that cannot be stored cannot be replayed: let the
 		// retry run again rather than replay something else.
 		lease.Fail()
-		i.done(c, middleware.OutcomeHandlerFailed, fmt.Errorf("answer cannot be stored: %w", err))
+		i.done(c, idempotency.OutcomeHandlerFailed, fmt.Errorf("answer cannot be stored: %w", err))
 		return resp, herr
 	}
 	if stored.Kind == kindOmitted {
@@ -323,7 +323,7 @@ func (i *Interceptor) run(ctx context.Context, req any, handler grpc.UnaryHandle
 		}))
 	}
 	cerr := lease.Complete(result)
-	i.done(c, middleware.CompleteOutcome(cerr), cerr)
+	i.done(c, idempotency.CompleteOutcome(cerr), cerr)
 	return resp, herr
 }
 
@@ -378,14 +378,14 @@ func (i *Interceptor) describeKeyError(err error) string {
 
 // done counts one outcome and logs it at the level adapter.LogOutcome
 // gives it.
-func (i *Interceptor) done(c call, outcome middleware.Outcome, err error) {
+func (i *Interceptor) done(c call, outcome idempotency.Outcome, err error) {
 	i.report(c, outcome, err)
 	adapter.LogOutcome(i.logger, c.fields, outcome, err)
 }
 
 // report counts one outcome; a ContextObserver also gets the call's context
 // (the span of otelgrpc's server handler, say) and its details.
-func (i *Interceptor) report(c call, outcome middleware.Outcome, err error) {
-	middleware.ReportOutcome(c.ctx, i.observer, middleware.OutcomeDetails{Handler: c.method, Scope: c.method,
-		Key: c.key, Outcome: outcome, Attempt: c.attempts, Replayed: outcome == middleware.OutcomeDuplicate, Err: err})
+func (i *Interceptor) report(c call, outcome idempotency.Outcome, err error) {
+	idempotency.ReportOutcome(c.ctx, i.observer, idempotency.OutcomeDetails{Handler: c.method, Scope: c.method,
+		Key: c.key, Outcome: outcome, Attempt: c.attempts, Replayed: outcome == idempotency.OutcomeDuplicate, Err: err})
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
@@ -27,18 +27,18 @@ const (
 	DefaultKeyPrefix = "httpidem"
 	// DefaultLeaseTTL is how long a claim holds a key while the handler
 	// runs (40 s); it is renewed every third of it
-	// (middleware.DefaultLeaseTTL).
-	DefaultLeaseTTL = middleware.DefaultLeaseTTL
+	// (idempotency.DefaultLeaseTTL).
+	DefaultLeaseTTL = idempotency.DefaultLeaseTTL
 	// DefaultStoreTimeout bounds each store call, as the Watermill
-	// middleware's middleware.DefaultStoreTimeout does.
-	DefaultStoreTimeout = middleware.DefaultStoreTimeout
+	// middleware's idempotency.DefaultStoreTimeout does.
+	DefaultStoreTimeout = idempotency.DefaultStoreTimeout
 	// DefaultCompletedTTL is how long a completed response is replayed
-	// (24 h, middleware.DefaultCompletedTTL).
-	DefaultCompletedTTL = middleware.DefaultCompletedTTL
+	// (24 h, idempotency.DefaultCompletedTTL).
+	DefaultCompletedTTL = idempotency.DefaultCompletedTTL
 	// DefaultFailedTTL is how long a failed attempt is remembered (24 h,
-	// middleware.DefaultFailedTTL): its fingerprint still binds the key; a
+	// idempotency.DefaultFailedTTL): its fingerprint still binds the key; a
 	// retry may run again.
-	DefaultFailedTTL = middleware.DefaultFailedTTL
+	DefaultFailedTTL = idempotency.DefaultFailedTTL
 	// DefaultMaxRequestBody bounds the request body read to fingerprint it.
 	DefaultMaxRequestBody = 10 << 20
 	// DefaultMaxResponseBody bounds the response body stored for replay.
@@ -73,7 +73,7 @@ var (
 type Config struct {
 	// Store keeps the state of every key. Required: there is no silent
 	// default (use memstore for tests and demos, redisstore in production).
-	Store middleware.Store
+	Store idempotency.Store
 
 	// Methods lists the request methods the middleware applies to; requests
 	// with any other method pass through untouched. Methods are
@@ -116,11 +116,11 @@ type Config struct {
 	KeyPrefix string
 
 	// LeaseTTL is how long a claim holds a key while the handler runs
-	// (middleware.OnceConfig.LeaseTTL): the middleware renews it every
+	// (idempotency.OnceConfig.LeaseTTL): the middleware renews it every
 	// LeaseTTL/3, and every LeaseTTL/10 after a renewal failed. When the
 	// store says the lease is lost, or no renewal succeeds for nine tenths
 	// of a LeaseTTL, the handler's context is cancelled with
-	// middleware.ErrLeaseLost as its cause, before the store can hand the
+	// idempotency.ErrLeaseLost as its cause, before the store can hand the
 	// key to another request. A crashed server stops renewing, and after
 	// LeaseTTL a retry runs the handler again (the lapsed run counts as a
 	// failed attempt). Zero means DefaultLeaseTTL (40 s).
@@ -173,14 +173,14 @@ type Config struct {
 	ProblemTypeBase string
 
 	// Observer receives one outcome per request the middleware applies to
-	// (the same middleware.Observer as the Watermill middleware's, so
+	// (the same idempotency.Observer as the Watermill middleware's, so
 	// idemprom counts both) and the latency of every store call. Its label
 	// is the request's ServeMux pattern (http.Request.Pattern, such as
 	// "POST /payments") when the middleware wraps a handler registered on a
 	// ServeMux, else DefaultOutcomeLabel ("http"): never the scope or the
 	// path, whose values are unbounded. Wrap each route's handler, not the
 	// whole mux, to count per route. Nil means none.
-	Observer middleware.Observer
+	Observer idempotency.Observer
 }
 
 func (c *Config) setDefaults() {

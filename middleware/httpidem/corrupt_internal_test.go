@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
@@ -83,7 +83,7 @@ func TestCorruptRedisRecord(t *testing.T) {
 	errs := logger.Captured()[watermill.ErrorLogLevel]
 	require.Len(t, errs, len(foreign))
 	for _, e := range errs {
-		assert.ErrorIs(t, e.Err, middleware.ErrCorruptRecord)
+		assert.ErrorIs(t, e.Err, idempotency.ErrCorruptRecord)
 		assert.True(t, strings.HasPrefix(e.Fields["stored_key"].(string), prefix), "logged with its key")
 	}
 }

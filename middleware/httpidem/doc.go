@@ -1,9 +1,9 @@
 // Package httpidem is an HTTP middleware that gives POST and PATCH endpoints
 // exactly-once effects per Idempotency-Key, following the IETF draft "The
 // Idempotency-Key HTTP Header Field" and Stripe's documented behaviour. It
-// keeps its state in the same middleware.Store as the Watermill middleware
+// keeps its state in the same idempotency.Store as the Watermill middleware
 // (Redis in production, memstore for tests and demos), and runs on the same
-// owner protocol (middleware.Once), so any number of server processes
+// owner protocol (idempotency.Once), so any number of server processes
 // sharing that store behave as one.
 //
 //	idem, err := httpidem.New(httpidem.Config{
@@ -151,7 +151,7 @@
 // # The lease
 //
 // If the lease is lost while the handler runs, the handler's context is
-// cancelled with a cause matching middleware.ErrLeaseLost
+// cancelled with a cause matching idempotency.ErrLeaseLost
 // (context.Cause(r.Context())): when the store reports it (the key was
 // deleted, or taken over), and, while renewals keep failing, at nine tenths
 // of the lease counted from the start of the last claim or renewal that
@@ -175,7 +175,7 @@
 //
 // # Observing
 //
-// Config.Observer gets one middleware.Outcome per request the middleware
+// Config.Observer gets one idempotency.Outcome per request the middleware
 // applies to (a request that passes through, or is refused 413 or 400 for
 // its body before a key is claimed, is not counted), labelled with the
 // route's ServeMux pattern (http.Request.Pattern) or "http", never the
@@ -197,7 +197,7 @@
 // complete_failed, lease_lost, corrupt_record) are logged at Error with the
 // stored key.
 //
-// An Observer that implements middleware.ContextObserver gets each outcome
+// An Observer that implements idempotency.ContextObserver gets each outcome
 // with the request's context, where otelhttp.NewHandler keeps the server
 // span, the stored key (which holds the scope's hash, never the scope), the
 // attempt and whether the response was replayed; idemotel's Observer puts

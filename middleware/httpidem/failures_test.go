@@ -19,8 +19,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
 )
 
@@ -57,7 +57,7 @@ func TestStoreUnavailable(t *testing.T) {
 // flakyStore fails the first failComplete calls of Complete, as a store
 // that blips right after the handler ran.
 type flakyStore struct {
-	middleware.Store
+	idempotency.Store
 	failComplete atomic.Int64
 	completes    atomic.Int64
 }
@@ -151,7 +151,7 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 		require.NoError(t, store.Delete(context.Background(), httpidem.StoreKey(prefix, "t", "k1")))
 		select {
 		case err := <-cause:
-			assert.ErrorIs(t, err, middleware.ErrLeaseLost)
+			assert.ErrorIs(t, err, idempotency.ErrLeaseLost)
 		case <-time.After(30 * time.Second): // a hang guard, not a timing assertion
 			t.Fatal("the handler's context was not cancelled after its lease was lost")
 		}
@@ -248,8 +248,8 @@ func TestCorruptStoredResponse(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
 		store, prefix := kind.New(t)
 		ctx := context.Background()
-		skey, token := httpidem.StoreKey(prefix, "", "k1"), middleware.NewToken()
-		_, err := store.Claim(ctx, skey, middleware.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute})
+		skey, token := httpidem.StoreKey(prefix, "", "k1"), idempotency.NewToken()
+		_, err := store.Claim(ctx, skey, idempotency.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute})
 		require.NoError(t, err)
 		require.NoError(t, store.Complete(ctx, skey, token, []byte("not a response"), time.Minute))
 
@@ -270,13 +270,13 @@ func TestClientGoneHandlerReturnsNormally(t *testing.T) {
 	cases := []struct {
 		name       string
 		answer     int // 0: write nothing
-		wantState  middleware.State
+		wantState  idempotency.State
 		wantRetry  int
 		wantEffect int64
 	}{
-		{name: "wrote nothing", answer: 0, wantState: middleware.StateCompleted, wantRetry: http.StatusOK, wantEffect: 1},
-		{name: "answered 201", answer: http.StatusCreated, wantState: middleware.StateCompleted, wantRetry: http.StatusCreated, wantEffect: 1},
-		{name: "answered 503", answer: http.StatusServiceUnavailable, wantState: middleware.StateFailed, wantRetry: http.StatusServiceUnavailable, wantEffect: 2},
+		{name: "wrote nothing", answer: 0, wantState: idempotency.StateCompleted, wantRetry: http.StatusOK, wantEffect: 1},
+		{name: "answered 201", answer: http.StatusCreated, wantState: idempotency.StateCompleted, wantRetry: http.StatusCreated, wantEffect: 1},
+		{name: "answered 503", answer: http.StatusServiceUnavailable, wantState: idempotency.StateFailed, wantRetry: http.StatusServiceUnavailable, wantEffect: 2},
 	}
 	eachStore(t, func(t *testing.T, kind storeKind) {
 		for _, tc := range cases {
@@ -324,7 +324,7 @@ func TestClientGoneHandlerReturnsNormally(t *testing.T) {
 				retry := post(t, srv, "/pay", "k1", "")
 				<-served
 				assert.Equal(t, tc.wantRetry, retry.status)
-				if tc.wantState == middleware.StateCompleted {
+				if tc.wantState == idempotency.StateCompleted {
 					assert.Equal(t, "true", retry.header.Get(httpidem.ReplayedHeader), "the retry is a replay")
 				} else {
 					assert.Empty(t, retry.header.Get(httpidem.ReplayedHeader))

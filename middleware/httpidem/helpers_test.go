@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
 )
 
@@ -90,7 +90,7 @@ func tenantScope(r *http.Request) string { return r.Header.Get("X-Tenant") }
 
 // newMiddleware builds a middleware on store with the test's prefix and
 // tenant scope; adjust may change the config first.
-func newMiddleware(t testing.TB, store middleware.Store, prefix string, adjust func(*httpidem.Config)) *httpidem.Middleware {
+func newMiddleware(t testing.TB, store idempotency.Store, prefix string, adjust func(*httpidem.Config)) *httpidem.Middleware {
 	t.Helper()
 	cfg := httpidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope}
 	if adjust != nil {

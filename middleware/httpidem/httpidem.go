@@ -13,7 +13,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
@@ -31,9 +31,9 @@ const flushAfter = 100 * time.Millisecond
 // It is safe for concurrent use; build it with New.
 type Middleware struct {
 	cfg      Config
-	once     *middleware.Once
+	once     *idempotency.Once
 	logger   watermill.LoggerAdapter
-	observer middleware.Observer
+	observer idempotency.Observer
 	scope    func(*http.Request) string
 }
 
@@ -74,7 +74,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 type request struct {
 	label  string // the Observer's label: the route pattern, or "http"
 	fields watermill.LogFields
-	// For a middleware.ContextObserver: the request's context, the stored
+	// For a idempotency.ContextObserver: the request's context, the stored
 	// key and the attempt count read by the claim.
 	ctx      context.Context
 	key      string
@@ -92,20 +92,20 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		next.ServeHTTP(w, r)
 		return
 	case len(values) == 0:
-		m.done(rq, middleware.OutcomeMissingKey, nil)
+		m.done(rq, idempotency.OutcomeMissingKey, nil)
 		m.writeProblem(w, http.StatusBadRequest, ProblemKeyMissing,
 			fmt.Sprintf("%s %s requires an %s header: send a unique key (a V4 UUID, say) and reuse it when you retry.",
 				r.Method, r.URL.Path, m.cfg.Header), nil)
 		return
 	case len(values) > 1:
-		m.done(rq, middleware.OutcomeMissingKey, nil)
+		m.done(rq, idempotency.OutcomeMissingKey, nil)
 		m.writeProblem(w, http.StatusBadRequest, ProblemKeyInvalid,
 			fmt.Sprintf("The %s header must appear once; it appears %d times.", m.cfg.Header, len(values)), nil)
 		return
 	}
 	key, err := parseKey(values[0], m.cfg.MaxKeyLength)
 	if err != nil {
-		m.done(rq, middleware.OutcomeMissingKey, nil)
+		m.done(rq, idempotency.OutcomeMissingKey, nil)
 		m.writeProblem(w, http.StatusBadRequest, ProblemKeyInvalid, describeKeyError(m.cfg.Header, m.cfg.MaxKeyLength, err), nil)
 		return
 	}
@@ -122,15 +122,15 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	rq.fields["stored_key"] = skey
 
 	rq.key = skey
-	lease, claim, err := m.once.Claim(r.Context(), skey, middleware.ClaimOptions{Fingerprint: fp, LogFields: rq.fields})
+	lease, claim, err := m.once.Claim(r.Context(), skey, idempotency.ClaimOptions{Fingerprint: fp, LogFields: rq.fields})
 	rq.attempts = claim.Record.Attempts
 	switch {
 	case err == nil && lease != nil:
 		m.run(w, r, next, lease, rq)
 	case err == nil:
 		m.answerRepeat(w, claim.Record, fp, rq)
-	case errors.Is(err, middleware.ErrCorruptRecord):
-		m.done(rq, middleware.OutcomeCorruptRecord, err)
+	case errors.Is(err, idempotency.ErrCorruptRecord):
+		m.done(rq, idempotency.OutcomeCorruptRecord, err)
 		m.writeProblem(w, http.StatusInternalServerError, ProblemRecordCorrupt,
 			"The idempotency record of this key cannot be read, so the request was not run. Retrying with the same key will not help until the server's operator repairs it.", nil)
 	default:
@@ -147,14 +147,14 @@ func (m *Middleware) claimFailed(w http.ResponseWriter, r *http.Request, next ht
 	case r.Context().Err() != nil:
 		// The client hung up during the claim: counted, as it is answered
 		// 503, but no operator needs to hear of it.
-		m.report(rq, middleware.OutcomeStoreUnavailable, err)
+		m.report(rq, idempotency.OutcomeStoreUnavailable, err)
 		m.logger.Info("Claim interrupted: the client is gone", rq.fields.Copy().Add(watermill.LogFields{"err": err.Error()}))
 	case m.cfg.FailOpen:
-		m.done(rq, middleware.OutcomeFailOpen, err)
+		m.done(rq, idempotency.OutcomeFailOpen, err)
 		next.ServeHTTP(w, r)
 		return
 	default:
-		m.done(rq, middleware.OutcomeStoreUnavailable, err)
+		m.done(rq, idempotency.OutcomeStoreUnavailable, err)
 	}
 	m.writeProblem(w, http.StatusServiceUnavailable, ProblemStoreUnavailable,
 		"The idempotency store cannot be reached, so the request was not run. Retry later with the same key.", nil)
@@ -192,21 +192,21 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 
 // answerRepeat answers a request whose claim was refused, from the record
 // that refused it.
-func (m *Middleware) answerRepeat(w http.ResponseWriter, rec middleware.Record, fp []byte, rq request) {
+func (m *Middleware) answerRepeat(w http.ResponseWriter, rec idempotency.Record, fp []byte, rq request) {
 	if len(rec.Fingerprint) > 0 && !bytes.Equal(rec.Fingerprint, fp) {
-		m.done(rq, middleware.OutcomeKeyReused, nil)
+		m.done(rq, idempotency.OutcomeKeyReused, nil)
 		m.writeProblem(w, http.StatusUnprocessableEntity, ProblemKeyReused,
 			fmt.Sprintf("This %s was first used for a different request (method, path, query or body). Use a new key for a new request.", m.cfg.Header), nil)
 		return
 	}
 	switch rec.State {
-	case middleware.StateCompleted:
+	case idempotency.StateCompleted:
 		m.replay(w, rec.Result, rq)
 	default:
 		// IN_PROGRESS held by another request. (A FAILED record is claimed
 		// unless its fingerprint differs, handled above; a store answering
 		// otherwise is treated the same way: retry later.)
-		m.done(rq, middleware.OutcomeInProgress, nil)
+		m.done(rq, idempotency.OutcomeInProgress, nil)
 		m.writeProblem(w, http.StatusConflict, ProblemInProgress,
 			fmt.Sprintf("A request with this %s is still being processed. Retry later with the same key.", m.cfg.Header), nil)
 	}
@@ -217,12 +217,12 @@ func (m *Middleware) answerRepeat(w http.ResponseWriter, rec middleware.Record, 
 func (m *Middleware) replay(w http.ResponseWriter, result []byte, rq request) {
 	s, err := decodeResponse(result)
 	if err != nil {
-		m.done(rq, middleware.OutcomeCorruptRecord, fmt.Errorf("stored response of a completed key: %w", err))
+		m.done(rq, idempotency.OutcomeCorruptRecord, fmt.Errorf("stored response of a completed key: %w", err))
 		m.writeProblem(w, http.StatusInternalServerError, ProblemStoredResponseCorrupt,
 			"The request with this key completed, but its stored response cannot be read.", nil)
 		return
 	}
-	m.done(rq, middleware.OutcomeDuplicate, nil)
+	m.done(rq, idempotency.OutcomeDuplicate, nil)
 	if s.BodyOmitted {
 		m.writeProblem(w, http.StatusGone, ProblemResponseNotStored,
 			fmt.Sprintf("The request with this key completed with status %d, but its response (%d bytes) was too large to store and cannot be replayed. Do not retry with a new key: look the result up instead.",
@@ -247,26 +247,26 @@ func (m *Middleware) replay(w http.ResponseWriter, result []byte, rq request) {
 // then records the outcome: FAILED after a 5xx, a panic or a lost lease,
 // COMPLETED with the response otherwise, also when the client left before
 // the handler returned (its retry gets the replay).
-func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease *middleware.Lease, rq request) {
+func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease *idempotency.Lease, rq request) {
 	// A copy: the lease reads the fields it was given from its renewal timer.
 	rq.fields = rq.fields.Copy().Add(watermill.LogFields{"attempts": lease.Record().Attempts})
 	rec := newRecorder(w, m.cfg.MaxResponseBody)
 	ctx := lease.Context()
 
-	adapter.RunHandler(lease, func(err error) { m.done(rq, middleware.OutcomeHandlerFailed, err) },
+	adapter.RunHandler(lease, func(err error) { m.done(rq, idempotency.OutcomeHandlerFailed, err) },
 		func() { next.ServeHTTP(rec, r.WithContext(ctx)) })
 
 	resp := rec.response()
-	if cause := context.Cause(ctx); errors.Is(cause, middleware.ErrLeaseLost) {
+	if cause := context.Cause(ctx); errors.Is(cause, idempotency.ErrLeaseLost) {
 		// Another request may have claimed the key and be running it: this
 		// run's answer is not the key's outcome.
 		lease.Fail()
-		m.done(rq, middleware.OutcomeHandlerFailed, fmt.Errorf("handler answered %d after its lease was lost: %w", resp.Status, cause))
+		m.done(rq, idempotency.OutcomeHandlerFailed, fmt.Errorf("handler answered %d after its lease was lost: %w", resp.Status, cause))
 		return
 	}
 	if resp.Status >= 500 {
 		lease.Fail()
-		m.done(rq, middleware.OutcomeHandlerFailed, fmt.Errorf("handler answered %d", resp.Status))
+		m.done(rq, idempotency.OutcomeHandlerFailed, fmt.Errorf("handler answered %d", resp.Status))
 		return
 	}
 	if resp.BodyOmitted {
@@ -275,14 +275,14 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		}))
 	}
 	cerr := m.complete(rec, lease, resp.encode())
-	m.done(rq, middleware.CompleteOutcome(cerr), cerr)
+	m.done(rq, idempotency.CompleteOutcome(cerr), cerr)
 }
 
 // complete records COMPLETED with result. Lease.Complete retries until the
 // lease runs out while the store fails; should it take longer than
 // flushAfter, the response is flushed meanwhile, so that the client has the
 // whole body and only the end of the response waits.
-func (m *Middleware) complete(rec *recorder, lease *middleware.Lease, result []byte) error {
+func (m *Middleware) complete(rec *recorder, lease *idempotency.Lease, result []byte) error {
 	var mu sync.Mutex // held by a flush that runs; taken once Complete returns
 	flushed := false
 	t := time.AfterFunc(flushAfter, func() {
@@ -304,14 +304,14 @@ func (m *Middleware) complete(rec *recorder, lease *middleware.Lease, result []b
 }
 
 // report tells the Observer about one outcome.
-func (m *Middleware) report(rq request, outcome middleware.Outcome, err error) {
-	middleware.ReportOutcome(rq.ctx, m.observer, middleware.OutcomeDetails{Handler: rq.label, Scope: rq.label,
-		Key: rq.key, Outcome: outcome, Attempt: rq.attempts, Replayed: outcome == middleware.OutcomeDuplicate, Err: err})
+func (m *Middleware) report(rq request, outcome idempotency.Outcome, err error) {
+	idempotency.ReportOutcome(rq.ctx, m.observer, idempotency.OutcomeDetails{Handler: rq.label, Scope: rq.label,
+		Key: rq.key, Outcome: outcome, Attempt: rq.attempts, Replayed: outcome == idempotency.OutcomeDuplicate, Err: err})
 }
 
 // done counts one outcome and logs it at the level adapter.LogOutcome
 // gives it.
-func (m *Middleware) done(rq request, outcome middleware.Outcome, err error) {
+func (m *Middleware) done(rq request, outcome idempotency.Outcome, err error) {
 	m.report(rq, outcome, err)
 	adapter.LogOutcome(m.logger, rq.fields, outcome, err)
 }

@@ -14,15 +14,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
 // hangingStore hangs the calls it is told to until their context ends, as
 // a store behind a network partition does, and passes the others on.
 type hangingStore struct {
-	middleware.Store
+	idempotency.Store
 	hangClaims    bool
 	hangRenews    bool
 	hangCompletes atomic.Int64 // how many Complete calls still hang
@@ -31,10 +31,10 @@ type hangingStore struct {
 	completes     atomic.Int64
 }
 
-func (s *hangingStore) Claim(ctx context.Context, key string, req middleware.ClaimRequest) (middleware.ClaimResult, error) {
+func (s *hangingStore) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	if s.hangClaims {
 		<-ctx.Done()
-		return middleware.ClaimResult{}, fmt.Errorf("hanging: claim: %w", ctx.Err())
+		return idempotency.ClaimResult{}, fmt.Errorf("hanging: claim: %w", ctx.Err())
 	}
 	return s.Store.Claim(ctx, key, req)
 }
@@ -79,7 +79,7 @@ func TestHungRenewalStillRecordsOutcome(t *testing.T) {
 		require.Equal(t, http.StatusCreated, first.status)
 		rec, err := inner.Get(context.Background(), httpidem.StoreKey(prefix, "", "k1"))
 		require.NoError(t, err)
-		assert.Equal(t, middleware.StateCompleted, rec.State, "the outcome must be recorded despite the hung renewal")
+		assert.Equal(t, idempotency.StateCompleted, rec.State, "the outcome must be recorded despite the hung renewal")
 		again := serve(handler, newRequest(step{keys: key("k1")}))
 		requireReplay(t, first, again)
 		assert.EqualValues(t, 1, api.runs.Load())
@@ -105,7 +105,7 @@ func TestCompleteBoundedByStoreTimeout(t *testing.T) {
 		assert.EqualValues(t, 2, store.completes.Load(), "one call timed out, the retry succeeded")
 		rec, err := inner.Get(context.Background(), httpidem.StoreKey(prefix, "", "k1"))
 		require.NoError(t, err)
-		assert.Equal(t, middleware.StateCompleted, rec.State)
+		assert.Equal(t, idempotency.StateCompleted, rec.State)
 		requireReplay(t, first, serve(h, newRequest(step{keys: key("k1")})))
 		assert.EqualValues(t, 1, api.runs.Load())
 	})
@@ -135,7 +135,7 @@ func TestClaimBoundedByStoreTimeout(t *testing.T) {
 // after a delay (network latency: the store counts the lease from then), and
 // every later one fail at once.
 type scriptedRenewStore struct {
-	middleware.Store
+	idempotency.Store
 	renews atomic.Int64
 	delay  time.Duration
 }
@@ -175,7 +175,7 @@ func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 	store := &scriptedRenewStore{Store: inner, delay: lease / 12}
 	type seen struct {
 		cause error
-		state middleware.State
+		state idempotency.State
 	}
 	seenc := make(chan seen, 1)
 	h := newMiddleware(t, store, httpidem.DefaultKeyPrefix, func(c *httpidem.Config) { c.LeaseTTL = lease }).Handler(
@@ -193,8 +193,8 @@ func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 	go func() { done <- serve(h, newRequest(step{keys: key("k1")})) }()
 	select {
 	case s := <-seenc:
-		assert.ErrorIs(t, s.cause, middleware.ErrLeaseLost)
-		assert.Equal(t, middleware.StateInProgress, s.state, "the handler must be stopped before the store drops its lease")
+		assert.ErrorIs(t, s.cause, idempotency.ErrLeaseLost)
+		assert.Equal(t, idempotency.StateInProgress, s.state, "the handler must be stopped before the store drops its lease")
 	case <-time.After(30 * time.Second): // a hang guard
 		t.Fatal("the handler's context was not cancelled")
 	}
@@ -202,7 +202,7 @@ func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 	assert.GreaterOrEqual(t, store.renews.Load(), int64(3))
 	rec, err := inner.Get(context.Background(), httpidem.StoreKey(httpidem.DefaultKeyPrefix, "", "k1"))
 	require.NoError(t, err)
-	assert.Equal(t, middleware.StateFailed, rec.State, "an answer given after the lease was lost is not the key's outcome")
+	assert.Equal(t, idempotency.StateFailed, rec.State, "an answer given after the lease was lost is not the key's outcome")
 }
 
 // TestLeaseStopRacesRenewal: with a lease of a few milliseconds, renewals
@@ -214,7 +214,7 @@ func TestLeaseStopRacesRenewal(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
 		store, prefix := kind.New(t)
 		lease := 3 * time.Millisecond
-		if _, inProcess := store.(middleware.InProcessStore); !inProcess {
+		if _, inProcess := store.(idempotency.InProcessStore); !inProcess {
 			lease = 30 * time.Millisecond
 		}
 		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.LeaseTTL = lease }).Handler(

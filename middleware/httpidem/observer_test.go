@@ -12,22 +12,22 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
 type requestMark struct{}
 
-// contextObserver records what a middleware.ContextObserver is told.
+// contextObserver records what a idempotency.ContextObserver is told.
 type contextObserver struct {
 	mu      sync.Mutex
-	details []middleware.OutcomeDetails
+	details []idempotency.OutcomeDetails
 	marks   []any
 	plain   int
 }
 
-func (o *contextObserver) Outcome(string, middleware.Outcome) {
+func (o *contextObserver) Outcome(string, idempotency.Outcome) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.plain++
@@ -35,7 +35,7 @@ func (o *contextObserver) Outcome(string, middleware.Outcome) {
 
 func (o *contextObserver) StoreLatency(string, time.Duration, error) {}
 
-func (o *contextObserver) OutcomeContext(ctx context.Context, d middleware.OutcomeDetails) {
+func (o *contextObserver) OutcomeContext(ctx context.Context, d idempotency.OutcomeDetails) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.details = append(o.details, d)
@@ -70,14 +70,14 @@ func TestContextObserverGetsRequestDetails(t *testing.T) {
 	assert.Zero(t, obs.plain)
 	assert.Equal(t, []any{0, 1, 2, 3}, obs.marks)
 	want := []struct {
-		outcome  middleware.Outcome
+		outcome  idempotency.Outcome
 		attempt  int
 		replayed bool
 	}{
-		{middleware.OutcomeHandlerFailed, 1, false},
-		{middleware.OutcomeProcessed, 2, false},
-		{middleware.OutcomeDuplicate, 2, true},
-		{middleware.OutcomeMissingKey, 0, false},
+		{idempotency.OutcomeHandlerFailed, 1, false},
+		{idempotency.OutcomeProcessed, 2, false},
+		{idempotency.OutcomeDuplicate, 2, true},
+		{idempotency.OutcomeMissingKey, 0, false},
 	}
 	for i, w := range want {
 		d := obs.details[i]

@@ -16,27 +16,27 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
-	"github.com/idempotency/watermill-idempotency/middleware"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 // recordingObserver counts outcomes per label, and store calls per
 // operation.
 type recordingObserver struct {
 	mu       sync.Mutex
-	outcomes map[string]map[middleware.Outcome]int
+	outcomes map[string]map[idempotency.Outcome]int
 	ops      map[string]int
 }
 
 func newRecordingObserver() *recordingObserver {
-	return &recordingObserver{outcomes: map[string]map[middleware.Outcome]int{}, ops: map[string]int{}}
+	return &recordingObserver{outcomes: map[string]map[idempotency.Outcome]int{}, ops: map[string]int{}}
 }
 
-func (o *recordingObserver) Outcome(label string, outcome middleware.Outcome) {
+func (o *recordingObserver) Outcome(label string, outcome idempotency.Outcome) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.outcomes[label] == nil {
-		o.outcomes[label] = map[middleware.Outcome]int{}
+		o.outcomes[label] = map[idempotency.Outcome]int{}
 	}
 	o.outcomes[label][outcome]++
 }
@@ -47,12 +47,12 @@ func (o *recordingObserver) StoreLatency(op string, _ time.Duration, _ error) {
 	o.ops[op]++
 }
 
-func (o *recordingObserver) snapshot() (map[string]map[middleware.Outcome]int, map[string]int) {
+func (o *recordingObserver) snapshot() (map[string]map[idempotency.Outcome]int, map[string]int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := map[string]map[middleware.Outcome]int{}
+	out := map[string]map[idempotency.Outcome]int{}
 	for label, m := range o.outcomes {
-		out[label] = map[middleware.Outcome]int{}
+		out[label] = map[idempotency.Outcome]int{}
 		for k, v := range m {
 			out[label][k] = v
 		}
@@ -68,14 +68,14 @@ func (o *recordingObserver) snapshot() (map[string]map[middleware.Outcome]int, m
 // "corrupt" has a corrupt record, "down" cannot be claimed, "nocomplete"
 // is never completed, "stolen" is completed by someone else first. Other
 // keys pass through.
-type faultyStore struct{ middleware.Store }
+type faultyStore struct{ idempotency.Store }
 
-func (s faultyStore) Claim(ctx context.Context, key string, req middleware.ClaimRequest) (middleware.ClaimResult, error) {
+func (s faultyStore) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	switch {
 	case strings.HasSuffix(key, ":corrupt"):
-		return middleware.ClaimResult{}, fmt.Errorf("faulty: claim %q: %w", key, middleware.ErrCorruptRecord)
+		return idempotency.ClaimResult{}, fmt.Errorf("faulty: claim %q: %w", key, idempotency.ErrCorruptRecord)
 	case strings.HasSuffix(key, ":down"):
-		return middleware.ClaimResult{}, fmt.Errorf("faulty: claim %q: connection refused", key)
+		return idempotency.ClaimResult{}, fmt.Errorf("faulty: claim %q: connection refused", key)
 	}
 	return s.Store.Claim(ctx, key, req)
 }
@@ -85,7 +85,7 @@ func (s faultyStore) Complete(ctx context.Context, key, token string, result []b
 	case strings.HasSuffix(key, ":nocomplete"):
 		return fmt.Errorf("faulty: complete %q: connection reset", key)
 	case strings.HasSuffix(key, ":stolen"):
-		return fmt.Errorf("faulty: complete %q: %w", key, middleware.ErrLeaseLost)
+		return fmt.Errorf("faulty: complete %q: %w", key, idempotency.ErrLeaseLost)
 	}
 	return s.Store.Complete(ctx, key, token, result, ttl)
 }
@@ -146,29 +146,29 @@ func TestOutcomesObserved(t *testing.T) {
 		require.Equal(t, http.StatusCreated, bare.status)
 
 		outcomes, ops := obs.snapshot()
-		assert.Equal(t, map[string]map[middleware.Outcome]int{
+		assert.Equal(t, map[string]map[idempotency.Outcome]int{
 			label: {
-				middleware.OutcomeProcessed:        2,
-				middleware.OutcomeDuplicate:        1,
-				middleware.OutcomeKeyReused:        1,
-				middleware.OutcomeMissingKey:       2,
-				middleware.OutcomeHandlerFailed:    2,
-				middleware.OutcomeCorruptRecord:    1,
-				middleware.OutcomeStoreUnavailable: 1,
-				middleware.OutcomeCompleteFailed:   1,
-				middleware.OutcomeLeaseLost:        1,
-				middleware.OutcomeInProgress:       1,
+				idempotency.OutcomeProcessed:        2,
+				idempotency.OutcomeDuplicate:        1,
+				idempotency.OutcomeKeyReused:        1,
+				idempotency.OutcomeMissingKey:       2,
+				idempotency.OutcomeHandlerFailed:    2,
+				idempotency.OutcomeCorruptRecord:    1,
+				idempotency.OutcomeStoreUnavailable: 1,
+				idempotency.OutcomeCompleteFailed:   1,
+				idempotency.OutcomeLeaseLost:        1,
+				idempotency.OutcomeInProgress:       1,
 			},
-			"POST /open/{path}":          {middleware.OutcomeFailOpen: 1},
-			httpidem.DefaultOutcomeLabel: {middleware.OutcomeProcessed: 1},
+			"POST /open/{path}":          {idempotency.OutcomeFailOpen: 1},
+			httpidem.DefaultOutcomeLabel: {idempotency.OutcomeProcessed: 1},
 		}, outcomes)
-		assert.Positive(t, ops[middleware.OpClaim], "store latencies reach the observer")
-		assert.Positive(t, ops[middleware.OpComplete])
+		assert.Positive(t, ops[idempotency.OpClaim], "store latencies reach the observer")
+		assert.Positive(t, ops[idempotency.OpComplete])
 	})
 }
 
 // TestCorruptRecord: a claim that finds a value that is not a record
-// (middleware.ErrCorruptRecord) is answered 500 with a problem body, runs
+// (idempotency.ErrCorruptRecord) is answered 500 with a problem body, runs
 // nothing, and is logged at Error with the stored key for an operator.
 func TestCorruptRecord(t *testing.T) {
 	inner, prefix := storeKinds[0].New(t)
@@ -184,15 +184,15 @@ func TestCorruptRecord(t *testing.T) {
 	assert.Zero(t, api.runs.Load(), "nothing runs over a record that cannot be read")
 	errs := logger.Captured()[watermill.ErrorLogLevel]
 	require.Len(t, errs, 2)
-	assert.ErrorIs(t, errs[0].Err, middleware.ErrCorruptRecord)
+	assert.ErrorIs(t, errs[0].Err, idempotency.ErrCorruptRecord)
 	assert.Equal(t, httpidem.StoreKey(prefix, "t", "corrupt"), errs[0].Fields["stored_key"])
 	assert.Equal(t, "corrupt", errs[0].Fields["idempotency_key"])
-	assert.Equal(t, string(middleware.OutcomeCorruptRecord), errs[0].Fields["outcome"])
+	assert.Equal(t, string(idempotency.OutcomeCorruptRecord), errs[0].Fields["outcome"])
 }
 
 // slowCompleteStore holds every Complete until release is closed.
 type slowCompleteStore struct {
-	middleware.Store
+	idempotency.Store
 	release chan struct{}
 }
 
@@ -271,7 +271,7 @@ func TestStoredKeysHideScope(t *testing.T) {
 
 		rec, err := store.Get(context.Background(), httpidem.StoreKey(prefix, secret, "order-42"))
 		require.NoError(t, err)
-		assert.Equal(t, middleware.StateCompleted, rec.State, "the record is under the documented key")
+		assert.Equal(t, idempotency.StateCompleted, rec.State, "the record is under the documented key")
 		for _, k := range storedKeys(t, kind, store, prefix) {
 			assert.NotContains(t, k, secret[3:], "a stored key holds the scope")
 		}
@@ -281,7 +281,7 @@ func TestStoredKeysHideScope(t *testing.T) {
 // storedKeys lists the keys a test left in its store: from Redis by SCAN,
 // from memstore by its size (one record, checked under its expected key).
 // KEYS is fine here: the prefix is the test's own, on a test server.
-func storedKeys(t *testing.T, kind storeKind, store middleware.Store, prefix string) []string {
+func storedKeys(t *testing.T, kind storeKind, store idempotency.Store, prefix string) []string {
 	t.Helper()
 	if kind.Name != "redisstore" {
 		n, ok := store.(interface{ Len() int })

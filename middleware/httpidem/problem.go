@@ -48,7 +48,7 @@ const (
 	ProblemStoredResponseCorrupt ProblemType = "ProblemStoredResponseCorrupt"
 	// ProblemRecordCorrupt (500): the value kept under this key in the
 	// idempotency store is not a record of the store's
-	// (middleware.ErrCorruptRecord): whether the request already ran cannot
+	// (idempotency.ErrCorruptRecord): whether the request already ran cannot
 	// be known, so the handler does not run. Retrying with the same key
 	// gets the same answer until an operator inspects and deletes the key,
 	// which the server logs.

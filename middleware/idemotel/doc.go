@@ -7,11 +7,11 @@
 //	idem, err := idempotency.New(idempotency.Config{Store: store, Observer: obs}, logger)
 //
 // The same Observer serves httpidem.Config.Observer and
-// middleware.OnceConfig.Observer, and any number of middlewares at once.
+// idempotency.OnceConfig.Observer, and any number of middlewares at once.
 //
 // # Traces
 //
-// Observer is a middleware.ContextObserver: the middleware hands it every
+// Observer is a idempotency.ContextObserver: the middleware hands it every
 // outcome with the context of its message (msg.Context() as the handler
 // received it), its request (HTTP) or its call (Once.Do). Observer puts these
 // attributes on the span that context carries, if that span is recording; it
@@ -26,7 +26,7 @@
 //   - idempotency.scope (string): the Watermill handler's name (the
 //     scope of the stored key), the HTTP route pattern (or "http"), or
 //     OnceConfig.Name. Never a tenant's identity.
-//   - idempotency.outcome (string): a middleware.Outcome (processed,
+//   - idempotency.outcome (string): a idempotency.Outcome (processed,
 //     duplicate, handler_failed, in_progress, …).
 //   - idempotency.attempt (int): the key's attempt count as the claim read
 //     it: the number of this run when the handler ran, the stored count when
@@ -42,7 +42,7 @@
 //     propagation;
 //   - the server span of otelhttp.NewHandler around an httpidem middleware;
 //   - the server span of otelgrpc's stats handler around a gRPC interceptor
-//     that reports through middleware.ReportOutcome;
+//     that reports through idempotency.ReportOutcome;
 //   - the caller's span for Once.Do.
 //
 // With no span in the context (or a span that is not recording) only the

@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 // ScopeName is the instrumentation scope of the Observer's meter.
@@ -46,14 +46,14 @@ type Config struct {
 	Namespace string
 }
 
-// Observer is a middleware.ContextObserver for OpenTelemetry. It is safe for
+// Observer is a idempotency.ContextObserver for OpenTelemetry. It is safe for
 // concurrent use; pass one to any number of middlewares.
 type Observer struct {
 	outcomes metric.Int64Counter
 	latency  metric.Float64Histogram
 }
 
-var _ middleware.ContextObserver = (*Observer)(nil)
+var _ idempotency.ContextObserver = (*Observer)(nil)
 
 // New returns an Observer that records on cfg.MeterProvider. It fails only
 // when the provider refuses to create an instrument.
@@ -83,15 +83,15 @@ func New(cfg Config) (*Observer, error) {
 	return &Observer{outcomes: outcomes, latency: latency}, nil
 }
 
-// Outcome implements middleware.Observer, for callers that report without a
+// Outcome implements idempotency.Observer, for callers that report without a
 // context: it counts the outcome and touches no span.
-func (o *Observer) Outcome(handler string, outcome middleware.Outcome) {
+func (o *Observer) Outcome(handler string, outcome idempotency.Outcome) {
 	o.count(context.Background(), handler, outcome)
 }
 
-// OutcomeContext implements middleware.ContextObserver: it counts the
+// OutcomeContext implements idempotency.ContextObserver: it counts the
 // outcome and puts the documented attributes on ctx's span.
-func (o *Observer) OutcomeContext(ctx context.Context, d middleware.OutcomeDetails) {
+func (o *Observer) OutcomeContext(ctx context.Context, d idempotency.OutcomeDetails) {
 	o.count(ctx, d.Handler, d.Outcome)
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
@@ -110,11 +110,11 @@ func (o *Observer) OutcomeContext(ctx context.Context, d middleware.OutcomeDetai
 	span.SetAttributes(attrs...)
 }
 
-func (o *Observer) count(ctx context.Context, handler string, outcome middleware.Outcome) {
+func (o *Observer) count(ctx context.Context, handler string, outcome idempotency.Outcome) {
 	o.outcomes.Add(ctx, 1, metric.WithAttributes(attribute.String("handler", handler), attribute.String("outcome", string(outcome))))
 }
 
-// StoreLatency implements middleware.Observer.
+// StoreLatency implements idempotency.Observer.
 func (o *Observer) StoreLatency(op string, d time.Duration, err error) {
 	result := "ok"
 	if err != nil {

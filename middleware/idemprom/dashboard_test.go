@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	idempotency "github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/idemprom"
 )
 
@@ -59,7 +59,7 @@ func exported(t *testing.T) (names, labels map[string]bool) {
 	return names, labels
 }
 
-// outcomes are every middleware.Outcome.
+// outcomes are every idempotency.Outcome.
 var outcomes = map[string]bool{}
 
 func init() {
@@ -101,7 +101,7 @@ func checkExpr(t *testing.T, where, expr string, names, labels map[string]bool) 
 	}
 	for _, m := range outcomeRef.FindAllStringSubmatch(expr, -1) {
 		for _, o := range strings.Split(m[1], "|") {
-			assert.True(t, outcomes[o], "%s: outcome %q is not a middleware.Outcome", where, o)
+			assert.True(t, outcomes[o], "%s: outcome %q is not a idempotency.Outcome", where, o)
 			used = append(used, o)
 		}
 	}

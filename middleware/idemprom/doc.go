@@ -8,7 +8,7 @@
 //
 // Series (with the namespace prefix):
 //   - idempotency_outcomes_total{handler, outcome}: one per delivery; the
-//     outcomes are middleware.Outcome values (processed, duplicate,
+//     outcomes are idempotency.Outcome values (processed, duplicate,
 //     in_progress, handler_failed, store_unavailable, complete_failed, …).
 //   - idempotency_store_duration_seconds{op, result}: latency of every
 //     store call; op is claim, renew, complete, fail or release, result ok

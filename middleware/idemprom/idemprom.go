@@ -5,11 +5,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// Metrics is a middleware.Observer that is also a prometheus.Collector.
-// Register it once, then pass it as middleware.Config.Observer to any number
+// Metrics is a idempotency.Observer that is also a prometheus.Collector.
+// Register it once, then pass it as idempotency.Config.Observer to any number
 // of middlewares.
 type Metrics struct {
 	outcomes *prometheus.CounterVec
@@ -17,7 +17,7 @@ type Metrics struct {
 }
 
 var (
-	_ middleware.Observer  = (*Metrics)(nil)
+	_ idempotency.Observer = (*Metrics)(nil)
 	_ prometheus.Collector = (*Metrics)(nil)
 )
 
@@ -41,12 +41,12 @@ func New(namespace string) *Metrics {
 	}
 }
 
-// Outcome implements middleware.Observer.
-func (m *Metrics) Outcome(handler string, outcome middleware.Outcome) {
+// Outcome implements idempotency.Observer.
+func (m *Metrics) Outcome(handler string, outcome idempotency.Outcome) {
 	m.outcomes.WithLabelValues(handler, string(outcome)).Inc()
 }
 
-// StoreLatency implements middleware.Observer.
+// StoreLatency implements idempotency.Observer.
 func (m *Metrics) StoreLatency(op string, d time.Duration, err error) {
 	result := "ok"
 	if err != nil {

@@ -1,6 +1,6 @@
-// Package memstore is an in-process middleware.Store: the same state machine
+// Package memstore is an in-process idempotency.Store: the same state machine
 // and guarantees as the Redis store, for one process only. It is the
-// reference semantics of middleware.Store: storetest.Run states them as
+// reference semantics of idempotency.Store: storetest.Run states them as
 // tests, and memstore is the simplest code that passes them.
 //
 // It is the embedded default of the examples and of tests that need no
@@ -12,12 +12,12 @@
 //
 //   - Every transition is atomic under one mutex; exactly one of any number of
 //     concurrent claimers acquires a key.
-//   - Claim installs the caller's token (middleware.ClaimRequest.Token). The
+//   - Claim installs the caller's token (idempotency.ClaimRequest.Token). The
 //     lease deadline is kept in the record, and the record is kept until the
 //     deadline plus the request's TTL; Renew moves both. A lease whose
 //     deadline has passed has lapsed: the record reads as FAILED (no token,
 //     LeaseExpiresAt the lapsed deadline, attempts kept), its old owner's
-//     Renew, Complete and Fail get middleware.ErrLeaseLost, and the next
+//     Renew, Complete and Fail get idempotency.ErrLeaseLost, and the next
 //     Claim acquires it as attempt n+1 with the creation time kept. So an
 //     owner that dies mid-run still counts its attempt.
 //   - Resent transitions are idempotent: a Claim with the token that holds a
@@ -36,7 +36,7 @@
 //   - A COMPLETED record is kept for the Complete's TTL, a FAILED one for the
 //     Fail's, from the transition.
 //   - There is no foreign encoding anyone could write into the store, so
-//     middleware.ErrCorruptRecord never occurs (storetest's corrupt-record
+//     idempotency.ErrCorruptRecord never occurs (storetest's corrupt-record
 //     case does not apply).
 //   - Errors name the operation and the key; after Close every method
 //     returns ErrClosed.

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 // ErrClosed is returned, wrapped with the operation and key, by every method
@@ -26,7 +26,7 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Store is an in-memory middleware.Store, safe for concurrent use.
+// Store is an in-memory idempotency.Store, safe for concurrent use.
 type Store struct {
 	// base is the clock's reading at New. Every time the store keeps is an
 	// offset from it, measured with Sub, so with the default clock it is a
@@ -44,10 +44,10 @@ type Store struct {
 	expiry  expiryHeap
 }
 
-var _ middleware.InProcessStore = (*Store)(nil)
+var _ idempotency.InProcessStore = (*Store)(nil)
 
 // InProcess marks the store as one whose calls never wait on I/O, so the
-// middleware skips its per-call timeout (middleware.InProcessStore).
+// middleware skips its per-call timeout (idempotency.InProcessStore).
 func (s *Store) InProcess() {}
 
 // entry is one record, kept compact (times as nanosecond offsets from the
@@ -77,24 +77,24 @@ type entry struct {
 	// record expires.
 	queuedAt int64
 	attempts int32
-	state    middleware.State // as stored: a lapsed lease stays IN_PROGRESS here
+	state    idempotency.State // as stored: a lapsed lease stays IN_PROGRESS here
 	queued   bool
 }
 
 // lapsed reports whether e is an IN_PROGRESS record whose lease has ended.
 func (e *entry) lapsed(now int64) bool {
-	return e.state == middleware.StateInProgress && now >= e.deadline
+	return e.state == idempotency.StateInProgress && now >= e.deadline
 }
 
 // held reports whether token holds e's live lease.
 func (e *entry) held(token string, now int64) bool {
-	return e.state == middleware.StateInProgress && now < e.deadline && e.token == token
+	return e.state == idempotency.StateInProgress && now < e.deadline && e.token == token
 }
 
 // record returns a copy of e as a Record at now; the token only for its
 // owner, and only while the lease is live.
-func (s *Store) record(e *entry, now int64, withToken bool) middleware.Record {
-	rec := middleware.Record{
+func (s *Store) record(e *entry, now int64, withToken bool) idempotency.Record {
+	rec := idempotency.Record{
 		State:       e.state,
 		Attempts:    int(e.attempts),
 		Result:      cloneKeepEmpty(e.result),
@@ -102,11 +102,11 @@ func (s *Store) record(e *entry, now int64, withToken bool) middleware.Record {
 		CreatedAt:   s.at(e.created),
 		UpdatedAt:   s.at(e.updated),
 	}
-	if e.state == middleware.StateInProgress {
+	if e.state == idempotency.StateInProgress {
 		rec.LeaseExpiresAt = s.at(e.deadline)
 		switch {
 		case now >= e.deadline:
-			rec.State = middleware.StateFailed // the owner stopped renewing: the attempt failed
+			rec.State = idempotency.StateFailed // the owner stopped renewing: the attempt failed
 		case withToken:
 			rec.Token = e.token
 		}
@@ -158,18 +158,18 @@ func (s *Store) Len() int {
 	return len(s.records)
 }
 
-// Claim implements middleware.Store.
-func (s *Store) Claim(ctx context.Context, key string, req middleware.ClaimRequest) (middleware.ClaimResult, error) {
-	if err := middleware.CheckClaim(key, req); err != nil {
-		return middleware.ClaimResult{}, fmt.Errorf("memstore: claim %q: %w", key, err)
+// Claim implements idempotency.Store.
+func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
+	if err := idempotency.CheckClaim(key, req); err != nil {
+		return idempotency.ClaimResult{}, fmt.Errorf("memstore: claim %q: %w", key, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return middleware.ClaimResult{}, fmt.Errorf("memstore: claim %q: %w", key, err)
+		return idempotency.ClaimResult{}, fmt.Errorf("memstore: claim %q: %w", key, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return middleware.ClaimResult{}, fmt.Errorf("memstore: claim %q: %w", key, ErrClosed)
+		return idempotency.ClaimResult{}, fmt.Errorf("memstore: claim %q: %w", key, ErrClosed)
 	}
 	now := s.clock()
 	s.reclaim(now)
@@ -179,15 +179,15 @@ func (s *Store) Claim(ctx context.Context, key string, req middleware.ClaimReque
 		e = &entry{key: key, created: now, attempts: 1, fingerprint: bytes.Clone(req.Fingerprint)}
 		s.records[key] = e
 	case len(req.Fingerprint) > 0 && len(e.fingerprint) > 0 && !bytes.Equal(req.Fingerprint, e.fingerprint):
-		return middleware.ClaimResult{Record: s.record(e, now, false)}, nil
+		return idempotency.ClaimResult{Record: s.record(e, now, false)}, nil
 	case e.held(req.Token, now):
 		// The same owner's claim again (a resend whose first reply was lost):
 		// acquired, no new attempt, no new transition; only the lease counts
 		// from now.
 		e.deadline = now + int64(req.Lease)
 		s.expire(e, e.deadline+int64(req.TTL))
-		return middleware.ClaimResult{Acquired: true, Record: s.record(e, now, true)}, nil
-	case e.state == middleware.StateFailed || e.lapsed(now):
+		return idempotency.ClaimResult{Acquired: true, Record: s.record(e, now, true)}, nil
+	case e.state == idempotency.StateFailed || e.lapsed(now):
 		// A new attempt of the same record: a lapsed lease counts as a failed
 		// attempt, so a consumer that dies mid-handler still counts. The token
 		// that failed (or let its lease lapse) has no hold on the key, so its
@@ -197,29 +197,29 @@ func (s *Store) Claim(ctx context.Context, key string, req middleware.ClaimReque
 			e.fingerprint = bytes.Clone(req.Fingerprint)
 		}
 	default: // COMPLETED, or a live lease of another owner
-		return middleware.ClaimResult{Record: s.record(e, now, false)}, nil
+		return idempotency.ClaimResult{Record: s.record(e, now, false)}, nil
 	}
-	e.state = middleware.StateInProgress
+	e.state = idempotency.StateInProgress
 	e.token = req.Token
 	e.updated = now
 	e.deadline = now + int64(req.Lease)
 	s.expire(e, e.deadline+int64(req.TTL))
-	return middleware.ClaimResult{Acquired: true, Record: s.record(e, now, true)}, nil
+	return idempotency.ClaimResult{Acquired: true, Record: s.record(e, now, true)}, nil
 }
 
-// Renew implements middleware.Store. It moves the lease deadline to lease
+// Renew implements idempotency.Store. It moves the lease deadline to lease
 // from now and the record's expiry with it, keeping the claim's TTL after
 // the deadline.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
 	return s.transition(ctx, opRenew, key, token, lease, nil)
 }
 
-// Complete implements middleware.Store.
+// Complete implements idempotency.Store.
 func (s *Store) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
 	return s.transition(ctx, opComplete, key, token, ttl, result)
 }
 
-// Fail implements middleware.Store.
+// Fail implements idempotency.Store.
 func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) error {
 	return s.transition(ctx, opFail, key, token, ttl, nil)
 }
@@ -238,7 +238,7 @@ var opNames = [...]string{opRenew: "renew", opComplete: "complete", opFail: "fai
 // A Complete or Fail that token already applied (its resend) changes nothing
 // and succeeds.
 func (s *Store) transition(ctx context.Context, o op, key, token string, d time.Duration, result []byte) error {
-	if err := middleware.CheckOwner(key, token, d); err != nil {
+	if err := idempotency.CheckOwner(key, token, d); err != nil {
 		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -253,18 +253,18 @@ func (s *Store) transition(ctx context.Context, o op, key, token string, d time.
 	s.reclaim(now)
 	e := s.live(key, now)
 	if e == nil {
-		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, middleware.ErrLeaseLost)
+		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, idempotency.ErrLeaseLost)
 	}
 	if !e.held(token, now) {
 		// The token of a COMPLETED or FAILED record is the one whose
 		// Complete or Fail made it so: the same call again is a resend.
 		resent := e.token == token &&
-			(o == opComplete && e.state == middleware.StateCompleted ||
-				o == opFail && e.state == middleware.StateFailed)
+			(o == opComplete && e.state == idempotency.StateCompleted ||
+				o == opFail && e.state == idempotency.StateFailed)
 		if resent {
 			return nil
 		}
-		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, middleware.ErrLeaseLost)
+		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, idempotency.ErrLeaseLost)
 	}
 	switch o {
 	case opRenew:
@@ -273,24 +273,24 @@ func (s *Store) transition(ctx context.Context, o op, key, token string, d time.
 		s.expire(e, e.deadline+ttl)
 		return nil
 	case opComplete:
-		e.state = middleware.StateCompleted
+		e.state = idempotency.StateCompleted
 		e.result = append(make([]byte, 0, len(result)), result...)
 	case opFail:
-		e.state = middleware.StateFailed
+		e.state = idempotency.StateFailed
 	}
 	e.updated = now
 	s.expire(e, now+int64(d))
 	return nil
 }
 
-// Release implements middleware.Store. A live lease of token is undone: a
+// Release implements idempotency.Store. A live lease of token is undone: a
 // first attempt's record is removed, and a later attempt's goes back to
 // FAILED with one attempt fewer and no token (so no earlier owner's resent
 // Fail or Complete matches it), kept for the claim's TTL from now. Anything
 // else (another owner, a lapsed lease, a COMPLETED, FAILED or absent key) is
 // left as it is, and nil returned.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	if err := middleware.CheckRelease(key, token); err != nil {
+	if err := idempotency.CheckRelease(key, token); err != nil {
 		return fmt.Errorf("memstore: release %q: %w", key, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -312,7 +312,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 		return nil
 	}
 	ttl := e.expireAt - e.deadline // the claim's TTL
-	e.state = middleware.StateFailed
+	e.state = idempotency.StateFailed
 	e.attempts--
 	e.token = ""
 	e.deadline = 0
@@ -321,30 +321,30 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// Get implements middleware.Store.
-func (s *Store) Get(ctx context.Context, key string) (middleware.Record, error) {
+// Get implements idempotency.Store.
+func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error) {
 	if key == "" {
-		return middleware.Record{}, fmt.Errorf("memstore: get: %w", middleware.ErrEmptyKey)
+		return idempotency.Record{}, fmt.Errorf("memstore: get: %w", idempotency.ErrEmptyKey)
 	}
 	if err := ctx.Err(); err != nil {
-		return middleware.Record{}, fmt.Errorf("memstore: get %q: %w", key, err)
+		return idempotency.Record{}, fmt.Errorf("memstore: get %q: %w", key, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return middleware.Record{}, fmt.Errorf("memstore: get %q: %w", key, ErrClosed)
+		return idempotency.Record{}, fmt.Errorf("memstore: get %q: %w", key, ErrClosed)
 	}
 	now := s.clock()
 	if e := s.live(key, now); e != nil {
 		return s.record(e, now, true), nil
 	}
-	return middleware.Record{State: middleware.StateAbsent}, nil
+	return idempotency.Record{State: idempotency.StateAbsent}, nil
 }
 
-// Delete implements middleware.Store.
+// Delete implements idempotency.Store.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if key == "" {
-		return fmt.Errorf("memstore: delete: %w", middleware.ErrEmptyKey)
+		return fmt.Errorf("memstore: delete: %w", idempotency.ErrEmptyKey)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memstore: delete %q: %w", key, err)

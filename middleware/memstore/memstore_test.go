@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 	"github.com/idempotency/watermill-idempotency/middleware/storetest"
 )
@@ -37,8 +37,8 @@ func (c *fakeClock) Advance(d time.Duration) {
 }
 
 // claim is a claim request with a fresh token, lease and a minute's TTL.
-func claim(lease time.Duration) middleware.ClaimRequest {
-	return middleware.ClaimRequest{Token: middleware.NewToken(), Lease: lease, TTL: time.Minute}
+func claim(lease time.Duration) idempotency.ClaimRequest {
+	return idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: lease, TTL: time.Minute}
 }
 
 func TestConformance(t *testing.T) {
@@ -97,7 +97,7 @@ func TestResultIsCopied(t *testing.T) {
 	again, err := s.Get(ctx, "k")
 	require.NoError(t, err)
 	assert.Equal(t, []byte("abc"), again.Result, "neither the caller's slice nor a returned one aliases the stored result")
-	assert.Equal(t, middleware.StateCompleted, again.State)
+	assert.Equal(t, idempotency.StateCompleted, again.State)
 }
 
 // The default clock (no Config.Now) measures leases as intervals from New,
@@ -119,18 +119,18 @@ func TestDefaultClockInSynctestBubble(t *testing.T) {
 		time.Sleep(time.Second / 2)
 		rec, err := s.Get(ctx, "k")
 		require.NoError(t, err)
-		assert.Equal(t, middleware.StateInProgress, rec.State, "the renewed lease is live past the claim's deadline")
+		assert.Equal(t, idempotency.StateInProgress, rec.State, "the renewed lease is live past the claim's deadline")
 
 		time.Sleep(time.Second)
 		rec, err = s.Get(ctx, "k")
 		require.NoError(t, err)
-		assert.Equal(t, middleware.StateFailed, rec.State, "the lease lapsed")
+		assert.Equal(t, idempotency.StateFailed, rec.State, "the lease lapsed")
 		assert.WithinDuration(t, time.Now().Add(-time.Second/2), rec.LeaseExpiresAt, 0, "the lapsed deadline is kept")
-		assert.ErrorIs(t, s.Complete(ctx, "k", req.Token, nil, time.Minute), middleware.ErrLeaseLost)
+		assert.ErrorIs(t, s.Complete(ctx, "k", req.Token, nil, time.Minute), idempotency.ErrLeaseLost)
 
 		time.Sleep(time.Minute)
 		rec, err = s.Get(ctx, "k")
 		require.NoError(t, err)
-		assert.Equal(t, middleware.StateAbsent, rec.State, "the record expired TTL after the lapsed deadline")
+		assert.Equal(t, idempotency.StateAbsent, rec.State, "the record expired TTL after the lapsed deadline")
 	})
 }

@@ -1,4 +1,4 @@
-// Package pgstore is the PostgreSQL implementation of middleware.Store, on
+// Package pgstore is the PostgreSQL implementation of idempotency.Store, on
 // pgx v5 (a *pgxpool.Pool), for any number of processes sharing one
 // database. Keeping the idempotency records in the database that holds a
 // handler's effects lets the effect and its COMPLETED record commit in one
@@ -43,14 +43,14 @@
 //
 // # Semantics
 //
-// Those of middleware.Store, as memstore and redisstore have them, and
+// Those of idempotency.Store, as memstore and redisstore have them, and
 // checked by storetest:
 //
 //   - Claim of an absent, expired or FAILED key, or of a lapsed lease,
 //     acquires it under the caller's token. A lease that lapsed stays in its
 //     row until lease_until plus the claim's TTL: it reads as FAILED (no
 //     token, LeaseExpiresAt the lapsed deadline, attempts kept), its owner
-//     is fenced (Renew, Complete and Fail answer middleware.ErrLeaseLost
+//     is fenced (Renew, Complete and Fail answer idempotency.ErrLeaseLost
 //     whether or not anyone claimed since), and the next claim counts
 //     attempt n+1 with created_at kept. An expired row counts as absent: the
 //     claim overwrites it, in the same statement, as attempt 1.
@@ -103,7 +103,7 @@
 //
 // A row that violates the record's invariants (an unknown state, attempts
 // below 1, an in_progress row without a token, lease or TTL, a completed one
-// without a result, …) is middleware.ErrCorruptRecord, wrapped with the
+// without a result, …) is idempotency.ErrCorruptRecord, wrapped with the
 // operation and key, from Claim, Renew, Complete, Fail, Release and Get. The
 // statements test the same invariants in SQL before they write, so such a
 // row is never overwritten, never taken for a duplicate, and never revived
@@ -134,7 +134,7 @@
 //
 // CompleteInTx (for a Watermill handler, with the messages it returns,
 // stored for replay) and CompleteValueInTx (for Once.Do's work) find the
-// run in the context (middleware.RunFromContext) and write its fenced
+// run in the context (idempotency.RunFromContext) and write its fenced
 // COMPLETED inside the transaction, a pgx.Tx or, through SQLTx, a *sql.Tx.
 // Then:
 //

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 // This file is what an operator's tool (cmd/idemctl) needs: reading many
@@ -26,7 +26,7 @@ type Entry struct {
 	// Key is the key as the store was given it (the key column).
 	Key string
 	// Record is the key's record.
-	Record middleware.Record
+	Record idempotency.Record
 	// TTL is how long the row has left before it counts as absent
 	// (expires_at minus the server's clock).
 	TTL time.Duration
@@ -48,7 +48,7 @@ type StateCount struct {
 }
 
 // CountCorrupt is the key of Counts' map for rows that are not well-formed
-// records (they are not a middleware.State).
+// records (they are not a idempotency.State).
 const CountCorrupt = "corrupt"
 
 // inspectStatements are the operator's statements for the store's table.
@@ -87,15 +87,15 @@ func (s *Store) inspectSQL() inspectStatements {
 // Inspect returns key's record, how long its row has left before it counts
 // as absent, and the row's size (pg_column_size). An absent or expired key
 // is StateAbsent with zero TTL and size.
-func (s *Store) Inspect(ctx context.Context, key string) (rec middleware.Record, ttl time.Duration, bytes int64, err error) {
+func (s *Store) Inspect(ctx context.Context, key string) (rec idempotency.Record, ttl time.Duration, bytes int64, err error) {
 	if key == "" {
-		return rec, 0, 0, wrap("inspect", key, middleware.ErrEmptyKey)
+		return rec, 0, 0, wrap("inspect", key, idempotency.ErrEmptyKey)
 	}
 	hash := keyHash(key)
 	var r row
 	err = s.pool.QueryRow(ctx, s.inspectSQL().inspect, hash[:]).Scan(append([]any{&bytes}, r.dest()...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return middleware.Record{State: middleware.StateAbsent}, 0, 0, nil
+		return idempotency.Record{State: idempotency.StateAbsent}, 0, 0, nil
 	}
 	if err != nil {
 		return rec, 0, 0, s.queryError(ctx, "inspect", key, err)
@@ -104,7 +104,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (rec middleware.Record,
 		return rec, 0, bytes, wrap("inspect", key, err)
 	}
 	if r.expired() {
-		return middleware.Record{State: middleware.StateAbsent}, 0, 0, nil
+		return idempotency.Record{State: idempotency.StateAbsent}, 0, 0, nil
 	}
 	return r.record(true), r.expiresAt.Sub(r.now), bytes, nil
 }
@@ -204,18 +204,18 @@ func (s *Store) Counts(ctx context.Context, prefix string) (map[string]StateCoun
 // A corrupt row is ErrCorruptRecord and is not deleted (use Delete for it).
 // When nothing was deleted, the state is read by a second statement, so it
 // may be newer than what the DELETE saw.
-func (s *Store) DeleteIf(ctx context.Context, key string, states ...middleware.State) (found middleware.State, deleted bool, err error) {
+func (s *Store) DeleteIf(ctx context.Context, key string, states ...idempotency.State) (found idempotency.State, deleted bool, err error) {
 	if key == "" {
-		return 0, false, wrap("delete if", key, middleware.ErrEmptyKey)
+		return 0, false, wrap("delete if", key, idempotency.ErrEmptyKey)
 	}
 	names := make([]string, 0, len(states))
 	for _, st := range states {
 		switch st {
-		case middleware.StateInProgress:
+		case idempotency.StateInProgress:
 			names = append(names, stateInProgress)
-		case middleware.StateFailed:
+		case idempotency.StateFailed:
 			names = append(names, stateFailed)
-		case middleware.StateCompleted:
+		case idempotency.StateCompleted:
 			names = append(names, stateCompleted)
 		default:
 			return 0, false, wrap("delete if", key, fmt.Errorf("cannot select records in state %s", st))
@@ -226,8 +226,8 @@ func (s *Store) DeleteIf(ctx context.Context, key string, states ...middleware.S
 	err = s.pool.QueryRow(ctx, s.inspectSQL().deleteIf, hash[:], names).Scan(&state)
 	switch {
 	case err == nil:
-		return map[string]middleware.State{stateInProgress: middleware.StateInProgress, stateFailed: middleware.StateFailed,
-			stateCompleted: middleware.StateCompleted}[state], true, nil
+		return map[string]idempotency.State{stateInProgress: idempotency.StateInProgress, stateFailed: idempotency.StateFailed,
+			stateCompleted: idempotency.StateCompleted}[state], true, nil
 	case !errors.Is(err, pgx.ErrNoRows):
 		return 0, false, s.queryError(ctx, "delete if", key, err)
 	}

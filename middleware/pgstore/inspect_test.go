@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 	"github.com/idempotency/watermill-idempotency/middleware/storetest"
 )
@@ -23,29 +23,29 @@ func TestRecordsAndCounts(t *testing.T) {
 	pool := testPool(t)
 	ctx := context.Background()
 	s, table := newTable(t, pool)
-	want := map[string]middleware.State{}
+	want := map[string]idempotency.State{}
 	for i := range 7 {
 		key := "p:done:" + strconv.Itoa(i)
 		tok := claim(t, s, key, time.Minute, time.Minute)
 		require.NoError(t, s.Complete(ctx, key, tok, []byte("result"), time.Hour))
-		want[key] = middleware.StateCompleted
+		want[key] = idempotency.StateCompleted
 	}
 	claim(t, s, "p:busy", time.Minute, time.Minute)
-	want["p:busy"] = middleware.StateInProgress
+	want["p:busy"] = idempotency.StateInProgress
 	claim(t, s, "p:lapsed", 5*time.Millisecond, time.Minute)
-	want["p:lapsed"] = middleware.StateFailed
+	want["p:lapsed"] = idempotency.StateFailed
 	claim(t, s, "p:gone", 5*time.Millisecond, 5*time.Millisecond) // expires at once
 	claim(t, s, "other:x", time.Minute, time.Minute)
 	putCorrupt(t, pool, table, "p:bad")
 	time.Sleep(30 * time.Millisecond)
 
 	for _, batch := range []int{1, 3, 0} {
-		got := map[string]middleware.State{}
+		got := map[string]idempotency.State{}
 		corrupt := 0
 		for e, err := range s.Records(ctx, "p:", batch) {
 			require.NoError(t, err)
 			if e.Err != nil {
-				assert.ErrorIs(t, e.Err, middleware.ErrCorruptRecord)
+				assert.ErrorIs(t, e.Err, idempotency.ErrCorruptRecord)
 				assert.Equal(t, "p:bad", e.Key)
 				corrupt++
 				continue
@@ -75,53 +75,53 @@ func TestDeleteIf(t *testing.T) {
 	pool := testPool(t)
 	ctx := context.Background()
 	s, table := newTable(t, pool)
-	both := []middleware.State{middleware.StateInProgress, middleware.StateFailed}
+	both := []idempotency.State{idempotency.StateInProgress, idempotency.StateFailed}
 
 	claim(t, s, "busy", time.Minute, time.Minute)
-	found, deleted, err := s.DeleteIf(ctx, "busy", middleware.StateFailed)
+	found, deleted, err := s.DeleteIf(ctx, "busy", idempotency.StateFailed)
 	require.NoError(t, err)
 	assert.False(t, deleted, "a live lease is not FAILED")
-	assert.Equal(t, middleware.StateInProgress, found)
+	assert.Equal(t, idempotency.StateInProgress, found)
 	found, deleted, err = s.DeleteIf(ctx, "busy", both...)
 	require.NoError(t, err)
 	assert.True(t, deleted)
-	assert.Equal(t, middleware.StateInProgress, found)
+	assert.Equal(t, idempotency.StateInProgress, found)
 	assert.Equal(t, 0, rows(t, pool, table))
 
 	claim(t, s, "lapsed", 5*time.Millisecond, time.Minute)
 	time.Sleep(20 * time.Millisecond)
-	found, deleted, err = s.DeleteIf(ctx, "lapsed", middleware.StateFailed)
+	found, deleted, err = s.DeleteIf(ctx, "lapsed", idempotency.StateFailed)
 	require.NoError(t, err)
 	assert.True(t, deleted)
-	assert.Equal(t, middleware.StateFailed, found)
+	assert.Equal(t, idempotency.StateFailed, found)
 
 	tok := claim(t, s, "done", time.Minute, time.Minute)
 	require.NoError(t, s.Complete(ctx, "done", tok, nil, time.Minute))
 	found, deleted, err = s.DeleteIf(ctx, "done", both...)
 	require.NoError(t, err)
 	assert.False(t, deleted)
-	assert.Equal(t, middleware.StateCompleted, found)
+	assert.Equal(t, idempotency.StateCompleted, found)
 
 	found, deleted, err = s.DeleteIf(ctx, "absent", both...)
 	require.NoError(t, err)
 	assert.False(t, deleted)
-	assert.Equal(t, middleware.StateAbsent, found)
+	assert.Equal(t, idempotency.StateAbsent, found)
 
 	putCorrupt(t, pool, table, "bad")
-	_, _, err = s.DeleteIf(ctx, "bad", middleware.StateFailed, middleware.StateCompleted, middleware.StateInProgress)
-	assert.ErrorIs(t, err, middleware.ErrCorruptRecord)
+	_, _, err = s.DeleteIf(ctx, "bad", idempotency.StateFailed, idempotency.StateCompleted, idempotency.StateInProgress)
+	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
 	assert.Equal(t, 2, rows(t, pool, table), "the corrupt row is kept")
 
 	rec, ttl, bytes, err := s.Inspect(ctx, "done")
 	require.NoError(t, err)
-	assert.Equal(t, middleware.StateCompleted, rec.State)
+	assert.Equal(t, idempotency.StateCompleted, rec.State)
 	assert.Greater(t, ttl, 50*time.Second)
 	assert.Greater(t, bytes, int64(0))
 	rec, _, _, err = s.Inspect(ctx, "absent")
 	require.NoError(t, err)
-	assert.Equal(t, middleware.StateAbsent, rec.State)
+	assert.Equal(t, idempotency.StateAbsent, rec.State)
 	_, _, _, err = s.Inspect(ctx, "bad")
-	assert.ErrorIs(t, err, middleware.ErrCorruptRecord)
+	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
 }
 
 // putCorrupt writes a row that is not a record under key, as a table without

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 var (
@@ -24,7 +24,7 @@ var (
 	ErrInvalidBatch = errors.New("pgstore: purge batch must be positive")
 )
 
-// Store is a middleware.Store on a PostgreSQL table. It is safe for
+// Store is a idempotency.Store on a PostgreSQL table. It is safe for
 // concurrent use and does not own the pool: closing it is the caller's
 // business.
 type Store struct {
@@ -33,7 +33,7 @@ type Store struct {
 	sql   statements
 }
 
-var _ middleware.Store = (*Store)(nil)
+var _ idempotency.Store = (*Store)(nil)
 
 // New returns a store on pool, keeping its records in cfg.Table. New does not
 // contact the server and creates nothing: create the table once with
@@ -73,14 +73,14 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Claim implements middleware.Store with one statement: an INSERT … ON
+// Claim implements idempotency.Store with one statement: an INSERT … ON
 // CONFLICT DO UPDATE, unless the key is a COMPLETED duplicate.
-func (s *Store) Claim(ctx context.Context, key string, req middleware.ClaimRequest) (middleware.ClaimResult, error) {
-	if err := middleware.CheckClaim(key, req); err != nil {
-		return middleware.ClaimResult{}, wrap("claim", key, err)
+func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
+	if err := idempotency.CheckClaim(key, req); err != nil {
+		return idempotency.ClaimResult{}, wrap("claim", key, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return middleware.ClaimResult{}, wrap("claim", key, err)
+		return idempotency.ClaimResult{}, wrap("claim", key, err)
 	}
 	var fp []byte
 	if len(req.Fingerprint) > 0 {
@@ -91,51 +91,51 @@ func (s *Store) Claim(ctx context.Context, key string, req middleware.ClaimReque
 	err := s.pool.QueryRow(ctx, s.sql.claim, hash[:], []byte(key), []byte(req.Token),
 		micros(req.Lease), micros(req.TTL), fp).Scan(r.dest()...)
 	if err != nil {
-		return middleware.ClaimResult{}, s.queryError(ctx, "claim", key, err)
+		return idempotency.ClaimResult{}, s.queryError(ctx, "claim", key, err)
 	}
 	if err := r.check(); err != nil {
-		return middleware.ClaimResult{}, wrap("claim", key, err)
+		return idempotency.ClaimResult{}, wrap("claim", key, err)
 	}
 	if r.expired() {
 		// The statement overwrites an expired well-formed row, so this is a
 		// row it failed to understand: reported, never trusted.
-		return middleware.ClaimResult{}, wrap("claim", key, fmt.Errorf("%w: the claim returned an expired record", middleware.ErrCorruptRecord))
+		return idempotency.ClaimResult{}, wrap("claim", key, fmt.Errorf("%w: the claim returned an expired record", idempotency.ErrCorruptRecord))
 	}
 	// The statement acquired the key iff the row is now a live lease of the
 	// request's token, unless the fingerprints differ: that refusal keeps the
 	// row as it was, which a resent claim may have left under this token.
 	refusedFP := len(fp) > 0 && len(r.fingerprint) > 0 && string(fp) != string(r.fingerprint)
 	if r.holds(req.Token) && !refusedFP {
-		return middleware.ClaimResult{Acquired: true, Record: r.record(true)}, nil
+		return idempotency.ClaimResult{Acquired: true, Record: r.record(true)}, nil
 	}
-	return middleware.ClaimResult{Record: r.record(false)}, nil
+	return idempotency.ClaimResult{Record: r.record(false)}, nil
 }
 
-// Renew implements middleware.Store with one UPDATE.
+// Renew implements idempotency.Store with one UPDATE.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
-	if err := middleware.CheckOwner(key, token, lease); err != nil {
+	if err := idempotency.CheckOwner(key, token, lease); err != nil {
 		return wrap("renew", key, err)
 	}
 	return s.owned(ctx, s.pool, "renew", key, token, s.sql.renew, micros(lease))
 }
 
-// Complete implements middleware.Store with one UPDATE.
+// Complete implements idempotency.Store with one UPDATE.
 func (s *Store) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
 	return s.complete(ctx, s.pool, "complete", key, token, result, ttl)
 }
 
-// Fail implements middleware.Store with one UPDATE.
+// Fail implements idempotency.Store with one UPDATE.
 func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := middleware.CheckOwner(key, token, ttl); err != nil {
+	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
 		return wrap("fail", key, err)
 	}
 	return s.owned(ctx, s.pool, "fail", key, token, s.sql.fail, micros(ttl))
 }
 
-// Release implements middleware.Store with one statement (a DELETE or an
+// Release implements idempotency.Store with one statement (a DELETE or an
 // UPDATE, whichever applies).
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	if err := middleware.CheckRelease(key, token); err != nil {
+	if err := idempotency.CheckRelease(key, token); err != nil {
 		return wrap("release", key, err)
 	}
 	return s.owned(ctx, s.pool, "release", key, token, s.sql.release)
@@ -176,40 +176,40 @@ func (s *Store) owned(ctx context.Context, q Querier, op, key, token, stmt strin
 	if op == "release" {
 		return nil
 	}
-	return wrap(op, key, middleware.ErrLeaseLost)
+	return wrap(op, key, idempotency.ErrLeaseLost)
 }
 
-// Get implements middleware.Store with one SELECT.
-func (s *Store) Get(ctx context.Context, key string) (middleware.Record, error) {
+// Get implements idempotency.Store with one SELECT.
+func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error) {
 	if key == "" {
-		return middleware.Record{}, wrap("get", key, middleware.ErrEmptyKey)
+		return idempotency.Record{}, wrap("get", key, idempotency.ErrEmptyKey)
 	}
 	if err := ctx.Err(); err != nil {
-		return middleware.Record{}, wrap("get", key, err)
+		return idempotency.Record{}, wrap("get", key, err)
 	}
 	hash := keyHash(key)
 	var r row
 	err := s.pool.QueryRow(ctx, s.sql.get, hash[:]).Scan(r.dest()...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return middleware.Record{State: middleware.StateAbsent}, nil
+		return idempotency.Record{State: idempotency.StateAbsent}, nil
 	}
 	if err != nil {
-		return middleware.Record{}, s.queryError(ctx, "get", key, err)
+		return idempotency.Record{}, s.queryError(ctx, "get", key, err)
 	}
 	if err := r.check(); err != nil {
-		return middleware.Record{}, wrap("get", key, err)
+		return idempotency.Record{}, wrap("get", key, err)
 	}
 	if r.expired() {
-		return middleware.Record{State: middleware.StateAbsent}, nil
+		return idempotency.Record{State: idempotency.StateAbsent}, nil
 	}
 	return r.record(true), nil
 }
 
-// Delete implements middleware.Store with one DELETE, which removes any row,
+// Delete implements idempotency.Store with one DELETE, which removes any row,
 // a corrupt one included.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if key == "" {
-		return wrap("delete", key, middleware.ErrEmptyKey)
+		return wrap("delete", key, idempotency.ErrEmptyKey)
 	}
 	if err := ctx.Err(); err != nil {
 		return wrap("delete", key, err)
@@ -240,7 +240,7 @@ func (s *Store) queryError(ctx context.Context, op, key string, err error) error
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case "23514": // check_violation
-			return wrap(op, key, fmt.Errorf("%w: %w", middleware.ErrCorruptRecord, err))
+			return wrap(op, key, fmt.Errorf("%w: %w", idempotency.ErrCorruptRecord, err))
 		case "42P01": // undefined_table
 			return wrap(op, key, fmt.Errorf("table %s does not exist (create it with Migrate or Schema): %w", s.table, err))
 		}

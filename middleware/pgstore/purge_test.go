@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 )
 
@@ -25,7 +25,7 @@ func rows(t *testing.T, pool *pgxpool.Pool, table string) int {
 
 func claim(t *testing.T, s *pgstore.Store, key string, lease, ttl time.Duration) string {
 	t.Helper()
-	req := middleware.ClaimRequest{Token: middleware.NewToken(), Lease: lease, TTL: ttl}
+	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: lease, TTL: ttl}
 	res, err := s.Claim(context.Background(), key, req)
 	require.NoError(t, err)
 	require.True(t, res.Acquired, key)
@@ -63,7 +63,7 @@ func TestPurgeDeletesExpiredRowsInBatches(t *testing.T) {
 	for _, k := range expired {
 		rec, err := s.Get(ctx, k)
 		require.NoError(t, err)
-		assert.Equal(t, middleware.StateAbsent, rec.State, "%s: an expired row reads absent before any purge", k)
+		assert.Equal(t, idempotency.StateAbsent, rec.State, "%s: an expired row reads absent before any purge", k)
 	}
 	require.Equal(t, len(expired)+len(kept), rows(t, pool, table), "expired rows are still in the table")
 
@@ -81,11 +81,11 @@ func TestPurgeDeletesExpiredRowsInBatches(t *testing.T) {
 	for _, k := range kept {
 		rec, err := s.Get(ctx, k)
 		require.NoError(t, err)
-		assert.NotEqual(t, middleware.StateAbsent, rec.State, "%s is kept", k)
+		assert.NotEqual(t, idempotency.StateAbsent, rec.State, "%s is kept", k)
 	}
 	rec, err := s.Get(ctx, "lapsed-kept")
 	require.NoError(t, err)
-	assert.Equal(t, middleware.StateFailed, rec.State, "a lapsed lease within its TTL is kept, with its attempt")
+	assert.Equal(t, idempotency.StateFailed, rec.State, "a lapsed lease within its TTL is kept, with its attempt")
 
 	n, err := s.Purge(ctx, 4)
 	require.NoError(t, err)
@@ -133,7 +133,7 @@ func TestPurgeRacesClaims(t *testing.T) {
 	for range 16 {
 		claimers.Go(func() {
 			for i := int(next.Add(1) - 1); i < keys; i = int(next.Add(1) - 1) {
-				req := middleware.ClaimRequest{Token: middleware.NewToken(), Lease: time.Minute, TTL: time.Minute}
+				req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute}
 				res, err := s.Claim(ctx, "k"+strconv.Itoa(i), req)
 				if assert.NoError(t, err) && assert.True(t, res.Acquired, "an expired key is claimable") {
 					assert.Equal(t, 1, res.Record.Attempts, "an expired record no longer counts")
@@ -149,7 +149,7 @@ func TestPurgeRacesClaims(t *testing.T) {
 	for i, tok := range tokens {
 		rec, err := s.Get(ctx, "k"+strconv.Itoa(i))
 		require.NoError(t, err)
-		require.Equal(t, middleware.StateInProgress, rec.State, "k%d: no purge deleted the revived row", i)
+		require.Equal(t, idempotency.StateInProgress, rec.State, "k%d: no purge deleted the revived row", i)
 		require.Equal(t, tok, rec.Token, "k%d", i)
 	}
 	assert.Equal(t, keys, rows(t, pool, table))

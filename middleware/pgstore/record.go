@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 // The values of the state column.
@@ -39,15 +39,15 @@ func (r *row) dest() []any {
 }
 
 // errMalformed is the reason check gives; it is only ever returned wrapped in
-// middleware.ErrCorruptRecord.
+// idempotency.ErrCorruptRecord.
 var errMalformed = errors.New("row violates the record's invariants")
 
 // check returns nil for a well-formed record and otherwise an error matching
-// middleware.ErrCorruptRecord that says what is wrong. It accepts exactly the
+// idempotency.ErrCorruptRecord that says what is wrong. It accepts exactly the
 // rows validSQL (sql.go) holds true for; a test keeps the two in step.
 func (r *row) check() error {
 	bad := func(what string) error {
-		return fmt.Errorf("%w: %w: %s", middleware.ErrCorruptRecord, errMalformed, what)
+		return fmt.Errorf("%w: %w: %s", idempotency.ErrCorruptRecord, errMalformed, what)
 	}
 	switch {
 	case r.state == nil:
@@ -115,8 +115,8 @@ func (r *row) holds(token string) bool {
 // record returns the (checked, unexpired) row as a Record; its token only if
 // withToken and the lease is live. A lapsed lease reads as FAILED with its
 // deadline.
-func (r *row) record(withToken bool) middleware.Record {
-	rec := middleware.Record{
+func (r *row) record(withToken bool) idempotency.Record {
+	rec := idempotency.Record{
 		Attempts:    int(*r.attempts),
 		Result:      r.result,
 		Fingerprint: r.fingerprint,
@@ -128,21 +128,21 @@ func (r *row) record(withToken bool) middleware.Record {
 	}
 	switch *r.state {
 	case stateInProgress:
-		rec.State = middleware.StateInProgress
+		rec.State = idempotency.StateInProgress
 		rec.LeaseExpiresAt = *r.leaseUntil
 		switch {
 		case !r.live():
-			rec.State = middleware.StateFailed // the owner stopped renewing: the attempt failed
+			rec.State = idempotency.StateFailed // the owner stopped renewing: the attempt failed
 		case withToken:
 			rec.Token = string(r.token)
 		}
 	case stateCompleted:
-		rec.State = middleware.StateCompleted
+		rec.State = idempotency.StateCompleted
 		if rec.Result == nil {
 			rec.Result = []byte{}
 		}
 	case stateFailed:
-		rec.State = middleware.StateFailed
+		rec.State = idempotency.StateFailed
 	}
 	return rec
 }

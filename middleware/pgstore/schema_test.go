@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 	"github.com/idempotency/watermill-idempotency/middleware/storetest"
 )
@@ -35,7 +35,7 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 		require.NoError(t, err, "concurrent Migrate %d", i)
 	}
 
-	req := middleware.ClaimRequest{Token: middleware.NewToken(), Lease: time.Minute, TTL: time.Minute}
+	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute}
 	res, err := s.Claim(ctx, "k", req)
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
@@ -59,7 +59,7 @@ func TestNewCreatesNothing(t *testing.T) {
 	table := uniqueName("pgstore_test_")
 	s, err := pgstore.New(pool, pgstore.Config{Table: table})
 	require.NoError(t, err)
-	_, err = s.Claim(ctx, "k", middleware.ClaimRequest{Token: "t", Lease: time.Minute, TTL: time.Minute})
+	_, err = s.Claim(ctx, "k", idempotency.ClaimRequest{Token: "t", Lease: time.Minute, TTL: time.Minute})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "Migrate", "the error says how to create the table")
 	var pgErr *pgconn.PgError
@@ -81,7 +81,7 @@ func TestSchemaQualifiedTable(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(ctx))
 
-	req := middleware.ClaimRequest{Token: middleware.NewToken(), Lease: time.Minute, TTL: time.Minute}
+	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute}
 	res, err := s.Claim(ctx, "k", req)
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
@@ -119,11 +119,11 @@ func TestCorruptRowUnderNotValidConstraint(t *testing.T) {
 	_, err = pool.Exec(ctx, "ALTER TABLE "+quoted(table)+" ADD CONSTRAINT idempotency_record_valid CHECK (attempts >= 1) NOT VALID")
 	require.NoError(t, err)
 
-	res, err := s.Claim(ctx, "k", middleware.ClaimRequest{Token: "t", Lease: time.Minute, TTL: time.Minute})
-	assert.ErrorIs(t, err, middleware.ErrCorruptRecord)
+	res, err := s.Claim(ctx, "k", idempotency.ClaimRequest{Token: "t", Lease: time.Minute, TTL: time.Minute})
+	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
 	assert.False(t, res.Acquired)
 	_, err = s.Get(ctx, "k")
-	assert.ErrorIs(t, err, middleware.ErrCorruptRecord)
+	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
 	var attempts int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT attempts FROM `+quoted(table)+` WHERE key = 'k'`).Scan(&attempts))
 	assert.Equal(t, 0, attempts, "the row is as it was")
@@ -204,15 +204,15 @@ func TestCorruptVariants(t *testing.T) {
 		if v.valid {
 			continue
 		}
-		assert.ErrorIs(t, checkErr, middleware.ErrCorruptRecord, v.name)
+		assert.ErrorIs(t, checkErr, idempotency.ErrCorruptRecord, v.name)
 
 		before := snapshot(key)
 		corrupt := func(op string, err error) {
 			t.Helper()
-			assert.ErrorIs(t, err, middleware.ErrCorruptRecord, "%s: %s", v.name, op)
+			assert.ErrorIs(t, err, idempotency.ErrCorruptRecord, "%s: %s", v.name, op)
 		}
 		for _, tok := range []string{"tok", "other"} {
-			res, err := s.Claim(ctx, key, middleware.ClaimRequest{Token: tok, Lease: time.Minute, TTL: time.Minute})
+			res, err := s.Claim(ctx, key, idempotency.ClaimRequest{Token: tok, Lease: time.Minute, TTL: time.Minute})
 			corrupt("claim "+tok, err)
 			assert.False(t, res.Acquired, v.name)
 			_, err = s.Get(ctx, key)
@@ -233,7 +233,7 @@ func TestLongKeyInErrors(t *testing.T) {
 	s, _ := newTable(t, pool)
 	key := "long:" + strings.Repeat("k", 1<<20)
 	err := s.Complete(context.Background(), key, "t", nil, time.Minute)
-	require.ErrorIs(t, err, middleware.ErrLeaseLost)
+	require.ErrorIs(t, err, idempotency.ErrLeaseLost)
 	assert.Less(t, len(err.Error()), 200, "the message stays short")
 	assert.Contains(t, err.Error(), `"long:kkkk`, "it quotes the key's start")
 	assert.Contains(t, err.Error(), "(1048581 bytes)", "and says how long the key is")

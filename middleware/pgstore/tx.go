@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 // Querier runs one statement and returns its first row. pgx.Tx, *pgx.Conn,
@@ -22,7 +22,7 @@ type Querier interface {
 // CompleteTx is Complete run by q, typically the pgx.Tx in which the handler
 // made its effect: the effect and the COMPLETED record then commit together,
 // or not at all. The fence is Complete's, but stricter: it returns
-// middleware.ErrLeaseLost unless token holds a lease that has not lapsed,
+// idempotency.ErrLeaseLost unless token holds a lease that has not lapsed,
 // and ErrAlreadyCompleted when token's own COMPLETED was committed before;
 // in both cases the transaction must roll back, effect included. Once applied, the row stays locked until the
 // transaction ends, so no claim can take the key over in between; a claim of
@@ -37,7 +37,7 @@ func (s *Store) CompleteTx(ctx context.Context, q Querier, key, token string, re
 // complete is Complete (op "complete": a resend by the owner succeeds) and
 // CompleteTx (opCompleteTx: it does not).
 func (s *Store) complete(ctx context.Context, q Querier, op, key, token string, result []byte, ttl time.Duration) error {
-	if err := middleware.CheckOwner(key, token, ttl); err != nil {
+	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
 		return wrap(op, key, err)
 	}
 	if result == nil {
@@ -92,12 +92,12 @@ var ErrNoRun = errors.New("pgstore: the context belongs to no idempotent run (us
 //
 // The effect and COMPLETED then commit together or not at all. If the
 // lease was lost (another consumer took the key over), it returns an error
-// matching middleware.ErrLeaseLost and the transaction must roll back,
+// matching idempotency.ErrLeaseLost and the transaction must roll back,
 // effect included. Once it succeeded, the middleware does not write
 // COMPLETED again; the handler must return an error when the commit fails.
 // tx may be a pgx.Tx, or SQLTx of a *sql.Tx.
 func (s *Store) CompleteInTx(ctx context.Context, tx Querier, out ...*message.Message) error {
-	run, ok := middleware.RunFromContext(ctx)
+	run, ok := idempotency.RunFromContext(ctx)
 	if !ok {
 		return ErrNoRun
 	}
@@ -107,14 +107,14 @@ func (s *Store) CompleteInTx(ctx context.Context, tx Querier, out ...*message.Me
 // CompleteValueInTx is CompleteInTx for the work of Once.Do: value, what the
 // work returns, is stored as its result and replayed to later callers.
 func (s *Store) CompleteValueInTx(ctx context.Context, tx Querier, value []byte) error {
-	run, ok := middleware.RunFromContext(ctx)
+	run, ok := idempotency.RunFromContext(ctx)
 	if !ok {
 		return ErrNoRun
 	}
 	return s.completeRun(ctx, tx, run, value)
 }
 
-func (s *Store) completeRun(ctx context.Context, tx Querier, run *middleware.Run, result []byte) error {
+func (s *Store) completeRun(ctx context.Context, tx Querier, run *idempotency.Run, result []byte) error {
 	if err := s.CompleteTx(ctx, tx, run.Key(), run.Token(), result, run.CompletedTTL()); err != nil {
 		return err
 	}

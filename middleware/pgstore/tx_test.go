@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 )
 
@@ -50,9 +50,9 @@ func TestCompleteTxCommitsWithTheEffect(t *testing.T) {
 	require.NoError(t, s.CompleteTx(ctx, tx, "k", tok, []byte("receipt"), time.Minute))
 
 	// A duplicate arriving now waits for the transaction, then replays.
-	dup := make(chan middleware.ClaimResult, 1)
+	dup := make(chan idempotency.ClaimResult, 1)
 	go func() {
-		res, err := s.Claim(ctx, "k", middleware.ClaimRequest{Token: middleware.NewToken(), Lease: time.Minute, TTL: time.Minute})
+		res, err := s.Claim(ctx, "k", idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute})
 		assert.NoError(t, err)
 		dup <- res
 	}()
@@ -64,7 +64,7 @@ func TestCompleteTxCommitsWithTheEffect(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	res := <-dup
 	assert.False(t, res.Acquired)
-	assert.Equal(t, middleware.StateCompleted, res.Record.State)
+	assert.Equal(t, idempotency.StateCompleted, res.Record.State)
 	assert.Equal(t, []byte("receipt"), res.Record.Result)
 
 	assert.NoError(t, s.Complete(ctx, "k", tok, []byte("again"), time.Minute),
@@ -87,7 +87,7 @@ func TestCompleteTxRolledBackKeepsTheLease(t *testing.T) {
 
 	rec, err := s.Get(ctx, "k")
 	require.NoError(t, err)
-	assert.Equal(t, middleware.StateInProgress, rec.State, "a rolled back completion leaves the claim")
+	assert.Equal(t, idempotency.StateInProgress, rec.State, "a rolled back completion leaves the claim")
 	assert.Equal(t, tok, rec.Token)
 	require.NoError(t, s.Complete(ctx, "k", tok, nil, time.Minute))
 	rec, err = s.Get(ctx, "k")
@@ -114,7 +114,7 @@ func TestCompleteTxFencesALostLease(t *testing.T) {
 	fresh := claim(t, s, "k", time.Minute, time.Minute)
 
 	err = s.CompleteTx(ctx, tx, "k", stale, []byte("stale"), time.Minute)
-	require.ErrorIs(t, err, middleware.ErrLeaseLost)
+	require.ErrorIs(t, err, idempotency.ErrLeaseLost)
 	require.NoError(t, tx.Rollback(ctx))
 	assert.Zero(t, countEffects(t, pool, fx), "the stale owner's effect rolled back")
 	rec, err := s.Get(ctx, "k")
@@ -140,11 +140,11 @@ func TestCompleteTxReadsTheStatementsClock(t *testing.T) {
 	var start time.Time
 	require.NoError(t, tx.QueryRow(ctx, `SELECT now()`).Scan(&start))
 	time.Sleep(lease + 100*time.Millisecond)
-	assert.ErrorIs(t, s.CompleteTx(ctx, tx, "k", tok, nil, time.Minute), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, s.CompleteTx(ctx, tx, "k", tok, nil, time.Minute), idempotency.ErrLeaseLost)
 	require.NoError(t, tx.Rollback(ctx))
 	rec, err := s.Get(ctx, "k")
 	require.NoError(t, err)
-	assert.Equal(t, middleware.StateFailed, rec.State, "the lapsed lease reads as FAILED")
+	assert.Equal(t, idempotency.StateFailed, rec.State, "the lapsed lease reads as FAILED")
 }
 
 func TestCompleteTxWithDatabaseSQL(t *testing.T) {
@@ -164,7 +164,7 @@ func TestCompleteTxWithDatabaseSQL(t *testing.T) {
 	require.NoError(t, tx.Commit())
 	rec, err := s.Get(ctx, "k")
 	require.NoError(t, err)
-	assert.Equal(t, middleware.StateCompleted, rec.State)
+	assert.Equal(t, idempotency.StateCompleted, rec.State)
 
 	// The fence answers through database/sql as through pgx. A second
 	// transaction of the same owner must not commit: its effect would be a
@@ -174,7 +174,7 @@ func TestCompleteTxWithDatabaseSQL(t *testing.T) {
 	defer func() { _ = tx.Rollback() }()
 	assert.ErrorIs(t, s.CompleteTx(ctx, pgstore.SQLTx(tx), "k", tok, []byte("r"), time.Minute), pgstore.ErrAlreadyCompleted,
 		"a second transaction of the owner that committed")
-	assert.ErrorIs(t, s.CompleteTx(ctx, pgstore.SQLTx(tx), "k", middleware.NewToken(), nil, time.Minute), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, s.CompleteTx(ctx, pgstore.SQLTx(tx), "k", idempotency.NewToken(), nil, time.Minute), idempotency.ErrLeaseLost)
 	assert.Equal(t, 1, countEffects(t, pool, fx))
 }
 

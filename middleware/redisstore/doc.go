@@ -1,4 +1,4 @@
-// Package redisstore is the Redis implementation of middleware.Store, for any
+// Package redisstore is the Redis implementation of idempotency.Store, for any
 // number of processes sharing one Redis (standalone, Sentinel or Cluster).
 //
 // Every transition, and Get, is one Lua script run by EVALSHA: one round
@@ -31,7 +31,7 @@
 // reads as FAILED, with LeaseExpiresAt the lapsed deadline and its attempts
 // kept, so the next Claim counts one more attempt and a message that kills
 // its consumer every time reaches MaxAttempts. The lapsed owner is fenced:
-// Renew, Complete and Fail answer middleware.ErrLeaseLost. COMPLETED and
+// Renew, Complete and Fail answer idempotency.ErrLeaseLost. COMPLETED and
 // FAILED records expire the TTL given to Complete and Fail. Durations are
 // rounded up to whole milliseconds.
 //
@@ -59,14 +59,14 @@
 // decimal number, an IN_PROGRESS hash without its token — makes the script
 // answer the error "IDEMPOTENCY_CORRUPT <reason>" (counted by Redis as
 // errorstat_IDEMPOTENCY_CORRUPT) without writing anything. The store returns
-// it as middleware.ErrCorruptRecord, wrapped with the operation and key, from
+// it as idempotency.ErrCorruptRecord, wrapped with the operation and key, from
 // Claim, Renew, Complete, Fail, Release and Get: it is never read as a duplicate,
 // never overwritten, never given an expiry. Delete removes it. go-redis does
 // not retry an error reply, nor does it drop the connection over one.
 //
 // Errors of the client (a Redis that is down, a timeout, a cancelled context)
 // are returned wrapped with the operation and key; redis.Nil is never
-// returned. A stale owner gets middleware.ErrLeaseLost.
+// returned. A stale owner gets idempotency.ErrLeaseLost.
 //
 // # Deadlines
 //

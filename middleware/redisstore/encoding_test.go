@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
@@ -96,10 +96,10 @@ func TestCompletedEncoding(t *testing.T) {
 	require.NoError(t, client.Set(ctx, key, completed(7, 1000, 2000, "tok", []byte("fp"), []byte("res")), time.Minute).Err())
 	rec, err = s.Get(ctx, key)
 	require.NoError(t, err)
-	assert.Equal(t, middleware.Record{State: middleware.StateCompleted, Attempts: 7, Result: []byte("res"), Fingerprint: []byte("fp"),
+	assert.Equal(t, idempotency.Record{State: idempotency.StateCompleted, Attempts: 7, Result: []byte("res"), Fingerprint: []byte("fp"),
 		CreatedAt: time.UnixMilli(1000), UpdatedAt: time.UnixMilli(2000)}, rec)
 	assert.NoError(t, s.Complete(ctx, key, "tok", nil, time.Minute), "the token whose hash is stored completed it")
-	assert.ErrorIs(t, s.Complete(ctx, key, "other", nil, time.Minute), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, s.Complete(ctx, key, "other", nil, time.Minute), idempotency.ErrLeaseLost)
 }
 
 // TestCorruptRecords: every malformed value is ErrCorruptRecord from every
@@ -159,14 +159,14 @@ func TestCorruptRecords(t *testing.T) {
 			require.NoError(t, err)
 
 			_, err = s.Claim(ctx, key, claimReq(time.Minute, nil))
-			assert.ErrorIs(t, err, middleware.ErrCorruptRecord, "claim")
+			assert.ErrorIs(t, err, idempotency.ErrCorruptRecord, "claim")
 			assert.ErrorContains(t, err, "redisstore: claim \""+key+"\": idempotency: corrupt record: ")
-			assert.ErrorIs(t, s.Renew(ctx, key, "tok", time.Minute), middleware.ErrCorruptRecord, "renew")
-			assert.ErrorIs(t, s.Complete(ctx, key, "tok", nil, time.Minute), middleware.ErrCorruptRecord, "complete")
-			assert.ErrorIs(t, s.Fail(ctx, key, "tok", time.Minute), middleware.ErrCorruptRecord, "fail")
-			assert.ErrorIs(t, s.Release(ctx, key, "tok"), middleware.ErrCorruptRecord, "release")
+			assert.ErrorIs(t, s.Renew(ctx, key, "tok", time.Minute), idempotency.ErrCorruptRecord, "renew")
+			assert.ErrorIs(t, s.Complete(ctx, key, "tok", nil, time.Minute), idempotency.ErrCorruptRecord, "complete")
+			assert.ErrorIs(t, s.Fail(ctx, key, "tok", time.Minute), idempotency.ErrCorruptRecord, "fail")
+			assert.ErrorIs(t, s.Release(ctx, key, "tok"), idempotency.ErrCorruptRecord, "release")
 			_, err = s.Get(ctx, key)
-			assert.ErrorIs(t, err, middleware.ErrCorruptRecord, "get")
+			assert.ErrorIs(t, err, idempotency.ErrCorruptRecord, "get")
 			t.Log(err)
 
 			after, err := client.Dump(ctx, key).Result()
@@ -179,7 +179,7 @@ func TestCorruptRecords(t *testing.T) {
 			require.NoError(t, s.Delete(ctx, key))
 			rec, err := s.Get(ctx, key)
 			require.NoError(t, err)
-			assert.Equal(t, middleware.StateAbsent, rec.State, "Delete removes a corrupt value")
+			assert.Equal(t, idempotency.StateAbsent, rec.State, "Delete removes a corrupt value")
 		})
 	}
 }
@@ -215,9 +215,9 @@ func TestResentTransitions(t *testing.T) {
 
 	require.NoError(t, s.Complete(ctx, key, req.Token, []byte("r"), time.Hour))
 	require.NoError(t, s.Complete(ctx, key, req.Token, []byte("ignored"), time.Hour), "a resent Complete succeeds")
-	assert.ErrorIs(t, s.Complete(ctx, key, other.Token, nil, time.Hour), middleware.ErrLeaseLost)
-	assert.ErrorIs(t, s.Fail(ctx, key, req.Token, time.Hour), middleware.ErrLeaseLost, "Fail after Complete")
-	assert.ErrorIs(t, s.Renew(ctx, key, req.Token, time.Minute), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, s.Complete(ctx, key, other.Token, nil, time.Hour), idempotency.ErrLeaseLost)
+	assert.ErrorIs(t, s.Fail(ctx, key, req.Token, time.Hour), idempotency.ErrLeaseLost, "Fail after Complete")
+	assert.ErrorIs(t, s.Renew(ctx, key, req.Token, time.Minute), idempotency.ErrLeaseLost)
 	rec, err := s.Get(ctx, key)
 	require.NoError(t, err)
 	assert.Equal(t, []byte("r"), rec.Result, "the resend changed nothing")
@@ -228,11 +228,11 @@ func TestResentTransitions(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Fail(ctx, key, req.Token, time.Hour))
 	require.NoError(t, s.Fail(ctx, key, req.Token, time.Hour), "a resent Fail succeeds")
-	assert.ErrorIs(t, s.Complete(ctx, key, req.Token, nil, time.Hour), middleware.ErrLeaseLost, "Complete after Fail")
-	assert.ErrorIs(t, s.Renew(ctx, key, req.Token, time.Minute), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, s.Complete(ctx, key, req.Token, nil, time.Hour), idempotency.ErrLeaseLost, "Complete after Fail")
+	assert.ErrorIs(t, s.Renew(ctx, key, req.Token, time.Minute), idempotency.ErrLeaseLost)
 	rec, err = s.Get(ctx, key)
 	require.NoError(t, err)
-	assert.Equal(t, middleware.StateFailed, rec.State)
+	assert.Equal(t, idempotency.StateFailed, rec.State)
 	assert.Empty(t, rec.Token, "the failing token is kept but never shown")
 	assert.True(t, rec.LeaseExpiresAt.IsZero())
 
@@ -241,7 +241,7 @@ func TestResentTransitions(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 	assert.Equal(t, 2, res.Record.Attempts)
-	assert.ErrorIs(t, s.Fail(ctx, key, req.Token, time.Hour), middleware.ErrLeaseLost, "claimed since: the old Fail is stale")
+	assert.ErrorIs(t, s.Fail(ctx, key, req.Token, time.Hour), idempotency.ErrLeaseLost, "claimed since: the old Fail is stale")
 }
 
 // TestLapsedLease: a lease that lapses leaves the record, read as FAILED
@@ -252,7 +252,7 @@ func TestLapsedLease(t *testing.T) {
 	ctx := context.Background()
 	key := prefix + "lapsed"
 	const lease = 200 * time.Millisecond
-	req := middleware.ClaimRequest{Token: middleware.NewToken(), Lease: lease, TTL: time.Minute, Fingerprint: []byte("fp")}
+	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: lease, TTL: time.Minute, Fingerprint: []byte("fp")}
 	first, err := s.Claim(ctx, key, req)
 	require.NoError(t, err)
 	require.True(t, first.Acquired)
@@ -262,7 +262,7 @@ func TestLapsedLease(t *testing.T) {
 	time.Sleep(lease + 100*time.Millisecond)
 	rec, err := s.Get(ctx, key)
 	require.NoError(t, err)
-	assert.Equal(t, middleware.StateFailed, rec.State, "a lapsed lease reads as FAILED")
+	assert.Equal(t, idempotency.StateFailed, rec.State, "a lapsed lease reads as FAILED")
 	assert.Equal(t, 1, rec.Attempts)
 	assert.Empty(t, rec.Token)
 	assert.Equal(t, deadline, rec.LeaseExpiresAt)
@@ -271,14 +271,14 @@ func TestLapsedLease(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, pttl, 30*time.Second, "the record outlives its lease by the claim's TTL")
 
-	assert.ErrorIs(t, s.Renew(ctx, key, req.Token, lease), middleware.ErrLeaseLost, "a lapsed lease is lost")
-	assert.ErrorIs(t, s.Complete(ctx, key, req.Token, nil, time.Minute), middleware.ErrLeaseLost)
-	assert.ErrorIs(t, s.Fail(ctx, key, req.Token, time.Minute), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, s.Renew(ctx, key, req.Token, lease), idempotency.ErrLeaseLost, "a lapsed lease is lost")
+	assert.ErrorIs(t, s.Complete(ctx, key, req.Token, nil, time.Minute), idempotency.ErrLeaseLost)
+	assert.ErrorIs(t, s.Fail(ctx, key, req.Token, time.Minute), idempotency.ErrLeaseLost)
 
 	mismatch, err := s.Claim(ctx, key, claimReq(time.Minute, []byte("other")))
 	require.NoError(t, err)
 	assert.False(t, mismatch.Acquired)
-	assert.Equal(t, middleware.StateFailed, mismatch.Record.State)
+	assert.Equal(t, idempotency.StateFailed, mismatch.Record.State)
 	assert.Equal(t, deadline, mismatch.Record.LeaseExpiresAt)
 
 	next := claimReq(time.Minute, nil)
@@ -289,7 +289,7 @@ func TestLapsedLease(t *testing.T) {
 	assert.Equal(t, first.Record.CreatedAt, res.Record.CreatedAt)
 	assert.Equal(t, []byte("fp"), res.Record.Fingerprint)
 	require.NoError(t, s.Complete(ctx, key, next.Token, nil, time.Minute))
-	assert.ErrorIs(t, s.Complete(ctx, key, req.Token, nil, time.Minute), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, s.Complete(ctx, key, req.Token, nil, time.Minute), idempotency.ErrLeaseLost)
 }
 
 // TestReleasedEncoding pins what Release leaves: a first attempt's key is
@@ -314,7 +314,7 @@ func TestReleasedEncoding(t *testing.T) {
 	first, err := s.Claim(ctx, key, req)
 	require.NoError(t, err)
 	require.NoError(t, s.Fail(ctx, key, req.Token, time.Hour))
-	req = middleware.ClaimRequest{Token: middleware.NewToken(), Lease: time.Minute, TTL: 30 * time.Second}
+	req = idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: 30 * time.Second}
 	_, err = s.Claim(ctx, key, req)
 	require.NoError(t, err)
 	require.NoError(t, s.Release(ctx, key, req.Token))
@@ -334,11 +334,11 @@ func TestReleasedEncoding(t *testing.T) {
 	require.NoError(t, client.HSet(ctx, key, "s", "F", "a", "3", "c", "1000", "u", "2000").Err())
 	rec, err := s.Get(ctx, key)
 	require.NoError(t, err)
-	assert.Equal(t, middleware.Record{State: middleware.StateFailed, Attempts: 3,
+	assert.Equal(t, idempotency.Record{State: idempotency.StateFailed, Attempts: 3,
 		CreatedAt: time.UnixMilli(1000), UpdatedAt: time.UnixMilli(2000)}, rec)
-	assert.ErrorIs(t, s.Fail(ctx, key, "tok", time.Minute), middleware.ErrLeaseLost)
-	assert.ErrorIs(t, s.Complete(ctx, key, "tok", nil, time.Minute), middleware.ErrLeaseLost)
-	assert.ErrorIs(t, s.Renew(ctx, key, "tok", time.Minute), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, s.Fail(ctx, key, "tok", time.Minute), idempotency.ErrLeaseLost)
+	assert.ErrorIs(t, s.Complete(ctx, key, "tok", nil, time.Minute), idempotency.ErrLeaseLost)
+	assert.ErrorIs(t, s.Renew(ctx, key, "tok", time.Minute), idempotency.ErrLeaseLost)
 	require.NoError(t, s.Release(ctx, key, "tok"))
 	res, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
 	require.NoError(t, err)

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
@@ -80,7 +80,7 @@ func sentinelFailover(t *testing.T, replicas int) failoverRun {
 		mu        sync.Mutex
 		short     = map[string]bool{} // keys with a shortfall in any transition
 		effects   = map[string]int{}
-		outcomes  = map[string]middleware.Outcome{}
+		outcomes  = map[string]idempotency.Outcome{}
 		doneOrder []string
 	)
 	store, err := redisstore.NewWithOptions(client, redisstore.Options{
@@ -95,7 +95,7 @@ func sentinelFailover(t *testing.T, replicas int) failoverRun {
 	require.NoError(t, err)
 	// A lease longer than the failover takes: a completion caught by the
 	// kill is retried within it, on the new master.
-	once, err := middleware.NewOnce(middleware.OnceConfig{Store: store, LeaseTTL: 6 * time.Second, StoreTimeout: time.Second}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: 6 * time.Second, StoreTimeout: time.Second}, nil)
 	require.NoError(t, err)
 	work := func(key string) func(context.Context) ([]byte, error) {
 		return func(context.Context) ([]byte, error) {
@@ -106,13 +106,13 @@ func sentinelFailover(t *testing.T, replicas int) failoverRun {
 		}
 	}
 	// process runs Do for key until it returns nil, as redeliveries would.
-	process := func(key string, deadline time.Time) middleware.Outcome {
+	process := func(key string, deadline time.Time) idempotency.Outcome {
 		for {
 			res, err := once.Do(context.Background(), key, work(key))
 			if err == nil {
 				return res.Outcome
 			}
-			if !errors.Is(err, middleware.ErrStoreUnavailable) && !errors.Is(err, middleware.ErrInProgress) {
+			if !errors.Is(err, idempotency.ErrStoreUnavailable) && !errors.Is(err, idempotency.ErrInProgress) {
 				t.Errorf("Do %s: %v", key, err)
 				return ""
 			}
@@ -165,7 +165,7 @@ func sentinelFailover(t *testing.T, replicas int) failoverRun {
 		mu.Lock()
 		outcome, covered := outcomes[key], !short[key]
 		mu.Unlock()
-		if outcome != middleware.OutcomeProcessed {
+		if outcome != idempotency.OutcomeProcessed {
 			continue
 		}
 		run.completed++
@@ -174,7 +174,7 @@ func sentinelFailover(t *testing.T, replicas int) failoverRun {
 		}
 		rec, err := plain.Get(context.Background(), key)
 		require.NoError(t, err)
-		if rec.State != middleware.StateCompleted {
+		if rec.State != idempotency.StateCompleted {
 			run.lost++
 			if covered && replicas > 0 {
 				run.lostCov++
@@ -182,7 +182,7 @@ func sentinelFailover(t *testing.T, replicas int) failoverRun {
 			}
 		}
 	}
-	redeliver, err := middleware.NewOnce(middleware.OnceConfig{Store: plain, LeaseTTL: 6 * time.Second, StoreTimeout: time.Second}, nil)
+	redeliver, err := idempotency.NewOnce(idempotency.OnceConfig{Store: plain, LeaseTTL: 6 * time.Second, StoreTimeout: time.Second}, nil)
 	require.NoError(t, err)
 	once = redeliver
 	for _, key := range keys {
@@ -193,7 +193,7 @@ func sentinelFailover(t *testing.T, replicas int) failoverRun {
 	for _, key := range keys {
 		if effects[key] > 1 {
 			run.repeated++
-			if replicas > 0 && outcomes[key] == middleware.OutcomeProcessed && !short[key] {
+			if replicas > 0 && outcomes[key] == idempotency.OutcomeProcessed && !short[key] {
 				run.repCov++
 			}
 		}

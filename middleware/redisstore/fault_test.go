@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
@@ -93,7 +93,7 @@ func TestLostReplies(t *testing.T) {
 		require.Equal(t, dropped+1, l.proxy.Dropped())
 		rec, err := l.direct.Get(ctx, "renew")
 		require.NoError(t, err)
-		assert.Equal(t, middleware.StateInProgress, rec.State)
+		assert.Equal(t, idempotency.StateInProgress, rec.State)
 		assert.Equal(t, req.Token, rec.Token)
 	})
 
@@ -108,7 +108,7 @@ func TestLostReplies(t *testing.T) {
 		require.Equal(t, dropped+1, l.proxy.Dropped())
 		rec, err := l.direct.Get(ctx, "complete")
 		require.NoError(t, err)
-		assert.Equal(t, middleware.StateCompleted, rec.State)
+		assert.Equal(t, idempotency.StateCompleted, rec.State)
 		assert.Equal(t, []byte("result"), rec.Result)
 	})
 
@@ -123,7 +123,7 @@ func TestLostReplies(t *testing.T) {
 		require.Equal(t, dropped+1, l.proxy.Dropped())
 		rec, err := l.direct.Get(ctx, "fail")
 		require.NoError(t, err)
-		assert.Equal(t, middleware.StateFailed, rec.State)
+		assert.Equal(t, idempotency.StateFailed, rec.State)
 		assert.Equal(t, 1, rec.Attempts)
 	})
 
@@ -141,7 +141,7 @@ func TestLostReplies(t *testing.T) {
 		require.Equal(t, dropped+1, l.proxy.Dropped())
 		rec, err := l.direct.Get(ctx, "release")
 		require.NoError(t, err)
-		assert.Equal(t, middleware.StateFailed, rec.State)
+		assert.Equal(t, idempotency.StateFailed, rec.State)
 		assert.Equal(t, 1, rec.Attempts, "the resend undid nothing a second time")
 	})
 
@@ -218,7 +218,7 @@ func TestDeadlineBoundsACall(t *testing.T) {
 			require.NoError(t, s.Release(ctx, key, req.Token))
 			rec, err := s.Get(ctx, key)
 			require.NoError(t, err)
-			assert.Equal(t, middleware.StateAbsent, rec.State, "a claim whose outcome was never learned is released")
+			assert.Equal(t, idempotency.StateAbsent, rec.State, "a claim whose outcome was never learned is released")
 		})
 	}
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 // This file is what an operator's tool (cmd/idemctl) needs: reading many
@@ -34,7 +34,7 @@ type Entry struct {
 	Key string
 	// Record is the key's record, read by Get; StateAbsent when the key
 	// expired between the SCAN that found it and the read.
-	Record middleware.Record
+	Record idempotency.Record
 	// TTL is how long the key has left (PTTL), zero when it has none or is
 	// gone.
 	TTL time.Duration
@@ -60,7 +60,7 @@ func (s *Store) Records(ctx context.Context, prefix string, batch int) iter.Seq2
 			}
 			e := Entry{Key: key}
 			e.Record, e.Err = s.Get(ctx, key)
-			if e.Err == nil && e.Record.State != middleware.StateAbsent {
+			if e.Err == nil && e.Record.State != idempotency.StateAbsent {
 				e.TTL, e.Err = s.ttl(ctx, key)
 			}
 			if e.Err != nil && ctx.Err() != nil {
@@ -77,8 +77,8 @@ func (s *Store) Records(ctx context.Context, prefix string, batch int) iter.Seq2
 // Inspect returns key's record, how long the key has left (zero when it has
 // no expiry or is absent) and the bytes Redis spends on it (MEMORY USAGE,
 // key and value with the allocator's overhead; zero when absent).
-func (s *Store) Inspect(ctx context.Context, key string) (rec middleware.Record, ttl time.Duration, bytes int64, err error) {
-	if rec, err = s.Get(ctx, key); err != nil || rec.State == middleware.StateAbsent {
+func (s *Store) Inspect(ctx context.Context, key string) (rec idempotency.Record, ttl time.Duration, bytes int64, err error) {
+	if rec, err = s.Get(ctx, key); err != nil || rec.State == idempotency.StateAbsent {
 		return rec, 0, 0, err
 	}
 	if ttl, err = s.ttl(ctx, key); err != nil {
@@ -93,7 +93,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (rec middleware.Record,
 // the key is absent.
 func (s *Store) MemoryUsage(ctx context.Context, key string) (int64, error) {
 	if key == "" {
-		return 0, wrap("memory usage", key, middleware.ErrEmptyKey)
+		return 0, wrap("memory usage", key, idempotency.ErrEmptyKey)
 	}
 	n, err := s.client.MemoryUsage(ctx, key, 0).Result()
 	if errors.Is(err, redis.Nil) {
@@ -123,18 +123,18 @@ func (s *Store) ttl(ctx context.Context, key string) (time.Duration, error) {
 // its next renewal, Complete or Fail, and its work's context is cancelled.
 // A value that is not a record is ErrCorruptRecord and is not deleted (use
 // Delete for it).
-func (s *Store) DeleteIf(ctx context.Context, key string, states ...middleware.State) (found middleware.State, deleted bool, err error) {
+func (s *Store) DeleteIf(ctx context.Context, key string, states ...idempotency.State) (found idempotency.State, deleted bool, err error) {
 	if key == "" {
-		return 0, false, wrap("delete if", key, middleware.ErrEmptyKey)
+		return 0, false, wrap("delete if", key, idempotency.ErrEmptyKey)
 	}
 	var letters strings.Builder
 	for _, st := range states {
 		switch st {
-		case middleware.StateInProgress:
+		case idempotency.StateInProgress:
 			letters.WriteByte('P')
-		case middleware.StateFailed:
+		case idempotency.StateFailed:
 			letters.WriteByte('F')
-		case middleware.StateCompleted:
+		case idempotency.StateCompleted:
 			letters.WriteByte('C')
 		default:
 			return 0, false, wrap("delete if", key, fmt.Errorf("cannot select records in state %s", st))
@@ -149,8 +149,8 @@ func (s *Store) DeleteIf(ctx context.Context, key string, states ...middleware.S
 	}
 	n, ok1 := v[0].(int64)
 	letter, ok2 := v[1].(string)
-	found, ok3 := map[string]middleware.State{"A": middleware.StateAbsent, "P": middleware.StateInProgress,
-		"F": middleware.StateFailed, "C": middleware.StateCompleted}[letter]
+	found, ok3 := map[string]idempotency.State{"A": idempotency.StateAbsent, "P": idempotency.StateInProgress,
+		"F": idempotency.StateFailed, "C": idempotency.StateCompleted}[letter]
 	if !ok1 || !ok2 || !ok3 || (n != 0 && n != 1) {
 		return 0, false, wrap("delete if", key, malformed(fmt.Sprintf("delete reply %#v", v)))
 	}

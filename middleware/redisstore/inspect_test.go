@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
@@ -40,10 +40,10 @@ func TestRecordsUnderPrefix(t *testing.T) {
 		got[e.Key] = e
 	}
 	require.Len(t, got, 3, "%v", got)
-	assert.Equal(t, middleware.StateCompleted, got[p+"done"].Record.State)
+	assert.Equal(t, idempotency.StateCompleted, got[p+"done"].Record.State)
 	assert.Greater(t, got[p+"done"].TTL, 59*time.Minute)
-	assert.Equal(t, middleware.StateInProgress, got[p+"busy"].Record.State)
-	assert.ErrorIs(t, got[p+"junk"].Err, middleware.ErrCorruptRecord)
+	assert.Equal(t, idempotency.StateInProgress, got[p+"busy"].Record.State)
+	assert.ErrorIs(t, got[p+"junk"].Err, idempotency.ErrCorruptRecord)
 
 	n := 0
 	for range s.Records(ctx, p, 0) {
@@ -84,29 +84,29 @@ func TestDeleteIf(t *testing.T) {
 	t.Parallel()
 	s, client, prefix := newStore(t)
 	ctx := context.Background()
-	both := []middleware.State{middleware.StateInProgress, middleware.StateFailed}
+	both := []idempotency.State{idempotency.StateInProgress, idempotency.StateFailed}
 
 	_, err := s.Claim(ctx, prefix+"busy", claimReq(time.Minute, nil))
 	require.NoError(t, err)
-	found, deleted, err := s.DeleteIf(ctx, prefix+"busy", middleware.StateFailed)
+	found, deleted, err := s.DeleteIf(ctx, prefix+"busy", idempotency.StateFailed)
 	require.NoError(t, err)
-	assert.Equal(t, middleware.StateInProgress, found)
+	assert.Equal(t, idempotency.StateInProgress, found)
 	assert.False(t, deleted, "a live lease is not FAILED")
 	found, deleted, err = s.DeleteIf(ctx, prefix+"busy", both...)
 	require.NoError(t, err)
 	assert.True(t, deleted)
-	assert.Equal(t, middleware.StateInProgress, found)
+	assert.Equal(t, idempotency.StateInProgress, found)
 	rec, err := s.Get(ctx, prefix+"busy")
 	require.NoError(t, err)
-	assert.Equal(t, middleware.StateAbsent, rec.State)
+	assert.Equal(t, idempotency.StateAbsent, rec.State)
 
 	_, err = s.Claim(ctx, prefix+"lapsed", claimReq(5*time.Millisecond, nil))
 	require.NoError(t, err)
 	time.Sleep(20 * time.Millisecond)
-	found, deleted, err = s.DeleteIf(ctx, prefix+"lapsed", middleware.StateFailed)
+	found, deleted, err = s.DeleteIf(ctx, prefix+"lapsed", idempotency.StateFailed)
 	require.NoError(t, err)
 	assert.True(t, deleted)
-	assert.Equal(t, middleware.StateFailed, found)
+	assert.Equal(t, idempotency.StateFailed, found)
 
 	res, err := s.Claim(ctx, prefix+"done", claimReq(time.Minute, nil))
 	require.NoError(t, err)
@@ -114,19 +114,19 @@ func TestDeleteIf(t *testing.T) {
 	found, deleted, err = s.DeleteIf(ctx, prefix+"done", both...)
 	require.NoError(t, err)
 	assert.False(t, deleted)
-	assert.Equal(t, middleware.StateCompleted, found)
+	assert.Equal(t, idempotency.StateCompleted, found)
 
 	found, deleted, err = s.DeleteIf(ctx, prefix+"absent", both...)
 	require.NoError(t, err)
 	assert.False(t, deleted)
-	assert.Equal(t, middleware.StateAbsent, found)
+	assert.Equal(t, idempotency.StateAbsent, found)
 
 	require.NoError(t, client.Set(ctx, prefix+"junk", "x", time.Minute).Err())
-	_, _, err = s.DeleteIf(ctx, prefix+"junk", middleware.StateCompleted, middleware.StateFailed)
-	assert.ErrorIs(t, err, middleware.ErrCorruptRecord)
+	_, _, err = s.DeleteIf(ctx, prefix+"junk", idempotency.StateCompleted, idempotency.StateFailed)
+	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
 	assert.EqualValues(t, 1, client.Exists(ctx, prefix+"junk").Val(), "a corrupt value is not deleted")
 
-	_, _, err = s.DeleteIf(ctx, prefix+"x", middleware.StateAbsent)
+	_, _, err = s.DeleteIf(ctx, prefix+"x", idempotency.StateAbsent)
 	assert.Error(t, err, "absent is not a state to delete")
 }
 
@@ -140,12 +140,12 @@ func TestInspect(t *testing.T) {
 	require.NoError(t, s.Complete(ctx, prefix+"k", res.Record.Token, make([]byte, 1000), time.Hour))
 	rec, ttl, bytes, err := s.Inspect(ctx, prefix+"k")
 	require.NoError(t, err)
-	assert.Equal(t, middleware.StateCompleted, rec.State)
+	assert.Equal(t, idempotency.StateCompleted, rec.State)
 	assert.Greater(t, ttl, 59*time.Minute)
 	assert.Greater(t, bytes, int64(1000), "the result and the record's overhead")
 	rec, ttl, bytes, err = s.Inspect(ctx, prefix+"none")
 	require.NoError(t, err)
-	assert.Equal(t, middleware.StateAbsent, rec.State)
+	assert.Equal(t, idempotency.StateAbsent, rec.State)
 	assert.Zero(t, ttl)
 	assert.Zero(t, bytes)
 	n, err := s.MemoryUsage(ctx, prefix+"none")

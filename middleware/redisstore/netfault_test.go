@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
@@ -30,7 +30,7 @@ const netLease = 500 * time.Millisecond
 type netWorld struct {
 	t     *testing.T
 	proxy *testserver.FaultProxy
-	once  map[string]*middleware.Once
+	once  map[string]*idempotency.Once
 
 	queues map[string]chan string
 	acked  atomic.Int64
@@ -56,7 +56,7 @@ func newNetWorld(t *testing.T) *netWorld {
 	w := &netWorld{
 		t:       t,
 		proxy:   testserver.StartFaultProxy(t, srv.Addr),
-		once:    map[string]*middleware.Once{},
+		once:    map[string]*idempotency.Once{},
 		queues:  map[string]chan string{"a": make(chan string, 1024), "b": make(chan string, 1024)},
 		effects: map[string]int{},
 		active:  map[string]activeRun{},
@@ -71,7 +71,7 @@ func newNetWorld(t *testing.T) *netWorld {
 		t.Cleanup(func() { _ = client.Close() })
 		store, err := redisstore.New(client)
 		require.NoError(t, err)
-		o, err := middleware.NewOnce(middleware.OnceConfig{Store: store, LeaseTTL: netLease, StoreTimeout: 250 * time.Millisecond}, nil)
+		o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: netLease, StoreTimeout: 250 * time.Millisecond}, nil)
 		require.NoError(t, err)
 		w.once[name] = o
 		// Load the scripts before any fault: a first call sends each
@@ -92,7 +92,7 @@ func (w *netWorld) work(consumer, key string, d time.Duration) func(ctx context.
 		if prev, ok := w.active[key]; ok {
 			if prev.ctx.Err() == nil {
 				w.overlaps = append(w.overlaps, fmt.Sprintf("%s started %s while %s's context was live", consumer, key, prev.consumer))
-			} else if errors.Is(context.Cause(prev.ctx), middleware.ErrLeaseLost) {
+			} else if errors.Is(context.Cause(prev.ctx), idempotency.ErrLeaseLost) {
 				w.takeovers++
 			}
 		}
@@ -160,7 +160,7 @@ func (w *netWorld) run(keys int, workFor time.Duration, fault func()) {
 				w.mu.Lock()
 				w.acks[consumer]++
 				w.mu.Unlock()
-				if res.Outcome == middleware.OutcomeCompleteFailed || res.Outcome == middleware.OutcomeLeaseLost {
+				if res.Outcome == idempotency.OutcomeCompleteFailed || res.Outcome == idempotency.OutcomeLeaseLost {
 					w.mu.Lock()
 					w.unclean++
 					w.mu.Unlock()

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 var (
@@ -25,14 +25,14 @@ var (
 	ErrContextTimeoutDisabled = errors.New("redisstore: the redis client ignores context deadlines; set ContextTimeoutEnabled in its options, and no ReadTimeout or WriteTimeout of -2")
 )
 
-// Store is a middleware.Store on Redis. It is safe for concurrent use and
+// Store is a idempotency.Store on Redis. It is safe for concurrent use and
 // does not own the client: closing the client is the caller's business.
 type Store struct {
 	client redis.UniversalClient
 	ack    *replicaAck // nil: no WAIT
 }
 
-var _ middleware.Store = (*Store)(nil)
+var _ idempotency.Store = (*Store)(nil)
 
 // New returns a store on client, which may be a *redis.Client,
 // *redis.ClusterClient, a Sentinel failover client or a *redis.Ring (a ring
@@ -94,56 +94,56 @@ func isNil(c redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// Claim implements middleware.Store with one EVALSHA (pipelined with WAIT
+// Claim implements idempotency.Store with one EVALSHA (pipelined with WAIT
 // under Options.Replicas).
-func (s *Store) Claim(ctx context.Context, key string, req middleware.ClaimRequest) (middleware.ClaimResult, error) {
-	if err := middleware.CheckClaim(key, req); err != nil {
-		return middleware.ClaimResult{}, wrap("claim", key, err)
+func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
+	if err := idempotency.CheckClaim(key, req); err != nil {
+		return idempotency.ClaimResult{}, wrap("claim", key, err)
 	}
 	v, err := s.runScript(ctx, "claim", key, claimScript,
 		req.Token, millis(req.Lease), millis(req.TTL), req.Fingerprint).Slice()
 	if err != nil {
-		return middleware.ClaimResult{}, scriptError(ctx, "claim", key, err)
+		return idempotency.ClaimResult{}, scriptError(ctx, "claim", key, err)
 	}
 	res, err := parseClaim(v)
 	if err != nil {
-		return middleware.ClaimResult{}, wrap("claim", key, err)
+		return idempotency.ClaimResult{}, wrap("claim", key, err)
 	}
 	if res.Acquired && res.Record.Token != req.Token {
-		return middleware.ClaimResult{}, wrap("claim", key, malformed("acquired under another token"))
+		return idempotency.ClaimResult{}, wrap("claim", key, malformed("acquired under another token"))
 	}
 	return res, nil
 }
 
-// Renew implements middleware.Store with one EVALSHA (pipelined with WAIT
+// Renew implements idempotency.Store with one EVALSHA (pipelined with WAIT
 // under Options.Replicas).
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
-	if err := middleware.CheckOwner(key, token, lease); err != nil {
+	if err := idempotency.CheckOwner(key, token, lease); err != nil {
 		return wrap("renew", key, err)
 	}
 	return s.owned(ctx, "renew", key, renewScript, token, millis(lease))
 }
 
-// Complete implements middleware.Store with one EVALSHA (pipelined with
+// Complete implements idempotency.Store with one EVALSHA (pipelined with
 // WAIT under Options.Replicas).
 func (s *Store) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
-	if err := middleware.CheckOwner(key, token, ttl); err != nil {
+	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
 		return wrap("complete", key, err)
 	}
 	return s.owned(ctx, "complete", key, completeScript, token, millis(ttl), result)
 }
 
-// Fail implements middleware.Store with one EVALSHA.
+// Fail implements idempotency.Store with one EVALSHA.
 func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := middleware.CheckOwner(key, token, ttl); err != nil {
+	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
 		return wrap("fail", key, err)
 	}
 	return s.owned(ctx, "fail", key, failScript, token, millis(ttl))
 }
 
-// Release implements middleware.Store with one EVALSHA.
+// Release implements idempotency.Store with one EVALSHA.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	if err := middleware.CheckRelease(key, token); err != nil {
+	if err := idempotency.CheckRelease(key, token); err != nil {
 		return wrap("release", key, err)
 	}
 	v, err := releaseScript.Run(ctx, s.client, []string{key}, token).Result()
@@ -169,36 +169,36 @@ func (s *Store) owned(ctx context.Context, op, key string, script *redis.Script,
 	case int64(1):
 		return nil
 	case int64(0):
-		return wrap(op, key, middleware.ErrLeaseLost)
+		return wrap(op, key, idempotency.ErrLeaseLost)
 	}
 	return wrap(op, key, malformed(fmt.Sprintf("owner reply %#v", v)))
 }
 
-// Get implements middleware.Store with one EVALSHA (a read that handles
+// Get implements idempotency.Store with one EVALSHA (a read that handles
 // both encodings of a record atomically).
-func (s *Store) Get(ctx context.Context, key string) (middleware.Record, error) {
+func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error) {
 	if key == "" {
-		return middleware.Record{}, wrap("get", key, middleware.ErrEmptyKey)
+		return idempotency.Record{}, wrap("get", key, idempotency.ErrEmptyKey)
 	}
 	v, err := getScript.Run(ctx, s.client, []string{key}).Slice()
 	if err != nil {
-		return middleware.Record{}, scriptError(ctx, "get", key, err)
+		return idempotency.Record{}, scriptError(ctx, "get", key, err)
 	}
 	if len(v) == 0 {
-		return middleware.Record{State: middleware.StateAbsent}, nil
+		return idempotency.Record{State: idempotency.StateAbsent}, nil
 	}
 	rec, err := parseRecord(v)
 	if err != nil {
-		return middleware.Record{}, wrap("get", key, err)
+		return idempotency.Record{}, wrap("get", key, err)
 	}
 	return rec, nil
 }
 
-// Delete implements middleware.Store with one UNLINK, which removes any
+// Delete implements idempotency.Store with one UNLINK, which removes any
 // value, a corrupt one included.
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if key == "" {
-		return wrap("delete", key, middleware.ErrEmptyKey)
+		return wrap("delete", key, idempotency.ErrEmptyKey)
 	}
 	if err := s.client.Unlink(ctx, key).Err(); err != nil {
 		return callError(ctx, "delete", key, err)

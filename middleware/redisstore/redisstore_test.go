@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
@@ -190,7 +190,7 @@ func TestOneCommandPerTransition(t *testing.T) {
 			return err
 		}},
 		{"claim resent", func() error {
-			res, err := s.Claim(ctx, "k2", middleware.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute})
+			res, err := s.Claim(ctx, "k2", idempotency.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute})
 			if err == nil && !res.Acquired {
 				t.Errorf("resent claim refused: %+v", res)
 			}
@@ -210,7 +210,7 @@ func TestOneCommandPerTransition(t *testing.T) {
 		// must not retry: still one EVALSHA.
 		{"corrupt", func() error {
 			_, err := s.Get(ctx, "corrupt")
-			if !errors.Is(err, middleware.ErrCorruptRecord) {
+			if !errors.Is(err, idempotency.ErrCorruptRecord) {
 				return fmt.Errorf("want ErrCorruptRecord, got %v", err)
 			}
 			return nil
@@ -240,7 +240,7 @@ func TestStoreDownIsAnError(t *testing.T) {
 	_, err = s.Claim(context.Background(), "k", claimReq(time.Second, nil))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "redisstore: claim")
-	assert.NotErrorIs(t, err, middleware.ErrLeaseLost)
+	assert.NotErrorIs(t, err, idempotency.ErrLeaseLost)
 	srv.Start()
 	res, err := s.Claim(context.Background(), "k", claimReq(time.Second, nil))
 	require.NoError(t, err, "the store works again once Redis is back")
@@ -249,6 +249,6 @@ func TestStoreDownIsAnError(t *testing.T) {
 
 // claimReq is a claim with a fresh token, the given lease and fingerprint,
 // and a TTL of one minute.
-func claimReq(lease time.Duration, fp []byte) middleware.ClaimRequest {
-	return middleware.ClaimRequest{Token: middleware.NewToken(), Lease: lease, TTL: time.Minute, Fingerprint: fp}
+func claimReq(lease time.Duration, fp []byte) idempotency.ClaimRequest {
+	return idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: lease, TTL: time.Minute, Fingerprint: fp}
 }

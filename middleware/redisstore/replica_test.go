@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
@@ -217,7 +217,7 @@ func TestReplicaShortfall(t *testing.T) {
 	require.NoError(t, err, "the completion was applied: it succeeds although no replica acknowledged it in time")
 	rec, err := s.Get(ctx, "k")
 	require.NoError(t, err)
-	assert.Equal(t, middleware.StateCompleted, rec.State)
+	assert.Equal(t, idempotency.StateCompleted, rec.State)
 	assert.Equal(t, redisstore.ReplicaStats{Acknowledged: 3, Shortfalls: 1}, s.ReplicaStats())
 	mu.Lock()
 	assert.Equal(t, []redisstore.ReplicaShortfall{{Op: "complete", Key: "k", Acked: 0, Wanted: 1}}, seen)
@@ -229,8 +229,8 @@ func TestReplicaShortfall(t *testing.T) {
 	}), "logged: %v", logs.Captured())
 
 	// A lease lost is not a shortfall: the script changed nothing.
-	err = s.Complete(ctx, "k", middleware.NewToken(), nil, time.Hour)
-	require.ErrorIs(t, err, middleware.ErrLeaseLost)
+	err = s.Complete(ctx, "k", idempotency.NewToken(), nil, time.Hour)
+	require.ErrorIs(t, err, idempotency.ErrLeaseLost)
 }
 
 // TestReplicaAckOptions: out-of-range options are errors, and a ring,

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 // corruptPrefix starts the error reply of a script that found a value which
@@ -20,13 +20,13 @@ import (
 const corruptPrefix = "IDEMPOTENCY_CORRUPT "
 
 // scriptError translates an error of a script call: a corrupt record becomes
-// middleware.ErrCorruptRecord with the script's reason; anything else (a
+// idempotency.ErrCorruptRecord with the script's reason; anything else (a
 // network error, a cancelled context) is wrapped as callError wraps it.
 func scriptError(ctx context.Context, op, key string, err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		if reason, ok := strings.CutPrefix(rerr.Error(), corruptPrefix); ok {
-			return wrap(op, key, fmt.Errorf("%w: %s", middleware.ErrCorruptRecord, reason))
+			return wrap(op, key, fmt.Errorf("%w: %s", idempotency.ErrCorruptRecord, reason))
 		}
 	}
 	return callError(ctx, op, key, err)
@@ -58,29 +58,29 @@ func malformed(what string) error {
 }
 
 // parseClaim reads claim.lua's reply: {acquired} followed by a record.
-func parseClaim(v []any) (middleware.ClaimResult, error) {
+func parseClaim(v []any) (idempotency.ClaimResult, error) {
 	if len(v) == 0 {
-		return middleware.ClaimResult{}, malformed("empty claim reply")
+		return idempotency.ClaimResult{}, malformed("empty claim reply")
 	}
 	acquired, ok := v[0].(int64)
 	if !ok || (acquired != 0 && acquired != 1) {
-		return middleware.ClaimResult{}, malformed(fmt.Sprintf("acquired flag %#v", v[0]))
+		return idempotency.ClaimResult{}, malformed(fmt.Sprintf("acquired flag %#v", v[0]))
 	}
 	rec, err := parseRecord(v[1:])
 	if err != nil {
-		return middleware.ClaimResult{}, err
+		return idempotency.ClaimResult{}, err
 	}
-	if acquired == 1 && rec.State != middleware.StateInProgress {
-		return middleware.ClaimResult{}, malformed("acquired a record that is not in progress")
+	if acquired == 1 && rec.State != idempotency.StateInProgress {
+		return idempotency.ClaimResult{}, malformed("acquired a record that is not in progress")
 	}
-	return middleware.ClaimResult{Acquired: acquired == 1, Record: rec}, nil
+	return idempotency.ClaimResult{Acquired: acquired == 1, Record: rec}, nil
 }
 
 // parseRecord reads a record as prelude.lua's reply() lays it out:
 // {state, attempts, created, updated, lease, fingerprint, result, token}.
 // Every field must have its type and range; nothing defaults to zero.
-func parseRecord(v []any) (middleware.Record, error) {
-	var rec middleware.Record
+func parseRecord(v []any) (idempotency.Record, error) {
+	var rec idempotency.Record
 	if len(v) != 8 {
 		return rec, malformed(fmt.Sprintf("record of %d fields, want 8", len(v)))
 	}
@@ -129,18 +129,18 @@ func parseRecord(v []any) (middleware.Record, error) {
 		if lease == 0 || result != "" {
 			return rec, malformed("in progress without a lease, or with a result")
 		}
-		rec.State = middleware.StateInProgress
+		rec.State = idempotency.StateInProgress
 		rec.Token = token
 	case "F":
 		if token != "" || result != "" {
 			return rec, malformed("failed with a token or a result")
 		}
-		rec.State = middleware.StateFailed
+		rec.State = idempotency.StateFailed
 	case "C":
 		if token != "" || lease != 0 {
 			return rec, malformed("completed with a token or a lease")
 		}
-		rec.State = middleware.StateCompleted
+		rec.State = idempotency.StateCompleted
 		rec.Result = []byte(result) // non-nil even when empty
 	default:
 		return rec, malformed(fmt.Sprintf("state %q", state))

@@ -8,15 +8,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// ExpiringKeyRepository is Watermill's middleware.ExpiringKeyRepository on
+// ExpiringKeyRepository is Watermill's idempotency.ExpiringKeyRepository on
 // Redis: a key is a duplicate when it was seen within the window, by any
 // process sharing the Redis. Plug it into Watermill's Deduplicator:
 //
 //	repo, _ := redisstore.NewExpiringKeyRepository(client, "dedup:", time.Hour)
-//	d := &middleware.Deduplicator{Repository: repo, Timeout: 5 * time.Second}
+//	d := &idempotency.Deduplicator{Repository: repo, Timeout: 5 * time.Second}
 //
 // Set the Deduplicator's Timeout: a zero one in a struct literal becomes
 // 5 ms, and a client with ContextTimeoutEnabled honours it. A call cut short
@@ -55,7 +55,7 @@ func NewExpiringKeyRepository(client redis.UniversalClient, prefix string, windo
 // still reports a fresh key: a message is never taken for a duplicate of
 // itself. Needs Redis 7.0 or newer (SET with both NX and GET).
 func (r *ExpiringKeyRepository) IsDuplicate(ctx context.Context, key string) (bool, error) {
-	mark := middleware.NewToken()
+	mark := idempotency.NewToken()
 	old, err := r.client.Do(ctx, "set", r.prefix+key, mark, "nx", "get", "px", millis(r.window)).Text()
 	switch {
 	case errors.Is(err, redis.Nil):

@@ -8,18 +8,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 // Benchmark measures a store alone, without the middleware: a fresh message
 // is a Claim then a Complete of a new key, a duplicate is a Claim of a
 // completed key; each sequentially and from 64 goroutines. Every claim makes
-// its token with middleware.NewToken, as the middleware does. Keys start with
+// its token with idempotency.NewToken, as the middleware does. Keys start with
 // prefix, which the caller removes afterwards if the store outlives the
 // benchmark:
 //
 //	func BenchmarkStore(b *testing.B) { storetest.Benchmark(b, newMyStore(b), "bench:") }
-func Benchmark(b *testing.B, s middleware.Store, prefix string) {
+func Benchmark(b *testing.B, s idempotency.Store, prefix string) {
 	ctx := context.Background()
 	var seq atomic.Uint64
 	fresh := func(b *testing.B) {
@@ -75,6 +75,6 @@ func Benchmark(b *testing.B, s middleware.Store, prefix string) {
 
 // claimRequest is the benchmark's claim: the middleware's default lease and
 // FailedTTL, a fresh token.
-func claimRequest() middleware.ClaimRequest {
-	return middleware.ClaimRequest{Token: middleware.NewToken(), Lease: middleware.DefaultLeaseTTL, TTL: middleware.DefaultFailedTTL}
+func claimRequest() idempotency.ClaimRequest {
+	return idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: idempotency.DefaultLeaseTTL, TTL: idempotency.DefaultFailedTTL}
 }

@@ -1,4 +1,4 @@
-// Package storetest is the conformance suite of middleware.Store. Every
+// Package storetest is the conformance suite of idempotency.Store. Every
 // store of this module runs it, and so can any third-party store:
 //
 //	func TestConformance(t *testing.T) {
@@ -7,7 +7,7 @@
 //		})
 //	}
 //
-// The suite proves the state machine of middleware.Store:
+// The suite proves the state machine of idempotency.Store:
 //
 //   - Claim: an absent key is acquired with the caller's token, attempt 1,
 //     and a lease deadline lease after the claim; exactly one winner among 64
@@ -15,7 +15,7 @@
 //     the key then holds the winner's token; a live lease of another owner
 //     is refused without handing out its token.
 //   - Fencing: Renew, Complete and Fail of any token but the holder's get
-//     middleware.ErrLeaseLost and change nothing; so do those of an owner
+//     idempotency.ErrLeaseLost and change nothing; so do those of an owner
 //     whose lease lapsed, whether or not someone claimed the key since.
 //   - Lapsed leases: a lease not renewed in time reads as FAILED (no token,
 //     its attempts, LeaseExpiresAt the lapsed deadline, now past); the next
@@ -50,16 +50,16 @@
 //     bytes (1 MiB long, NUL, newlines, quotes, braces, Lua metacharacters,
 //     invalid UTF-8); fingerprints (a different one never acquires, the first
 //     is kept).
-//   - The owner protocol on the store (middleware.Once.Do): one run per
+//   - The owner protocol on the store (idempotency.Once.Do): one run per
 //     key with its value replayed to later callers, a failure or a panic
 //     runs again as the next attempt, a busy key is ErrInProgress, 16
 //     concurrent callers run the work once, MaxAttempts stops it with
 //     ErrTooManyAttempts, and a key deleted under a running owner cancels
-//     its work with middleware.ErrLeaseLost.
+//     its work with idempotency.ErrLeaseLost.
 //   - Corrupt records, when Subject.PutForeign is set: for every Foreign
 //     kind (short and long strings, JSON, a value of the wrong type, a record
 //     with fields that do not parse), Claim, Get, Renew, Complete, Fail and
-//     Release return an error matching middleware.ErrCorruptRecord that names the
+//     Release return an error matching idempotency.ErrCorruptRecord that names the
 //     key; Claim never acquires and never reports a duplicate; the foreign
 //     value is still there afterwards; Delete removes it and the key starts
 //     afresh. A store without a foreign encoding (memstore) leaves

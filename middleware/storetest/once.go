@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// The owner protocol on the store: what middleware.Once.Do promises to any
+// The owner protocol on the store: what idempotency.Once.Do promises to any
 // Go code, checked on every store, since a store that breaks the contract
 // breaks these first.
 var onceCases = []struct {
@@ -34,10 +34,10 @@ var onceCases = []struct {
 // tally counts outcomes; it is the Observer of the Once cases.
 type tally struct {
 	mu     sync.Mutex
-	counts map[middleware.Outcome]int
+	counts map[idempotency.Outcome]int
 }
 
-func (t *tally) Outcome(_ string, o middleware.Outcome) {
+func (t *tally) Outcome(_ string, o idempotency.Outcome) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.counts[o]++
@@ -45,57 +45,57 @@ func (t *tally) Outcome(_ string, o middleware.Outcome) {
 
 func (*tally) StoreLatency(string, time.Duration, error) {}
 
-func (t *tally) get(o middleware.Outcome) int {
+func (t *tally) get(o idempotency.Outcome) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.counts[o]
 }
 
-func (h *harness) once(cfg middleware.OnceConfig) (*middleware.Once, *tally) {
+func (h *harness) once(cfg idempotency.OnceConfig) (*idempotency.Once, *tally) {
 	h.t.Helper()
-	obs := &tally{counts: map[middleware.Outcome]int{}}
+	obs := &tally{counts: map[idempotency.Outcome]int{}}
 	cfg.Store, cfg.Observer = h.Store, obs
-	o, err := middleware.NewOnce(cfg, watermill.NopLogger{})
+	o, err := idempotency.NewOnce(cfg, watermill.NopLogger{})
 	require.NoError(h.t, err)
 	return o, obs
 }
 
 func onceRunsOnceAndReplays(h *harness) {
 	t, key := h.t, h.key("k")
-	o, obs := h.once(middleware.OnceConfig{})
+	o, obs := h.once(idempotency.OnceConfig{})
 	var runs atomic.Int32
 	work := func(context.Context) ([]byte, error) { runs.Add(1); return []byte("receipt-1"), nil }
 	first, err := o.Do(h.ctx, key, work)
 	require.NoError(t, err)
-	assert.Equal(t, middleware.Result{Value: []byte("receipt-1"), Attempts: 1, Outcome: middleware.OutcomeProcessed}, first)
+	assert.Equal(t, idempotency.Result{Value: []byte("receipt-1"), Attempts: 1, Outcome: idempotency.OutcomeProcessed}, first)
 	for range 3 {
 		again, err := o.Do(h.ctx, key, work)
 		require.NoError(t, err)
-		assert.Equal(t, middleware.Result{Value: []byte("receipt-1"), Replayed: true, Attempts: 1, Outcome: middleware.OutcomeDuplicate}, again)
+		assert.Equal(t, idempotency.Result{Value: []byte("receipt-1"), Replayed: true, Attempts: 1, Outcome: idempotency.OutcomeDuplicate}, again)
 	}
 	assert.EqualValues(t, 1, runs.Load())
-	assert.Equal(t, 1, obs.get(middleware.OutcomeProcessed))
-	assert.Equal(t, 3, obs.get(middleware.OutcomeDuplicate))
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed))
+	assert.Equal(t, 3, obs.get(idempotency.OutcomeDuplicate))
 }
 
 func onceFailureRunsAgain(h *harness) {
 	t, key := h.t, h.key("k")
-	o, obs := h.once(middleware.OnceConfig{})
+	o, obs := h.once(idempotency.OnceConfig{})
 	boom := errors.New("boom")
 	_, err := o.Do(h.ctx, key, func(context.Context) ([]byte, error) { return nil, boom })
 	require.ErrorIs(t, err, boom, "the work's own error comes back")
-	assert.Equal(t, middleware.StateFailed, h.get(key).State)
+	assert.Equal(t, idempotency.StateFailed, h.get(key).State)
 
 	res, err := o.Do(h.ctx, key, func(context.Context) ([]byte, error) { return []byte("ok"), nil })
 	require.NoError(t, err)
 	assert.Equal(t, 2, res.Attempts)
 	assert.False(t, res.Replayed)
-	assert.Equal(t, 1, obs.get(middleware.OutcomeHandlerFailed))
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeHandlerFailed))
 }
 
 func onceBusyKeyIsInProgress(h *harness) {
 	t, key := h.t, h.key("k")
-	o, obs := h.once(middleware.OnceConfig{})
+	o, obs := h.once(idempotency.OnceConfig{})
 	release, started := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
@@ -111,15 +111,15 @@ func onceBusyKeyIsInProgress(h *harness) {
 		t.Error("the work ran while another caller held the key")
 		return nil, nil
 	})
-	require.ErrorIs(t, err, middleware.ErrInProgress)
+	require.ErrorIs(t, err, idempotency.ErrInProgress)
 	close(release)
 	require.NoError(t, <-done)
-	assert.Equal(t, 1, obs.get(middleware.OutcomeInProgress))
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeInProgress))
 }
 
 func onceConcurrentCallersRunOnce(h *harness) {
 	t, key := h.t, h.key("k")
-	o, _ := h.once(middleware.OnceConfig{})
+	o, _ := h.once(idempotency.OnceConfig{})
 	var runs, replays atomic.Int32
 	var wg sync.WaitGroup
 	for range 16 {
@@ -132,7 +132,7 @@ func onceConcurrentCallersRunOnce(h *harness) {
 					time.Sleep(20 * time.Millisecond)
 					return []byte("v"), nil
 				})
-				if errors.Is(err, middleware.ErrInProgress) {
+				if errors.Is(err, idempotency.ErrInProgress) {
 					time.Sleep(5 * time.Millisecond)
 					continue
 				}
@@ -152,34 +152,34 @@ func onceConcurrentCallersRunOnce(h *harness) {
 
 func oncePanicFailsTheKey(h *harness) {
 	t, key := h.t, h.key("k")
-	o, obs := h.once(middleware.OnceConfig{})
+	o, obs := h.once(idempotency.OnceConfig{})
 	require.PanicsWithValue(t, "boom", func() {
 		_, _ = o.Do(h.ctx, key, func(context.Context) ([]byte, error) { panic("boom") })
 	})
-	assert.Equal(t, middleware.StateFailed, h.get(key).State)
-	assert.Equal(t, 1, obs.get(middleware.OutcomeHandlerFailed))
+	assert.Equal(t, idempotency.StateFailed, h.get(key).State)
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeHandlerFailed))
 }
 
 func onceMaxAttempts(h *harness) {
 	t, key := h.t, h.key("k")
-	o, obs := h.once(middleware.OnceConfig{MaxAttempts: 2})
+	o, obs := h.once(idempotency.OnceConfig{MaxAttempts: 2})
 	var runs atomic.Int32
 	fail := func(context.Context) ([]byte, error) { runs.Add(1); return nil, errors.New("poison") }
 	for range 2 {
 		_, err := o.Do(h.ctx, key, fail)
 		require.Error(t, err)
-		require.NotErrorIs(t, err, middleware.ErrTooManyAttempts)
+		require.NotErrorIs(t, err, idempotency.ErrTooManyAttempts)
 	}
 	_, err := o.Do(h.ctx, key, fail)
-	require.ErrorIs(t, err, middleware.ErrTooManyAttempts)
-	assert.True(t, middleware.IsPermanent(err))
+	require.ErrorIs(t, err, idempotency.ErrTooManyAttempts)
+	assert.True(t, idempotency.IsPermanent(err))
 	assert.EqualValues(t, 2, runs.Load())
-	assert.Equal(t, 1, obs.get(middleware.OutcomeTooManyAttempts))
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeTooManyAttempts))
 }
 
 func onceLostLeaseCancelsTheWork(h *harness) {
 	t := h.t
-	o, obs := h.once(middleware.OnceConfig{LeaseTTL: 90 * time.Millisecond})
+	o, obs := h.once(idempotency.OnceConfig{LeaseTTL: 90 * time.Millisecond})
 	var (
 		key  string
 		done chan error
@@ -209,9 +209,9 @@ func onceLostLeaseCancelsTheWork(h *harness) {
 	require.NoError(t, h.Store.Delete(h.ctx, key)) // an operator released the key
 	select {
 	case err := <-done:
-		require.ErrorIs(t, err, middleware.ErrLeaseLost)
+		require.ErrorIs(t, err, idempotency.ErrLeaseLost)
 	case <-time.After(5 * time.Second):
 		t.Fatal("the work's context was not cancelled after the lease was lost")
 	}
-	assert.Equal(t, 1, obs.get(middleware.OutcomeHandlerFailed))
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeHandlerFailed))
 }

@@ -16,14 +16,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 // Subject is one store under test.
 type Subject struct {
 	// Store is the store under test, fresh or shared: the suite's keys are
 	// unique to each subtest.
-	Store middleware.Store
+	Store idempotency.Store
 	// Advance moves the store's clock forward by d. Nil means the store keeps
 	// real time, and the suite sleeps instead.
 	Advance func(d time.Duration)
@@ -141,23 +141,23 @@ func (h *harness) advance(d time.Duration) {
 }
 
 // request returns the suite's claim request, with a fresh token.
-func request(fp []byte) middleware.ClaimRequest {
-	return middleware.ClaimRequest{Token: middleware.NewToken(), Lease: lease, TTL: ttl, Fingerprint: fp}
+func request(fp []byte) idempotency.ClaimRequest {
+	return idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: lease, TTL: ttl, Fingerprint: fp}
 }
 
-func (h *harness) claimWith(key string, req middleware.ClaimRequest) middleware.ClaimResult {
+func (h *harness) claimWith(key string, req idempotency.ClaimRequest) idempotency.ClaimResult {
 	h.t.Helper()
 	res, err := h.Store.Claim(h.ctx, key, req)
 	require.NoError(h.t, err)
 	if res.Acquired {
 		require.Equal(h.t, req.Token, res.Record.Token, "an acquired record carries the claim's token")
-		require.Equal(h.t, middleware.StateInProgress, res.Record.State)
+		require.Equal(h.t, idempotency.StateInProgress, res.Record.State)
 	}
 	return res
 }
 
 // claim claims key with a fresh token.
-func (h *harness) claim(key string, fp []byte) middleware.ClaimResult {
+func (h *harness) claim(key string, fp []byte) idempotency.ClaimResult {
 	h.t.Helper()
 	return h.claimWith(key, request(fp))
 }
@@ -171,7 +171,7 @@ func (h *harness) mustAcquire(key string) string {
 	return req.Token
 }
 
-func (h *harness) get(key string) middleware.Record {
+func (h *harness) get(key string) idempotency.Record {
 	h.t.Helper()
 	rec, err := h.Store.Get(h.ctx, key)
 	require.NoError(h.t, err)
@@ -190,9 +190,9 @@ func (h *harness) storeNow() time.Time {
 
 // assertLapsed checks that rec reads as a lease that lapsed: FAILED, without
 // a token, with its attempts, and with a lease deadline that has passed.
-func (h *harness) assertLapsed(rec middleware.Record, attempts int, what string) {
+func (h *harness) assertLapsed(rec idempotency.Record, attempts int, what string) {
 	h.t.Helper()
-	assert.Equal(h.t, middleware.StateFailed, rec.State, "%s: a lapsed lease reads as FAILED: the attempt failed", what)
+	assert.Equal(h.t, idempotency.StateFailed, rec.State, "%s: a lapsed lease reads as FAILED: the attempt failed", what)
 	assert.Empty(h.t, rec.Token, "%s: a lapsed lease has no owner", what)
 	assert.Equal(h.t, attempts, rec.Attempts, "%s: a lapsed lease keeps its attempts", what)
 	assert.Nil(h.t, rec.Result, what)
@@ -228,12 +228,12 @@ var cases = []struct {
 
 func testClaimAbsent(h *harness) {
 	t, k := h.t, h.key("k")
-	assert.Equal(t, middleware.StateAbsent, h.get(k).State)
+	assert.Equal(t, idempotency.StateAbsent, h.get(k).State)
 	req := request(nil)
 	res := h.claimWith(k, req)
 	require.True(t, res.Acquired)
 	assert.Equal(t, req.Token, res.Record.Token, "the record carries the claim's own token")
-	assert.Equal(t, middleware.StateInProgress, res.Record.State)
+	assert.Equal(t, idempotency.StateInProgress, res.Record.State)
 	assert.Equal(t, 1, res.Record.Attempts)
 	assert.False(t, res.Record.CreatedAt.IsZero())
 	assert.False(t, res.Record.UpdatedAt.Before(res.Record.CreatedAt))
@@ -242,7 +242,7 @@ func testClaimAbsent(h *harness) {
 	assert.True(t, res.Record.LeaseExpiresAt.After(h.storeNow()), "a fresh lease ends in the future")
 
 	rec := h.get(k)
-	assert.Equal(t, middleware.StateInProgress, rec.State)
+	assert.Equal(t, idempotency.StateInProgress, rec.State)
 	assert.Equal(t, req.Token, rec.Token)
 	assert.Equal(t, 1, rec.Attempts)
 	assert.Nil(t, rec.Result)
@@ -262,7 +262,7 @@ func testClaimRace(h *harness) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				req := middleware.ClaimRequest{Token: middleware.NewToken(), Lease: time.Minute, TTL: time.Minute}
+				req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute}
 				<-start
 				res, err := h.Store.Claim(h.ctx, k, req)
 				if err != nil {
@@ -272,7 +272,7 @@ func testClaimRace(h *harness) {
 				if res.Acquired {
 					wins.Add(1)
 					winner.Store(req.Token)
-				} else if res.Record.State != middleware.StateInProgress || res.Record.Token != "" {
+				} else if res.Record.State != idempotency.StateInProgress || res.Record.Token != "" {
 					errs <- errors.New("a refused claim must see IN_PROGRESS without the owner's token")
 				}
 			}()
@@ -293,7 +293,7 @@ func testClaimInProgress(h *harness) {
 	tok := h.mustAcquire(k)
 	res := h.claim(k, nil)
 	assert.False(t, res.Acquired)
-	assert.Equal(t, middleware.StateInProgress, res.Record.State)
+	assert.Equal(t, idempotency.StateInProgress, res.Record.State)
 	assert.Empty(t, res.Record.Token, "another owner's token is never handed out by Claim")
 	assert.True(t, res.Record.LeaseExpiresAt.After(res.Record.UpdatedAt), "a live lease ends after its claim")
 	assert.Equal(t, tok, h.get(k).Token, "a refused claim changes nothing")
@@ -305,7 +305,7 @@ func testComplete(h *harness) {
 	require.NoError(t, h.Store.Complete(h.ctx, k, tok, []byte("output"), time.Minute))
 
 	rec := h.get(k)
-	assert.Equal(t, middleware.StateCompleted, rec.State)
+	assert.Equal(t, idempotency.StateCompleted, rec.State)
 	assert.Empty(t, rec.Token)
 	assert.Equal(t, []byte("output"), rec.Result)
 	assert.Equal(t, 1, rec.Attempts)
@@ -314,16 +314,16 @@ func testComplete(h *harness) {
 
 	res := h.claim(k, nil)
 	assert.False(t, res.Acquired, "a COMPLETED key is never claimed again")
-	assert.Equal(t, middleware.StateCompleted, res.Record.State)
+	assert.Equal(t, idempotency.StateCompleted, res.Record.State)
 	assert.Equal(t, []byte("output"), res.Record.Result, "the duplicate's claim returns the result")
 
-	other := middleware.NewToken()
-	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, other, []byte("again"), time.Minute), middleware.ErrLeaseLost)
-	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, other, time.Minute), middleware.ErrLeaseLost)
-	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, time.Minute), middleware.ErrLeaseLost, "a completed key is not failed, even by its owner")
-	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, tok, time.Minute), middleware.ErrLeaseLost)
+	other := idempotency.NewToken()
+	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, other, []byte("again"), time.Minute), idempotency.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, other, time.Minute), idempotency.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, time.Minute), idempotency.ErrLeaseLost, "a completed key is not failed, even by its owner")
+	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, tok, time.Minute), idempotency.ErrLeaseLost)
 	rec = h.get(k)
-	assert.Equal(t, middleware.StateCompleted, rec.State)
+	assert.Equal(t, idempotency.StateCompleted, rec.State)
 	assert.Equal(t, []byte("output"), rec.Result, "another Complete changes nothing")
 }
 
@@ -339,7 +339,7 @@ func testResultRoundTrip(h *harness) {
 		k := h.key("result:" + name)
 		tok := h.mustAcquire(k)
 		require.NoError(h.t, h.Store.Complete(h.ctx, k, tok, result, time.Minute))
-		for _, rec := range []middleware.Record{h.get(k), h.claim(k, nil).Record} {
+		for _, rec := range []idempotency.Record{h.get(k), h.claim(k, nil).Record} {
 			require.NotNil(h.t, rec.Result, "%s: a completed record's result is non-nil", name)
 			require.True(h.t, bytes.Equal(result, rec.Result), "%s: result of %d bytes came back as %d bytes", name, len(result), len(rec.Result))
 		}
@@ -356,11 +356,11 @@ func testStaleOwner(h *harness) {
 	res := h.claimWith(k, fresh)
 	require.True(t, res.Acquired, "a lapsed lease is claimable")
 	assert.Equal(t, 2, res.Record.Attempts, "the lapsed lease counted as an attempt")
-	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, stale, lease), middleware.ErrLeaseLost)
-	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, stale, []byte("stale"), time.Minute), middleware.ErrLeaseLost)
-	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, stale, time.Minute), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, stale, lease), idempotency.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, stale, []byte("stale"), time.Minute), idempotency.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, stale, time.Minute), idempotency.ErrLeaseLost)
 	rec := h.get(k)
-	assert.Equal(t, middleware.StateInProgress, rec.State, "a stale owner changes nothing")
+	assert.Equal(t, idempotency.StateInProgress, rec.State, "a stale owner changes nothing")
 	assert.Equal(t, fresh.Token, rec.Token)
 	assert.Equal(t, 2, rec.Attempts)
 	require.NoError(t, h.Store.Complete(h.ctx, k, fresh.Token, []byte("fresh"), time.Minute))
@@ -368,9 +368,9 @@ func testStaleOwner(h *harness) {
 
 	// A stale owner whose key nobody claimed again is fenced as well: its
 	// lease lapsed, whoever comes next.
-	assert.ErrorIs(t, h.Store.Complete(h.ctx, k2, lapsed, nil, time.Minute), middleware.ErrLeaseLost)
-	assert.ErrorIs(t, h.Store.Renew(h.ctx, k2, lapsed, lease), middleware.ErrLeaseLost)
-	assert.ErrorIs(t, h.Store.Fail(h.ctx, k2, lapsed, time.Minute), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Complete(h.ctx, k2, lapsed, nil, time.Minute), idempotency.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Renew(h.ctx, k2, lapsed, lease), idempotency.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k2, lapsed, time.Minute), idempotency.ErrLeaseLost)
 	h.assertLapsed(h.get(k2), 1, "stale owner's key")
 }
 
@@ -386,7 +386,7 @@ func testRenew(h *harness) {
 	require.NoError(t, h.Store.Renew(h.ctx, k, tok, 4*lease), "renew may lengthen the lease")
 	h.advance(past)
 	assert.False(t, h.claim(k, nil).Acquired, "the lengthened lease holds past the original one")
-	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, "not-the-owner", lease), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, "not-the-owner", lease), idempotency.ErrLeaseLost)
 	require.NoError(t, h.Store.Complete(h.ctx, k, tok, nil, time.Minute))
 }
 
@@ -447,8 +447,8 @@ func testLapsedLease(h *harness) {
 	assert.Equal(t, 3, third.Record.Attempts, "every lapsed lease counts: a crash loop reaches MaxAttempts")
 
 	h.advance(lease + ttl + 100*time.Millisecond)
-	assert.Equal(t, middleware.StateAbsent, h.get(k).State, "a lapsed record expires TTL after its deadline")
-	assert.Equal(t, middleware.StateAbsent, h.get(r).State, "and so does a renewed one")
+	assert.Equal(t, idempotency.StateAbsent, h.get(k).State, "a lapsed record expires TTL after its deadline")
+	assert.Equal(t, idempotency.StateAbsent, h.get(r).State, "and so does a renewed one")
 	res := h.claim(k, nil)
 	require.True(t, res.Acquired)
 	assert.Equal(t, 1, res.Record.Attempts, "attempts restart only when the record itself expired")
@@ -463,18 +463,18 @@ func testFailAttempts(h *harness) {
 		assert.Equal(t, attempt, res.Record.Attempts)
 		require.NoError(t, h.Store.Fail(h.ctx, k, req.Token, time.Minute))
 		rec := h.get(k)
-		assert.Equal(t, middleware.StateFailed, rec.State)
+		assert.Equal(t, idempotency.StateFailed, rec.State)
 		assert.Equal(t, attempt, rec.Attempts)
 		assert.Empty(t, rec.Token)
 		assert.True(t, rec.LeaseExpiresAt.IsZero(), "a record failed by its owner has no lease")
-		assert.ErrorIs(t, h.Store.Renew(h.ctx, k, req.Token, lease), middleware.ErrLeaseLost, "fail ends the lease")
+		assert.ErrorIs(t, h.Store.Renew(h.ctx, k, req.Token, lease), idempotency.ErrLeaseLost, "fail ends the lease")
 	}
 	req := request(nil)
 	require.True(t, h.claimWith(k, req).Acquired)
 	require.NoError(t, h.Store.Complete(h.ctx, k, req.Token, []byte("ok"), time.Minute))
 	rec := h.get(k)
 	assert.Equal(t, 4, rec.Attempts, "attempts survive completion")
-	assert.Equal(t, middleware.StateCompleted, rec.State)
+	assert.Equal(t, idempotency.StateCompleted, rec.State)
 }
 
 // testResent resends every transition the way a client does when the reply
@@ -491,7 +491,7 @@ func testResent(h *harness) {
 	assert.True(t, again.Record.CreatedAt.Equal(first.Record.CreatedAt))
 	assert.True(t, again.Record.LeaseExpiresAt.After(first.Record.LeaseExpiresAt), "a resent claim counts its lease from now")
 	rec := h.get(k)
-	assert.Equal(t, middleware.StateInProgress, rec.State)
+	assert.Equal(t, idempotency.StateInProgress, rec.State)
 	assert.Equal(t, req.Token, rec.Token)
 	assert.Equal(t, 1, rec.Attempts)
 
@@ -501,15 +501,15 @@ func testResent(h *harness) {
 	require.NoError(t, h.Store.Complete(h.ctx, k, req.Token, []byte("second"), time.Minute),
 		"a Complete resent by the owner whose Complete was applied succeeds")
 	rec = h.get(k)
-	assert.Equal(t, middleware.StateCompleted, rec.State)
+	assert.Equal(t, idempotency.StateCompleted, rec.State)
 	assert.Equal(t, []byte("first"), rec.Result, "a resent Complete changes nothing")
 	assert.Equal(t, 1, rec.Attempts)
-	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, middleware.NewToken(), []byte("other"), time.Minute), middleware.ErrLeaseLost,
+	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, idempotency.NewToken(), []byte("other"), time.Minute), idempotency.ErrLeaseLost,
 		"only the completing token's resend succeeds")
-	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, req.Token, time.Minute), middleware.ErrLeaseLost, "the completing token cannot fail it")
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, req.Token, time.Minute), idempotency.ErrLeaseLost, "the completing token cannot fail it")
 	res := h.claimWith(k, req)
 	assert.False(t, res.Acquired, "COMPLETED is terminal, even for a claim with the completing token")
-	assert.Equal(t, middleware.StateCompleted, res.Record.State)
+	assert.Equal(t, idempotency.StateCompleted, res.Record.State)
 	assert.Empty(t, res.Record.Token)
 	assert.Equal(t, []byte("first"), res.Record.Result)
 	assert.Equal(t, []byte("first"), h.get(k).Result)
@@ -519,18 +519,18 @@ func testResent(h *harness) {
 	require.NoError(t, h.Store.Fail(h.ctx, k, tok, time.Minute))
 	require.NoError(t, h.Store.Fail(h.ctx, k, tok, time.Minute), "a Fail resent by its owner succeeds")
 	rec = h.get(k)
-	assert.Equal(t, middleware.StateFailed, rec.State)
+	assert.Equal(t, idempotency.StateFailed, rec.State)
 	assert.Equal(t, 1, rec.Attempts)
 	assert.Empty(t, rec.Token, "the failing token is never reported")
-	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, nil, time.Minute), middleware.ErrLeaseLost, "a failed owner cannot complete")
-	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, tok, lease), middleware.ErrLeaseLost)
-	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, middleware.NewToken(), time.Minute), middleware.ErrLeaseLost, "only the failing token's resend succeeds")
+	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, nil, time.Minute), idempotency.ErrLeaseLost, "a failed owner cannot complete")
+	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, tok, lease), idempotency.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, idempotency.NewToken(), time.Minute), idempotency.ErrLeaseLost, "only the failing token's resend succeeds")
 	next := request(nil)
 	require.True(t, h.claimWith(k, next).Acquired)
-	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, time.Minute), middleware.ErrLeaseLost,
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, time.Minute), idempotency.ErrLeaseLost,
 		"a Fail resent after the key was claimed again is stale")
 	rec = h.get(k)
-	assert.Equal(t, middleware.StateInProgress, rec.State, "a stale resent Fail changes nothing")
+	assert.Equal(t, idempotency.StateInProgress, rec.State, "a stale resent Fail changes nothing")
 	assert.Equal(t, next.Token, rec.Token)
 	assert.Equal(t, 2, rec.Attempts)
 
@@ -550,30 +550,30 @@ func testResent(h *harness) {
 // releasing token is undone.
 func testRelease(h *harness) {
 	t := h.t
-	assert.NoError(t, h.Store.Release(h.ctx, h.key("absent"), middleware.NewToken()), "releasing an absent key is a no-op")
-	assert.Equal(t, middleware.StateAbsent, h.get(h.key("absent")).State)
+	assert.NoError(t, h.Store.Release(h.ctx, h.key("absent"), idempotency.NewToken()), "releasing an absent key is a no-op")
+	assert.Equal(t, idempotency.StateAbsent, h.get(h.key("absent")).State)
 
 	// A first attempt released: the key is gone, as the claim found it.
 	k := h.key("first")
 	tok := h.mustAcquire(k)
-	require.NoError(t, h.Store.Release(h.ctx, k, middleware.NewToken()), "another token's Release is a no-op")
+	require.NoError(t, h.Store.Release(h.ctx, k, idempotency.NewToken()), "another token's Release is a no-op")
 	rec := h.get(k)
-	assert.Equal(t, middleware.StateInProgress, rec.State, "another token's Release changes nothing")
+	assert.Equal(t, idempotency.StateInProgress, rec.State, "another token's Release changes nothing")
 	assert.Equal(t, tok, rec.Token)
 	require.NoError(t, h.Store.Release(h.ctx, k, tok))
-	assert.Equal(t, middleware.StateAbsent, h.get(k).State, "a released first attempt leaves no record")
+	assert.Equal(t, idempotency.StateAbsent, h.get(k).State, "a released first attempt leaves no record")
 	require.NoError(t, h.Store.Release(h.ctx, k, tok), "a resent Release succeeds")
-	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, []byte("late"), time.Minute), middleware.ErrLeaseLost,
+	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, []byte("late"), time.Minute), idempotency.ErrLeaseLost,
 		"the released owner holds nothing")
-	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, tok, lease), middleware.ErrLeaseLost)
-	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, time.Minute), middleware.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, tok, lease), idempotency.ErrLeaseLost)
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, time.Minute), idempotency.ErrLeaseLost)
 	next := request(nil)
 	res := h.claimWith(k, next)
 	require.True(t, res.Acquired)
 	assert.Equal(t, 1, res.Record.Attempts, "the released claim counted no attempt")
 	require.NoError(t, h.Store.Release(h.ctx, k, tok), "a Release resent after the key was claimed again is a no-op")
 	rec = h.get(k)
-	assert.Equal(t, middleware.StateInProgress, rec.State, "a stale Release changes nothing")
+	assert.Equal(t, idempotency.StateInProgress, rec.State, "a stale Release changes nothing")
 	assert.Equal(t, next.Token, rec.Token)
 
 	// A later attempt released: FAILED again, with the attempts it had.
@@ -586,20 +586,20 @@ func testRelease(h *harness) {
 	require.Equal(t, 2, h.get(k).Attempts)
 	require.NoError(t, h.Store.Release(h.ctx, k, tok))
 	rec = h.get(k)
-	assert.Equal(t, middleware.StateFailed, rec.State, "a released later attempt is FAILED again")
+	assert.Equal(t, idempotency.StateFailed, rec.State, "a released later attempt is FAILED again")
 	assert.Equal(t, 1, rec.Attempts, "the released claim counted no attempt")
 	assert.Empty(t, rec.Token)
 	assert.True(t, rec.LeaseExpiresAt.IsZero(), "a released claim leaves no lease")
 	assert.True(t, rec.CreatedAt.Equal(first.Record.CreatedAt), "the record keeps its creation time")
 	assert.Equal(t, []byte("fp"), rec.Fingerprint, "and its fingerprint")
 	require.NoError(t, h.Store.Release(h.ctx, k, tok), "a resent Release succeeds")
-	require.NoError(t, h.Store.Release(h.ctx, k, middleware.NewToken()), "another token's Release of a FAILED key is a no-op")
-	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, nil, time.Minute), middleware.ErrLeaseLost, "the released owner holds nothing")
-	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, time.Minute), middleware.ErrLeaseLost, "the released owner cannot fail")
-	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, failer.Token, time.Minute), middleware.ErrLeaseLost,
+	require.NoError(t, h.Store.Release(h.ctx, k, idempotency.NewToken()), "another token's Release of a FAILED key is a no-op")
+	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, nil, time.Minute), idempotency.ErrLeaseLost, "the released owner holds nothing")
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, time.Minute), idempotency.ErrLeaseLost, "the released owner cannot fail")
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, failer.Token, time.Minute), idempotency.ErrLeaseLost,
 		"the key was claimed since the first Fail: its resend is stale")
 	rec = h.get(k)
-	assert.Equal(t, middleware.StateFailed, rec.State, "none of them changed anything")
+	assert.Equal(t, idempotency.StateFailed, rec.State, "none of them changed anything")
 	assert.Equal(t, 1, rec.Attempts)
 	res = h.claim(k, nil)
 	require.True(t, res.Acquired, "a released key is claimable again")
@@ -611,7 +611,7 @@ func testRelease(h *harness) {
 	require.NoError(t, h.Store.Complete(h.ctx, k, tok, []byte("done"), time.Minute))
 	require.NoError(t, h.Store.Release(h.ctx, k, tok))
 	rec = h.get(k)
-	assert.Equal(t, middleware.StateCompleted, rec.State, "Release of a COMPLETED key changes nothing")
+	assert.Equal(t, idempotency.StateCompleted, rec.State, "Release of a COMPLETED key changes nothing")
 	assert.Equal(t, []byte("done"), rec.Result)
 
 	// A lease that lapsed is not released: its attempt ran, or may have.
@@ -631,9 +631,9 @@ func testRelease(h *harness) {
 	require.NoError(t, h.Store.Fail(h.ctx, k, tok, time.Minute))
 	tok = h.mustAcquire(k)
 	require.NoError(t, h.Store.Release(h.ctx, k, tok))
-	require.Equal(t, middleware.StateFailed, h.get(k).State)
+	require.Equal(t, idempotency.StateFailed, h.get(k).State)
 	h.advance(past)
-	assert.Equal(t, middleware.StateAbsent, h.get(k).State, "a released record expires the claim's TTL after the release")
+	assert.Equal(t, idempotency.StateAbsent, h.get(k).State, "a released record expires the claim's TTL after the release")
 }
 
 func testCompletedExpires(h *harness) {
@@ -641,9 +641,9 @@ func testCompletedExpires(h *harness) {
 	tok := h.mustAcquire(k)
 	require.NoError(t, h.Store.Complete(h.ctx, k, tok, []byte("r"), ttl))
 	h.advance(ttl / 3)
-	assert.Equal(t, middleware.StateCompleted, h.get(k).State)
+	assert.Equal(t, idempotency.StateCompleted, h.get(k).State)
 	h.advance(past)
-	assert.Equal(t, middleware.StateAbsent, h.get(k).State)
+	assert.Equal(t, idempotency.StateAbsent, h.get(k).State)
 	res := h.claim(k, nil)
 	assert.True(t, res.Acquired)
 	assert.Equal(t, 1, res.Record.Attempts)
@@ -654,7 +654,7 @@ func testFailedExpires(h *harness) {
 	tok := h.mustAcquire(k)
 	require.NoError(t, h.Store.Fail(h.ctx, k, tok, ttl))
 	h.advance(past)
-	assert.Equal(t, middleware.StateAbsent, h.get(k).State)
+	assert.Equal(t, idempotency.StateAbsent, h.get(k).State)
 	res := h.claim(k, nil)
 	assert.True(t, res.Acquired)
 	assert.Equal(t, 1, res.Record.Attempts, "an expired FAILED record no longer counts")
@@ -677,12 +677,12 @@ func testOddKeys(h *harness) {
 		require.NoError(h.t, h.Store.Renew(h.ctx, k, tok, lease), name)
 		require.NoError(h.t, h.Store.Complete(h.ctx, k, tok, []byte(name), time.Minute), name)
 		rec := h.get(k)
-		assert.Equal(h.t, middleware.StateCompleted, rec.State, name)
+		assert.Equal(h.t, idempotency.StateCompleted, rec.State, name)
 		assert.Equal(h.t, []byte(name), rec.Result, name)
 		if name != "nul" && name != "1MiB" {
 			// A key must be stored as itself: a truncating store would make
 			// these two collide.
-			assert.Equal(h.t, middleware.StateAbsent, h.get(h.prefix+suffix[:len(suffix)-1]).State, name)
+			assert.Equal(h.t, idempotency.StateAbsent, h.get(h.prefix+suffix[:len(suffix)-1]).State, name)
 		}
 	}
 	a, b := h.key("x\x00y"), h.key("x\x00z")
@@ -705,7 +705,7 @@ func testFingerprint(h *harness) {
 	require.NoError(t, h.Store.Fail(h.ctx, k, owner.Token, time.Minute))
 	other = h.claim(k, fpB)
 	assert.False(t, other.Acquired, "a different fingerprint never acquires, even a FAILED key")
-	assert.Equal(t, middleware.StateFailed, other.Record.State)
+	assert.Equal(t, idempotency.StateFailed, other.Record.State)
 	assert.Equal(t, fpA, other.Record.Fingerprint)
 
 	again := request(nil)
@@ -717,7 +717,7 @@ func testFingerprint(h *harness) {
 
 	same := h.claim(k, fpA)
 	assert.False(t, same.Acquired)
-	assert.Equal(t, middleware.StateCompleted, same.Record.State)
+	assert.Equal(t, idempotency.StateCompleted, same.Record.State)
 	assert.Equal(t, fpA, same.Record.Fingerprint)
 	assert.Equal(t, fpA, h.get(k).Fingerprint)
 }
@@ -736,7 +736,7 @@ func testCorrupt(h *harness) {
 		require.NoError(t, h.PutForeign(k, kind), kind)
 		corrupt := func(op string, err error) {
 			t.Helper()
-			if assert.ErrorIs(t, err, middleware.ErrCorruptRecord, "%v: %s", kind, op) {
+			if assert.ErrorIs(t, err, idempotency.ErrCorruptRecord, "%v: %s", kind, op) {
 				assert.Contains(t, err.Error(), k[:min(len(k), keyInMessage)], "%v: %s: the error names the key", kind, op)
 			}
 		}
@@ -744,7 +744,7 @@ func testCorrupt(h *harness) {
 		res, err := h.Store.Claim(h.ctx, k, req)
 		corrupt("claim", err)
 		assert.False(t, res.Acquired, "%v: a corrupt record is never acquired over", kind)
-		assert.NotEqual(t, middleware.StateCompleted, res.Record.State, "%v: a corrupt record is never a duplicate", kind)
+		assert.NotEqual(t, idempotency.StateCompleted, res.Record.State, "%v: a corrupt record is never a duplicate", kind)
 		_, err = h.Store.Get(h.ctx, k)
 		corrupt("get", err)
 		corrupt("renew", h.Store.Renew(h.ctx, k, req.Token, lease))
@@ -758,7 +758,7 @@ func testCorrupt(h *harness) {
 		corrupt("get after the others: nothing overwrote the value", err)
 
 		require.NoError(t, h.Store.Delete(h.ctx, k), "%v: Delete removes anything", kind)
-		assert.Equal(t, middleware.StateAbsent, h.get(k).State, "%v", kind)
+		assert.Equal(t, idempotency.StateAbsent, h.get(k).State, "%v", kind)
 		assert.True(t, h.claim(k, nil).Acquired, "%v: a deleted corrupt key starts afresh", kind)
 	}
 }
@@ -768,8 +768,8 @@ func testDelete(h *harness) {
 	require.NoError(t, h.Store.Delete(h.ctx, k), "deleting an absent key is fine")
 	tok := h.mustAcquire(k)
 	require.NoError(t, h.Store.Delete(h.ctx, k))
-	assert.Equal(t, middleware.StateAbsent, h.get(k).State)
-	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, nil, time.Minute), middleware.ErrLeaseLost)
+	assert.Equal(t, idempotency.StateAbsent, h.get(k).State)
+	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, nil, time.Minute), idempotency.ErrLeaseLost)
 	tok = h.mustAcquire(k)
 	require.NoError(t, h.Store.Complete(h.ctx, k, tok, nil, time.Minute))
 	require.NoError(t, h.Store.Delete(h.ctx, k))
@@ -791,9 +791,9 @@ func testCancelledContext(h *harness) {
 	assert.ErrorIs(t, err, context.Canceled, "get")
 	assert.ErrorIs(t, h.Store.Delete(ctx, k), context.Canceled, "delete")
 
-	assert.Equal(t, middleware.StateAbsent, h.get(h.key("other")).State, "a cancelled claim changes nothing")
+	assert.Equal(t, idempotency.StateAbsent, h.get(h.key("other")).State, "a cancelled claim changes nothing")
 	rec := h.get(k)
-	assert.Equal(t, middleware.StateInProgress, rec.State, "cancelled calls change nothing")
+	assert.Equal(t, idempotency.StateInProgress, rec.State, "cancelled calls change nothing")
 	assert.Equal(t, tok, rec.Token)
 }
 
@@ -803,39 +803,39 @@ func testBadArguments(h *harness) {
 		req := request(nil)
 		req.Lease = d
 		_, err := h.Store.Claim(h.ctx, k, req)
-		assert.ErrorIs(t, err, middleware.ErrInvalidTTL, "claim lease %v", d)
+		assert.ErrorIs(t, err, idempotency.ErrInvalidTTL, "claim lease %v", d)
 		req = request(nil)
 		req.TTL = d
 		_, err = h.Store.Claim(h.ctx, k, req)
-		assert.ErrorIs(t, err, middleware.ErrInvalidTTL, "claim ttl %v", d)
+		assert.ErrorIs(t, err, idempotency.ErrInvalidTTL, "claim ttl %v", d)
 	}
 	req := request(nil)
 	req.Token = ""
 	_, err := h.Store.Claim(h.ctx, k, req)
-	assert.ErrorIs(t, err, middleware.ErrEmptyToken, "claim")
-	assert.Equal(t, middleware.StateAbsent, h.get(k).State, "a rejected claim writes nothing")
+	assert.ErrorIs(t, err, idempotency.ErrEmptyToken, "claim")
+	assert.Equal(t, idempotency.StateAbsent, h.get(k).State, "a rejected claim writes nothing")
 	tok := h.mustAcquire(k)
 	for _, d := range []time.Duration{0, -time.Second} {
-		assert.ErrorIs(t, h.Store.Renew(h.ctx, k, tok, d), middleware.ErrInvalidTTL, "renew %v", d)
-		assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, nil, d), middleware.ErrInvalidTTL, "complete %v", d)
-		assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, d), middleware.ErrInvalidTTL, "fail %v", d)
+		assert.ErrorIs(t, h.Store.Renew(h.ctx, k, tok, d), idempotency.ErrInvalidTTL, "renew %v", d)
+		assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, nil, d), idempotency.ErrInvalidTTL, "complete %v", d)
+		assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, d), idempotency.ErrInvalidTTL, "fail %v", d)
 	}
 	_, err = h.Store.Claim(h.ctx, "", request(nil))
-	assert.ErrorIs(t, err, middleware.ErrEmptyKey)
-	assert.ErrorIs(t, h.Store.Renew(h.ctx, "", tok, lease), middleware.ErrEmptyKey)
-	assert.ErrorIs(t, h.Store.Complete(h.ctx, "", tok, nil, lease), middleware.ErrEmptyKey)
-	assert.ErrorIs(t, h.Store.Fail(h.ctx, "", tok, lease), middleware.ErrEmptyKey)
-	assert.ErrorIs(t, h.Store.Release(h.ctx, "", tok), middleware.ErrEmptyKey)
+	assert.ErrorIs(t, err, idempotency.ErrEmptyKey)
+	assert.ErrorIs(t, h.Store.Renew(h.ctx, "", tok, lease), idempotency.ErrEmptyKey)
+	assert.ErrorIs(t, h.Store.Complete(h.ctx, "", tok, nil, lease), idempotency.ErrEmptyKey)
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, "", tok, lease), idempotency.ErrEmptyKey)
+	assert.ErrorIs(t, h.Store.Release(h.ctx, "", tok), idempotency.ErrEmptyKey)
 	_, err = h.Store.Get(h.ctx, "")
-	assert.ErrorIs(t, err, middleware.ErrEmptyKey)
-	assert.ErrorIs(t, h.Store.Delete(h.ctx, ""), middleware.ErrEmptyKey)
-	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, "", lease), middleware.ErrEmptyToken)
-	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, "", nil, lease), middleware.ErrEmptyToken)
-	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, "", lease), middleware.ErrEmptyToken)
-	assert.ErrorIs(t, h.Store.Release(h.ctx, k, ""), middleware.ErrEmptyToken)
+	assert.ErrorIs(t, err, idempotency.ErrEmptyKey)
+	assert.ErrorIs(t, h.Store.Delete(h.ctx, ""), idempotency.ErrEmptyKey)
+	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, "", lease), idempotency.ErrEmptyToken)
+	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, "", nil, lease), idempotency.ErrEmptyToken)
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, "", lease), idempotency.ErrEmptyToken)
+	assert.ErrorIs(t, h.Store.Release(h.ctx, k, ""), idempotency.ErrEmptyToken)
 
 	rec := h.get(k)
-	assert.Equal(t, middleware.StateInProgress, rec.State, "rejected calls change nothing")
+	assert.Equal(t, idempotency.StateInProgress, rec.State, "rejected calls change nothing")
 	assert.Equal(t, tok, rec.Token)
 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 // Defaults of the shared settings that the owner protocol does not define.
@@ -30,7 +30,7 @@ type Common struct {
 	Invalid, NilStore error
 	Unit              string
 
-	Store        middleware.Store
+	Store        idempotency.Store
 	Scoped       bool // the adapter's Config.Scope is set
 	SingleTenant bool
 	KeyPrefix    string
@@ -40,7 +40,7 @@ type Common struct {
 	CompletedTTL time.Duration
 	FailedTTL    time.Duration
 	RetryAfter   time.Duration
-	Observer     middleware.Observer
+	Observer     idempotency.Observer
 }
 
 // WithDefaults returns c with every zero setting replaced by its default:
@@ -51,10 +51,10 @@ func (c Common) WithDefaults(keyPrefix string) Common {
 	c.KeyPrefix = cmp.Or(c.KeyPrefix, keyPrefix)
 	c.MaxKeyLength = cmp.Or(c.MaxKeyLength, DefaultMaxKeyLength)
 	c.RetryAfter = cmp.Or(c.RetryAfter, DefaultRetryAfter)
-	c.LeaseTTL = cmp.Or(c.LeaseTTL, middleware.DefaultLeaseTTL)
-	c.StoreTimeout = cmp.Or(c.StoreTimeout, middleware.DefaultStoreTimeout)
-	c.CompletedTTL = cmp.Or(c.CompletedTTL, middleware.DefaultCompletedTTL)
-	c.FailedTTL = cmp.Or(c.FailedTTL, middleware.DefaultFailedTTL)
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, idempotency.DefaultLeaseTTL)
+	c.StoreTimeout = cmp.Or(c.StoreTimeout, idempotency.DefaultStoreTimeout)
+	c.CompletedTTL = cmp.Or(c.CompletedTTL, idempotency.DefaultCompletedTTL)
+	c.FailedTTL = cmp.Or(c.FailedTTL, idempotency.DefaultFailedTTL)
 	return c
 }
 
@@ -97,11 +97,11 @@ func (c Common) Check() *configerr.List {
 // its wire), and the logger to use: logger, or watermill.NopLogger for nil.
 // An error matches c.Invalid; it does not happen for settings that Check
 // accepts.
-func (c Common) NewOnce(logger watermill.LoggerAdapter) (*middleware.Once, watermill.LoggerAdapter, error) {
+func (c Common) NewOnce(logger watermill.LoggerAdapter) (*idempotency.Once, watermill.LoggerAdapter, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	once, err := middleware.NewOnce(middleware.OnceConfig{Store: c.Store, Observer: c.Observer,
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: c.Store, Observer: c.Observer,
 		LeaseTTL: c.LeaseTTL, StoreTimeout: c.StoreTimeout, CompletedTTL: c.CompletedTTL, FailedTTL: c.FailedTTL}, logger)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", c.Invalid, err)
@@ -113,7 +113,7 @@ func (c Common) NewOnce(logger watermill.LoggerAdapter) (*middleware.Once, water
 // panic, the key is FAILED (lease.Fail), panicked counts and logs that, and
 // the panic goes on to the outer recovery (or net/http, or crashes a gRPC
 // server without one), as if the adapter were absent.
-func RunHandler(lease *middleware.Lease, panicked func(err error), handler func()) {
+func RunHandler(lease *idempotency.Lease, panicked func(err error), handler func()) {
 	finished := false
 	defer func() {
 		if !finished {
@@ -127,7 +127,7 @@ func RunHandler(lease *middleware.Lease, panicked func(err error), handler func(
 
 // ObserverOrNop returns the Observer to report to: c.Observer, or one that
 // discards everything for nil.
-func (c Common) ObserverOrNop() middleware.Observer {
+func (c Common) ObserverOrNop() idempotency.Observer {
 	if c.Observer == nil {
 		return nopObserver{}
 	}
@@ -136,21 +136,21 @@ func (c Common) ObserverOrNop() middleware.Observer {
 
 type nopObserver struct{}
 
-func (nopObserver) Outcome(string, middleware.Outcome)        {}
+func (nopObserver) Outcome(string, idempotency.Outcome)       {}
 func (nopObserver) StoreLatency(string, time.Duration, error) {}
 
 // LogOutcome logs one outcome with fields (copied, plus "outcome"): what
 // the client did wrong and what went as planned at Debug, a failed handler
 // at Info, and what an operator must look at (the store, a corrupt record,
 // a result not recorded) at Error.
-func LogOutcome(logger watermill.LoggerAdapter, fields watermill.LogFields, outcome middleware.Outcome, err error) {
+func LogOutcome(logger watermill.LoggerAdapter, fields watermill.LogFields, outcome idempotency.Outcome, err error) {
 	fields = fields.Copy()
 	fields["outcome"] = string(outcome)
 	switch outcome {
-	case middleware.OutcomeProcessed, middleware.OutcomeDuplicate, middleware.OutcomeInProgress,
-		middleware.OutcomeKeyReused, middleware.OutcomeMissingKey:
+	case idempotency.OutcomeProcessed, idempotency.OutcomeDuplicate, idempotency.OutcomeInProgress,
+		idempotency.OutcomeKeyReused, idempotency.OutcomeMissingKey:
 		logger.Debug("Idempotency outcome", fields)
-	case middleware.OutcomeHandlerFailed:
+	case idempotency.OutcomeHandlerFailed:
 		fields["err"] = err
 		logger.Info("Idempotency outcome", fields)
 	default:

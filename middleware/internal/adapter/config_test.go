@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
 )
@@ -18,8 +18,8 @@ var errInvalid, errNilStore = errors.New("pkg: invalid config"), errors.New("pkg
 func TestWithDefaults(t *testing.T) {
 	got := adapter.Common{}.WithDefaults("pkg")
 	assert.Equal(t, adapter.Common{KeyPrefix: "pkg", MaxKeyLength: adapter.DefaultMaxKeyLength, RetryAfter: adapter.DefaultRetryAfter,
-		LeaseTTL: middleware.DefaultLeaseTTL, StoreTimeout: middleware.DefaultStoreTimeout,
-		CompletedTTL: middleware.DefaultCompletedTTL, FailedTTL: middleware.DefaultFailedTTL}, got)
+		LeaseTTL: idempotency.DefaultLeaseTTL, StoreTimeout: idempotency.DefaultStoreTimeout,
+		CompletedTTL: idempotency.DefaultCompletedTTL, FailedTTL: idempotency.DefaultFailedTTL}, got)
 	set := adapter.Common{KeyPrefix: "mine", MaxKeyLength: 9, RetryAfter: 2, LeaseTTL: 3, StoreTimeout: 4, CompletedTTL: 5, FailedTTL: 6}
 	assert.Equal(t, set, set.WithDefaults("pkg"), "set values stay")
 }
@@ -37,7 +37,7 @@ pkg: invalid config: RetryAfter is -3ns, must not be negative
 pkg: invalid config: LeaseTTL 1ms is too short to renew every LeaseTTL/3
 pkg: invalid config: MaxKeyLength is -4, must not be negative`, errInvalid, errNilStore)
 
-	c = adapter.Common{Invalid: errInvalid, NilStore: errNilStore, Store: &struct{ middleware.Store }{}, Scoped: true, SingleTenant: true}
+	c = adapter.Common{Invalid: errInvalid, NilStore: errNilStore, Store: &struct{ idempotency.Store }{}, Scoped: true, SingleTenant: true}
 	assert.EqualError(t, c.Check().Err(), "pkg: invalid config: Scope and SingleTenant are both set; choose one")
 	c.SingleTenant = false
 	assert.NoError(t, c.Check().Err(), "zero settings stand for their defaults")

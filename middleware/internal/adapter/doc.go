@@ -1,7 +1,7 @@
 // Package adapter holds what the request/response adapters of the owner
 // protocol (package httpidem for HTTP, package grpcidem for gRPC) share,
 // written once: the settings their Configs have in common, with their
-// defaults, their checks and the middleware.Once built from them; the rules
+// defaults, their checks and the idempotency.Once built from them; the rules
 // for a client's key, the stored key with its hashed scope, and the
 // fingerprint's hash; the reader of a stored answer's binary record; the
 // level at which each outcome is logged; and what a handler's panic does.

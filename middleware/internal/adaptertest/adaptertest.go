@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
-	"github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
@@ -21,7 +21,7 @@ import (
 // it so that tests sharing the Redis server never see each other's keys.
 type StoreKind struct {
 	Name string
-	New  func(t *testing.T) (store middleware.Store, keyPrefix string)
+	New  func(t *testing.T) (store idempotency.Store, keyPrefix string)
 }
 
 // StoreKinds returns the stores every adapter test runs against: a
@@ -30,12 +30,12 @@ type StoreKind struct {
 // random hex, whose keys are deleted when the test ends.
 func StoreKinds(defaultPrefix, testPrefix string) []StoreKind {
 	return []StoreKind{
-		{Name: "memstore", New: func(t *testing.T) (middleware.Store, string) {
+		{Name: "memstore", New: func(t *testing.T) (idempotency.Store, string) {
 			s := memstore.New(memstore.Config{})
 			t.Cleanup(func() { _ = s.Close() })
 			return s, defaultPrefix
 		}},
-		{Name: "redisstore", New: func(t *testing.T) (middleware.Store, string) {
+		{Name: "redisstore", New: func(t *testing.T) (idempotency.Store, string) {
 			client := testserver.RedisClient(t)
 			s, err := redisstore.New(client)
 			require.NoError(t, err)
@@ -64,18 +64,18 @@ func RandomHex(t testing.TB) string {
 // DownStore builds a store that cannot be reached.
 type DownStore struct {
 	Name string
-	New  func(t *testing.T) middleware.Store
+	New  func(t *testing.T) idempotency.Store
 }
 
 // DownStores are the stores that cannot be reached: a closed memstore, and
 // a redisstore whose address nothing listens on.
 var DownStores = []DownStore{
-	{Name: "memstore closed", New: func(t *testing.T) middleware.Store {
+	{Name: "memstore closed", New: func(t *testing.T) idempotency.Store {
 		s := memstore.New(memstore.Config{})
 		require.NoError(t, s.Close())
 		return s
 	}},
-	{Name: "redis not listening", New: func(t *testing.T) middleware.Store {
+	{Name: "redis not listening", New: func(t *testing.T) idempotency.Store {
 		c := redis.NewClient(&redis.Options{
 			ContextTimeoutEnabled: true,
 			Addr:                  "127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)),

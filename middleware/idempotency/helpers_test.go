@@ -1,4 +1,4 @@
-package middleware_test
+package idempotency_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	idempotency "github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 // outcomes counts the middleware's outcomes; it is the Observer of the tests.

@@ -1,11 +1,11 @@
-// Package middleware gives Watermill handlers exactly-once effects: a router
-// middleware that keeps, per message key, a small state machine in a Store
-// shared by every consumer (Redis in production, see package redisstore).
+// Package idempotency gives Watermill handlers exactly-once effects: a
+// router middleware that keeps, per message key, a small state machine in a
+// Store shared by every consumer (Redis in production, see package
+// redisstore). It lives in middleware/idempotency, beside the stores and the
+// HTTP and gRPC adapters, under a name of its own, so that it imports beside
+// Watermill's message/router/middleware without an alias:
 //
-// The package is named middleware like Watermill's own; import it under a
-// name of your choice where both are used:
-//
-//	import idempotency "github.com/idempotency/watermill-idempotency/middleware"
+//	import "github.com/idempotency/watermill-idempotency/middleware/idempotency"
 //
 //	idem, err := idempotency.New(idempotency.Config{Store: store}, logger)
 //	router.AddMiddleware(idem.Middleware)
@@ -162,4 +162,4 @@
 // attempt and replayed flag instead; package idemotel uses it to put them on
 // the message's OpenTelemetry span, and records the same metrics as
 // idemprom.
-package middleware
+package idempotency

@@ -1,4 +1,4 @@
-package middleware_test
+package idempotency_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/internal/benchref"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
-	idempotency "github.com/idempotency/watermill-idempotency/middleware"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
