@@ -3,12 +3,15 @@ package idemotel_test
 import (
 	"context"
 	"net"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -63,18 +66,24 @@ func TestGRPCServerSpan(t *testing.T) {
 	require.NoError(t, call("check-1", "payments"))
 	require.Equal(t, codes.Unavailable, status.Code(call("check-2", "broken")))
 
+	// The server may end a span after its client has the answer: wait for
+	// all three, and take them in the order the calls started.
+	var ended []sdktrace.ReadOnlySpan
+	require.Eventually(t, func() bool {
+		ended = slices.DeleteFunc(tel.spans.Ended(), func(s sdktrace.ReadOnlySpan) bool {
+			return s.Name() != "grpc.health.v1.Health/Check"
+		})
+		return len(ended) == 3
+	}, 5*time.Second, time.Millisecond, "one server span per call")
+	slices.SortFunc(ended, func(a, b sdktrace.ReadOnlySpan) int { return a.StartTime().Compare(b.StartTime()) })
 	var spans []map[attribute.Key]attribute.Value
-	for _, s := range tel.spans.Ended() {
-		if s.Name() != "grpc.health.v1.Health/Check" {
-			continue
-		}
+	for _, s := range ended {
 		m := map[attribute.Key]attribute.Value{}
 		for _, kv := range s.Attributes() {
 			m[kv.Key] = kv.Value
 		}
 		spans = append(spans, m)
 	}
-	require.Len(t, spans, 3, "one server span per call")
 	first, repeat, broken := spans[0], spans[1], spans[2]
 	assert.Equal(t, "processed", first[idemotel.AttrOutcome].AsString())
 	assert.False(t, first[idemotel.AttrReplayed].AsBool())
