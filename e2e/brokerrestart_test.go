@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
@@ -46,34 +45,22 @@ func brokerRestart(e *env) {
 	const n, consumers = 300, 2
 	url, restart := e.privateBroker()
 	e.url = url
-	pb := e.backend("publisher-private")
-	e.t.Cleanup(func() { _ = pb.Close() })
-	e.pub = pb.Publisher
+	e.publishWith("publisher-private")
 
 	keys := keyNames("r", n)
 	e.expectEffects("up", keys)
 	e.handle(consumers, e.effectOnce)
-	var msgs []*message.Message
-	for _, k := range keys {
-		m := newMsg(k, 0, watermill.NewUUID())
-		e.expect(m)
-		msgs = append(msgs, m)
-	}
 	var retried int
-	e.pubWG.Add(1)
-	go func() {
-		defer e.pubWG.Done()
-		for _, m := range msgs {
-			// A publish that fails during the restart is retried with the
-			// same UUID, as a producer does; one that failed after the
-			// broker took it becomes a duplicate.
-			for e.pub.Publish(e.topic, m) != nil && e.remaining() > 0 {
-				retried++
-				time.Sleep(100 * time.Millisecond)
-			}
-			time.Sleep(10 * time.Millisecond)
+	e.publishInBackground(oneCopyEach(keys), func(m *message.Message) {
+		// A publish that fails during the restart is retried with the same
+		// UUID, as a producer does; one that failed after the broker took
+		// it becomes a duplicate.
+		for e.pub.Publish(e.topic, m) != nil && e.remaining() > 0 {
+			retried++
+			time.Sleep(100 * time.Millisecond)
 		}
-	}()
+		time.Sleep(10 * time.Millisecond)
+	})
 	e.waitFor("a third of the keys done before the restart", func() bool { return e.tr.acks.Load() >= n/3 })
 	before, acked := time.Now(), e.tr.acks.Load()
 	restart()
@@ -81,7 +68,7 @@ func brokerRestart(e *env) {
 	e.note = func() string { // read after the publisher is done
 		return fmt.Sprintf("broker restarted after %d acks, down and up again in %.1fs; %d publishes retried", acked, took.Seconds(), retried)
 	}
-	e.finish()
+	e.requireExactlyOnce()
 }
 
 // gochannelRestartNA says why broker-restart does not apply to gochannel.

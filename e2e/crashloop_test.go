@@ -7,14 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	wmmiddleware "github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
@@ -25,14 +23,10 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// The crash-loop child is this test binary, re-executed with these variables
-// set beside the BROKER_* ones and those of the crash child (store, ledger,
-// key prefix); TestMain runs crashLoopChild instead of the tests.
+// The crash-loop child's variables, beside those every child has.
 const (
-	loopChildVar        = "E2E_CRASH_LOOP_CHILD" // the topic to consume
-	loopPoisonTopicVar  = "E2E_POISON_TOPIC"
-	loopPoisonKeyVar    = "E2E_POISON_KEY"
-	loopLedgerPrefixVar = "E2E_LEDGER_PREFIX"
+	loopPoisonTopicVar = "E2E_POISON_TOPIC"
+	loopPoisonKeyVar   = "E2E_POISON_KEY"
 )
 
 // crashLoopMaxAttempts is the consumers' MaxAttempts in the crash-loop
@@ -54,68 +48,41 @@ const (
 // would, before it can complete or fail the key. The middleware stack is the
 // recommended one: PoisonQueue (filtered by IsPermanent) outside the
 // idempotency middleware with MaxAttempts. It stops cleanly on SIGTERM.
-func crashLoopChild() int {
-	fail := func(err error) int {
-		fmt.Fprintln(os.Stderr, "crash-loop child:", err)
-		return 2
-	}
-	cfg, err := backends.FromEnv()
+func crashLoopChild(k *childKit) error {
+	idem, err := k.idempotency(crashLoopMaxAttempts, ledgerObserver{ledger: k.ledger, hash: k.ledgerKey(loopOutcomesHash)})
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	cfg.Kafka.Tune = kafkaTune
-	b, err := backends.New(cfg, logger())
+	poison, err := wmmiddleware.PoisonQueueWithFilter(k.b.Publisher, os.Getenv(loopPoisonTopicVar), idempotency.IsPermanent)
 	if err != nil {
-		return fail(err)
-	}
-	store, err := childStore()
-	if err != nil {
-		return fail(err)
-	}
-	ledger := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: os.Getenv(childLedgerVar)})
-	ledgerKey := func(hash string) string { return os.Getenv(loopLedgerPrefixVar) + ":" + hash }
-	idem, err := idempotency.New(idempotency.Config{
-		Store: store, KeyPrefix: os.Getenv(childPrefixVar), LeaseTTL: lease, NackDelay: nackDelay,
-		StoreTimeout: time.Second, CompletedTTL: time.Hour, FailedTTL: time.Hour,
-		MaxAttempts: crashLoopMaxAttempts,
-		Observer:    ledgerObserver{ledger: ledger, hash: ledgerKey(loopOutcomesHash)},
-	}, logger())
-	if err != nil {
-		return fail(err)
-	}
-	poison, err := wmmiddleware.PoisonQueueWithFilter(b.Publisher, os.Getenv(loopPoisonTopicVar), idempotency.IsPermanent)
-	if err != nil {
-		return fail(err)
+		return err
 	}
 	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 15 * time.Second}, logger())
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	g := newExitGate()
 	r.AddMiddleware(poison, g.middleware, idem.Middleware)
 	poisonKey := os.Getenv(loopPoisonKeyVar)
-	r.AddConsumerHandler(handlerName, os.Getenv(loopChildVar), b.Subscriber, func(msg *message.Message) error {
+	r.AddConsumerHandler(handlerName, k.topic, k.b.Subscriber, func(msg *message.Message) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		key := msg.Metadata.Get("requestId")
 		if key == poisonKey {
-			if err := ledger.HIncrBy(ctx, ledgerKey(loopRunsHash), key, 1).Err(); err != nil {
+			if err := k.ledger.HIncrBy(ctx, k.ledgerKey(loopRunsHash), key, 1).Err(); err != nil {
 				fmt.Fprintln(os.Stderr, "crash-loop child: ledger:", err)
 				os.Exit(2)
 			}
 			g.exit(1)
 		}
-		if err := ledger.HIncrBy(ctx, ledgerKey("up"), key, 1).Err(); err != nil {
+		if err := k.ledger.HIncrBy(ctx, k.ledgerKey("up"), key, 1).Err(); err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
 		return nil
 	})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	if err := r.Run(ctx); err != nil {
-		return fail(err)
-	}
-	return 0
+	return r.Run(ctx)
 }
 
 // exitGate lets the poison handler exit the process only between the other
@@ -183,7 +150,7 @@ func (o ledgerObserver) Outcome(_ string, outcome idempotency.Outcome) {
 	}
 }
 
-func (ledgerObserver) StoreLatency(string, time.Duration, error) {}
+func (ledgerObserver) StoreLatency(idempotency.Op, time.Duration, error) {}
 
 // crashLoop: a poison message kills its consumer every time its handler
 // runs (os.Exit inside the handler, before the key is completed or failed).
@@ -207,181 +174,164 @@ func crashLoop(e *env) {
 	keys := keyNames("l", n)
 	poisonKey := "l-poison"
 	e.expectEffects("up", keys)
-	poisonTopic := e.topic + "-poison"
-	poisonGroup := e.group + "-poison"
-	e.topics = append(e.topics, poisonTopic)
-	e.t.Cleanup(func() {
-		if e.b.cleanup != nil {
-			e.b.cleanup(e.t, e.url, []string{poisonTopic}, poisonGroup)
-		}
-	})
-
-	// The poison topic's reader, in its own group.
-	reader, err := backends.New(e.b.config(e.url, poisonGroup, e.id+"-poison-reader"), logger())
-	require.NoError(e.t, err)
-	readCtx, stopReading := context.WithCancel(context.Background())
-	poisoned := &poisonLog{}
-	var readerDone sync.WaitGroup
-	e.t.Cleanup(func() {
-		stopReading()
-		_ = reader.Close()
-		readerDone.Wait()
-	})
-	poisonMsgs, err := reader.Subscriber.Subscribe(readCtx, poisonTopic)
-	require.NoError(e.t, err)
-	readerDone.Add(1)
-	go func() {
-		defer readerDone.Done()
-		for m := range poisonMsgs {
-			poisoned.add(m)
-			m.Ack()
-		}
-	}()
-
-	self, err := os.Executable()
-	require.NoError(e.t, err)
+	poisoned := e.readPoisonTopic()
 	cfg := e.b.config(e.url, e.group, e.id+"-looper")
-	cfg.AMQP.PublishGroups = []string{poisonGroup}
-	childEnvs := append(os.Environ(), childEnv(cfg)...)
-	childEnvs = append(childEnvs,
-		loopChildVar+"="+e.topic,
-		loopPoisonTopicVar+"="+poisonTopic,
-		loopPoisonKeyVar+"="+poisonKey,
-		loopLedgerPrefixVar+"="+e.id,
-		childLedgerVar+"="+e.ledger.Options().Addr,
-		childPrefixVar+"="+e.prefix,
-	)
-	childEnvs = append(childEnvs, e.childStoreEnv()...)
-	logDir := e.t.TempDir()
-	start := func(i int) (*exec.Cmd, <-chan error, string) {
-		logPath := filepath.Join(logDir, "child-"+strconv.Itoa(i)+".log")
-		logFile, err := os.Create(logPath)
-		require.NoError(e.t, err)
-		child := exec.Command(self, "-test.run=^$")
-		child.Env = childEnvs
-		child.Stdout, child.Stderr = logFile, logFile
-		require.NoError(e.t, child.Start())
-		exited := make(chan error, 1)
-		go func() { exited <- child.Wait(); _ = logFile.Close() }()
-		return child, exited, logPath
-	}
+	cfg.AMQP.PublishGroups = []string{poisoned.group}
+	e.publish(oneCopyEach(append([]string{poisonKey}, keys[:n/2]...))...)
 
-	first := []*message.Message{newMsg(poisonKey, 0, watermill.NewUUID())}
-	for _, k := range keys[:n/2] {
-		first = append(first, newMsg(k, 0, watermill.NewUUID()))
-	}
-	e.publish(first...)
-
-	ctx := context.Background()
-	ledgerInt := func(hash, field string) int {
-		v, err := e.ledger.HGet(ctx, e.ledgerKey(hash), field).Int()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			e.t.Fatalf("ledger: %v", err)
-		}
-		return v
-	}
-	effectCount := func() int64 {
-		n, err := e.ledger.HLen(ctx, e.ledgerKey("up")).Result()
-		require.NoError(e.t, err)
-		return n
-	}
-	deaths := 0
-	var effectsAtDeath []string // how far the other keys had got at each death
+	// The child dies of the poison and is started again, until the other
+	// keys are done and the poison is on its topic; then it gets SIGTERM.
+	loop := &loopRun{e: e, n: n, poisonKey: poisonKey, poisoned: poisoned}
 	for i := 0; ; i++ {
-		child, exited, logPath := start(i)
-		err, stopped := error(nil), false
-		func() {
-			// A failure below must not leave the child running.
-			defer func() {
-				if !stopped {
-					_ = child.Process.Kill()
-					<-exited
-				}
-			}()
-			for !stopped {
-				select {
-				case err = <-exited:
-					stopped = true
-				case <-time.After(50 * time.Millisecond):
-					if e.remaining() <= 0 {
-						e.t.Fatalf("%s: not done within the %v budget: %d deaths, poison ran %d times, %d messages on the poison topic, %d of %d effects",
-							e.id, e.budget, deaths, ledgerInt(loopRunsHash, poisonKey), poisoned.count(), effectCount(), n)
-					}
-					if poisoned.count() > 0 && effectCount() >= n {
-						require.NoError(e.t, child.Process.Signal(syscall.SIGTERM))
-						err, stopped = <-exited, true
-					}
-				}
-			}
-		}()
+		c := e.startChild("crash-loop", cfg, loopPoisonTopicVar+"="+poisoned.topic, loopPoisonKeyVar+"="+poisonKey)
+		err := e.awaitExit(c, loop.done, loop.String)
 		var exitErr *exec.ExitError
-		if errors.As(err, &exitErr) && exitErr.ExitCode() == 1 {
-			deaths++
-			effectsAtDeath = append(effectsAtDeath, strconv.FormatInt(effectCount(), 10))
-			if runs := ledgerInt(loopRunsHash, poisonKey); deaths > crashLoopMaxAttempts || runs > crashLoopMaxAttempts {
-				e.t.Fatalf("%s: the poison message killed its consumer %d times and ran %d times, with MaxAttempts %d: "+
-					"its attempts did not survive the lapsed leases", e.id, deaths, runs, crashLoopMaxAttempts)
+		if !errors.As(err, &exitErr) || exitErr.ExitCode() != 1 {
+			if err != nil {
+				e.t.Fatalf("crash-loop child %d: %v: %s", i, err, c.output())
 			}
-			if deaths == 1 {
-				// The other messages keep coming while the poison loops.
-				var more []*message.Message
-				for _, k := range keys[n/2:] {
-					more = append(more, newMsg(k, 0, watermill.NewUUID()))
-				}
-				e.publish(more...)
-			}
-			continue
+			break // stopped by SIGTERM once done
 		}
-		if err != nil {
-			log, _ := os.ReadFile(logPath)
-			e.t.Fatalf("crash-loop child %d: %v: %s", i, err, log)
+		loop.died()
+		if loop.deaths == 1 {
+			// The other messages keep coming while the poison loops.
+			e.publish(oneCopyEach(keys[n/2:])...)
 		}
-		break // stopped by SIGTERM once done
 	}
-	elapsed := time.Since(e.start)
+	e.requirePoisonedOnce(loop)
+}
 
-	effects := e.checkLedger()
-	runs := ledgerInt(loopRunsHash, poisonKey)
+// loopRun is the progress of the crash loop, read from the ledger that the
+// children write and from the poison topic.
+type loopRun struct {
+	e              *env
+	n              int
+	poisonKey      string
+	poisoned       *poisonLog
+	deaths         int
+	effectsAtDeath []string // how far the other keys had got at each death
+}
+
+func (l *loopRun) ledgerInt(hash, field string) int {
+	v, err := l.e.ledger.HGet(context.Background(), l.e.ledgerKey(hash), field).Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		l.e.t.Fatalf("ledger: %v", err)
+	}
+	return v
+}
+
+func (l *loopRun) effectCount() int64 {
+	n, err := l.e.ledger.HLen(context.Background(), l.e.ledgerKey("up")).Result()
+	require.NoError(l.e.t, err)
+	return n
+}
+
+// done: every other key had its effect, and the poison reached its topic.
+func (l *loopRun) done() bool {
+	return len(l.poisoned.all()) > 0 && l.effectCount() >= int64(l.n)
+}
+
+func (l *loopRun) String() string {
+	return fmt.Sprintf("%d deaths, poison ran %d times, %d messages on the poison topic, %d of %d effects",
+		l.deaths, l.ledgerInt(loopRunsHash, l.poisonKey), len(l.poisoned.all()), l.effectCount(), l.n)
+}
+
+// died counts a death of the child, which must not outnumber MaxAttempts.
+func (l *loopRun) died() {
+	l.deaths++
+	l.effectsAtDeath = append(l.effectsAtDeath, strconv.FormatInt(l.effectCount(), 10))
+	if runs := l.ledgerInt(loopRunsHash, l.poisonKey); l.deaths > crashLoopMaxAttempts || runs > crashLoopMaxAttempts {
+		l.e.t.Fatalf("%s: the poison message killed its consumer %d times and ran %d times, with MaxAttempts %d: "+
+			"its attempts did not survive the lapsed leases", l.e.id, l.deaths, runs, crashLoopMaxAttempts)
+	}
+}
+
+// requirePoisonedOnce is the crash loop's accounting, from what the
+// children wrote to the ledger, the poison topic and the store: the poison
+// ran MaxAttempts times and reached the poison topic once, its key is left
+// FAILED with its attempts counted, and every other key had its effect
+// exactly once. If any check fails, it ends the test with every count.
+func (e *env) requirePoisonedOnce(l *loopRun) {
+	e.t.Helper()
+	ctx := context.Background()
+	elapsed := time.Since(e.start)
+	ledger, effects := e.countEffects()
+	runs := l.ledgerInt(loopRunsHash, l.poisonKey)
 	outcomes, err := e.ledger.HGetAll(ctx, e.ledgerKey(loopOutcomesHash)).Result()
 	require.NoError(e.t, err)
 	outcome := func(o idempotency.Outcome) int { n, _ := strconv.Atoi(outcomes[string(o)]); return n }
-	line := fmt.Sprintf("%-9s %-17s deaths %d  poison runs %d  effects %5d  duplicates %5d  in_progress %4d  elapsed %5.1fs  "+
+	counts := fmt.Sprintf("deaths %d  poison runs %d  effects %5d  duplicates %5d  in_progress %4d  elapsed %5.1fs  "+
 		"(published %d, poisoned %d, other keys done at each death %s)",
-		e.b.name, e.name, deaths, runs, effects, outcome(idempotency.OutcomeDuplicate), outcome(idempotency.OutcomeInProgress),
-		elapsed.Seconds(), e.published, poisoned.count(), strings.Join(effectsAtDeath, "/"))
-	e.t.Log(line)
-	summary.add(e.b.name, e.name, line)
-
-	assert.Equal(e.t, crashLoopMaxAttempts, deaths, "the poison message killed MaxAttempts consumers")
-	assert.Equal(e.t, crashLoopMaxAttempts, runs, "the poison's handler ran MaxAttempts times")
+		l.deaths, runs, effects, outcome(idempotency.OutcomeDuplicate), outcome(idempotency.OutcomeInProgress),
+		elapsed.Seconds(), e.published, len(l.poisoned.all()), strings.Join(l.effectsAtDeath, "/"))
+	e.report(counts)
 	// The poison topic is read until the child stopped; its publish came
 	// before the ack of the refused delivery, so a second one would have
 	// been read by now as surely as the first.
 	time.Sleep(500 * time.Millisecond)
-	got := poisoned.all()
-	if assert.Len(e.t, got, 1, "the poison message reached the poison topic once") {
-		assert.Equal(e.t, poisonKey, got[0].Metadata.Get("requestId"))
-		assert.Contains(e.t, got[0].Metadata.Get(wmmiddleware.ReasonForPoisonedKey), idempotency.ErrTooManyAttempts.Error())
-		assert.Equal(e.t, e.topic, got[0].Metadata.Get(wmmiddleware.PoisonedTopicKey))
-	}
-	assert.Equal(e.t, n, outcome(idempotency.OutcomeProcessed), "one successful run per other key")
-	assert.Equal(e.t, 1, outcome(idempotency.OutcomeTooManyAttempts), "one delivery of the poison was refused")
-	for _, bad := range []idempotency.Outcome{idempotency.OutcomeHandlerFailed, idempotency.OutcomeLeaseLost,
-		idempotency.OutcomeCompleteFailed, idempotency.OutcomeMissingKey, idempotency.OutcomeKeyReused,
-		idempotency.OutcomeStoreUnavailable, idempotency.OutcomeFailOpen} {
-		assert.Zero(e.t, outcome(bad), "outcome %s", bad)
-	}
-
+	got := l.poisoned.all()
 	// The store kept the count across the lapsed leases: three runs and the
 	// claim that MaxAttempts refused.
-	rec, err := e.newStore().Get(ctx, e.prefix+":"+handlerName+":"+poisonKey)
+	rec, recErr := e.newStore().Get(ctx, e.prefix+":"+handlerName+":"+l.poisonKey)
+
+	e.requireAll(fmt.Sprintf("%s; outcomes %v; %v", counts, outcomes, ledger), checkEffects(ledger), func(t assert.TestingT) {
+		assert.Equal(t, crashLoopMaxAttempts, l.deaths, "the poison message killed MaxAttempts consumers")
+		assert.Equal(t, crashLoopMaxAttempts, runs, "the poison's handler ran MaxAttempts times")
+		if assert.Len(t, got, 1, "the poison message reached the poison topic once") {
+			assert.Equal(t, l.poisonKey, got[0].Metadata.Get("requestId"))
+			assert.Contains(t, got[0].Metadata.Get(wmmiddleware.ReasonForPoisonedKey), idempotency.ErrTooManyAttempts.Error())
+			assert.Equal(t, e.topic, got[0].Metadata.Get(wmmiddleware.PoisonedTopicKey))
+		}
+		assert.Equal(t, l.n, outcome(idempotency.OutcomeProcessed), "one successful run per other key")
+		assert.Equal(t, 1, outcome(idempotency.OutcomeTooManyAttempts), "one delivery of the poison was refused")
+		for _, bad := range []idempotency.Outcome{idempotency.OutcomeHandlerFailed, idempotency.OutcomeLeaseLost,
+			idempotency.OutcomeCompleteFailed, idempotency.OutcomeMissingKey, idempotency.OutcomeKeyReused,
+			idempotency.OutcomeStoreUnavailable, idempotency.OutcomeFailOpen} {
+			assert.Zero(t, outcome(bad), "outcome %s", bad)
+		}
+		if assert.NoError(t, recErr, "the poison's record") {
+			assert.Equal(t, idempotency.StateFailed, rec.State, "the poison's key is left FAILED")
+			assert.Equal(t, crashLoopMaxAttempts+1, rec.Attempts, "the poison's attempts: its runs and the refused claim")
+		}
+	})
+}
+
+// readPoisonTopic reads the scenario's poison topic, in a group of its own,
+// until the end of the test.
+func (e *env) readPoisonTopic() *poisonLog {
+	p := &poisonLog{topic: e.topic + "-poison", group: e.group + "-poison"}
+	e.topics = append(e.topics, p.topic)
+	e.t.Cleanup(func() {
+		if e.b.cleanup != nil {
+			e.b.cleanup(e.t, e.url, []string{p.topic}, p.group)
+		}
+	})
+	reader, err := backends.New(e.b.config(e.url, p.group, e.id+"-poison-reader"), logger())
 	require.NoError(e.t, err)
-	assert.Equal(e.t, idempotency.StateFailed, rec.State, "the poison's key is left FAILED")
-	assert.Equal(e.t, crashLoopMaxAttempts+1, rec.Attempts, "the poison's attempts: its runs and the refused claim")
+	ctx, stop := context.WithCancel(context.Background())
+	var reading sync.WaitGroup
+	e.t.Cleanup(func() {
+		stop()
+		_ = reader.Close()
+		reading.Wait()
+	})
+	msgs, err := reader.Subscriber.Subscribe(ctx, p.topic)
+	require.NoError(e.t, err)
+	reading.Add(1)
+	go func() {
+		defer reading.Done()
+		for m := range msgs {
+			p.add(m)
+			m.Ack()
+		}
+	}()
+	return p
 }
 
 // poisonLog keeps what arrived on the poison topic.
 type poisonLog struct {
+	topic, group string
+
 	mu   sync.Mutex
 	msgs []*message.Message
 }
@@ -390,12 +340,6 @@ func (p *poisonLog) add(m *message.Message) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.msgs = append(p.msgs, m)
-}
-
-func (p *poisonLog) count() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.msgs)
 }
 
 func (p *poisonLog) all() []*message.Message {

@@ -133,11 +133,8 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
 	redis.SetLogger(quietRedis{})
-	if os.Getenv(childEnvVar) != "" {
-		os.Exit(crashChild())
-	}
-	if os.Getenv(loopChildVar) != "" {
-		os.Exit(crashLoopChild())
+	if role := os.Getenv(childRoleVar); role != "" {
+		os.Exit(runChild(role))
 	}
 	os.Exit(m.Run())
 }

@@ -46,9 +46,7 @@ func stuckPartition(e *env) {
 			c.Producer.Partitioner = func(string) sarama.Partitioner { return part }
 		}
 	}
-	pb := e.backend("pinned-publisher")
-	e.t.Cleanup(func() { _ = pb.Close() })
-	e.pub = pb.Publisher
+	e.publishWith("pinned-publisher")
 
 	var released atomic.Bool
 	var stuckRuns atomic.Int64
@@ -66,37 +64,25 @@ func stuckPartition(e *env) {
 	require.Greater(e.t, part.partitions(), int32(1),
 		"topics are created with more than one partition by default: with one, a failing message stalls the whole topic")
 	e.waitFor("the stuck key failing", func() bool { return stuckRuns.Load() > 0 })
-	var msgs []*message.Message
-	for _, k := range keys {
-		msgs = append(msgs, newMsg(k, 0, watermill.NewUUID()))
-	}
-	e.publish(msgs...)
+	e.publish(oneCopyEach(keys)...)
 
 	// The stuck message is resent and fails again every NackResendSleep;
 	// a few rounds show that its partition stays held across redeliveries.
 	e.waitFor("every key on the other partitions processed while one keeps failing", func() bool {
-		if stuckRuns.Load() < 5 {
-			return false
-		}
-		for _, k := range keys {
-			if _, ok := e.effects.Load("up/" + k); !ok {
-				return false
-			}
-		}
-		return true
+		return stuckRuns.Load() >= 5 && e.haveEffects("up", keys...)
 	})
 	failed := stuckRuns.Load()
-	_, behindDone := e.effects.Load("up/" + behind)
+	behindDone := e.haveEffects("up", behind)
 	released.Store(true)
 	e.note = func() string {
 		return fmt.Sprintf("%d partitions, the stuck key failed %d times before it was let through", part.partitions(), failed)
 	}
-	e.finish()
-
-	assert.False(e.t, behindDone, "the message behind the failing one in its partition waited for it, %d failures long", failed)
-	used := part.used(keys...)
-	assert.NotContains(e.t, used, int32(0), "no other key shares the stuck key's partition")
-	assert.Len(e.t, used, int(part.partitions())-1, "the other keys are spread over every other partition")
+	e.requireExactlyOnce(func(t assert.TestingT) {
+		assert.False(t, behindDone, "the message behind the failing one in its partition waited for it, %d failures long", failed)
+		used := part.used(keys...)
+		assert.NotContains(t, used, int32(0), "no other key shares the stuck key's partition")
+		assert.Len(t, used, int(part.partitions())-1, "the other keys are spread over every other partition")
+	})
 }
 
 // pinnedPartitioner places the messages of the pinned keys (metadata

@@ -14,12 +14,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
-	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
 func keyNames(prefix string, n int) []string {
@@ -63,7 +61,7 @@ func duplicateStorm(e *env) {
 	rand.New(rand.NewPCG(uint64(seed), 0)).Shuffle(len(msgs), func(i, j int) { msgs[i], msgs[j] = msgs[j], msgs[i] })
 	e.note = func() string { return fmt.Sprintf("shuffle seed %d", seed) }
 	e.publish(msgs...)
-	e.finish()
+	e.requireExactlyOnce()
 }
 
 var errFlaky = errors.New("flaky handler failed on purpose")
@@ -78,13 +76,12 @@ func flakyHandler(e *env) {
 	n := e.size(500, pgScale)
 	keys := keyNames("f", n)
 	e.expectEffects("up", keys)
-	var attempts sync.Map
+	var attempts tally[string]
 	var injected atomic.Int64
 	e.handle(consumers, func(msg *message.Message) error {
 		e.runs.Add(1)
 		key := msg.Metadata.Get("requestId")
-		c, _ := attempts.LoadOrStore(key, new(atomic.Int64))
-		attempt := c.(*atomic.Int64).Add(1)
+		attempt := attempts.add(key)
 		if fnvMod(fmt.Sprintf("%s/%d", key, attempt), 100) < 30 {
 			injected.Add(1)
 			if e.fxTable != "" {
@@ -94,16 +91,12 @@ func flakyHandler(e *env) {
 		}
 		return e.effect(msg, "up", key)
 	})
-	var msgs []*message.Message
-	for _, k := range keys {
-		msgs = append(msgs, newMsg(k, 0, watermill.NewUUID()))
-	}
-	e.publish(msgs...)
+	e.publish(oneCopyEach(keys)...)
 	e.note = func() string { return fmt.Sprintf("%d injected failures", injected.Load()) }
-	e.finish()
-	e.t.Logf("injected failures %d", injected.Load())
-	assert.Equal(e.t, int(injected.Load()), e.obs.get(idempotency.OutcomeHandlerFailed), "every injected failure was seen as one")
-	assert.Greater(e.t, injected.Load(), int64(n/10), "the run had failures to recover from")
+	e.requireExactlyOnce(func(t assert.TestingT) {
+		assert.Equal(t, int(injected.Load()), e.obs.get(idempotency.OutcomeHandlerFailed), "every injected failure was seen as one")
+		assert.Greater(t, injected.Load(), int64(n/10), "the run had failures to recover from")
+	})
 }
 
 func fnvMod(s string, n uint32) uint32 {
@@ -139,9 +132,10 @@ func concurrentCopies(e *env) {
 		wg.Wait()
 	}
 	e.requirePublished()
-	e.finish()
-	assert.Positive(e.t, e.obs.get(idempotency.OutcomeInProgress),
-		"copies of a key met while its first copy ran (in_progress), at least once")
+	e.requireExactlyOnce(func(t assert.TestingT) {
+		assert.Positive(t, e.obs.get(idempotency.OutcomeInProgress),
+			"copies of a key met while its first copy ran (in_progress), at least once")
+	})
 }
 
 // sleepCtx sleeps d, or returns the cause of ctx ending first.
@@ -175,12 +169,8 @@ func storeOutage(e *env) {
 	e.lease = 8 * time.Second
 	srv := testserver.StartRedis(e.t, "--appendonly", "yes", "--appendfsync", "always")
 	e.newStore = func() idempotency.Store {
-		c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+		return e.redisStore(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
 			ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
-		e.t.Cleanup(func() { _ = c.Close() })
-		s, err := redisstore.New(c)
-		require.NoError(e.t, err)
-		return s
 	}
 	keys := keyNames("o", n)
 	e.expectEffects("up", keys)
@@ -189,11 +179,7 @@ func storeOutage(e *env) {
 		time.Sleep(5 * time.Millisecond)
 		return e.effect(msg, "up", msg.Metadata.Get("requestId"))
 	})
-	var msgs []*message.Message
-	for _, k := range keys {
-		msgs = append(msgs, newMsg(k, 0, watermill.NewUUID()))
-	}
-	e.publishPaced(10*time.Millisecond, msgs...)
+	e.publishPaced(10*time.Millisecond, oneCopyEach(keys)...)
 	e.waitFor("a quarter of the keys done before the outage", func() bool { return e.tr.acks.Load() >= n/4 })
 	srv.Stop()
 	stopped, down := time.Now(), e.tr.acks.Load()
@@ -206,9 +192,10 @@ func storeOutage(e *env) {
 	time.Sleep(5*time.Second - time.Since(stopped))
 	srv.Start()
 	e.note = func() string { return fmt.Sprintf("store down 5s after %d acks", down) }
-	e.finish()
-	assert.Positive(e.t, e.obs.get(idempotency.OutcomeStoreUnavailable), "the outage was felt: claims failed and were nacked")
-	assert.Zero(e.t, e.obs.get(idempotency.OutcomeCompleteFailed), "every success was recorded COMPLETED within its lease")
+	e.requireExactlyOnce(func(t assert.TestingT) {
+		assert.Positive(t, e.obs.get(idempotency.OutcomeStoreUnavailable), "the outage was felt: claims failed and were nacked")
+		assert.Zero(t, e.obs.get(idempotency.OutcomeCompleteFailed), "every success was recorded COMPLETED within its lease")
+	})
 }
 
 // slowHandler: each of two keys runs 5 s, 2.5 times the lease, on three
@@ -222,12 +209,11 @@ func slowHandler(e *env) {
 	const slow = 5 * time.Second
 	keys := keyNames("s", n)
 	e.expectEffects("up", keys)
-	var runsPerKey sync.Map
+	var runsPerKey tally[string]
 	e.handle(consumers, func(msg *message.Message) error {
 		e.runs.Add(1)
 		key := msg.Metadata.Get("requestId")
-		c, _ := runsPerKey.LoadOrStore(key, new(atomic.Int64))
-		c.(*atomic.Int64).Add(1)
+		runsPerKey.add(key)
 		if err := sleepCtx(msg.Context(), slow); err != nil {
 			return err
 		}
@@ -235,15 +221,7 @@ func slowHandler(e *env) {
 	})
 	started := func() bool {
 		for _, k := range keys {
-			if _, ok := runsPerKey.Load(k); !ok {
-				return false
-			}
-		}
-		return true
-	}
-	done := func() bool {
-		for _, k := range keys {
-			if _, ok := e.effects.Load("up/" + k); !ok {
+			if runsPerKey.get(k) == 0 {
 				return false
 			}
 		}
@@ -254,7 +232,7 @@ func slowHandler(e *env) {
 	}
 	e.waitFor("both slow handlers running", started)
 	copies := 0
-	for !done() && e.remaining() > 0 {
+	for !e.haveEffects("up", keys...) && e.remaining() > 0 {
 		time.Sleep(500 * time.Millisecond)
 		copies++
 		for _, k := range keys {
@@ -275,16 +253,16 @@ func slowHandler(e *env) {
 		// redelivered may reach a consumer only once that is free again.
 		e.waitFor("the broker redelivered an original, by its timer", func() bool { return originalRedelivered() > 0 })
 	}
-	e.finish()
-	for _, k := range keys {
-		c, _ := runsPerKey.Load(k)
-		assert.EqualValues(e.t, 1, c.(*atomic.Int64).Load(), "key %s: a live handler running 2.5× its lease is never run twice", k)
-	}
-	assert.Positive(e.t, e.obs.get(idempotency.OutcomeInProgress), "copies came while the handlers ran and were nacked")
-	assert.GreaterOrEqual(e.t, e.obs.op(idempotency.OpRenew), n*int(slow/(lease/3))/2, "the leases were renewed")
-	if e.b.timerRedelivery {
-		assert.Positive(e.t, originalRedelivered(), "the broker redelivered an original while its handler ran")
-	}
+	e.requireExactlyOnce(func(t assert.TestingT) {
+		for _, k := range keys {
+			assert.Equal(t, 1, runsPerKey.get(k), "key %s: a live handler running 2.5× its lease is never run twice", k)
+		}
+		assert.Positive(t, e.obs.get(idempotency.OutcomeInProgress), "copies came while the handlers ran and were nacked")
+		assert.GreaterOrEqual(t, e.obs.op(idempotency.OpRenew), n*int(slow/(lease/3))/2, "the leases were renewed")
+		if e.b.timerRedelivery {
+			assert.Positive(t, originalRedelivered(), "the broker redelivered an original while its handler ran")
+		}
+	})
 }
 
 // outputReplay: the handler publishes one message per key to a downstream
@@ -329,16 +307,13 @@ func outputReplay(e *env) {
 			return e.effect(msg, "down", msg.Metadata.Get(metaSource))
 		})
 	})
-	var msgs []*message.Message
-	for _, k := range keys {
-		msgs = append(msgs, newMsg(k, 0, watermill.NewUUID()))
-	}
-	e.publish(msgs...)
+	e.publish(oneCopyEach(keys)...)
 	e.note = func() string { return fmt.Sprintf("%d first publishes of output failed", e.publishFailed.Load()) }
-	e.finish()
-	assert.EqualValues(e.t, n, e.publishFailed.Load(), "the first publish of every produced message failed")
-	assert.Zero(e.t, fp.uuidChanged.Load(), "a replayed output kept the UUID of the first run's")
-	assert.GreaterOrEqual(e.t, e.obs.get(idempotency.OutcomeDuplicate), n, "every key's redelivery was a duplicate that replayed the output")
+	e.requireExactlyOnce(func(t assert.TestingT) {
+		assert.EqualValues(t, n, e.publishFailed.Load(), "the first publish of every produced message failed")
+		assert.Zero(t, fp.uuidChanged.Load(), "a replayed output kept the UUID of the first run's")
+		assert.GreaterOrEqual(t, e.obs.get(idempotency.OutcomeDuplicate), n, "every key's redelivery was a duplicate that replayed the output")
+	})
 }
 
 // failFirstPublish fails the first publish of every message UUID, and

@@ -1,0 +1,120 @@
+package e2e
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+)
+
+// fleet is the scenario's consumers, each a member of its group with its
+// own connections, store client and router.
+type fleet struct {
+	shared    *backends.Backend // gochannel: the one instance every member shares
+	consumers []*consumer
+	// fanout is how many consumers receive each published message: 1 with
+	// consumer groups, every consumer on gochannel, which has none.
+	fanout atomic.Int64
+	// lease is the consumers' LeaseTTL; by default the package's lease.
+	lease time.Duration
+	// configure, when set, adjusts the backends configuration of every
+	// member built after it is set.
+	configure func(cfg *backends.Config)
+}
+
+// consumer is one member of the group: its own connections and router.
+type consumer struct {
+	r      *message.Router
+	b      *backends.Backend
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// backend builds one member's Publisher and Subscriber; on gochannel every
+// member gets the shared instance.
+func (e *env) backend(member string) *backends.Backend {
+	if e.shared != nil {
+		return e.shared
+	}
+	cfg := e.b.config(e.url, e.group, e.id+"-"+member)
+	if e.configure != nil {
+		e.configure(&cfg)
+	}
+	b, err := backends.New(cfg, logger())
+	require.NoError(e.t, err)
+	return b
+}
+
+// idemConfig is the middleware's configuration in every consumer, in this
+// process or in a child: the scenario's timers, scaled down from
+// production's.
+func idemConfig(store idempotency.Store, prefix string, leaseTTL time.Duration, obs idempotency.Observer) idempotency.Config {
+	return idempotency.Config{
+		Store:        store,
+		KeyPrefix:    prefix,
+		LeaseTTL:     leaseTTL,
+		NackDelay:    nackDelay,
+		StoreTimeout: time.Second,
+		CompletedTTL: time.Hour,
+		FailedTTL:    time.Hour,
+		Observer:     obs,
+	}
+}
+
+// newIdem is one consumer's middleware.
+func (e *env) newIdem() *idempotency.Idempotency {
+	idem, err := idempotency.New(idemConfig(e.newStore(), e.prefix, e.lease, e.obs), logger())
+	require.NoError(e.t, err)
+	return idem
+}
+
+// startConsumers starts n members of the group, each with its own backend,
+// store client and router; wire adds the handlers, after the tracker and
+// the idempotency middleware.
+func (e *env) startConsumers(n int, wire func(r *message.Router, b *backends.Backend)) {
+	e.t.Helper()
+	for i := range n {
+		b := e.backend("c" + strconv.Itoa(i))
+		r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 15 * time.Second}, logger())
+		require.NoError(e.t, err)
+		r.AddMiddleware(e.tr.middleware, e.newIdem().Middleware)
+		wire(r, b)
+		ctx, cancel := context.WithCancel(context.Background())
+		c := &consumer{r: r, b: b, cancel: cancel, done: make(chan struct{})}
+		go func() { defer close(c.done); _ = r.Run(ctx) }()
+		select {
+		case <-r.Running():
+		case <-time.After(30 * time.Second):
+			e.t.Fatalf("consumer %d of %s did not start", i, e.id)
+		}
+		e.consumers = append(e.consumers, c)
+		if e.shared != nil || len(e.consumers) == 1 {
+			e.fanout.Store(int64(len(e.consumers)))
+		}
+	}
+}
+
+// handle starts n members whose one handler consumes the scenario's topic.
+func (e *env) handle(n int, h message.NoPublishHandlerFunc) {
+	e.startConsumers(n, func(r *message.Router, b *backends.Backend) {
+		r.AddConsumerHandler(handlerName, e.topic, b.Subscriber, h)
+	})
+}
+
+func (e *env) stopConsumers() {
+	for _, c := range e.consumers {
+		c.cancel()
+		_ = c.r.Close()
+		<-c.done
+		if c.b != e.shared {
+			_ = c.b.Close()
+		}
+	}
+	e.consumers = nil
+}
