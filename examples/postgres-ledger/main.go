@@ -353,7 +353,7 @@ func (c *counts) Outcome(_ string, o idempotency.Outcome) {
 	c.mu.Unlock()
 }
 
-func (c *counts) StoreLatency(string, time.Duration, error) {}
+func (c *counts) StoreLatency(idempotency.Op, time.Duration, error) {}
 
 func (c *counts) get(o idempotency.Outcome) int {
 	c.mu.Lock()

@@ -36,7 +36,7 @@ func (t *tally) Outcome(_ string, o idempotency.Outcome) {
 	t.mu.Unlock()
 }
 
-func (t *tally) StoreLatency(string, time.Duration, error) {}
+func (t *tally) StoreLatency(idempotency.Op, time.Duration, error) {}
 
 func (t *tally) total(outcomes ...idempotency.Outcome) int {
 	t.mu.Lock()

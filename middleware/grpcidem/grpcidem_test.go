@@ -211,7 +211,7 @@ func (o *recordingObserver) Outcome(label string, outcome idempotency.Outcome) {
 	o.outcomes = append(o.outcomes, label+" "+string(outcome))
 }
 
-func (o *recordingObserver) StoreLatency(string, time.Duration, error) {}
+func (o *recordingObserver) StoreLatency(idempotency.Op, time.Duration, error) {}
 
 // TestObserver: one outcome per call the interceptor applies to, labelled
 // with the full method name, never the scope; none for other methods.

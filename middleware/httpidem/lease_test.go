@@ -16,6 +16,7 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/inprocess"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
@@ -214,7 +215,7 @@ func TestLeaseStopRacesRenewal(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
 		store, prefix := kind.New(t)
 		lease := 3 * time.Millisecond
-		if _, inProcess := store.(idempotency.InProcessStore); !inProcess {
+		if !inprocess.Is(store) {
 			lease = 30 * time.Millisecond
 		}
 		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.LeaseTTL = lease }).Handler(

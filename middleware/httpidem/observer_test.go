@@ -33,7 +33,7 @@ func (o *contextObserver) Outcome(string, idempotency.Outcome) {
 	o.plain++
 }
 
-func (o *contextObserver) StoreLatency(string, time.Duration, error) {}
+func (o *contextObserver) StoreLatency(idempotency.Op, time.Duration, error) {}
 
 func (o *contextObserver) OutcomeContext(ctx context.Context, d idempotency.OutcomeDetails) {
 	o.mu.Lock()

@@ -25,11 +25,11 @@ import (
 type recordingObserver struct {
 	mu       sync.Mutex
 	outcomes map[string]map[idempotency.Outcome]int
-	ops      map[string]int
+	ops      map[idempotency.Op]int
 }
 
 func newRecordingObserver() *recordingObserver {
-	return &recordingObserver{outcomes: map[string]map[idempotency.Outcome]int{}, ops: map[string]int{}}
+	return &recordingObserver{outcomes: map[string]map[idempotency.Outcome]int{}, ops: map[idempotency.Op]int{}}
 }
 
 func (o *recordingObserver) Outcome(label string, outcome idempotency.Outcome) {
@@ -41,13 +41,13 @@ func (o *recordingObserver) Outcome(label string, outcome idempotency.Outcome) {
 	o.outcomes[label][outcome]++
 }
 
-func (o *recordingObserver) StoreLatency(op string, _ time.Duration, _ error) {
+func (o *recordingObserver) StoreLatency(op idempotency.Op, _ time.Duration, _ error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.ops[op]++
 }
 
-func (o *recordingObserver) snapshot() (map[string]map[idempotency.Outcome]int, map[string]int) {
+func (o *recordingObserver) snapshot() (map[string]map[idempotency.Outcome]int, map[idempotency.Op]int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := map[string]map[idempotency.Outcome]int{}
@@ -57,7 +57,7 @@ func (o *recordingObserver) snapshot() (map[string]map[idempotency.Outcome]int, 
 			out[label][k] = v
 		}
 	}
-	ops := map[string]int{}
+	ops := map[idempotency.Op]int{}
 	for k, v := range o.ops {
 		ops[k] = v
 	}

@@ -115,10 +115,10 @@ func (o *Observer) count(ctx context.Context, handler string, outcome idempotenc
 }
 
 // StoreLatency implements idempotency.Observer.
-func (o *Observer) StoreLatency(op string, d time.Duration, err error) {
+func (o *Observer) StoreLatency(op idempotency.Op, d time.Duration, err error) {
 	result := "ok"
 	if err != nil {
 		result = "error"
 	}
-	o.latency.Record(context.Background(), d.Seconds(), metric.WithAttributes(attribute.String("op", op), attribute.String("result", result)))
+	o.latency.Record(context.Background(), d.Seconds(), metric.WithAttributes(attribute.String("op", string(op)), attribute.String("result", result)))
 }

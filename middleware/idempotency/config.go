@@ -7,7 +7,12 @@ import (
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
 )
 
-// Defaults of Config.
+// Defaults of Config and OnceConfig: a zero field means the default of its
+// name. They are exported so that code can derive a setting from a default
+// instead of copying its number: a broker's redelivery timer above
+// DefaultLeaseTTL, the adapters' configs (httpidem, grpcidem) that share
+// the owner protocol's defaults, or the stored key of a message
+// (DefaultKeyPrefix, see Keys in the package documentation).
 const (
 	DefaultKeyPrefix     = "idem"
 	DefaultLeaseTTL      = 40 * time.Second
@@ -19,9 +24,14 @@ const (
 	DefaultMaxKeyLength  = 200
 )
 
-// DefaultKeyMetadata are the metadata fields a key is read from, in order,
-// before the message UUID.
-var DefaultKeyMetadata = []string{"requestId", "Idempotency-Key"}
+// DefaultKeyMetadata returns the metadata fields a key is read from when
+// Config.KeyMetadata is nil, in order: "requestId", then "Idempotency-Key".
+// It returns a new slice on every call, so that a config can add a field
+// to the defaults without copying them, and without changing them for
+// anyone else:
+//
+//	cfg.KeyMetadata = append(idempotency.DefaultKeyMetadata(), "orderId")
+func DefaultKeyMetadata() []string { return []string{"requestId", "Idempotency-Key"} }
 
 // Config configures an Idempotency middleware. A zero field means its
 // documented default; only Store is required.
@@ -32,7 +42,7 @@ type Config struct {
 
 	// KeyMetadata are the metadata fields read, in order, for the key; the
 	// first non-empty one wins, else the message UUID is the key. Nil means
-	// DefaultKeyMetadata ("requestId", then "Idempotency-Key").
+	// DefaultKeyMetadata() ("requestId", then "Idempotency-Key").
 	KeyMetadata []string
 	// KeyFunc, when set, replaces KeyMetadata and the UUID: it returns the
 	// key of a message. An empty key or an error is ErrMissingKey.
@@ -108,9 +118,10 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.KeyMetadata == nil {
-		c.KeyMetadata = DefaultKeyMetadata
+		c.KeyMetadata = DefaultKeyMetadata()
+	} else {
+		c.KeyMetadata = append([]string(nil), c.KeyMetadata...) // the caller's slice may change
 	}
-	c.KeyMetadata = append([]string(nil), c.KeyMetadata...)
 	if c.Scope == nil {
 		c.Scope = func(msg *message.Message) string { return message.HandlerNameFromCtx(msg.Context()) }
 	}
@@ -145,8 +156,10 @@ func (c Config) onceConfig() OnceConfig {
 	}
 }
 
-// Validate reports every problem of a Config whose defaults are filled,
-// joined in the order of its fields; each matches ErrInvalidConfig.
+// Validate reports every problem of c, joined in the order of its fields;
+// each matches ErrInvalidConfig. New calls it. A zero field is valid (it
+// means its default), so a program may also call it on a config as
+// written, to report every problem at start-up beside its other settings.
 func (c Config) Validate() error {
 	problems := configerr.New(ErrInvalidConfig)
 	c.onceConfig().check(problems)

@@ -59,10 +59,15 @@
 // The key is the first non-empty metadata field of Config.KeyMetadata
 // (default "requestId", then "Idempotency-Key"), else the message UUID, or
 // whatever Config.KeyFunc returns. It is stored as prefix:scope:key, where
-// the scope defaults to the handler's name, so that two handlers consuming
-// one topic each process a message once. Keys longer than
-// Config.MaxKeyLength (200 bytes) are replaced by their SHA-256. Keys may hold
-// any bytes.
+// the prefix is Config.KeyPrefix ("idem") and the scope defaults to the
+// handler's name, so that two handlers consuming one topic each process a
+// message once. Colons and percent signs in the scope are escaped (%3A,
+// %25), so that no scope and key pair stores under another's key. Keys
+// longer than Config.MaxKeyLength (200 bytes) are replaced by "sha256:" and
+// their hex SHA-256, and so is a key that starts with "sha256:", so that it
+// cannot take a long key's place. Keys may hold any bytes. An operator
+// looking for a message's record (cmd/idemctl get) builds its key the same
+// way: idem:orders:req-1 for requestId req-1 in handler orders.
 //
 // A handler must not copy its input's requestId onto the messages it
 // produces: the next hop would see one key on all of them, run the first and
@@ -151,6 +156,32 @@
 // (context.Cause) before another consumer can claim the key. Renewals do not
 // depend on the message's context: a subscriber that cancels it does not
 // stop them while the handler runs.
+//
+// # Writing a store
+//
+// Nothing in this section is needed to use the middleware, Once or the
+// adapters: it is for those who implement Store for another database.
+//
+// A Store implements the state machine documented on the Store interface,
+// one atomic operation per transition, with expiry on the store's own
+// clock. It calls CheckClaim, CheckOwner or CheckRelease before anything
+// else, so that an empty key or token, or a lease or TTL that is not
+// positive, is refused with ErrEmptyKey, ErrEmptyToken or ErrInvalidTTL by
+// every store alike. It returns ErrLeaseLost and ErrCorruptRecord wrapped
+// with the key, and passes storetest.Run, the conformance suite that every
+// store of this module passes (against a real server for a networked
+// store); NewToken makes owner tokens for code that calls a store
+// directly, as that suite does.
+//
+// A store whose transactions can hold the work's own effect (package
+// pgstore) may offer to write COMPLETED inside them: RunFromContext gives
+// it the run's key, token, TTL and encoded result, and
+// Run.CompletedInTransaction tells the owner that COMPLETED is written.
+//
+// Every store call is bounded by Config.StoreTimeout, and an owner's calls
+// by what is left of its lease, through the call's context: a store must
+// honour its context's deadline. (This module's in-process memstore alone
+// is called without that timeout, since it never waits on I/O.)
 //
 // # Observability
 //

@@ -2,20 +2,17 @@ package idempotency
 
 import "errors"
 
-// Errors returned by stores. Check them with errors.Is: stores wrap them with
-// the operation and key.
+// Errors returned by stores that reach their users through Once and the
+// adapters. Check them with errors.Is: stores wrap them with the operation
+// and key. (The errors for arguments no store accepts, such as ErrEmptyKey,
+// are with the helpers for store implementers.)
 var (
 	// ErrLeaseLost is returned by Renew, Complete and Fail when the caller's
 	// owner token is no longer the key's owner: the lease expired and the key
-	// was claimed again, completed, failed or deleted.
+	// was claimed again, completed, failed or deleted. It is also the cause
+	// (context.Cause) of a work's context cancelled because its lease was
+	// lost, so that the work can tell that from its own deadline.
 	ErrLeaseLost = errors.New("idempotency: lease lost")
-	// ErrEmptyKey is returned for an empty key.
-	ErrEmptyKey = errors.New("idempotency: empty key")
-	// ErrInvalidTTL is returned for a lease or TTL that is zero or negative.
-	ErrInvalidTTL = errors.New("idempotency: lease and TTL must be positive")
-	// ErrEmptyToken is returned by Claim, Renew, Complete and Fail for an
-	// empty owner token.
-	ErrEmptyToken = errors.New("idempotency: empty owner token")
 	// ErrCorruptRecord is returned, wrapped with the key, when the value
 	// under a key is not a well-formed record: a foreign value, a value of
 	// the wrong type, a damaged encoding. The store changes nothing; the

@@ -21,11 +21,11 @@ import (
 type outcomes struct {
 	mu     sync.Mutex
 	counts map[idempotency.Outcome]int
-	ops    map[string]int
+	ops    map[idempotency.Op]int
 }
 
 func newOutcomes() *outcomes {
-	return &outcomes{counts: map[idempotency.Outcome]int{}, ops: map[string]int{}}
+	return &outcomes{counts: map[idempotency.Outcome]int{}, ops: map[idempotency.Op]int{}}
 }
 
 func (o *outcomes) Outcome(_ string, outcome idempotency.Outcome) {
@@ -34,7 +34,7 @@ func (o *outcomes) Outcome(_ string, outcome idempotency.Outcome) {
 	o.counts[outcome]++
 }
 
-func (o *outcomes) StoreLatency(op string, _ time.Duration, _ error) {
+func (o *outcomes) StoreLatency(op idempotency.Op, _ time.Duration, _ error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.ops[op]++
@@ -46,7 +46,7 @@ func (o *outcomes) get(outcome idempotency.Outcome) int {
 	return o.counts[outcome]
 }
 
-func (o *outcomes) op(op string) int {
+func (o *outcomes) op(op idempotency.Op) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.ops[op]

@@ -35,9 +35,6 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Idempotency, error) {
 	return &Idempotency{cfg: cfg, once: once}, nil
 }
 
-// Config returns the configuration in force, defaults filled.
-func (d *Idempotency) Config() Config { return d.cfg }
-
 // Middleware wraps h so that each key's effect happens once. See the
 // package documentation for what the router is returned in every case.
 func (d *Idempotency) Middleware(h message.HandlerFunc) message.HandlerFunc {
@@ -75,7 +72,7 @@ func (d *Idempotency) handle(msg *message.Message, h message.HandlerFunc) ([]*me
 		d.once.done(OutcomeFailOpen, dv, err)
 		return h(msg)
 	}
-	d.once.done(ClaimOutcome(err), dv, err)
+	d.once.done(claimOutcome(err), dv, err)
 	if !IsPermanent(err) {
 		d.nackDelay(ctx)
 	}

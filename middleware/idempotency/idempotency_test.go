@@ -193,6 +193,33 @@ func TestKeyDerivation(t *testing.T) {
 	assert.Equal(t, "idem::"+odd, key(map[string]string{"requestId": odd}, "u"))
 }
 
+// TestDefaultKeyMetadataCannotBeChanged: what DefaultKeyMetadata returns is
+// the caller's own copy; changing it changes neither the defaults nor a
+// middleware built from them, and a config may extend it.
+func TestDefaultKeyMetadataCannotBeChanged(t *testing.T) {
+	t.Parallel()
+	mine := idempotency.DefaultKeyMetadata()
+	require.Equal(t, []string{"requestId", "Idempotency-Key"}, mine)
+	idem, _ := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{})})
+	extended, _ := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{}),
+		KeyMetadata: append(idempotency.DefaultKeyMetadata(), "orderId")})
+	mine[0] = "changed"
+
+	assert.Equal(t, []string{"requestId", "Idempotency-Key"}, idempotency.DefaultKeyMetadata())
+	assert.Equal(t, []string{"requestId", "Idempotency-Key"}, idem.Config().KeyMetadata)
+	msg := newMsg("req-1", "p")
+	msg.Metadata.Set("changed", "other")
+	key, err := idem.StoreKey(msg)
+	require.NoError(t, err)
+	assert.Equal(t, "idem::req-1", key, "still read from requestId")
+
+	byOrder := message.NewMessage("u", nil)
+	byOrder.Metadata.Set("orderId", "o-7")
+	key, err = extended.StoreKey(byOrder)
+	require.NoError(t, err)
+	assert.Equal(t, "idem::o-7", key, "a field added to the defaults is read after them")
+}
+
 func TestTooManyAttempts(t *testing.T) {
 	store := memstore.New(memstore.Config{})
 	idem, obs := newIdem(t, idempotency.Config{Store: store, MaxAttempts: 2})
@@ -387,6 +414,23 @@ func TestConfigValidation(t *testing.T) {
 	assert.Equal(t, 24*time.Hour, cfg.FailedTTL)
 	assert.Equal(t, []string{"requestId", "Idempotency-Key"}, cfg.KeyMetadata)
 	assert.Equal(t, "idem", cfg.KeyPrefix)
+}
+
+// TestValidateAsWritten: zero fields mean their defaults, so Validate gives
+// a config as written the answer that New gives it.
+func TestValidateAsWritten(t *testing.T) {
+	t.Parallel()
+	store := memstore.New(memstore.Config{})
+	assert.NoError(t, idempotency.Config{Store: store}.Validate())
+	assert.NoError(t, idempotency.OnceConfig{Store: store}.Validate())
+	bad := idempotency.Config{LeaseTTL: -1, KeyMetadata: []string{""}}
+	err := bad.Validate()
+	require.ErrorIs(t, err, idempotency.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "Store is required")
+	assert.Contains(t, err.Error(), "LeaseTTL is -1ns")
+	assert.Contains(t, err.Error(), "KeyMetadata has an empty field name")
+	_, newErr := idempotency.New(bad, nil)
+	assert.EqualError(t, newErr, err.Error())
 }
 
 func TestDifferentPayloadWhileInProgressIsNackedNotPoisoned(t *testing.T) {

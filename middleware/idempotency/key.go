@@ -9,17 +9,13 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// StoreKey returns the key under which msg's state is stored:
+// storeKey returns the key under which msg's state is stored:
 // prefix:scope:key. The key comes from Config.KeyFunc, else the first
 // non-empty Config.KeyMetadata field, else the message UUID; an empty key is
 // ErrMissingKey. A key longer than Config.MaxKeyLength becomes
 // "sha256:<hex>", and so does a key that starts with "sha256:". Colons and
 // percent signs in the scope are escaped (%3A, %25) so that no scope and key
 // pair can collide with another.
-func (d *Idempotency) StoreKey(msg *message.Message) (string, error) {
-	return d.storeKey(msg, d.cfg.Scope(msg))
-}
-
 func (d *Idempotency) storeKey(msg *message.Message, scope string) (string, error) {
 	key, err := d.messageKey(msg)
 	if err != nil {

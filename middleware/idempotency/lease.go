@@ -10,12 +10,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 )
 
-// Lease is one claim held by its owner, from Once.Claim. It renews itself
-// every LeaseTTL/3 until Complete or Fail. When the store answers
-// ErrLeaseLost, or no renewal has succeeded for nine tenths of the lease
-// (see giveUp), the context returned by Context is cancelled with
-// ErrLeaseLost as its cause, before the store can let anyone else claim the
-// key.
+// Lease is one claim held by its owner, from Once.Claim: an adapter runs
+// its work under Context and ends the lease with Complete or Fail. It
+// renews itself every LeaseTTL/3 until then. When the store answers
+// ErrLeaseLost, or no renewal has succeeded for nine tenths of the lease,
+// the context returned by Context is cancelled with ErrLeaseLost as its
+// cause, before the store can let anyone else claim the key.
 //
 // Renewals run on a timer (time.AfterFunc), not on a goroutine of their own:
 // most work finishes long before LeaseTTL/3, and for it the lease costs one
@@ -84,11 +84,9 @@ func (c *runContext) Value(key any) any {
 }
 
 // Record is the key's record as the claim left it: IN_PROGRESS, with the
-// attempt this run is.
+// attempt this run is (Record.Attempts), which an adapter puts in its logs
+// and its OutcomeDetails.
 func (l *Lease) Record() Record { return l.record }
-
-// Token is the owner token of this lease.
-func (l *Lease) Token() string { return l.token }
 
 // Complete ends the renewals and moves the key to COMPLETED with result.
 // A failed call is retried with backoff while the lease lasts, with the same

@@ -48,14 +48,25 @@ const (
 	OutcomeCorruptRecord Outcome = "corrupt_record"
 )
 
-// Store operations, as reported to Observer.StoreLatency.
+// Op names a store operation for Observer.StoreLatency, so that an
+// Observer can label its latency metrics; package idemprom uses it as the
+// "op" label.
+type Op string
+
+// The store operations of the owner protocol, as Observer.StoreLatency
+// reports them.
 const (
-	OpClaim    = "claim"
-	OpRenew    = "renew"
-	OpComplete = "complete"
-	OpFail     = "fail"
-	// OpRelease undoes a claim whose reply was lost (Store.Release).
-	OpRelease = "release"
+	// OpClaim is Store.Claim: a delivery or request claims its key.
+	OpClaim Op = "claim"
+	// OpRenew is Store.Renew: the owner extends its lease while the work
+	// runs.
+	OpRenew Op = "renew"
+	// OpComplete is Store.Complete: the owner records its result.
+	OpComplete Op = "complete"
+	// OpFail is Store.Fail: the owner records a failed attempt.
+	OpFail Op = "fail"
+	// OpRelease is Store.Release: a claim whose reply was lost is undone.
+	OpRelease Op = "release"
 )
 
 // Observer receives the middleware's measurements. Implementations must be
@@ -69,7 +80,7 @@ type Observer interface {
 	// StoreLatency is called after every store call with the operation
 	// (OpClaim, OpRenew, OpComplete, OpFail, OpRelease), its duration, and
 	// its error.
-	StoreLatency(op string, d time.Duration, err error)
+	StoreLatency(op Op, d time.Duration, err error)
 }
 
 // OutcomeDetails is what a ContextObserver learns about one outcome, beside
@@ -117,7 +128,9 @@ type ContextObserver interface {
 
 // ReportOutcome tells obs about one outcome: OutcomeContext when obs is a
 // ContextObserver, else Outcome(d.Handler, d.Outcome). Adapters built on
-// Once call it where they report their outcomes. A nil obs is ignored, and
+// Once.Claim (httpidem, grpcidem, or one of your own) call it where they
+// report their outcomes, so that every Observer gets them as it gets the
+// middleware's. A nil obs is ignored, and
 // so is a nil ctx for a plain Observer; a ContextObserver gets
 // context.Background() instead of a nil ctx.
 func ReportOutcome(ctx context.Context, obs Observer, d OutcomeDetails) {
@@ -135,5 +148,5 @@ func ReportOutcome(ctx context.Context, obs Observer, d OutcomeDetails) {
 
 type nopObserver struct{}
 
-func (nopObserver) Outcome(string, Outcome)                   {}
-func (nopObserver) StoreLatency(string, time.Duration, error) {}
+func (nopObserver) Outcome(string, Outcome)               {}
+func (nopObserver) StoreLatency(Op, time.Duration, error) {}

@@ -32,7 +32,7 @@ func (d *detailed) Outcome(string, idempotency.Outcome) {
 	d.plain++
 }
 
-func (d *detailed) StoreLatency(string, time.Duration, error) {}
+func (d *detailed) StoreLatency(idempotency.Op, time.Duration, error) {}
 
 func (d *detailed) OutcomeContext(ctx context.Context, od idempotency.OutcomeDetails) {
 	d.mu.Lock()

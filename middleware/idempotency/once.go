@@ -8,11 +8,12 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/inprocess"
 )
 
-// DefaultOnceName labels the outcomes of Once.Do when OnceConfig.Name is
+// defaultOnceName labels the outcomes of Once.Do when OnceConfig.Name is
 // empty.
-const DefaultOnceName = "once"
+const defaultOnceName = "once"
 
 // OnceConfig configures a Once. A zero field means its documented default;
 // only Store is required.
@@ -37,8 +38,7 @@ type OnceConfig struct {
 	// beyond that is ErrTooManyAttempts and runs nothing. Zero means
 	// unlimited.
 	MaxAttempts int
-	// Name labels the outcomes of Do for the Observer. Empty means
-	// DefaultOnceName ("once").
+	// Name labels the outcomes of Do for the Observer. Empty means "once".
 	Name string
 	// Observer receives outcomes and store latencies. Nil means none.
 	Observer Observer
@@ -58,15 +58,17 @@ func (c *OnceConfig) setDefaults() {
 		c.StoreTimeout = DefaultStoreTimeout
 	}
 	if c.Name == "" {
-		c.Name = DefaultOnceName
+		c.Name = defaultOnceName
 	}
 	if c.Observer == nil {
 		c.Observer = nopObserver{}
 	}
 }
 
-// Validate reports every problem of a OnceConfig whose defaults are filled,
-// joined in the order of its fields; each matches ErrInvalidConfig.
+// Validate reports every problem of c, joined in the order of its fields;
+// each matches ErrInvalidConfig. NewOnce calls it. A zero field is valid
+// (it means its default), so a program may also call it on a config as
+// written, to report every problem at start-up beside its other settings.
 func (c OnceConfig) Validate() error {
 	problems := configerr.New(ErrInvalidConfig)
 	c.check(problems)
@@ -122,15 +124,12 @@ func NewOnce(cfg OnceConfig, logger watermill.LoggerAdapter) (*Once, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	_, inProcess := cfg.Store.(InProcessStore)
+	inProcess := inprocess.Is(cfg.Store)
 	_, quiet := logger.(watermill.NopLogger)
 	_, untimed := cfg.Observer.(nopObserver)
 	_, detailed := cfg.Observer.(ContextObserver)
 	return &Once{cfg: cfg, logger: logger, inProcess: inProcess, quiet: quiet, timed: !untimed, detailed: detailed}, nil
 }
-
-// Config returns the configuration in force, defaults filled.
-func (o *Once) Config() OnceConfig { return o.cfg }
 
 // Result is what Do returns for a key.
 type Result struct {
@@ -169,7 +168,7 @@ func (o *Once) Do(ctx context.Context, key string, work func(ctx context.Context
 	lease, claim, err := o.claim(ctx, key, nil, dv)
 	dv.attempts = claim.Record.Attempts
 	if err != nil {
-		o.done(ClaimOutcome(err), dv, err)
+		o.done(claimOutcome(err), dv, err)
 		return Result{Attempts: claim.Record.Attempts}, err
 	}
 	if lease == nil {
@@ -213,7 +212,10 @@ type ClaimOptions struct {
 	LogFields watermill.LogFields
 }
 
-// Claim claims key for a run. It returns, exactly one of:
+// Claim claims key for a run whose result the caller writes itself; it is
+// for adapters whose work is not a function returning bytes (package
+// httpidem stores the response a handler wrote, grpcidem the answer of a
+// call). Other code calls Do. It returns, exactly one of:
 //   - a Lease when the caller now owns the key: run the work under
 //     Lease.Context, then call Lease.Complete or Lease.Fail;
 //   - no Lease and no error when the claim was refused: ClaimResult.Record
@@ -294,8 +296,8 @@ func (o *Once) release(key, token string, dv delivery) {
 	}
 }
 
-// ClaimOutcome names the outcome of an error returned by Once.Claim.
-func ClaimOutcome(claimErr error) Outcome {
+// claimOutcome names the outcome of an error returned by Once.claim.
+func claimOutcome(claimErr error) Outcome {
 	switch {
 	case errors.Is(claimErr, ErrMissingKey):
 		return OutcomeMissingKey
@@ -310,7 +312,9 @@ func ClaimOutcome(claimErr error) Outcome {
 
 // CompleteOutcome names the outcome of a run whose work succeeded, from the
 // error of Lease.Complete: OutcomeProcessed, OutcomeLeaseLost,
-// OutcomeCorruptRecord or OutcomeCompleteFailed.
+// OutcomeCorruptRecord or OutcomeCompleteFailed. An adapter built on
+// Claim reports it (ReportOutcome), so that its outcomes mean what the
+// middleware's and Do's mean.
 func CompleteOutcome(completeErr error) Outcome {
 	switch {
 	case completeErr == nil:
@@ -334,7 +338,7 @@ func (o *Once) startTimer() time.Time {
 }
 
 // observe reports a store call that began at start, if anyone listens.
-func (o *Once) observe(op string, start time.Time, err error) {
+func (o *Once) observe(op Op, start time.Time, err error) {
 	if o.timed {
 		o.cfg.Observer.StoreLatency(op, time.Since(start), err)
 	}

@@ -37,7 +37,9 @@ func (s State) String() string {
 	}
 }
 
-// Record is what a store knows about one key.
+// Record is what a store knows about one key: what Store.Get returns to the
+// tools that inspect keys (cmd/idemctl), and what a claim found
+// (ClaimResult, Lease.Record).
 type Record struct {
 	// State is the key's state; StateAbsent for a key the store does not hold.
 	// A lease that lapsed (its owner stopped renewing it and never called
@@ -69,7 +71,8 @@ type Record struct {
 	LeaseExpiresAt time.Time
 }
 
-// ClaimRequest is what Store.Claim is asked to install.
+// ClaimRequest is what Store.Claim is asked to install. Once builds it;
+// stores, and code that calls a store directly, use it.
 type ClaimRequest struct {
 	// Token is the owner token the claim installs (NewToken makes one). A
 	// claim resent with the token that already holds the key acquires it
@@ -90,7 +93,8 @@ type ClaimRequest struct {
 	Fingerprint []byte
 }
 
-// ClaimResult is the outcome of Store.Claim.
+// ClaimResult is the outcome of Store.Claim, and of Once.Claim for an
+// adapter: when the claim was refused, its Record says why.
 type ClaimResult struct {
 	// Acquired is true when the caller now owns the key (it is IN_PROGRESS
 	// with the request's Token) and must run the effect, then call Complete
@@ -178,14 +182,4 @@ type Store interface {
 	// included, so the next Claim starts afresh. Deleting an absent key is
 	// not an error.
 	Delete(ctx context.Context, key string) error
-}
-
-// InProcessStore is implemented by stores whose calls never wait on a
-// network or a disk, such as memstore. The middleware calls them without the
-// Config.StoreTimeout context it puts around every call of other stores,
-// saving a timer per call on the hot path.
-type InProcessStore interface {
-	Store
-	// InProcess marks the store; it is never called.
-	InProcess()
 }

@@ -47,12 +47,12 @@ func (m *Metrics) Outcome(handler string, outcome idempotency.Outcome) {
 }
 
 // StoreLatency implements idempotency.Observer.
-func (m *Metrics) StoreLatency(op string, d time.Duration, err error) {
+func (m *Metrics) StoreLatency(op idempotency.Op, d time.Duration, err error) {
 	result := "ok"
 	if err != nil {
 		result = "error"
 	}
-	m.latency.WithLabelValues(op, result).Observe(d.Seconds())
+	m.latency.WithLabelValues(string(op), result).Observe(d.Seconds())
 }
 
 // Describe implements prometheus.Collector.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/inprocess"
 )
 
 // ErrClosed is returned, wrapped with the operation and key, by every method
@@ -28,6 +29,11 @@ type Config struct {
 
 // Store is an in-memory idempotency.Store, safe for concurrent use.
 type Store struct {
+	// inProcess marks the store as one whose calls never wait on I/O, so
+	// the owner protocol calls it without a per-call timeout.
+	//lint:ignore U1000 read through its promoted method, by package inprocess
+	inProcess
+
 	// base is the clock's reading at New. Every time the store keeps is an
 	// offset from it, measured with Sub, so with the default clock it is a
 	// monotonic interval and a wall-clock step moves nothing.
@@ -44,11 +50,10 @@ type Store struct {
 	expiry  expiryHeap
 }
 
-var _ idempotency.InProcessStore = (*Store)(nil)
+var _ idempotency.Store = (*Store)(nil)
 
-// InProcess marks the store as one whose calls never wait on I/O, so the
-// middleware skips its per-call timeout (idempotency.InProcessStore).
-func (s *Store) InProcess() {}
+// inProcess is an alias, so that the embedded field is unexported.
+type inProcess = inprocess.Marker
 
 // entry is one record, kept compact (times as nanosecond offsets from the
 // store's base, few pointers): a busy store holds millions of them and the

@@ -57,7 +57,7 @@ func (o *observed) Outcome(_ string, oc idempotency.Outcome) {
 	}
 }
 
-func (o *observed) StoreLatency(op string, _ time.Duration, _ error) {
+func (o *observed) StoreLatency(op idempotency.Op, _ time.Duration, _ error) {
 	if op == idempotency.OpComplete {
 		o.completes.Add(1)
 	}

@@ -43,7 +43,7 @@ func (t *tally) Outcome(_ string, o idempotency.Outcome) {
 	t.counts[o]++
 }
 
-func (*tally) StoreLatency(string, time.Duration, error) {}
+func (*tally) StoreLatency(idempotency.Op, time.Duration, error) {}
 
 func (t *tally) get(o idempotency.Outcome) int {
 	t.mu.Lock()

@@ -136,8 +136,8 @@ func (c Common) ObserverOrNop() idempotency.Observer {
 
 type nopObserver struct{}
 
-func (nopObserver) Outcome(string, idempotency.Outcome)       {}
-func (nopObserver) StoreLatency(string, time.Duration, error) {}
+func (nopObserver) Outcome(string, idempotency.Outcome)               {}
+func (nopObserver) StoreLatency(idempotency.Op, time.Duration, error) {}
 
 // LogOutcome logs one outcome with fields (copied, plus "outcome"): what
 // the client did wrong and what went as planned at Debug, a failed handler
