@@ -381,17 +381,24 @@ func testStaleOwner(h *harness) {
 
 func testRenew(h *harness) {
 	t, k := h.t, h.key("k")
-	tok := h.mustAcquire(k)
-	// Renewing every half lease leaves half a lease (150 ms on the real
-	// clock) for a loaded machine's late wake-up and round trip.
-	for range 4 {
-		h.advance(lease / 2)
-		require.NoError(t, h.Store.Renew(h.ctx, k, tok, lease))
+	// A lease of its own, renewed every quarter of it: a loaded CI machine
+	// (the race detector, every package's tests at once) has stalled a
+	// renewal past a 300 ms lease, and a renewal that comes too late is
+	// what this test must never mistake for one that does not extend.
+	const renewLease = time.Second
+	req := request(nil)
+	req.Lease = renewLease
+	require.True(t, h.claimWith(k, req).Acquired)
+	tok := req.Token
+	for range 9 {
+		h.advance(renewLease / 4)
+		require.NoError(t, h.Store.Renew(h.ctx, k, tok, renewLease))
 	}
-	// Twice the lease has passed since the claim; renewals kept it alive.
+	// More than twice the lease has passed since the claim; renewals kept
+	// it alive.
 	assert.False(t, h.claim(k, nil).Acquired, "a renewed lease is not claimable")
-	require.NoError(t, h.Store.Renew(h.ctx, k, tok, 4*lease), "renew may lengthen the lease")
-	h.advance(past)
+	require.NoError(t, h.Store.Renew(h.ctx, k, tok, 4*renewLease), "renew may lengthen the lease")
+	h.advance(renewLease + past - lease)
 	assert.False(t, h.claim(k, nil).Acquired, "the lengthened lease holds past the original one")
 	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, "not-the-owner", lease), idempotency.ErrLeaseLost)
 	require.NoError(t, h.Store.Complete(h.ctx, k, tok, nil, time.Minute))
