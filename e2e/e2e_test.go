@@ -125,14 +125,8 @@ func order(key string) int {
 	return n
 }
 
-// quietRedis drops go-redis's own log lines (failed dials while the
-// store-outage scenario's server is down); the tests assert on outcomes.
-type quietRedis struct{}
-
-func (quietRedis) Printf(context.Context, string, ...any) {}
-
 func TestMain(m *testing.M) {
-	redis.SetLogger(quietRedis{})
+	testserver.QuietRedisLogs()
 	if role := os.Getenv(childRoleVar); role != "" {
 		os.Exit(runChild(role))
 	}

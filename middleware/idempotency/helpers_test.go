@@ -11,9 +11,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
@@ -110,13 +110,7 @@ func (c *counter) handle(msg *message.Message) ([]*message.Message, error) {
 	return nil, nil
 }
 
-// quietRedis drops go-redis's own log lines (failed dials while a test's
-// private server is down); the tests assert on outcomes instead.
-type quietRedis struct{}
-
-func (quietRedis) Printf(context.Context, string, ...any) {}
-
 func TestMain(m *testing.M) {
-	redis.SetLogger(quietRedis{})
+	testserver.QuietRedisLogs()
 	os.Exit(m.Run())
 }
