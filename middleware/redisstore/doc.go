@@ -148,6 +148,36 @@
 // persistence forgets everything on a restart; with appendfsync always it
 // forgets nothing it acknowledged.
 //
+// # Auto-pipelining
+//
+// On a client of one primary (a *redis.Client: standalone, or a Sentinel
+// failover client) the store auto-pipelines its scripts unless
+// Options.DisableAutoPipelining is set. A call that finds the store idle
+// goes out at once, on the caller's goroutine, exactly as without
+// auto-pipelining: one caller's latency does not change. Up to two calls
+// are on the wire at once; the calls that arrive meanwhile queue, and when
+// a batch returns, the first queued caller sends the whole queue in one
+// pipeline and hands each caller its reply. No goroutine of the store's
+// runs and nothing waits for a batch to fill. Each call is still its own
+// EVALSHA, so a fresh message costs two commands and a duplicate one; what
+// batching saves is round trips, the client's and the server's system
+// calls per command, which bound a loaded store on a small machine.
+//
+// Behaviour does not change: every call is the same atomic script, the
+// store's contract (storetest) holds with and without it, and so does every
+// fault test. A batch is bounded by the earliest deadline of its calls, so
+// no call waits past its own, and a caller that gives up leaves the others'
+// replies alone; a call still queued when its context ends is never sent.
+// With replica acknowledgement a batch ends with one WAIT, which covers every
+// script before it on its connection.
+//
+// A cluster client and a ring are not auto-pipelined; each call goes out on
+// its own, as before. Their keys live on several primaries, so a batch
+// would have to be split into one pipeline per node (with its own WAIT
+// under replica acknowledgement) and a redirect while slots move would fail
+// a whole node's share of it; and a cluster already spreads its load over
+// its primaries' cores, which is what batching buys a single primary.
+//
 // ExpiringKeyRepository adapts a Redis client to Watermill's
 // middleware.ExpiringKeyRepository, so users of Watermill's own Deduplicator
 // get a repository shared by every consumer. Each call marks its key with a

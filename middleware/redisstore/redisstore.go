@@ -30,6 +30,7 @@ var (
 type Store struct {
 	client redis.UniversalClient
 	ack    *replicaAck // nil: no WAIT
+	pipe   *pipeliner  // nil: every call on its own
 }
 
 var _ idempotency.Store = (*Store)(nil)
@@ -65,7 +66,11 @@ func NewWithOptions(client redis.UniversalClient, opts Options) (*Store, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Store{client: client, ack: ack}, nil
+	s := &Store{client: client, ack: ack}
+	if _, primary := client.(*redis.Client); primary && !opts.DisableAutoPipelining {
+		s.pipe = &pipeliner{store: s}
+	}
+	return s, nil
 }
 
 // honoursDeadlines reports whether client's options let it bound socket I/O
@@ -146,7 +151,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := idempotency.CheckRelease(key, token); err != nil {
 		return wrap("release", key, err)
 	}
-	v, err := releaseScript.Run(ctx, s.client, []string{key}, token).Result()
+	v, err := s.runScript(ctx, "release", key, releaseScript, token).Result()
 	if err != nil {
 		return scriptError(ctx, "release", key, err)
 	}
@@ -180,7 +185,7 @@ func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error)
 	if key == "" {
 		return idempotency.Record{}, wrap("get", key, idempotency.ErrEmptyKey)
 	}
-	v, err := getScript.Run(ctx, s.client, []string{key}).Slice()
+	v, err := s.runScript(ctx, "get", key, getScript).Slice()
 	if err != nil {
 		return idempotency.Record{}, scriptError(ctx, "get", key, err)
 	}

@@ -46,6 +46,15 @@ type Options struct {
 	OnReplicaShortfall func(ReplicaShortfall)
 	// Logger logs replica shortfalls (at Info level). Nil means none.
 	Logger watermill.LoggerAdapter
+	// DisableAutoPipelining sends every call on its own. By default the
+	// store auto-pipelines on a client of one primary (*redis.Client,
+	// standalone or Sentinel): a call that finds the store idle goes out at
+	// once, and the calls that arrive while it is busy go out together in
+	// one pipeline when it is free, each still its own EVALSHA. Under load
+	// that takes the round trips, not the commands, off Redis's and the
+	// client's hands; a lone caller sees no difference. A cluster client or
+	// a ring is never auto-pipelined (see the package documentation).
+	DisableAutoPipelining bool
 }
 
 // ReplicaShortfall describes a transition applied on the primary that fewer
@@ -126,18 +135,29 @@ func (s *Store) ReplicaStats() ReplicaStats {
 	return ReplicaStats{Acknowledged: s.ack.acked.Load(), Shortfalls: s.ack.shortfalls.Load()}
 }
 
-// runScript runs a transition's script on key. With replica acknowledgement
-// a claim, renewal or completion is pipelined with WAIT: one round trip;
-// Fail is not (see Options.Replicas). A server that does not know the
-// script answers NOSCRIPT, and the pipeline is sent once more with EVAL,
-// which loads it: the first pipeline's WAIT had nothing new to wait for,
-// but with fewer replicas than asked it still waited its timeout (once per
-// script and server).
+// runScript runs a transition's script on key, through the
+// auto-pipeliner unless it is off. With replica acknowledgement a claim,
+// renewal or completion waits for the replicas; Fail does not (see
+// Options.Replicas).
 func (s *Store) runScript(ctx context.Context, op, key string, script *redis.Script, args ...any) *redis.Cmd {
-	keys := []string{key}
-	if s.ack == nil || op == "fail" {
+	wait := s.ack != nil && (op == "claim" || op == "renew" || op == "complete")
+	if s.pipe != nil {
+		return s.pipe.run(ctx, op, key, script, wait, args)
+	}
+	return s.runOne(ctx, op, []string{key}, script, wait, args)
+}
+
+// runOne runs one script call on its own. With wait it is pipelined with
+// WAIT: one round trip. A server that does not know the script answers
+// NOSCRIPT, and the call is sent once more with EVAL, which loads it: the
+// first pipeline's WAIT had nothing new to wait for, but with fewer
+// replicas than asked it still waited its timeout (once per script and
+// server).
+func (s *Store) runOne(ctx context.Context, op string, keys []string, script *redis.Script, wait bool, args []any) *redis.Cmd {
+	if !wait {
 		return script.Run(ctx, s.client, keys, args...)
 	}
+	key := keys[0]
 	pipeliner, err := s.pipelinerFor(ctx, key)
 	if err != nil {
 		cmd := redis.NewCmd(ctx)
