@@ -21,18 +21,13 @@ type FaultProxy struct {
 	// Addr is the proxy's address (127.0.0.1 and a free port), for clients.
 	Addr string
 
-	target string
-	ln     net.Listener
-	wg     sync.WaitGroup
-
-	mu          sync.Mutex
+	acceptor    // its mu also guards the fields below
 	latency     time.Duration
 	partitioned bool
 	heal        chan struct{} // closed when a partition ends
 	resetNext   int           // replies still to cut in the middle
 	resets      int
 	conns       map[*faultConn]struct{}
-	closed      bool
 }
 
 // faultConn is one client connection and its server connection.
@@ -49,13 +44,8 @@ type faultConn struct {
 // closes it when the test ends.
 func StartFaultProxy(t testing.TB, target string) *FaultProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("fault proxy listen: %v", err)
-	}
-	p := &FaultProxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[*faultConn]struct{}{}}
-	p.wg.Add(1)
-	go p.accept()
+	p := &FaultProxy{conns: map[*faultConn]struct{}{}}
+	p.Addr = p.listen(t, "fault proxy", target, p.pair)
 	t.Cleanup(p.Close)
 	return p
 }
@@ -163,47 +153,33 @@ func (p *FaultProxy) Conns() int {
 // Close stops the proxy and resets every connection through it. Closing a
 // closed proxy does nothing.
 func (p *FaultProxy) Close() {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !p.shut() {
 		return
 	}
-	p.closed = true
-	_ = p.ln.Close()
-	p.mu.Unlock()
 	p.ResetAll()
 	p.wg.Wait()
 }
 
-func (p *FaultProxy) accept() {
-	defer p.wg.Done()
-	for {
-		client, err := p.ln.Accept()
-		if err != nil {
-			return // closed
-		}
-		server, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = client.Close()
-			continue
-		}
-		c := &faultConn{client: client.(*net.TCPConn), server: server.(*net.TCPConn), done: make(chan struct{})}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			c.reset()
-			return
-		}
-		if p.partitioned {
-			c.stalled = true
-			c.resume = make(chan struct{})
-		}
-		p.conns[c] = struct{}{}
+// pair starts forwarding a client and its server connection, stalled
+// during a partition; false when the proxy is already closed.
+func (p *FaultProxy) pair(client, server net.Conn) bool {
+	c := &faultConn{client: client.(*net.TCPConn), server: server.(*net.TCPConn), done: make(chan struct{})}
+	p.mu.Lock()
+	if p.closed {
 		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(c, c.client, c.server, false)
-		go p.pipe(c, c.server, c.client, true)
+		c.reset()
+		return false
 	}
+	if p.partitioned {
+		c.stalled = true
+		c.resume = make(chan struct{})
+	}
+	p.conns[c] = struct{}{}
+	p.mu.Unlock()
+	p.wg.Add(2)
+	go p.pipe(c, c.client, c.server, false)
+	go p.pipe(c, c.server, c.client, true)
+	return true
 }
 
 // chunk is bytes read at a time, forwarded latency after it.

@@ -20,16 +20,23 @@ func faultClient(t *testing.T, addr string) *redis.Client {
 	return c
 }
 
+// startFaulty returns a fault proxy to the shared Redis, a client through
+// it, and a key of the test's own, deleted when it ends.
+func startFaulty(t *testing.T) (*testserver.FaultProxy, *redis.Client, string) {
+	p := testserver.StartFaultProxy(t, testserver.RedisAddr(t))
+	direct := testserver.RedisClient(t)
+	k := uniqueKey(t)
+	t.Cleanup(func() { _ = direct.Del(context.Background(), k).Err() })
+	return p, faultClient(t, p.Addr), k
+}
+
 // TestFaultProxyForwards: bytes go through unchanged, values larger than
 // any chunk included, and a latency delays each round trip by at least
 // twice its value.
 func TestFaultProxyForwards(t *testing.T) {
 	t.Parallel()
-	p := testserver.StartFaultProxy(t, testserver.RedisAddr(t))
-	c := faultClient(t, p.Addr)
+	p, c, k := startFaulty(t)
 	ctx := context.Background()
-	k := uniqueKey(t)
-	t.Cleanup(func() { _ = c.Del(ctx, k).Err() })
 
 	big := make([]byte, 1<<20)
 	for i := range big {
@@ -53,12 +60,9 @@ func TestFaultProxyForwards(t *testing.T) {
 // out still runs, late.
 func TestFaultProxyStall(t *testing.T) {
 	t.Parallel()
-	p := testserver.StartFaultProxy(t, testserver.RedisAddr(t))
-	c := faultClient(t, p.Addr)
+	p, c, k := startFaulty(t)
 	direct := testserver.RedisClient(t)
 	ctx := context.Background()
-	k := uniqueKey(t)
-	t.Cleanup(func() { _ = direct.Del(ctx, k).Err() })
 
 	require.NoError(t, c.Ping(ctx).Err())
 	require.Equal(t, 1, p.StallAll())
@@ -88,11 +92,8 @@ func TestFaultProxyStall(t *testing.T) {
 // TestFaultProxyResetMidReply: the client gets half a reply and a reset.
 func TestFaultProxyResetMidReply(t *testing.T) {
 	t.Parallel()
-	p := testserver.StartFaultProxy(t, testserver.RedisAddr(t))
-	c := faultClient(t, p.Addr)
+	p, c, k := startFaulty(t)
 	ctx := context.Background()
-	k := uniqueKey(t)
-	t.Cleanup(func() { _ = c.Del(ctx, k).Err() })
 	require.NoError(t, c.Set(ctx, k, "0123456789abcdef", time.Minute).Err())
 
 	p.ResetMidReply()

@@ -22,6 +22,19 @@ func NATSURL(t testing.TB) string {
 // and with it the stream's durable consumers. Failures are logged, not
 // fatal: it is cleanup.
 func DeleteNATSStreams(t testing.TB, url string, topics ...string) {
+	WithJetStream(t, url, func(js nats.JetStreamContext) {
+		for _, topic := range topics {
+			if stream, err := js.StreamNameBySubject(topic); err == nil {
+				_ = js.DeleteStream(stream)
+			}
+		}
+	})
+}
+
+// WithJetStream runs f on a JetStream context of the NATS server at url,
+// on a connection of its own, for cleanup: when connecting fails, it logs
+// why and does not run f.
+func WithJetStream(t testing.TB, url string, f func(js nats.JetStreamContext)) {
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Logf("cleanup: %v", err)
@@ -33,9 +46,5 @@ func DeleteNATSStreams(t testing.TB, url string, topics ...string) {
 		t.Logf("cleanup: %v", err)
 		return
 	}
-	for _, topic := range topics {
-		if stream, err := js.StreamNameBySubject(topic); err == nil {
-			_ = js.DeleteStream(stream)
-		}
-	}
+	f(js)
 }

@@ -98,13 +98,7 @@ func (s *NATSServer) stop() {
 func (s *NATSServer) Restart() { s.RestartAfter(0) }
 
 // RestartAfter is Restart with the server down for d.
-func (s *NATSServer) RestartAfter(d time.Duration) {
-	s.stop()
-	time.Sleep(d)
-	if err := s.start(); err != nil {
-		s.t.Error(err)
-	}
-}
+func (s *NATSServer) RestartAfter(d time.Duration) { restartAfter(s.t, d, s.stop, s.start) }
 
 // RabbitMQNode is a private RabbitMQ node (a node name, AMQP port,
 // distribution port and data directory of its own) beside the shared one,
@@ -320,11 +314,15 @@ func (k *KafkaCluster) stop() {
 func (k *KafkaCluster) Restart() { k.RestartAfter(0) }
 
 // RestartAfter is Restart with the cluster down for d.
-func (k *KafkaCluster) RestartAfter(d time.Duration) {
-	k.stop()
+func (k *KafkaCluster) RestartAfter(d time.Duration) { restartAfter(k.t, d, k.stop, k.start) }
+
+// restartAfter stops a private broker, waits d and starts it again,
+// reporting a failed start with t.Error.
+func restartAfter(t testing.TB, d time.Duration, stop func(), start func() error) {
+	stop()
 	time.Sleep(d)
-	if err := k.start(); err != nil {
-		k.t.Error(err)
+	if err := start(); err != nil {
+		t.Error(err)
 	}
 }
 

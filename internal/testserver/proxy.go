@@ -8,7 +8,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 )
 
@@ -26,28 +25,18 @@ type Proxy struct {
 	// Addr is the proxy's address (127.0.0.1 and a free port), for clients.
 	Addr string
 
-	target string
-	ln     net.Listener
-	wg     sync.WaitGroup
-
-	mu      sync.Mutex
-	armed   []func(cmd []string) bool
-	dropped int
-	conns   map[net.Conn]struct{}
-	closed  bool
+	acceptor // its mu also guards the fields below
+	armed    []func(cmd []string) bool
+	dropped  int
+	conns    map[net.Conn]struct{}
 }
 
 // StartProxy starts a proxy to the Redis server at target and closes it when
 // the test ends.
 func StartProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("proxy listen: %v", err)
-	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.accept()
+	p := &Proxy{conns: map[net.Conn]struct{}{}}
+	p.Addr = p.listen(t, "proxy", target, p.pair)
 	t.Cleanup(p.Close)
 	return p
 }
@@ -92,14 +81,11 @@ func Command(name string, args ...string) func(cmd []string) bool {
 // Close stops the proxy and closes every connection through it. Closing a
 // closed proxy does nothing.
 func (p *Proxy) Close() {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !p.shut() {
 		return
 	}
-	p.closed = true
-	_ = p.ln.Close()
-	for c := range p.conns {
+	p.mu.Lock()
+	for c := range p.conns { // track lets no new one in
 		_ = c.Close()
 	}
 	p.mu.Unlock()
@@ -123,26 +109,17 @@ func (p *Proxy) untrack(c net.Conn) {
 	delete(p.conns, c)
 }
 
-func (p *Proxy) accept() {
-	defer p.wg.Done()
-	for {
-		client, err := p.ln.Accept()
-		if err != nil {
-			return // closed
-		}
-		server, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = client.Close()
-			continue
-		}
-		if !p.track(client) || !p.track(server) {
-			_ = client.Close()
-			_ = server.Close()
-			return
-		}
-		p.wg.Add(1)
-		go p.serve(client, server)
+// pair starts relaying a client and its server connection; false when the
+// proxy is already closed.
+func (p *Proxy) pair(client, server net.Conn) bool {
+	if !p.track(client) || !p.track(server) {
+		_ = client.Close()
+		_ = server.Close()
+		return false
 	}
+	p.wg.Add(1)
+	go p.serve(client, server)
+	return true
 }
 
 // serve relays one client connection. Replies come back in the order of
