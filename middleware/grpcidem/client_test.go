@@ -2,8 +2,6 @@ package grpcidem_test
 
 import (
 	"context"
-	"io"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem/internal/testpb"
 )
@@ -54,31 +53,32 @@ func (a *attempts) get() []attempt {
 	return append([]attempt(nil), a.list...)
 }
 
-// TestLostResponse: the server runs the call and answers, but a proxy drops
-// the answer and the connection, so the client sees UNAVAILABLE. grpc-go's
-// retry policy resends the call with the key the client interceptor gave
-// it, and the client receives the replayed response: the effect happened
-// once.
+// TestLostResponse: the server runs the call, but a proxy resets the
+// connection before the answer leaves, so the client sees UNAVAILABLE.
+// grpc-go's retry policy resends the call with the key the client
+// interceptor gave it, and the client receives the replayed response: the
+// effect happened once.
 func TestLostResponse(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
 		store, prefix := kind.New(t)
 		l := newLedger()
 		var seen attempts
-		proxy := startLossyProxy(t)
-		addr := serve(t, l, seen.record, proxy.afterHandler, newInterceptor(t, store, prefix, nil).Unary)
-		proxy.setTarget(addr)
+		var cut answerCut
+		addr := serve(t, l, seen.record, cut.afterHandler, newInterceptor(t, store, prefix, nil).Unary)
+		proxy := testserver.StartFaultProxy(t, addr)
+		cut.proxy.Store(proxy)
 		client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
 		require.NoError(t, err)
-		c := dial(t, proxy.addr, grpc.WithDefaultServiceConfig(retryPolicy), grpc.WithChainUnaryInterceptor(client.Unary))
+		c := dial(t, proxy.Addr, grpc.WithDefaultServiceConfig(retryPolicy), grpc.WithChainUnaryInterceptor(client.Unary))
 
 		// A first call opens the connection through the proxy.
 		warm := charge(t, c, "t", "", &testpb.ChargeRequest{Amount: 1})
 		require.NoError(t, warm.err)
 
-		proxy.arm()
+		cut.arm()
 		got := charge(t, c, "t", "", &testpb.ChargeRequest{Amount: 500})
 		require.NoError(t, got.err, "the retry gets the replay")
-		assert.Equal(t, 1, proxy.dropped(), "the first answer was dropped")
+		assert.EqualValues(t, 1, cut.cuts.Load(), "the first answer was dropped")
 		assert.True(t, got.replayed(), "the answer is the replay of the lost one")
 		assert.EqualValues(t, 500, got.reply.Amount)
 		assert.EqualValues(t, 2, got.reply.Run, "the lost run's response: the warm-up was run 1")
@@ -94,12 +94,12 @@ func TestLostResponse(t *testing.T) {
 
 		// Without a retry policy the client sees the loss itself, as
 		// UNAVAILABLE, and its own retry with the same key gets the replay.
-		plain := dial(t, proxy.addr, grpc.WithChainUnaryInterceptor(client.Unary))
+		plain := dial(t, proxy.Addr, grpc.WithChainUnaryInterceptor(client.Unary))
 		require.NoError(t, charge(t, plain, "t", "", &testpb.ChargeRequest{Amount: 1}).err)
-		proxy.arm()
+		cut.arm()
 		lostCall := charge(t, plain, "t", "app-retry", &testpb.ChargeRequest{Amount: 700})
 		assert.Equal(t, codes.Unavailable, status.Code(lostCall.err), "the answer was lost: %v", lostCall.err)
-		assert.Equal(t, 2, proxy.dropped())
+		assert.EqualValues(t, 2, cut.cuts.Load())
 		appRetry := charge(t, plain, "t", "app-retry", &testpb.ChargeRequest{Amount: 700})
 		require.NoError(t, appRetry.err)
 		assert.True(t, appRetry.replayed())
@@ -186,131 +186,23 @@ func TestClientKeys(t *testing.T) {
 	})
 }
 
-// lossyProxy is a loopback TCP proxy between a gRPC client and server. It
-// forwards every byte both ways until armed; armed, it forwards the
-// client's bytes but swallows the server's, and once the server's
-// interceptor chain has returned (afterHandler) it swallows the next bytes
-// the server sends, its answer, and closes both connections: the call ran,
-// and its answer is lost. It then disarms itself.
-type lossyProxy struct {
-	addr string
-	ln   net.Listener
-
-	mu       sync.Mutex
-	target   string // the server's address, set before the first connection
-	armed    bool
-	answered bool // the server's chain returned while armed
-	drops    int
+// answerCut loses one answer when armed: once the server's interceptor
+// chain has returned, and before grpc-go writes the answer, it resets every
+// connection through the proxy. The call ran; its answer is lost.
+type answerCut struct {
+	proxy atomic.Pointer[testserver.FaultProxy]
+	armed atomic.Bool
+	cuts  atomic.Int64
 }
 
-func startLossyProxy(t *testing.T) *lossyProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	p := &lossyProxy{addr: ln.Addr().String(), ln: ln}
-	var wg sync.WaitGroup
-	var connsMu sync.Mutex
-	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			client, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			target := p.target
-			p.mu.Unlock()
-			server, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = client.Close()
-				continue
-			}
-			connsMu.Lock()
-			conns = append(conns, client, server)
-			connsMu.Unlock()
-			wg.Add(2)
-			go func() {
-				defer wg.Done()
-				_, _ = io.Copy(server, client)
-				_ = server.Close()
-			}()
-			go func() {
-				defer wg.Done()
-				p.pipeAnswers(client, server)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		connsMu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		connsMu.Unlock()
-		wg.Wait()
-	})
-	return p
-}
+func (c *answerCut) arm() { c.armed.Store(true) }
 
-// pipeAnswers copies the server's bytes to the client, unless armed.
-func (p *lossyProxy) pipeAnswers(client, server net.Conn) {
-	defer client.Close()
-	defer server.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := server.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			armed, answered := p.armed, p.answered
-			if armed && answered {
-				p.armed, p.answered = false, false
-				p.drops++
-			}
-			p.mu.Unlock()
-			switch {
-			case armed && answered:
-				return // the answer is swallowed and both connections close
-			case armed:
-				continue
-			}
-			if _, werr := client.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *lossyProxy) setTarget(addr string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.target = addr
-}
-
-func (p *lossyProxy) arm() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.armed = true
-}
-
-func (p *lossyProxy) dropped() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.drops
-}
-
-// afterHandler is a server interceptor that tells the proxy when the
-// server's chain returned: the next bytes the server sends are its answer.
-func (p *lossyProxy) afterHandler(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+// afterHandler is the server interceptor that cuts the connections.
+func (c *answerCut) afterHandler(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
-	p.mu.Lock()
-	if p.armed {
-		p.answered = true
+	if c.armed.CompareAndSwap(true, false) {
+		c.cuts.Add(1) // before the reset, which the client may see at once
+		c.proxy.Load().ResetAll()
 	}
-	p.mu.Unlock()
 	return resp, err
 }
