@@ -30,9 +30,6 @@ import (
 // Each side owns its connection; a dropped connection is redialled with
 // Watermill's exponential backoff.
 func newAMQP(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend, error) {
-	if err := dialAny(AMQP, ep.addrs, cfg.DialTimeout); err != nil {
-		return nil, err
-	}
 	amqpConfig := func() amqp.Config {
 		c := amqp.NewDurablePubSubConfig(ep.url, amqp.GenerateQueueNameTopicNameWithSuffix(cfg.Group))
 		props := amqp091.NewConnectionProperties()

@@ -65,6 +65,11 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 		return nil, err
 	}
 	logger = logger.With(watermill.LogFields{"broker": string(ep.broker), "consumer_group": cfg.Group})
+	if ep.broker != GoChannel {
+		if err := dialAny(ep.broker, ep.addrs, cfg.DialTimeout); err != nil {
+			return nil, err
+		}
+	}
 
 	var b *Backend
 	switch ep.broker {

@@ -36,6 +36,14 @@ func publish(t *testing.T, pub message.Publisher, topic string, payloads ...stri
 	}
 }
 
+// subscribe subscribes b to topic.
+func subscribe(t *testing.T, b *backends.Backend, topic string) <-chan *message.Message {
+	t.Helper()
+	msgs, err := b.Subscriber.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	return msgs
+}
+
 // receive reads one message, acks it and returns its payload.
 func receive(t *testing.T, msgs <-chan *message.Message) string {
 	t.Helper()
@@ -73,8 +81,7 @@ func TestNATS_DurableSurvivesClose(t *testing.T) {
 	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
 
 	first := newBackend(t, cfg)
-	msgs, err := first.Subscriber.Subscribe(context.Background(), topic)
-	require.NoError(t, err)
+	msgs := subscribe(t, first, topic)
 	publish(t, first.Publisher, topic, "one")
 	assert.Equal(t, "one", receive(t, msgs))
 	require.NoError(t, first.Close())
@@ -101,8 +108,7 @@ func TestNATS_DurableSurvivesClose(t *testing.T) {
 	assert.Equal(t, 60*time.Second, info.Config.AckWait, "default AckWait")
 	assert.Equal(t, 100, info.Config.MaxAckPending, "default MaxAckPending")
 
-	msgs, err = second.Subscriber.Subscribe(context.Background(), topic)
-	require.NoError(t, err)
+	msgs = subscribe(t, second, topic)
 	assert.Equal(t, "two", receive(t, msgs), "a restarted group resumes after its last ack")
 	nothingFor(t, msgs, 500*time.Millisecond)
 }
@@ -111,14 +117,10 @@ func TestNATS_DurableSurvivesClose(t *testing.T) {
 // auto-ack), to another member of the group.
 func TestNATS_UnackedMessageIsRedelivered(t *testing.T) {
 	t.Parallel()
-	url := testserver.NATSURL(t)
-	topic := uniqueTopic("manualack")
-	cfg := backends.Config{URL: url, Group: "billing-" + runID, NATS: backends.NATSConfig{AckWait: time.Second}}
-	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
+	cfg, topic := shortAckWait(t, "manualack")
 
 	crashed := newBackend(t, cfg)
-	msgs, err := crashed.Subscriber.Subscribe(context.Background(), topic)
-	require.NoError(t, err)
+	msgs := subscribe(t, crashed, topic)
 	publish(t, crashed.Publisher, topic, "work")
 	select {
 	case m := <-msgs:
@@ -129,8 +131,7 @@ func TestNATS_UnackedMessageIsRedelivered(t *testing.T) {
 	require.NoError(t, crashed.Close())
 
 	survivor := newBackend(t, cfg)
-	msgs, err = survivor.Subscriber.Subscribe(context.Background(), topic)
-	require.NoError(t, err)
+	msgs = subscribe(t, survivor, topic)
 	assert.Equal(t, "work", receive(t, msgs))
 }
 
@@ -139,17 +140,12 @@ func TestNATS_UnackedMessageIsRedelivered(t *testing.T) {
 // member, and the handler's context is not cancelled.
 func TestNATS_SlowHandlerKeepsItsMessage(t *testing.T) {
 	t.Parallel()
-	url := testserver.NATSURL(t)
-	topic := uniqueTopic("slow")
-	cfg := backends.Config{URL: url, Group: "billing-" + runID, NATS: backends.NATSConfig{AckWait: time.Second}}
-	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
+	cfg, topic := shortAckWait(t, "slow")
 
 	busy := newBackend(t, cfg)
-	msgs, err := busy.Subscriber.Subscribe(context.Background(), topic)
-	require.NoError(t, err)
+	msgs := subscribe(t, busy, topic)
 	other := newBackend(t, cfg)
-	otherMsgs, err := other.Subscriber.Subscribe(context.Background(), topic)
-	require.NoError(t, err)
+	otherMsgs := subscribe(t, other, topic)
 
 	publish(t, busy.Publisher, topic, "slow work")
 	var m *message.Message
@@ -168,27 +164,29 @@ func TestNATS_SlowHandlerKeepsItsMessage(t *testing.T) {
 	nothingFor(t, otherMsgs, 100*time.Millisecond)
 }
 
+// shortAckWait returns the config of a group on the shared NATS server
+// with an AckWait of one second, and a topic of the test's own, whose stream
+// is deleted when the test ends.
+func shortAckWait(t *testing.T, topicPrefix string) (backends.Config, string) {
+	url := testserver.NATSURL(t)
+	topic := uniqueTopic(topicPrefix)
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
+	return backends.Config{URL: url, Group: "billing-" + runID, NATS: backends.NATSConfig{AckWait: time.Second}}, topic
+}
+
 // deleteNATSStreams deletes the streams whose names start with prefix.
 func deleteNATSStreams(t *testing.T, url, prefix string) {
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Logf("cleanup: %v", err)
-		return
-	}
-	defer nc.Close()
-	js, err := nc.JetStream()
-	if err != nil {
-		return
-	}
-	var doomed []string
-	for name := range js.StreamNames() {
-		if strings.HasPrefix(name, prefix) {
-			doomed = append(doomed, name)
+	testserver.WithJetStream(t, url, func(js nats.JetStreamContext) {
+		var doomed []string
+		for name := range js.StreamNames() {
+			if strings.HasPrefix(name, prefix) {
+				doomed = append(doomed, name)
+			}
 		}
-	}
-	for _, name := range doomed {
-		_ = js.DeleteStream(name)
-	}
+		for _, name := range doomed {
+			_ = js.DeleteStream(name)
+		}
+	})
 }
 
 // An AMQP message published before its group ever subscribed must wait in
@@ -205,8 +203,7 @@ func TestAMQP_QueueDeclaredBeforeFirstPublish(t *testing.T) {
 	require.NoError(t, producer.Close())
 
 	consumer := newBackend(t, backends.Config{URL: url, Group: group})
-	msgs, err := consumer.Subscriber.Subscribe(context.Background(), topic)
-	require.NoError(t, err)
+	msgs := subscribe(t, consumer, topic)
 	assert.Equal(t, "early", receive(t, msgs))
 }
 
@@ -224,8 +221,7 @@ func TestAMQP_GroupsFanOut(t *testing.T) {
 
 	for _, g := range []string{a, b} {
 		sub := newBackend(t, backends.Config{URL: url, Group: g})
-		msgs, err := sub.Subscriber.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		msgs := subscribe(t, sub, topic)
 		assert.Equal(t, "m", receive(t, msgs), "group %s", g)
 	}
 }
@@ -242,8 +238,7 @@ func TestRedisStreams_StableConsumerName(t *testing.T) {
 
 	for range 2 { // a restart
 		b := newBackend(t, backends.Config{URL: "redis://" + addr + "/0", Group: group, Consumer: "pod-7f9c"})
-		msgs, err := b.Subscriber.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		msgs := subscribe(t, b, topic)
 		publish(t, b.Publisher, topic, "x")
 		assert.Equal(t, "x", receive(t, msgs))
 		require.NoError(t, b.Close())
@@ -270,20 +265,12 @@ func TestKafka_CreatesTopics(t *testing.T) {
 		Kafka: backends.KafkaConfig{Partitions: 5},
 	})
 	publish(t, b.Publisher, topic, "first")
-	msgs, err := b.Subscriber.Subscribe(context.Background(), topic)
-	require.NoError(t, err)
+	msgs := subscribe(t, b, topic)
 	assert.Equal(t, "first", receive(t, msgs), "a new group starts at the oldest offset")
 
-	conf := sarama.NewConfig()
-	conf.Version = sarama.V2_1_0_0
-	admin, err := sarama.NewClusterAdmin(brokers, conf)
-	require.NoError(t, err)
-	defer admin.Close()
-	meta, err := admin.DescribeTopics([]string{topic})
-	require.NoError(t, err)
-	require.Len(t, meta, 1)
-	assert.Len(t, meta[0].Partitions, 5)
-	for _, p := range meta[0].Partitions {
+	meta := describeTopic(t, brokers, topic)
+	assert.Len(t, meta.Partitions, 5)
+	for _, p := range meta.Partitions {
 		assert.Len(t, p.Replicas, 3)
 	}
 }
@@ -299,6 +286,12 @@ func TestKafka_DefaultPartitions(t *testing.T) {
 	b := newBackend(t, backends.Config{URL: "kafka://" + strings.Join(brokers, ","), Group: "billing-" + runID})
 	require.NoError(t, b.Subscriber.(message.SubscribeInitializer).SubscribeInitialize(topic))
 
+	assert.Len(t, describeTopic(t, brokers, topic).Partitions, 12, "the default partition count of a created topic")
+}
+
+// describeTopic returns what the Kafka cluster of brokers knows of topic.
+func describeTopic(t *testing.T, brokers []string, topic string) *sarama.TopicMetadata {
+	t.Helper()
 	conf := sarama.NewConfig()
 	conf.Version = sarama.V2_1_0_0
 	admin, err := sarama.NewClusterAdmin(brokers, conf)
@@ -308,7 +301,7 @@ func TestKafka_DefaultPartitions(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, meta, 1)
 	require.Equal(t, sarama.ErrNoError, meta[0].Err, "topic %s", topic)
-	assert.Len(t, meta[0].Partitions, 12, "the default partition count of a created topic")
+	return meta[0]
 }
 
 // Kafka redelivers a nacked message after NackResendSleep, and the one behind
@@ -320,8 +313,7 @@ func TestKafka_NackRedelivers(t *testing.T) {
 	b := newBackend(t, backends.Config{URL: "kafka://" + strings.Join(brokers, ","), Group: "g-" + runID,
 		NackResendSleep: 100 * time.Millisecond, Kafka: backends.KafkaConfig{Partitions: 1}})
 	publish(t, b.Publisher, topic, "a", "b")
-	msgs, err := b.Subscriber.Subscribe(context.Background(), topic)
-	require.NoError(t, err)
+	msgs := subscribe(t, b, topic)
 	m := <-msgs
 	require.Equal(t, "a", string(m.Payload))
 	m.Nack()
@@ -335,8 +327,7 @@ func TestGoChannel_SharedPersistent(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t, backends.Config{URL: "gochannel://"})
 	publish(t, b.Publisher, "orders", "early")
-	msgs, err := b.Subscriber.Subscribe(context.Background(), "orders")
-	require.NoError(t, err)
+	msgs := subscribe(t, b, "orders")
 	assert.Equal(t, "early", receive(t, msgs))
 }
 
@@ -345,8 +336,7 @@ func TestGoChannel_SharedPersistent(t *testing.T) {
 func TestGoChannel_NackIsDelayed(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t, backends.Config{URL: "gochannel://", NackResendSleep: 300 * time.Millisecond})
-	msgs, err := b.Subscriber.Subscribe(context.Background(), "orders")
-	require.NoError(t, err)
+	msgs := subscribe(t, b, "orders")
 	publish(t, b.Publisher, "orders", "x")
 	m := <-msgs
 	m.Nack()

@@ -30,9 +30,6 @@ import (
 //   - NackResendSleep as configured (redelivered in-process: a nacked
 //     message holds back its partition until it is acked).
 func newKafka(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend, error) {
-	if err := dialAny(Kafka, ep.addrs, cfg.DialTimeout); err != nil {
-		return nil, err
-	}
 	version, err := sarama.ParseKafkaVersion(cfg.Kafka.Version)
 	if err != nil {
 		return nil, fmt.Errorf("%w: Kafka.Version: %v", ErrInvalidConfig, err)

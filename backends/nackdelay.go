@@ -22,10 +22,8 @@ type nackDelaySubscriber struct {
 	sub   message.Subscriber
 	delay time.Duration
 
-	mu      sync.Mutex
-	closed  bool
-	closing chan struct{}
-	wg      sync.WaitGroup
+	closer
+	wg sync.WaitGroup
 }
 
 var (
@@ -34,7 +32,7 @@ var (
 )
 
 func newNackDelaySubscriber(sub message.Subscriber, delay time.Duration) *nackDelaySubscriber {
-	return &nackDelaySubscriber{sub: sub, delay: delay, closing: make(chan struct{})}
+	return &nackDelaySubscriber{sub: sub, delay: delay, closer: newCloser()}
 }
 
 // Subscribe subscribes to topic on the wrapped Subscriber and relays its
@@ -112,15 +110,9 @@ func (s *nackDelaySubscriber) SubscribeInitialize(topic string) error {
 // Close stops relaying, closes the wrapped Subscriber and waits until every
 // output channel is closed. It is idempotent.
 func (s *nackDelaySubscriber) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.markClosed() {
 		return nil
 	}
-	s.closed = true
-	close(s.closing)
-	s.mu.Unlock()
-
 	err := s.sub.Close()
 	s.wg.Wait()
 	return err

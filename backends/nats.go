@@ -41,9 +41,6 @@ import (
 //     republished message (same UUID) within its duplicate window;
 //   - reconnects never give up (nats.go stops after 60 attempts).
 func newNATS(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend, error) {
-	if err := dialAny(NATS, ep.addrs, cfg.DialTimeout); err != nil {
-		return nil, err
-	}
 	connect := func(role string) (*nats.Conn, nats.JetStreamContext, error) {
 		conn, err := nats.Connect(ep.url,
 			nats.Name(cfg.Consumer+"-"+role),
@@ -101,7 +98,7 @@ func newNATS(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend,
 			maxAckPending: cfg.NATS.MaxAckPending,
 			nakDelay:      cfg.NackResendSleep,
 			logger:        logger,
-			closing:       make(chan struct{}),
+			closer:        newCloser(),
 			consumers:     map[string]bool{},
 		},
 	}, nil

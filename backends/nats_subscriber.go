@@ -36,10 +36,8 @@ type natsSubscriber struct {
 	nakDelay      time.Duration
 	logger        watermill.LoggerAdapter
 
-	mu        sync.Mutex // guards closed and consumers, and orders Subscribe before Close
-	closed    bool
+	closer    // its mu also guards consumers
 	consumers map[string]bool
-	closing   chan struct{}
 	subs      sync.WaitGroup
 }
 
@@ -219,15 +217,9 @@ func (s *natsSubscriber) initialize(topic string) (stream, durable string, err e
 // Close ends every subscription, nacking held messages, waits until their
 // channels are closed, and drains the connection. It is idempotent.
 func (s *natsSubscriber) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.markClosed() {
 		return nil
 	}
-	s.closed = true
-	close(s.closing)
-	s.mu.Unlock()
-
 	s.subs.Wait()
 	if err := s.conn.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		return fmt.Errorf("backends: nats drain: %w", err)

@@ -26,9 +26,6 @@ import (
 //   - a new group starts at the beginning of the stream ("0"), so nothing
 //     published before its first start is skipped.
 func newRedisStreams(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend, error) {
-	if err := dialAny(RedisStreams, ep.addrs, cfg.DialTimeout); err != nil {
-		return nil, err
-	}
 	newClient := func() (*redis.Client, error) {
 		opts, err := redis.ParseURL(ep.url)
 		if err != nil {
