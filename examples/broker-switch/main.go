@@ -12,12 +12,10 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/examples/internal/demo"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
-	"github.com/idempotency/watermill-idempotency/middleware/memstore"
-	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
 const copies = 3
@@ -29,33 +27,8 @@ func main() {
 	}
 }
 
-// counts is the middleware's Observer.
-type counts struct {
-	mu       sync.Mutex
-	outcomes map[idempotency.Outcome]int
-}
-
-func (c *counts) Outcome(_ string, o idempotency.Outcome) {
-	c.mu.Lock()
-	c.outcomes[o]++
-	c.mu.Unlock()
-}
-
-func (c *counts) StoreLatency(idempotency.Op, time.Duration, error) {}
-
-func (c *counts) get(o idempotency.Outcome) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.outcomes[o]
-}
-
 func run(w io.Writer) error {
-	if os.Getenv(backends.EnvURL) == "" {
-		_ = os.Setenv(backends.EnvURL, "gochannel://")
-	}
-	if os.Getenv(backends.EnvGroup) == "" {
-		_ = os.Setenv(backends.EnvGroup, "broker-switch")
-	}
+	logger := watermill.NewStdLoggerWithOut(os.Stderr, false, false)
 	orders := 50
 	if v := os.Getenv("ORDERS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -64,7 +37,7 @@ func run(w io.Writer) error {
 		}
 		orders = n
 	}
-	cfg, err := backends.FromEnv()
+	cfg, err := demo.BrokerFromEnv("broker-switch")
 	if err != nil {
 		return err
 	}
@@ -72,20 +45,19 @@ func run(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logger := watermill.NewStdLoggerWithOut(os.Stderr, false, false)
 	b, err := backends.New(cfg, logger)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
 
-	store, closeStore, err := newStore()
+	store, closeStore, err := demo.OpenStore(os.Getenv("REDIS_URL"))
 	if err != nil {
 		return err
 	}
 	defer closeStore()
 
-	stats := &counts{outcomes: map[idempotency.Outcome]int{}}
+	stats := &demo.Outcomes{}
 	idem, err := idempotency.New(idempotency.Config{Store: store, Observer: stats, NackDelay: 100 * time.Millisecond}, logger)
 	if err != nil {
 		return err
@@ -126,7 +98,7 @@ func run(w io.Writer) error {
 		}
 	}
 
-	deliveries := func() int { return stats.get(idempotency.OutcomeProcessed) + stats.get(idempotency.OutcomeDuplicate) }
+	deliveries := func() int { return stats.Count(idempotency.OutcomeProcessed, idempotency.OutcomeDuplicate) }
 	deadline := time.Now().Add(2 * time.Minute)
 	for deliveries() < orders*copies {
 		if time.Now().After(deadline) {
@@ -146,30 +118,9 @@ func run(w io.Writer) error {
 		once = once && n == 1
 	}
 	fmt.Fprintf(w, "broker=%s deliveries=%d processed=%d duplicates=%d effects=%d exactly-once=%t\n",
-		broker, deliveries(), stats.get(idempotency.OutcomeProcessed), stats.get(idempotency.OutcomeDuplicate), len(effects), once)
+		broker, deliveries(), stats.Count(idempotency.OutcomeProcessed), stats.Count(idempotency.OutcomeDuplicate), len(effects), once)
 	if !once {
 		return errors.New("an order was charged more or less than once")
 	}
 	return nil
-}
-
-// newStore returns the Redis store of REDIS_URL, or an in-memory one.
-func newStore() (idempotency.Store, func(), error) {
-	raw := os.Getenv("REDIS_URL")
-	if raw == "" {
-		s := memstore.New(memstore.Config{})
-		return s, func() { _ = s.Close() }, nil
-	}
-	opts, err := redis.ParseURL(raw)
-	if err != nil {
-		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
-	}
-	opts.ContextTimeoutEnabled = true // store calls must honour their deadlines (redisstore.New requires it)
-	client := redis.NewClient(opts)
-	s, err := redisstore.New(client)
-	if err != nil {
-		_ = client.Close()
-		return nil, nil, err
-	}
-	return s, func() { _ = client.Close() }, nil
 }

@@ -7,13 +7,10 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -21,10 +18,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idempotency/watermill-idempotency/examples/grpc/paymentspb"
+	"github.com/idempotency/watermill-idempotency/examples/internal/demo"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
-	"github.com/idempotency/watermill-idempotency/middleware/memstore"
-	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
 func main() {
@@ -36,7 +32,7 @@ func main() {
 
 func run() error {
 	logger := watermill.NewStdLogger(false, false)
-	store, closeStore, err := openStore(os.Getenv("REDIS_URL"))
+	store, closeStore, err := demo.OpenStore(os.Getenv("REDIS_URL"))
 	if err != nil {
 		return err
 	}
@@ -53,41 +49,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
 	logger.Info("Payments service listening", watermill.LogFields{"addr": addr})
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	// GracefulStop waits for running calls, so their outcome gets recorded.
-	srv.GracefulStop()
-	return nil
-}
-
-// openStore returns the Redis store when redisURL is set, else an in-memory
-// store (one process only: fine for a demo, never for production).
-func openStore(redisURL string) (idempotency.Store, func(), error) {
-	if redisURL == "" {
-		s := memstore.New(memstore.Config{})
-		return s, func() { _ = s.Close() }, nil
-	}
-	opts, err := redis.ParseURL(redisURL)
-	if err != nil {
-		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
-	}
-	opts.ContextTimeoutEnabled = true // store calls must honour their deadlines (redisstore.New requires it)
-	client := redis.NewClient(opts)
-	s, err := redisstore.New(client)
-	if err != nil {
-		_ = client.Close()
-		return nil, nil, err
-	}
-	return s, func() { _ = client.Close() }, nil
+	return demo.ServeUntilSignal(func() error { return srv.Serve(ln) }, func() error {
+		srv.GracefulStop() // waits for running calls, so that their outcome gets recorded
+		return nil
+	})
 }
 
 // newServer returns the Payments service behind bearer authentication, with

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -21,6 +20,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/idempotency/watermill-idempotency/examples/grpc/paymentspb"
+	"github.com/idempotency/watermill-idempotency/examples/internal/demo"
+	"github.com/idempotency/watermill-idempotency/examples/internal/readmetest"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
@@ -34,12 +35,6 @@ const grpcurlPackage = "github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4"
 // puts its own server's address in its place.
 const readmeAddr = "127.0.0.1:50051"
 
-// session is one "$ grpcurl ..." of the README with the output it shows.
-type session struct {
-	args   []string // the grpcurl arguments, shell-split
-	output string
-}
-
 // TestREADMESession runs the README's grpcurl commands, in order, with the
 // grpcurl the README installs, against the program's server on a fresh
 // in-memory store, and checks that every output is exactly what the README
@@ -49,14 +44,14 @@ func TestREADMESession(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)
 	require.Contains(t, string(readme), "go install "+grpcurlPackage, "the README installs the grpcurl the test runs")
-	sessions := readSessions(t, "README.md")
+	sessions := readmetest.Sessions(t, "README.md", "grpcurl")
 	require.Len(t, sessions, 5, "the README shows five grpcurl commands")
 
 	grpcurl := installGrpcurl(t)
 	addr := startServer(t, memstoreFor(t))
 	for i, s := range sessions {
-		args := make([]string, len(s.args))
-		for j, a := range s.args {
+		args := make([]string, len(s.Args))
+		for j, a := range s.Args {
 			args[j] = strings.ReplaceAll(a, readmeAddr, addr)
 		}
 		cmd := exec.Command(grpcurl, args...)
@@ -66,7 +61,8 @@ func TestREADMESession(t *testing.T) {
 			require.ErrorAs(t, err, &exit, "command %d did not run", i+1)
 			assert.True(t, strings.HasPrefix(string(out), "ERROR:"), "command %d failed without an error shown: %s", i+1, out)
 		}
-		assert.Equal(t, s.output, string(out), "command %d: grpcurl %s", i+1, strings.Join(s.args, " "))
+		want := strings.Join(s.Output, "\n") + "\n"
+		assert.Equal(t, want, string(out), "command %d: grpcurl %s", i+1, strings.Join(s.Args, " "))
 	}
 }
 
@@ -97,15 +93,7 @@ func TestGoClient(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEqual(t, p1.Id, p2.Id, "each logical call has its own key")
 
-	keyed := grpcidem.WithKey(ctx, "order-7")
-	var h1, h2 metadata.MD
-	p3, err := c.CreatePayment(keyed, req, grpc.Header(&h1))
-	require.NoError(t, err)
-	p4, err := c.CreatePayment(keyed, req, grpc.Header(&h2))
-	require.NoError(t, err)
-	assert.Equal(t, p3.Id, p4.Id)
-	assert.Empty(t, h1.Get(grpcidem.ReplayedMetadata))
-	assert.Equal(t, []string{"true"}, h2.Get(grpcidem.ReplayedMetadata))
+	p3 := requireReplayed(t, c, grpcidem.WithKey(ctx, "order-7"), req)
 
 	got, err := c.GetPayment(ctx, &paymentspb.GetPaymentRequest{Id: p3.Id})
 	require.NoError(t, err)
@@ -116,7 +104,7 @@ func TestGoClient(t *testing.T) {
 // select, and finds the record under the documented key.
 func TestRedisStore(t *testing.T) {
 	t.Parallel()
-	store, closeStore, err := openStore("redis://" + testserver.RedisAddr(t) + "/0")
+	store, closeStore, err := demo.OpenStore("redis://" + testserver.RedisAddr(t) + "/0")
 	require.NoError(t, err)
 	t.Cleanup(closeStore)
 	addr := startServer(t, store)
@@ -135,7 +123,17 @@ func TestRedisStore(t *testing.T) {
 	t.Cleanup(func() { _ = rc.Del(context.Background(), storedKey).Err() })
 
 	ctx := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer sk_test_redis")
-	req := &paymentspb.CreatePaymentRequest{RequestId: key, Amount: 1000, Currency: "eur"}
+	requireReplayed(t, c, ctx, &paymentspb.CreatePaymentRequest{RequestId: key, Amount: 1000, Currency: "eur"})
+	n, err := rc.Exists(context.Background(), storedKey).Result()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n, "the record is under the documented key")
+}
+
+// requireReplayed makes the payment req twice, with the key that ctx or
+// req carries: the first call runs, the second gets its replay. It returns
+// the payment.
+func requireReplayed(t *testing.T, c paymentspb.PaymentsClient, ctx context.Context, req *paymentspb.CreatePaymentRequest) *paymentspb.Payment {
+	t.Helper()
 	var h1, h2 metadata.MD
 	first, err := c.CreatePayment(ctx, req, grpc.Header(&h1))
 	require.NoError(t, err)
@@ -144,12 +142,7 @@ func TestRedisStore(t *testing.T) {
 	assert.Equal(t, first.Id, again.Id)
 	assert.Empty(t, h1.Get(grpcidem.ReplayedMetadata))
 	assert.Equal(t, []string{"true"}, h2.Get(grpcidem.ReplayedMetadata))
-	n, err := rc.Exists(context.Background(), storedKey).Result()
-	require.NoError(t, err)
-	assert.EqualValues(t, 1, n, "the record is under the documented key")
-
-	_, _, err = openStore("http://not-redis")
-	assert.Error(t, err, "REDIS_URL must be a redis:// URL")
+	return first
 }
 
 func memstoreFor(t *testing.T) idempotency.Store {
@@ -197,89 +190,4 @@ func randomSuffix(t *testing.T) string {
 	_, err := rand.Read(b)
 	require.NoError(t, err)
 	return hex.EncodeToString(b)
-}
-
-// readSessions parses the "```console" blocks of a README: a line
-// "$ grpcurl" (continued by lines ending in a backslash) starts a command,
-// and the lines up to the next command or the end of the block are its
-// output, exactly.
-func readSessions(t *testing.T, path string) []session {
-	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-
-	var sessions []session
-	var cur *session
-	var cmdLine strings.Builder
-	var output []string
-	inBlock, continued := false, false
-	flush := func() {
-		if cur == nil {
-			return
-		}
-		cur.args = shellSplit(t, cmdLine.String())
-		cur.output = strings.Join(output, "\n") + "\n"
-		sessions = append(sessions, *cur)
-		cur, output = nil, nil
-		cmdLine.Reset()
-	}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case !inBlock:
-			inBlock = line == "```console"
-		case line == "```":
-			flush()
-			inBlock = false
-		case continued:
-			cmdLine.WriteString(" " + strings.TrimSuffix(strings.TrimSpace(line), `\`))
-			continued = strings.HasSuffix(line, `\`)
-		case strings.HasPrefix(line, "$ "):
-			flush()
-			cur = &session{}
-			rest, ok := strings.CutPrefix(line, "$ grpcurl ")
-			require.True(t, ok, "only grpcurl commands are expected: %q", line)
-			cmdLine.WriteString(strings.TrimSuffix(rest, `\`))
-			continued = strings.HasSuffix(line, `\`)
-		default:
-			require.NotNil(t, cur, "output before any command: %q", line)
-			output = append(output, line)
-		}
-	}
-	require.NoError(t, sc.Err())
-	return sessions
-}
-
-// shellSplit splits a command line into words, honouring single quotes.
-func shellSplit(t *testing.T, line string) []string {
-	t.Helper()
-	var words []string
-	var w strings.Builder
-	inWord, quoted := false, false
-	for _, r := range line {
-		switch {
-		case quoted && r == '\'':
-			quoted = false
-		case quoted:
-			w.WriteRune(r)
-		case r == '\'':
-			quoted, inWord = true, true
-		case r == ' ' || r == '\t':
-			if inWord {
-				words = append(words, w.String())
-				w.Reset()
-				inWord = false
-			}
-		default:
-			w.WriteRune(r)
-			inWord = true
-		}
-	}
-	require.False(t, quoted, "unterminated quote in %q", line)
-	if inWord {
-		words = append(words, w.String())
-	}
-	return words
 }

@@ -8,19 +8,15 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/redis/go-redis/v9"
 
+	"github.com/idempotency/watermill-idempotency/examples/internal/demo"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
-	"github.com/idempotency/watermill-idempotency/middleware/memstore"
-	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
 func main() {
@@ -32,7 +28,7 @@ func main() {
 
 func run() error {
 	logger := watermill.NewStdLogger(false, false)
-	store, closeStore, err := openStore(os.Getenv("REDIS_URL"))
+	store, closeStore, err := demo.OpenStore(os.Getenv("REDIS_URL"))
 	if err != nil {
 		return err
 	}
@@ -46,42 +42,14 @@ func run() error {
 		addr = "127.0.0.1:8080"
 	}
 	srv := &http.Server{Addr: addr, Handler: api, ReadHeaderTimeout: 10 * time.Second}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
 	logger.Info("Payments API listening", watermill.LogFields{"addr": addr})
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	// Shutdown waits for running requests, so their outcome gets recorded.
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), httpidem.DefaultLeaseTTL)
-	defer cancel()
-	return srv.Shutdown(shutdownCtx)
-}
-
-// openStore returns the Redis store when redisURL is set, else an in-memory
-// store (one process only: fine for a demo, never for production).
-func openStore(redisURL string) (idempotency.Store, func(), error) {
-	if redisURL == "" {
-		s := memstore.New(memstore.Config{})
-		return s, func() { _ = s.Close() }, nil
-	}
-	opts, err := redis.ParseURL(redisURL)
-	if err != nil {
-		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
-	}
-	opts.ContextTimeoutEnabled = true // store calls must honour their deadlines (redisstore.New requires it)
-	client := redis.NewClient(opts)
-	s, err := redisstore.New(client)
-	if err != nil {
-		_ = client.Close()
-		return nil, nil, err
-	}
-	return s, func() { _ = client.Close() }, nil
+	return demo.ServeUntilSignal(srv.ListenAndServe, func() error {
+		// Shutdown waits for running requests, so that their outcome gets
+		// recorded.
+		ctx, cancel := context.WithTimeout(context.Background(), httpidem.DefaultLeaseTTL)
+		defer cancel()
+		return srv.Shutdown(ctx)
+	})
 }
 
 // newAPI returns the payments API: POST /payments (idempotent) and

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 
@@ -18,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/examples/internal/demo"
+	"github.com/idempotency/watermill-idempotency/examples/internal/readmetest"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
@@ -66,7 +66,7 @@ func TestREADMESession(t *testing.T) {
 // TestRedisStore runs the retry against the Redis store that REDIS_URL
 // would select.
 func TestRedisStore(t *testing.T) {
-	store, closeStore, err := openStore("redis://" + testserver.RedisAddr(t) + "/0")
+	store, closeStore, err := demo.OpenStore("redis://" + testserver.RedisAddr(t) + "/0")
 	require.NoError(t, err)
 	t.Cleanup(closeStore)
 	api, err := newAPI(store, nil)
@@ -95,9 +95,6 @@ func TestRedisStore(t *testing.T) {
 	n, err := c.Exists(context.Background(), storedKey).Result()
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, n, "the record is under the documented key")
-
-	_, _, err = openStore("http://not-redis")
-	assert.Error(t, err, "REDIS_URL must be a redis:// URL")
 }
 
 func randomSuffix(t *testing.T) string {
@@ -107,65 +104,22 @@ func randomSuffix(t *testing.T) string {
 	return hex.EncodeToString(b)
 }
 
-// readSessions parses the "```console" blocks of a README: a line "$ curl"
-// (continued by lines ending in a backslash) starts a command, and the lines
-// up to the next command or the end of the block are its output, as
-// "curl -si" prints it.
+// readSessions reads the README's curl commands, the output "curl -si"
+// prints under each.
 func readSessions(t *testing.T, path string) []session {
 	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-
 	var sessions []session
-	var cur *session
-	var output []string
-	inBlock, continued := false, false
-	var cmdLine strings.Builder
-	flush := func() {
-		if cur == nil {
-			return
-		}
-		cur.command = shellSplit(t, cmdLine.String())
-		parseOutput(t, cur, output)
-		sessions = append(sessions, *cur)
-		cur, output = nil, nil
-		cmdLine.Reset()
+	for _, s := range readmetest.Sessions(t, path, "curl") {
+		sessions = append(sessions, parseOutput(t, s.Args, s.Output))
 	}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case !inBlock:
-			inBlock = line == "```console"
-		case line == "```":
-			flush()
-			inBlock = false
-		case continued:
-			cmdLine.WriteString(" " + strings.TrimSuffix(strings.TrimSpace(line), `\`))
-			continued = strings.HasSuffix(line, `\`)
-		case strings.HasPrefix(line, "$ "):
-			flush()
-			cur = &session{}
-			rest, ok := strings.CutPrefix(line, "$ curl ")
-			require.True(t, ok, "only curl commands are expected: %q", line)
-			cmdLine.WriteString(strings.TrimSuffix(rest, `\`))
-			continued = strings.HasSuffix(line, `\`)
-		default:
-			require.NotNil(t, cur, "output before any command: %q", line)
-			output = append(output, line)
-		}
-	}
-	require.NoError(t, sc.Err())
 	return sessions
 }
 
 // parseOutput splits "curl -si" output into status line, headers and body.
-func parseOutput(t *testing.T, s *session, lines []string) {
+func parseOutput(t *testing.T, command, lines []string) session {
 	t.Helper()
 	require.NotEmpty(t, lines, "a command without output")
-	s.status = lines[0]
-	s.header = map[string]string{}
+	s := session{command: command, status: lines[0], header: map[string]string{}}
 	i := 1
 	for ; i < len(lines) && lines[i] != ""; i++ {
 		name, value, ok := strings.Cut(lines[i], ": ")
@@ -177,38 +131,7 @@ func parseOutput(t *testing.T, s *session, lines []string) {
 	if i < len(lines) {
 		s.body = strings.Join(lines[i+1:], "\n") + "\n"
 	}
-}
-
-// shellSplit splits a command line into words, honouring single quotes.
-func shellSplit(t *testing.T, line string) []string {
-	t.Helper()
-	var words []string
-	var w strings.Builder
-	inWord, quoted := false, false
-	for _, r := range line {
-		switch {
-		case quoted && r == '\'':
-			quoted = false
-		case quoted:
-			w.WriteRune(r)
-		case r == '\'':
-			quoted, inWord = true, true
-		case r == ' ' || r == '\t':
-			if inWord {
-				words = append(words, w.String())
-				w.Reset()
-				inWord = false
-			}
-		default:
-			w.WriteRune(r)
-			inWord = true
-		}
-	}
-	require.False(t, quoted, "unterminated quote in %q", line)
-	if inWord {
-		words = append(words, w.String())
-	}
-	return words
+	return s
 }
 
 // runCurl performs what the curl arguments ask (-X, -H, -d and a URL;

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/examples/internal/demo"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 )
@@ -112,12 +113,6 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if os.Getenv(backends.EnvURL) == "" {
-		_ = os.Setenv(backends.EnvURL, "gochannel://")
-	}
-	if os.Getenv(backends.EnvGroup) == "" {
-		_ = os.Setenv(backends.EnvGroup, "postgres-ledger")
-	}
 
 	pool, err := pgxpool.New(ctx, envOr("PG_URL", defaultPGURL))
 	if err != nil {
@@ -137,7 +132,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		return err
 	}
 
-	cfg, err := backends.FromEnv()
+	cfg, err := demo.BrokerFromEnv("postgres-ledger")
 	if err != nil {
 		return err
 	}
@@ -213,7 +208,7 @@ func book(pool *pgxpool.Pool, store *pgstore.Store, ledger string) message.NoPub
 }
 
 func consume(ctx context.Context, w io.Writer, s settings, pool *pgxpool.Pool, store *pgstore.Store, b *backends.Backend, logger watermill.LoggerAdapter) error {
-	stats := &counts{outcomes: map[idempotency.Outcome]int{}}
+	stats := &demo.Outcomes{}
 	idem, err := idempotency.New(idempotency.Config{
 		Store:     store,
 		LeaseTTL:  s.lease,
@@ -256,7 +251,7 @@ func consume(ctx context.Context, w io.Writer, s settings, pool *pgxpool.Pool, s
 	}
 	ids := paymentIDs(s.payments)
 	done := func() (bool, error) {
-		if s.publish && stats.get(idempotency.OutcomeProcessed)+stats.get(idempotency.OutcomeDuplicate) < s.payments*copies {
+		if s.publish && stats.Count(idempotency.OutcomeProcessed, idempotency.OutcomeDuplicate) < s.payments*copies {
 			return false, nil // every delivery acked, so that the counts are complete
 		}
 		var booked int
@@ -291,7 +286,7 @@ func consume(ctx context.Context, w io.Writer, s settings, pool *pgxpool.Pool, s
 		return err
 	}
 
-	fmt.Fprintf(w, "booked=%d duplicates=%d\n", stats.get(idempotency.OutcomeProcessed), stats.get(idempotency.OutcomeDuplicate))
+	fmt.Fprintf(w, "booked=%d duplicates=%d\n", stats.Count(idempotency.OutcomeProcessed), stats.Count(idempotency.OutcomeDuplicate))
 	return checkLedger(context.WithoutCancel(ctx), w, pool, s.ledger, ids)
 }
 
@@ -339,24 +334,4 @@ func purgeExpired(ctx context.Context, store *pgstore.Store, logger watermill.Lo
 		case <-t.C:
 		}
 	}
-}
-
-// counts is the middleware's Observer.
-type counts struct {
-	mu       sync.Mutex
-	outcomes map[idempotency.Outcome]int
-}
-
-func (c *counts) Outcome(_ string, o idempotency.Outcome) {
-	c.mu.Lock()
-	c.outcomes[o]++
-	c.mu.Unlock()
-}
-
-func (c *counts) StoreLatency(idempotency.Op, time.Duration, error) {}
-
-func (c *counts) get(o idempotency.Outcome) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.outcomes[o]
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
+	"github.com/idempotency/watermill-idempotency/examples/internal/demo"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
@@ -23,30 +24,6 @@ const (
 	copies       = 3
 	failEveryNth = 5 // the first attempt of every 5th order fails
 )
-
-// tally counts outcomes; it is the middleware's Observer.
-type tally struct {
-	mu       sync.Mutex
-	outcomes map[idempotency.Outcome]int
-}
-
-func (t *tally) Outcome(_ string, o idempotency.Outcome) {
-	t.mu.Lock()
-	t.outcomes[o]++
-	t.mu.Unlock()
-}
-
-func (t *tally) StoreLatency(idempotency.Op, time.Duration, error) {}
-
-func (t *tally) total(outcomes ...idempotency.Outcome) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := 0
-	for _, o := range outcomes {
-		n += t.outcomes[o]
-	}
-	return n
-}
 
 func main() {
 	if err := run(os.Stdout); err != nil {
@@ -62,7 +39,7 @@ func run(w io.Writer) error {
 
 	store := memstore.New(memstore.Config{})
 	defer store.Close()
-	stats := &tally{outcomes: map[idempotency.Outcome]int{}}
+	stats := &demo.Outcomes{} // counts what the middleware did with each delivery
 	idem, err := idempotency.New(idempotency.Config{
 		Store:     store,
 		Observer:  stats,
@@ -113,7 +90,7 @@ func run(w io.Writer) error {
 	}
 
 	acked := func() int {
-		return stats.total(idempotency.OutcomeProcessed, idempotency.OutcomeDuplicate)
+		return stats.Count(idempotency.OutcomeProcessed, idempotency.OutcomeDuplicate)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for acked() < orders*copies {
@@ -125,16 +102,15 @@ func run(w io.Writer) error {
 	_ = router.Close()
 
 	fmt.Fprintf(w, "published %d deliveries: %d orders × %d copies\n", orders*copies, orders, copies)
-	stats.mu.Lock()
-	names := make([]string, 0, len(stats.outcomes))
-	for o := range stats.outcomes {
+	counts := stats.All()
+	names := make([]string, 0, len(counts))
+	for o := range counts {
 		names = append(names, string(o))
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		fmt.Fprintf(w, "  %-16s %5d\n", name, stats.outcomes[idempotency.Outcome(name)])
+		fmt.Fprintf(w, "  %-16s %5d\n", name, counts[idempotency.Outcome(name)])
 	}
-	stats.mu.Unlock()
 
 	mu.Lock()
 	defer mu.Unlock()

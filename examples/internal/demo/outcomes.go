@@ -1,0 +1,50 @@
+package demo
+
+import (
+	"sync"
+	"time"
+
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+)
+
+// Outcomes is an idempotency.Observer that counts each outcome, whichever
+// handler it came from. The zero value is ready to use.
+type Outcomes struct {
+	mu     sync.Mutex
+	counts map[idempotency.Outcome]int
+}
+
+// Outcome counts o.
+func (c *Outcomes) Outcome(_ string, o idempotency.Outcome) {
+	c.mu.Lock()
+	if c.counts == nil {
+		c.counts = map[idempotency.Outcome]int{}
+	}
+	c.counts[o]++
+	c.mu.Unlock()
+}
+
+// StoreLatency ignores latencies.
+func (c *Outcomes) StoreLatency(idempotency.Op, time.Duration, error) {}
+
+// Count returns how many of outcomes there were, summed.
+func (c *Outcomes) Count(outcomes ...idempotency.Outcome) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, o := range outcomes {
+		n += c.counts[o]
+	}
+	return n
+}
+
+// All returns a copy of every count so far.
+func (c *Outcomes) All() map[idempotency.Outcome]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	all := make(map[idempotency.Outcome]int, len(c.counts))
+	for o, n := range c.counts {
+		all[o] = n
+	}
+	return all
+}

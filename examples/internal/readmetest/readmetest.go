@@ -1,0 +1,128 @@
+// Package readmetest reads what the project's READMEs show, so that the
+// examples' tests can hold the READMEs to the programs: the console
+// sessions a README shows, and the Go blocks it quotes.
+package readmetest
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Session is one command of a README's console blocks and the output shown
+// under it.
+type Session struct {
+	Args   []string // the command's arguments, shell-split, the program's name left out
+	Output []string // the lines shown under the command, as it prints them
+}
+
+// Sessions parses the "```console" blocks of the README at path: a line
+// "$ program ..." (continued by lines ending in a backslash) starts a
+// command, and the lines up to the next command or the end of the block are
+// its output. A command of another program fails the test.
+func Sessions(t testing.TB, path, program string) []Session {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+
+	var sessions []Session
+	var cur *Session
+	var cmdLine strings.Builder
+	inBlock, continued := false, false
+	flush := func() {
+		if cur == nil {
+			return
+		}
+		cur.Args = shellSplit(t, cmdLine.String())
+		sessions = append(sessions, *cur)
+		cur = nil
+		cmdLine.Reset()
+	}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case !inBlock:
+			inBlock = line == "```console"
+		case line == "```":
+			flush()
+			inBlock = false
+		case continued:
+			cmdLine.WriteString(" " + strings.TrimSuffix(strings.TrimSpace(line), `\`))
+			continued = strings.HasSuffix(line, `\`)
+		case strings.HasPrefix(line, "$ "):
+			flush()
+			cur = &Session{}
+			rest, ok := strings.CutPrefix(line, "$ "+program+" ")
+			require.True(t, ok, "only %s commands are expected: %q", program, line)
+			cmdLine.WriteString(strings.TrimSuffix(rest, `\`))
+			continued = strings.HasSuffix(line, `\`)
+		default:
+			require.NotNil(t, cur, "output before any command: %q", line)
+			cur.Output = append(cur.Output, line)
+		}
+	}
+	require.NoError(t, sc.Err())
+	return sessions
+}
+
+// shellSplit splits a command line into words, honouring single quotes.
+func shellSplit(t testing.TB, line string) []string {
+	t.Helper()
+	var words []string
+	var w strings.Builder
+	inWord, quoted := false, false
+	for _, r := range line {
+		switch {
+		case quoted && r == '\'':
+			quoted = false
+		case quoted:
+			w.WriteRune(r)
+		case r == '\'':
+			quoted, inWord = true, true
+		case r == ' ' || r == '\t':
+			if inWord {
+				words = append(words, w.String())
+				w.Reset()
+				inWord = false
+			}
+		default:
+			w.WriteRune(r)
+			inWord = true
+		}
+	}
+	require.False(t, quoted, "unterminated quote in %q", line)
+	if inWord {
+		words = append(words, w.String())
+	}
+	return words
+}
+
+// RequireQuoted checks that the README of the module at root quotes the
+// file at path (relative to root) as it stands, and returns the quote: the
+// "```go" block after the comment "<!-- example: path -->" is the whole
+// file, the one after "<!-- excerpt: path -->" a verbatim part of it.
+func RequireQuoted(t testing.TB, root, kind, path string) string {
+	t.Helper()
+	require.Contains(t, []string{"example", "excerpt"}, kind)
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	require.NoError(t, err)
+	src, err := os.ReadFile(filepath.Join(root, path))
+	require.NoError(t, err)
+	marker := "<!-- " + kind + ": " + path + " -->"
+	_, after, found := strings.Cut(string(readme), marker+"\n```go\n")
+	require.True(t, found, "README has no %s block for %s", kind, path)
+	block, _, found := strings.Cut(after, "```\n")
+	require.True(t, found, "the README's %s block for %s does not end", kind, path)
+	if kind == "example" {
+		require.Equal(t, string(src), block, "the README's example is not %s as it stands", path)
+	} else {
+		require.True(t, strings.Contains(string(src), block), "the README's excerpt is not in %s as it stands:\n%s", path, block)
+	}
+	return block
+}
