@@ -210,25 +210,26 @@ const renewSQL = `WITH applied AS (
 	RETURNING 1)
 SELECT EXISTS (SELECT FROM applied), ` + ownerTail
 
-// completeSQL is Complete: $1 key_hash, $2 token, $3 result (never NULL),
-// $4 TTL µs. The token stays in the row: it recognises a resent Complete.
-const completeSQL = `WITH applied AS (
-	UPDATE {t} AS r SET state = 'completed', result = $3,
+// finishSQL is the statement of Complete and Fail: the owner's row takes
+// set (its new state, and what comes with it), gives up its lease and
+// expires ttl from now. The token stays in the row: it recognises a resent
+// Complete or Fail.
+func finishSQL(set, ttl string) string {
+	return `WITH applied AS (
+	UPDATE {t} AS r SET ` + set + `,
 		updated_at = GREATEST(statement_timestamp(), r.updated_at),
-		lease_until = NULL, claim_ttl_us = NULL, expires_at = statement_timestamp() + {micros4}
+		lease_until = NULL, claim_ttl_us = NULL, expires_at = statement_timestamp() + ` + ttl + `
 	WHERE {held}
 	RETURNING 1)
 SELECT EXISTS (SELECT FROM applied), ` + ownerTail
+}
 
-// failSQL is Fail: $1 key_hash, $2 token, $3 TTL µs. The token stays in the
-// row: it recognises a resent Fail.
-const failSQL = `WITH applied AS (
-	UPDATE {t} AS r SET state = 'failed',
-		updated_at = GREATEST(statement_timestamp(), r.updated_at),
-		lease_until = NULL, claim_ttl_us = NULL, expires_at = statement_timestamp() + {micros3}
-	WHERE {held}
-	RETURNING 1)
-SELECT EXISTS (SELECT FROM applied), ` + ownerTail
+// completeSQL is Complete: $1 key_hash, $2 token, $3 result (never NULL),
+// $4 TTL µs.
+var completeSQL = finishSQL(`state = 'completed', result = $3`, "{micros4}")
+
+// failSQL is Fail: $1 key_hash, $2 token, $3 TTL µs.
+var failSQL = finishSQL(`state = 'failed'`, "{micros3}")
 
 // releaseSQL is Release: $1 key_hash, $2 token. A first attempt's row is
 // deleted; a later attempt's goes back to FAILED with one attempt fewer and
