@@ -196,26 +196,39 @@ var getCommand = command{
 	flags: func(*flag.FlagSet) func(context.Context, *cli, []string) error {
 		return func(ctx context.Context, c *cli, args []string) error {
 			key := args[0]
-			now, err := c.be.now(ctx)
-			if err != nil {
-				return err
-			}
-			rec, ttl, bytes, err := c.be.inspect(ctx, key)
+			k, err := c.lookup(ctx, key)
 			if errors.Is(err, idempotency.ErrCorruptRecord) {
-				v := corruptView(key, err)
-				c.show(v)
+				c.show(corruptView(key, err))
 				return err
 			}
 			if err != nil {
 				return err
 			}
-			if rec.State == idempotency.StateAbsent {
+			if k.rec.State == idempotency.StateAbsent {
 				return notFound(fmt.Errorf("no record under %q", key))
 			}
-			c.show(view(key, rec, ttl, bytes, now, true))
+			c.show(view(key, k.rec, k.ttl, k.bytes, k.now, true))
 			return nil
 		}
 	},
+}
+
+// keyRead is one key as get and release read it.
+type keyRead struct {
+	now   time.Time // the store's clock, read first
+	rec   idempotency.Record
+	ttl   time.Duration
+	bytes int64
+}
+
+// lookup reads the store's clock, then the record under key.
+func (c *cli) lookup(ctx context.Context, key string) (keyRead, error) {
+	now, err := c.be.now(ctx)
+	if err != nil {
+		return keyRead{}, err
+	}
+	rec, ttl, bytes, err := c.be.inspect(ctx, key)
+	return keyRead{now: now, rec: rec, ttl: ttl, bytes: bytes}, err
 }
 
 func (c *cli) show(v recordView) {
@@ -375,11 +388,8 @@ var releaseCommand = command{
 		yes := fs.Bool("yes", false, "do not ask for confirmation")
 		return func(ctx context.Context, c *cli, args []string) error {
 			key := args[0]
-			now, err := c.be.now(ctx)
-			if err != nil {
-				return err
-			}
-			rec, _, _, err := c.be.inspect(ctx, key)
+			k, err := c.lookup(ctx, key)
+			rec := k.rec
 			if errors.Is(err, idempotency.ErrCorruptRecord) {
 				return fmt.Errorf("%w; release frees only records: delete it with idemctl purge --prefix %q --state corrupt --apply", err, key)
 			}
@@ -392,7 +402,7 @@ var releaseCommand = command{
 			if !*yes {
 				what := fmt.Sprintf("%s, %d attempt(s)", rec.State, rec.Attempts)
 				if rec.State == idempotency.StateInProgress {
-					what += fmt.Sprintf(", lease held for %s more: its owner will be cancelled", rec.LeaseExpiresAt.Sub(now).Round(time.Millisecond))
+					what += fmt.Sprintf(", lease held for %s more: its owner will be cancelled", rec.LeaseExpiresAt.Sub(k.now).Round(time.Millisecond))
 				}
 				if err := c.confirm(fmt.Sprintf("Release %q (%s)? The next delivery runs the handler as attempt 1.", key, what)); err != nil {
 					return err
