@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -44,10 +45,24 @@ type Store struct {
 	// now is Config.Now; nil for the default clock.
 	now func() time.Time
 
-	mu      sync.Mutex
-	closed  bool
-	records map[string]*entry
-	expiry  expiryHeap
+	mu     sync.Mutex
+	closed bool
+	// seed hashes keys with maphash.String, unless hash is set (by tests,
+	// to make keys collide).
+	seed maphash.Seed
+	hash func(string) uint64
+	// slots maps the hash of each key to its record's slot (see table.go):
+	// s.rec(i) and s.ref(i), in chunks of chunkLen slots; keys with the same
+	// hash are chained from it. used counts the slots ever handed out; free
+	// lists those of removed records, for reuse; count is the number of
+	// records.
+	slots  map[uint64]uint32
+	count  int
+	recs   []*[chunkLen]record
+	refs   []*[chunkLen]refs
+	used   uint32
+	free   []uint32
+	expiry expiryQueues
 }
 
 var _ idempotency.Store = (*Store)(nil)
@@ -55,65 +70,35 @@ var _ idempotency.Store = (*Store)(nil)
 // inProcess is an alias, so that the embedded field is unexported.
 type inProcess = inprocess.Marker
 
-// entry is one record, kept compact (times as nanosecond offsets from the
-// store's base, few pointers): a busy store holds millions of them and the
-// garbage collector scans them all.
-type entry struct {
-	key string
-	// token is the owner's while the stored state is IN_PROGRESS (its lease
-	// live or lapsed), and the token whose Complete or Fail made the record
-	// COMPLETED or FAILED otherwise, so that the same owner's resent Complete
-	// or Fail is recognised; empty for a FAILED record that a Release made,
-	// which no resend matches. It is reported only for a live lease.
-	token       string
-	result      []byte // non-nil once COMPLETED
-	fingerprint []byte
-	created     int64
-	updated     int64
-	// deadline is the end of the lease while the stored state is
-	// IN_PROGRESS; past it the lease has lapsed and the record reads as
-	// FAILED. While IN_PROGRESS, expireAt-deadline is the claim's TTL, so
-	// the TTL needs no field of its own.
-	deadline int64
-	// expireAt is the record's expiry.
-	expireAt int64
-	// queuedAt is the time of this entry's one item in the expiry heap when
-	// queued: never after expireAt, so the item comes up no later than the
-	// record expires.
-	queuedAt int64
-	attempts int32
-	state    idempotency.State // as stored: a lapsed lease stays IN_PROGRESS here
-	queued   bool
-}
-
-// lapsed reports whether e is an IN_PROGRESS record whose lease has ended.
-func (e *entry) lapsed(now int64) bool {
-	return e.state == idempotency.StateInProgress && now >= e.deadline
-}
-
-// held reports whether token holds e's live lease.
-func (e *entry) held(token string, now int64) bool {
-	return e.state == idempotency.StateInProgress && now < e.deadline && e.token == token
-}
-
-// record returns a copy of e as a Record at now; the token only for its
-// owner, and only while the lease is live.
-func (s *Store) record(e *entry, now int64, withToken bool) idempotency.Record {
+// record returns a copy of slot i as a Record at now; the token only for
+// its owner, and only while the lease is live. owner is the token when the
+// caller knows it holds the lease (saving a copy), else "".
+func (s *Store) record(i uint32, now int64, withToken bool, owner string) idempotency.Record {
+	r := s.rec(i)
 	rec := idempotency.Record{
-		State:       e.state,
-		Attempts:    int(e.attempts),
-		Result:      cloneKeepEmpty(e.result),
-		Fingerprint: bytes.Clone(e.fingerprint),
-		CreatedAt:   s.at(e.created),
-		UpdatedAt:   s.at(e.updated),
+		State:     r.state,
+		Attempts:  int(r.attempts),
+		CreatedAt: s.at(r.created),
+		UpdatedAt: s.at(r.updated),
 	}
-	if e.state == idempotency.StateInProgress {
-		rec.LeaseExpiresAt = s.at(e.deadline)
+	if r.fpLen > 0 {
+		rec.Fingerprint = bytes.Clone(s.fingerprint(i))
+	}
+	switch r.state {
+	case idempotency.StateCompleted:
+		rec.Result = []byte{} // non-nil, even when empty
+		if data := s.ref(i).data; len(data) > 0 {
+			rec.Result = append(rec.Result, s.result(i)...)
+		}
+	case idempotency.StateInProgress:
+		rec.LeaseExpiresAt = s.at(r.deadline)
 		switch {
-		case now >= e.deadline:
+		case now >= r.deadline:
 			rec.State = idempotency.StateFailed // the owner stopped renewing: the attempt failed
+		case withToken && owner != "":
+			rec.Token = owner
 		case withToken:
-			rec.Token = e.token
+			rec.Token = s.tokenString(i)
 		}
 	}
 	return rec
@@ -121,7 +106,13 @@ func (s *Store) record(e *entry, now int64, withToken bool) idempotency.Record {
 
 // New returns an empty store.
 func New(cfg Config) *Store {
-	s := &Store{now: cfg.Now, records: make(map[string]*entry)}
+	return newStore(cfg, nil)
+}
+
+// newStore returns an empty store that indexes keys by hash, or by
+// maphash.String when hash is nil.
+func newStore(cfg Config, hash func(string) uint64) *Store {
+	s := &Store{now: cfg.Now, seed: maphash.MakeSeed(), hash: hash, slots: make(map[uint64]uint32)}
 	if s.now == nil {
 		s.base = time.Now()
 	} else {
@@ -150,8 +141,13 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	s.records = nil
-	s.expiry = nil
+	s.slots = nil
+	s.count = 0
+	s.recs = nil
+	s.refs = nil
+	s.used = 0
+	s.free = nil
+	s.expiry = expiryQueues{}
 	return nil
 }
 
@@ -160,7 +156,7 @@ func (s *Store) Close() error {
 func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.records)
+	return s.count
 }
 
 // Claim implements idempotency.Store.
@@ -178,38 +174,44 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	}
 	now := s.clock()
 	s.reclaim(now)
-	e := s.live(key, now)
+	i, h, ok := s.live(key, now)
 	switch {
-	case e == nil:
-		e = &entry{key: key, created: now, attempts: 1, fingerprint: bytes.Clone(req.Fingerprint)}
-		s.records[key] = e
-	case len(req.Fingerprint) > 0 && len(e.fingerprint) > 0 && !bytes.Equal(req.Fingerprint, e.fingerprint):
-		return idempotency.ClaimResult{Record: s.record(e, now, false)}, nil
-	case e.held(req.Token, now):
+	case !ok:
+		i = s.add(key, h)
+		r := s.rec(i)
+		r.created = now
+		r.attempts = 1
+		s.setData(i, req.Token, req.Fingerprint, nil)
+	case len(req.Fingerprint) > 0 && s.rec(i).fpLen > 0 && !bytes.Equal(req.Fingerprint, s.fingerprint(i)):
+		return idempotency.ClaimResult{Record: s.record(i, now, false, "")}, nil
+	case s.held(i, req.Token, now):
 		// The same owner's claim again (a resend whose first reply was lost):
 		// acquired, no new attempt, no new transition; only the lease counts
 		// from now.
-		e.deadline = now + int64(req.Lease)
-		s.expire(e, e.deadline+int64(req.TTL))
-		return idempotency.ClaimResult{Acquired: true, Record: s.record(e, now, true)}, nil
-	case e.state == idempotency.StateFailed || e.lapsed(now):
+		r := s.rec(i)
+		r.deadline = now + int64(req.Lease)
+		s.extend(i, r.deadline+int64(req.TTL))
+		return idempotency.ClaimResult{Acquired: true, Record: s.record(i, now, true, req.Token)}, nil
+	case s.rec(i).state == idempotency.StateFailed || s.rec(i).lapsed(now):
 		// A new attempt of the same record: a lapsed lease counts as a failed
 		// attempt, so a consumer that dies mid-handler still counts. The token
 		// that failed (or let its lease lapse) has no hold on the key, so its
 		// own claim is a new attempt too.
-		e.attempts++
+		s.rec(i).attempts++
+		fp := s.fingerprint(i)
 		if len(req.Fingerprint) > 0 {
-			e.fingerprint = bytes.Clone(req.Fingerprint)
+			fp = req.Fingerprint
 		}
+		s.setData(i, req.Token, fp, nil)
 	default: // COMPLETED, or a live lease of another owner
-		return idempotency.ClaimResult{Record: s.record(e, now, false)}, nil
+		return idempotency.ClaimResult{Record: s.record(i, now, false, "")}, nil
 	}
-	e.state = idempotency.StateInProgress
-	e.token = req.Token
-	e.updated = now
-	e.deadline = now + int64(req.Lease)
-	s.expire(e, e.deadline+int64(req.TTL))
-	return idempotency.ClaimResult{Acquired: true, Record: s.record(e, now, true)}, nil
+	r := s.rec(i)
+	r.state = idempotency.StateInProgress
+	r.updated = now
+	r.deadline = now + int64(req.Lease)
+	s.queue(i, now, r.deadline+int64(req.TTL))
+	return idempotency.ClaimResult{Acquired: true, Record: s.record(i, now, true, req.Token)}, nil
 }
 
 // Renew implements idempotency.Store. It moves the lease deadline to lease
@@ -256,16 +258,17 @@ func (s *Store) transition(ctx context.Context, o op, key, token string, d time.
 	}
 	now := s.clock()
 	s.reclaim(now)
-	e := s.live(key, now)
-	if e == nil {
+	i, _, ok := s.live(key, now)
+	if !ok {
 		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, idempotency.ErrLeaseLost)
 	}
-	if !e.held(token, now) {
+	r := s.rec(i)
+	if !s.held(i, token, now) {
 		// The token of a COMPLETED or FAILED record is the one whose
 		// Complete or Fail made it so: the same call again is a resend.
-		resent := e.token == token &&
-			(o == opComplete && e.state == idempotency.StateCompleted ||
-				o == opFail && e.state == idempotency.StateFailed)
+		resent := (o == opComplete && r.state == idempotency.StateCompleted ||
+			o == opFail && r.state == idempotency.StateFailed) &&
+			s.hasToken(i, token)
 		if resent {
 			return nil
 		}
@@ -273,18 +276,18 @@ func (s *Store) transition(ctx context.Context, o op, key, token string, d time.
 	}
 	switch o {
 	case opRenew:
-		ttl := e.expireAt - e.deadline
-		e.deadline = now + int64(d)
-		s.expire(e, e.deadline+ttl)
+		ttl := r.expireAt - r.deadline
+		r.deadline = now + int64(d)
+		s.extend(i, r.deadline+ttl)
 		return nil
 	case opComplete:
-		e.state = idempotency.StateCompleted
-		e.result = append(make([]byte, 0, len(result)), result...)
+		r.state = idempotency.StateCompleted
+		s.setData(i, token, s.fingerprint(i), result)
 	case opFail:
-		e.state = idempotency.StateFailed
+		r.state = idempotency.StateFailed
 	}
-	e.updated = now
-	s.expire(e, now+int64(d))
+	r.updated = now
+	s.queue(i, now, now+int64(d))
 	return nil
 }
 
@@ -308,21 +311,22 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	}
 	now := s.clock()
 	s.reclaim(now)
-	e := s.live(key, now)
-	if e == nil || !e.held(token, now) {
+	i, _, ok := s.live(key, now)
+	if !ok || !s.held(i, token, now) {
 		return nil // not token's claim, or already released: a resend
 	}
-	if e.attempts == 1 {
-		delete(s.records, key) // its heap item is dropped when it comes up
+	r := s.rec(i)
+	if r.attempts == 1 {
+		s.remove(i)
 		return nil
 	}
-	ttl := e.expireAt - e.deadline // the claim's TTL
-	e.state = idempotency.StateFailed
-	e.attempts--
-	e.token = ""
-	e.deadline = 0
-	e.updated = now
-	s.expire(e, now+ttl)
+	ttl := r.expireAt - r.deadline // the claim's TTL
+	r.state = idempotency.StateFailed
+	r.attempts--
+	r.deadline = 0
+	r.updated = now
+	s.setData(i, "", s.fingerprint(i), nil)
+	s.queue(i, now, now+ttl)
 	return nil
 }
 
@@ -340,8 +344,8 @@ func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error)
 		return idempotency.Record{}, fmt.Errorf("memstore: get %q: %w", key, ErrClosed)
 	}
 	now := s.clock()
-	if e := s.live(key, now); e != nil {
-		return s.record(e, now, true), nil
+	if i, _, ok := s.live(key, now); ok {
+		return s.record(i, now, true, ""), nil
 	}
 	return idempotency.Record{State: idempotency.StateAbsent}, nil
 }
@@ -359,108 +363,20 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if s.closed {
 		return fmt.Errorf("memstore: delete %q: %w", key, ErrClosed)
 	}
-	delete(s.records, key) // its heap item is dropped when it comes up
+	if i, _, ok := s.find(key); ok {
+		s.remove(i)
+	}
 	return nil
 }
 
-// live returns key's entry unless it is missing or expired; an expired one is
-// removed on the spot. The caller holds s.mu.
-func (s *Store) live(key string, now int64) *entry {
-	e, ok := s.records[key]
-	if !ok {
-		return nil
+// live returns the slot of key's record unless it is missing or expired,
+// and key's hash; an expired record is removed on the spot. The caller
+// holds s.mu.
+func (s *Store) live(key string, now int64) (i uint32, h uint64, ok bool) {
+	i, h, ok = s.find(key)
+	if ok && now >= s.rec(i).expireAt {
+		s.remove(i)
+		return 0, h, false
 	}
-	if now >= e.expireAt {
-		delete(s.records, key)
-		return nil
-	}
-	return e
-}
-
-// expire sets e's expiry. The caller holds s.mu.
-//
-// Each entry has one item in the expiry heap. Extending the expiry (renewal,
-// completion with a longer TTL) leaves the item where it is: when it comes
-// up, reclaim finds the entry still live and queues it again at its new
-// expiry. Only an expiry earlier than the queued one, or a new entry, adds an
-// item, so most keys cost one heap push in their lifetime.
-func (s *Store) expire(e *entry, expireAt int64) {
-	e.expireAt = expireAt
-	if !e.queued || expireAt < e.queuedAt {
-		e.queued = true
-		e.queuedAt = expireAt
-		s.expiry.push(expiryItem{at: expireAt, entry: e})
-	}
-}
-
-// reclaim removes every record whose expiry has passed. The caller holds s.mu.
-func (s *Store) reclaim(now int64) {
-	for len(s.expiry) > 0 && now >= s.expiry[0].at {
-		it := s.expiry.pop()
-		e := it.entry
-		if s.records[e.key] != e || it.at != e.queuedAt {
-			continue // deleted, replaced, or queued again earlier
-		}
-		if now < e.expireAt {
-			e.queuedAt = e.expireAt
-			s.expiry.push(expiryItem{at: e.expireAt, entry: e})
-			continue
-		}
-		delete(s.records, e.key)
-	}
-}
-
-// cloneKeepEmpty copies b, keeping the difference between nil and empty.
-func cloneKeepEmpty(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append([]byte{}, b...)
-}
-
-type expiryItem struct {
-	at    int64 // offset from the store's base
-	entry *entry
-}
-
-// expiryHeap is a min-heap of items by time, typed to avoid boxing each
-// item as container/heap would.
-type expiryHeap []expiryItem
-
-func (h *expiryHeap) push(it expiryItem) {
-	*h = append(*h, it)
-	q := *h
-	for i := len(q) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if q[i].at >= q[parent].at {
-			break
-		}
-		q[i], q[parent] = q[parent], q[i]
-		i = parent
-	}
-}
-
-func (h *expiryHeap) pop() expiryItem {
-	q := *h
-	top := q[0]
-	last := len(q) - 1
-	q[0] = q[last]
-	q[last] = expiryItem{}
-	q = q[:last]
-	for i := 0; ; {
-		least, l, r := i, 2*i+1, 2*i+2
-		if l < len(q) && q[l].at < q[least].at {
-			least = l
-		}
-		if r < len(q) && q[r].at < q[least].at {
-			least = r
-		}
-		if least == i {
-			break
-		}
-		q[i], q[least] = q[least], q[i]
-		i = least
-	}
-	*h = q
-	return top
+	return i, h, ok
 }
