@@ -142,6 +142,23 @@ type Config struct {
 	// and attempt count. Zero means DefaultFailedTTL (24 h).
 	FailedTTL time.Duration
 
+	// CacheTTL is how long, at most, a key this process saw completed is
+	// replayed from memory, without a store call
+	// (idempotency.OnceConfig.CacheTTL): never past the record's own
+	// CompletedTTL, and an operator's Delete of the key reaches this
+	// process only when the entry ends. Zero means DefaultCacheTTL
+	// (idempotency.DefaultCacheTTL, 1 min).
+	CacheTTL time.Duration
+
+	// CacheMaxBytes bounds the memory of that cache (keys, stored answers,
+	// fingerprints and a fixed overhead per entry). Zero means
+	// idempotency.DefaultCacheMaxBytes (16 MiB).
+	CacheMaxBytes int
+
+	// DisableCache sends every claim to the store. An in-process store
+	// (memstore) is never cached anyway.
+	DisableCache bool
+
 	// MaxResponseSize bounds the stored answer, in bytes: the response
 	// message's wire bytes and type name, or the encoded final status with
 	// its details. A larger answer still goes to the first caller in full,
@@ -174,6 +191,7 @@ func (c *Config) setDefaults() {
 	shared := c.common().WithDefaults(DefaultKeyPrefix)
 	c.KeyPrefix, c.MaxKeyLength, c.RetryAfter = shared.KeyPrefix, shared.MaxKeyLength, shared.RetryAfter
 	c.LeaseTTL, c.StoreTimeout, c.CompletedTTL, c.FailedTTL = shared.LeaseTTL, shared.StoreTimeout, shared.CompletedTTL, shared.FailedTTL
+	c.CacheTTL, c.CacheMaxBytes = shared.CacheTTL, shared.CacheMaxBytes
 	c.Methods = slices.Clone(c.Methods)
 	c.Metadata = slices.Clone(c.Metadata)
 	if len(c.Metadata) == 0 {
@@ -188,17 +206,18 @@ func (c *Config) setDefaults() {
 func (c Config) common() adapter.Common {
 	return adapter.Common{Invalid: ErrInvalidConfig, NilStore: ErrNilStore, Unit: "call", Store: c.Store, Observer: c.Observer,
 		Scoped: c.Scope != nil, SingleTenant: c.SingleTenant, KeyPrefix: c.KeyPrefix, MaxKeyLength: c.MaxKeyLength, RetryAfter: c.RetryAfter,
-		LeaseTTL: c.LeaseTTL, StoreTimeout: c.StoreTimeout, CompletedTTL: c.CompletedTTL, FailedTTL: c.FailedTTL}
+		LeaseTTL: c.LeaseTTL, StoreTimeout: c.StoreTimeout, CompletedTTL: c.CompletedTTL, FailedTTL: c.FailedTTL,
+		CacheTTL: c.CacheTTL, CacheMaxBytes: c.CacheMaxBytes, DisableCache: c.DisableCache}
 }
 
 // Validate reports every problem of the config, not only the first:
 // errors.Join of one error per problem, each matching ErrInvalidConfig (a
 // missing Store matches ErrNilStore as well), in this fixed order: Store;
 // Scope and SingleTenant (one of them, not both); LeaseTTL, StoreTimeout,
-// CompletedTTL, FailedTTL and RetryAfter (none negative, LeaseTTL at least
-// 3 ms); MaxKeyLength (not negative); Methods (required, each a full
-// method name); Metadata (each a usable metadata key); RequestField (a
-// protobuf field name); MaxResponseSize (not negative). Zero fields other
+// CompletedTTL, FailedTTL, RetryAfter and CacheTTL (none negative, LeaseTTL
+// at least 3 ms); MaxKeyLength and CacheMaxBytes (neither negative);
+// Methods (required, each a full method name); Metadata (each a usable
+// metadata key); RequestField (a protobuf field name); MaxResponseSize (not negative). Zero fields other
 // than Store, Methods, Scope and SingleTenant are valid: they stand for
 // their defaults. New calls it after filling the defaults.
 func (c Config) Validate() error {

@@ -146,6 +146,23 @@ type Config struct {
 	// DefaultFailedTTL (24 h).
 	FailedTTL time.Duration
 
+	// CacheTTL is how long, at most, a key this process saw completed is
+	// replayed from memory, without a store call
+	// (idempotency.OnceConfig.CacheTTL): never past the record's own
+	// CompletedTTL, and an operator's Delete of the key reaches this
+	// process only when the entry ends. Zero means DefaultCacheTTL
+	// (idempotency.DefaultCacheTTL, 1 min).
+	CacheTTL time.Duration
+
+	// CacheMaxBytes bounds the memory of that cache (keys, stored responses,
+	// fingerprints and a fixed overhead per entry). Zero means
+	// idempotency.DefaultCacheMaxBytes (16 MiB).
+	CacheMaxBytes int
+
+	// DisableCache sends every claim to the store. An in-process store
+	// (memstore) is never cached anyway.
+	DisableCache bool
+
 	// MaxRequestBody bounds the request body, which is read in full to
 	// fingerprint it before the handler runs. Larger bodies are answered
 	// 413 without claiming the key. Zero means DefaultMaxRequestBody
@@ -196,17 +213,18 @@ func (c *Config) setDefaults() {
 	shared := c.common().WithDefaults(DefaultKeyPrefix)
 	c.KeyPrefix, c.MaxKeyLength, c.RetryAfter = shared.KeyPrefix, shared.MaxKeyLength, shared.RetryAfter
 	c.LeaseTTL, c.StoreTimeout, c.CompletedTTL, c.FailedTTL = shared.LeaseTTL, shared.StoreTimeout, shared.CompletedTTL, shared.FailedTTL
+	c.CacheTTL, c.CacheMaxBytes = shared.CacheTTL, shared.CacheMaxBytes
 }
 
 // Validate reports every problem of the config, not only the first:
 // errors.Join of one error per problem, each matching ErrInvalidConfig (a
 // missing Store matches ErrNilStore as well), in this fixed order: Store;
 // Scope and SingleTenant (one of them, not both); LeaseTTL, StoreTimeout,
-// CompletedTTL, FailedTTL and RetryAfter (none negative, LeaseTTL at least
-// 3 ms); MaxKeyLength, MaxRequestBody and MaxResponseBody (none negative);
-// Header (a header name); Methods (each a method name). Zero fields other
-// than Store, Scope and SingleTenant are valid: they stand for their
-// defaults. New calls it after filling the defaults.
+// CompletedTTL, FailedTTL, RetryAfter and CacheTTL (none negative, LeaseTTL
+// at least 3 ms); MaxKeyLength, CacheMaxBytes, MaxRequestBody and
+// MaxResponseBody (none negative); Header (a header name); Methods (each
+// a method name). Zero fields other than Store, Scope and SingleTenant are
+// valid: they stand for their defaults. New calls it after filling the defaults.
 func (c Config) Validate() error {
 	l := c.common().Check()
 	if c.MaxRequestBody < 0 {
@@ -231,7 +249,8 @@ func (c Config) Validate() error {
 func (c Config) common() adapter.Common {
 	return adapter.Common{Invalid: ErrInvalidConfig, NilStore: ErrNilStore, Unit: "request", Store: c.Store, Observer: c.Observer,
 		Scoped: c.Scope != nil, SingleTenant: c.SingleTenant, KeyPrefix: c.KeyPrefix, MaxKeyLength: c.MaxKeyLength, RetryAfter: c.RetryAfter,
-		LeaseTTL: c.LeaseTTL, StoreTimeout: c.StoreTimeout, CompletedTTL: c.CompletedTTL, FailedTTL: c.FailedTTL}
+		LeaseTTL: c.LeaseTTL, StoreTimeout: c.StoreTimeout, CompletedTTL: c.CompletedTTL, FailedTTL: c.FailedTTL,
+		CacheTTL: c.CacheTTL, CacheMaxBytes: c.CacheMaxBytes, DisableCache: c.DisableCache}
 }
 
 // isToken reports whether s is an RFC 9110 token (header names, methods).

@@ -59,7 +59,10 @@
 //     idemprom;
 //   - idempotency_store_duration_seconds, a Float64Histogram, unit "s",
 //     attributes op (claim, renew, complete, fail, release) and result (ok,
-//     error), with idemprom's bucket boundaries.
+//     error), with idemprom's bucket boundaries;
+//   - idempotency_cache_lookups_total, an Int64Counter, unit "{lookup}",
+//     attributes handler and result (hit, miss): one per claim while the
+//     cache of completed keys is on, as idemprom counts them.
 //
 // An exporter that keeps instrument names as they are (OTLP into a
 // Prometheus that does not add suffixes, for one) therefore yields the very

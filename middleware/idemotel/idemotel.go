@@ -31,6 +31,7 @@ const (
 const (
 	OutcomesMetric      = "idempotency_outcomes_total"
 	StoreDurationMetric = "idempotency_store_duration_seconds"
+	CacheLookupsMetric  = "idempotency_cache_lookups_total"
 )
 
 // storeBuckets are idemprom's histogram buckets, in seconds.
@@ -46,14 +47,21 @@ type Config struct {
 	Namespace string
 }
 
-// Observer is a idempotency.ContextObserver for OpenTelemetry. It is safe for
-// concurrent use; pass one to any number of middlewares.
+// Observer is a idempotency.ContextObserver, and CacheObserver, for
+// OpenTelemetry. It is safe for concurrent use; pass one to any number of
+// middlewares.
 type Observer struct {
-	outcomes metric.Int64Counter
-	latency  metric.Float64Histogram
+	outcomes     metric.Int64Counter
+	latency      metric.Float64Histogram
+	cacheLookups metric.Int64Counter
+	// hit and miss are the attribute of CacheLookup's result, built once.
+	hit, miss attribute.KeyValue
 }
 
-var _ idempotency.ContextObserver = (*Observer)(nil)
+var (
+	_ idempotency.ContextObserver = (*Observer)(nil)
+	_ idempotency.CacheObserver   = (*Observer)(nil)
+)
 
 // New returns an Observer that records on cfg.MeterProvider. It fails only
 // when the provider refuses to create an instrument.
@@ -80,7 +88,14 @@ func New(cfg Config) (*Observer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("idemotel: histogram %s: %w", prefix+StoreDurationMetric, err)
 	}
-	return &Observer{outcomes: outcomes, latency: latency}, nil
+	cacheLookups, err := meter.Int64Counter(prefix+CacheLookupsMetric,
+		metric.WithDescription("Claims looked up in the cache of completed keys, by handler and result (hit or miss)."),
+		metric.WithUnit("{lookup}"))
+	if err != nil {
+		return nil, fmt.Errorf("idemotel: counter %s: %w", prefix+CacheLookupsMetric, err)
+	}
+	return &Observer{outcomes: outcomes, latency: latency, cacheLookups: cacheLookups,
+		hit: attribute.String("result", "hit"), miss: attribute.String("result", "miss")}, nil
 }
 
 // Outcome implements idempotency.Observer, for callers that report without a
@@ -121,4 +136,14 @@ func (o *Observer) StoreLatency(op idempotency.Op, d time.Duration, err error) {
 		result = "error"
 	}
 	o.latency.Record(context.Background(), d.Seconds(), metric.WithAttributes(attribute.String("op", string(op)), attribute.String("result", result)))
+}
+
+// CacheLookup implements idempotency.CacheObserver: it counts the lookup
+// by handler and result (hit or miss).
+func (o *Observer) CacheLookup(handler string, hit bool) {
+	result := o.miss
+	if hit {
+		result = o.hit
+	}
+	o.cacheLookups.Add(context.Background(), 1, metric.WithAttributes(attribute.String("handler", handler), result))
 }

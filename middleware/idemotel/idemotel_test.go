@@ -99,6 +99,7 @@ func (tel *telemetry) collect(t *testing.T, prefix string) (outcomes, latencies 
 					assert.Equal(t, 2, dp.Attributes.Len(), "labels op and result only")
 					latencies[op.AsString()+"/"+res.AsString()] += int64(dp.Count)
 				}
+			case prefix + idemotel.CacheLookupsMetric: // see TestCacheLookupsCounted
 			default:
 				t.Errorf("unexpected metric %q", m.Name)
 			}
@@ -249,6 +250,7 @@ func TestNamesMatchIdemprom(t *testing.T) {
 	require.NoError(t, reg.Register(prom))
 	prom.Outcome("h", idempotency.OutcomeProcessed)
 	prom.StoreLatency(idempotency.OpClaim, 1, nil)
+	prom.CacheLookup("h", true)
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	var promNames []string
@@ -259,6 +261,7 @@ func TestNamesMatchIdemprom(t *testing.T) {
 	tel := newTelemetry(t, "svc")
 	tel.obs.Outcome("h", idempotency.OutcomeProcessed)
 	tel.obs.StoreLatency(idempotency.OpClaim, 1, nil)
+	tel.obs.CacheLookup("h", true)
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, tel.reader.Collect(context.Background(), &rm))
 	var otelNames []string
@@ -273,3 +276,34 @@ func TestNamesMatchIdemprom(t *testing.T) {
 }
 
 func ordersScope(*message.Message) string { return "orders" }
+
+// TestCacheLookupsCounted: every cache lookup is counted by handler and
+// result, as idemprom labels them.
+func TestCacheLookupsCounted(t *testing.T) {
+	tel := newTelemetry(t, "")
+	tel.obs.CacheLookup("orders", true)
+	tel.obs.CacheLookup("orders", true)
+	tel.obs.CacheLookup("orders", false)
+	tel.obs.CacheLookup("invoices", false)
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, tel.reader.Collect(context.Background(), &rm))
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != idemotel.CacheLookupsMetric {
+				continue
+			}
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			require.True(t, ok, "%s is a Sum[int64]", m.Name)
+			assert.True(t, sum.IsMonotonic)
+			assert.Equal(t, "{lookup}", m.Unit)
+			for _, dp := range sum.DataPoints {
+				h, _ := dp.Attributes.Value("handler")
+				r, _ := dp.Attributes.Value("result")
+				assert.Equal(t, 2, dp.Attributes.Len(), "labels handler and result only")
+				got[h.AsString()+"/"+r.AsString()] += dp.Value
+			}
+		}
+	}
+	assert.Equal(t, map[string]int64{"orders/hit": 2, "orders/miss": 1, "invoices/miss": 1}, got)
+}

@@ -111,8 +111,26 @@ type Config struct {
 	// DefaultStoreTimeout (5 s).
 	StoreTimeout time.Duration
 
+	// CacheTTL is how long, at most, a key this process saw COMPLETED is
+	// answered from memory, without a store call: a duplicate is then acked
+	// with its stored output as from the store (see OnceConfig.CacheTTL for
+	// how an entry is bounded by the record's own CompletedTTL). The one
+	// exception to COMPLETED being final: a key an operator deletes
+	// (Store.Delete, idemctl) is run again by the other processes at once,
+	// but by one that cached it only when its entry ends, up to CacheTTL
+	// later. Zero means DefaultCacheTTL (1 min).
+	CacheTTL time.Duration
+	// CacheMaxBytes bounds the memory of the cache (keys, stored outputs,
+	// fingerprints and a fixed overhead per entry); the least recently used
+	// entries go first. Zero means DefaultCacheMaxBytes (16 MiB).
+	CacheMaxBytes int
+	// DisableCache sends every claim to the store. An in-process store
+	// (memstore) is never cached anyway.
+	DisableCache bool
+
 	// Observer receives outcomes and store latencies. Nil means none; see
-	// package idemprom for Prometheus.
+	// package idemprom for Prometheus. One that is also a CacheObserver
+	// counts the cache's hits and misses.
 	Observer Observer
 }
 
@@ -141,18 +159,22 @@ func (c *Config) setDefaults() {
 	oc := c.onceConfig()
 	oc.setDefaults()
 	c.LeaseTTL, c.CompletedTTL, c.FailedTTL, c.StoreTimeout, c.Observer = oc.LeaseTTL, oc.CompletedTTL, oc.FailedTTL, oc.StoreTimeout, oc.Observer
+	c.CacheTTL, c.CacheMaxBytes = oc.CacheTTL, oc.CacheMaxBytes
 }
 
 // onceConfig is the part of c that configures the owner protocol.
 func (c Config) onceConfig() OnceConfig {
 	return OnceConfig{
-		Store:        c.Store,
-		LeaseTTL:     c.LeaseTTL,
-		CompletedTTL: c.CompletedTTL,
-		FailedTTL:    c.FailedTTL,
-		StoreTimeout: c.StoreTimeout,
-		MaxAttempts:  c.MaxAttempts,
-		Observer:     c.Observer,
+		Store:         c.Store,
+		LeaseTTL:      c.LeaseTTL,
+		CompletedTTL:  c.CompletedTTL,
+		FailedTTL:     c.FailedTTL,
+		StoreTimeout:  c.StoreTimeout,
+		MaxAttempts:   c.MaxAttempts,
+		CacheTTL:      c.CacheTTL,
+		CacheMaxBytes: c.CacheMaxBytes,
+		DisableCache:  c.DisableCache,
+		Observer:      c.Observer,
 	}
 }
 

@@ -142,6 +142,47 @@
 //     store, the handler writes its effect and COMPLETED in one transaction
 //     (pgstore's CompleteInTx, through RunFromContext), so they commit
 //     together or not at all, and a stale owner's transaction rolls back.
+//   - A process answers a key it saw COMPLETED from memory for up to
+//     CacheTTL (1 min), without a store call; see "Cache of completed keys".
+//     The one exception to the guarantee above: after an operator deletes a
+//     completed key, a process that cached it may ack a copy as a duplicate
+//     for up to CacheTTL more, while the others run the handler again.
+//
+// # Cache of completed keys
+//
+// COMPLETED is final until its record expires, so a process that has seen
+// a key COMPLETED — it completed the key itself, or a claim found it
+// completed — answers later copies of that key from memory: the
+// middleware acks them with the stored output (its fingerprint compared
+// as the store would, for CheckPayload), Once.Do returns the stored value,
+// Once.Claim (httpidem, grpcidem) the stored record, and no command
+// reaches the store. A burst of duplicates (a rebalance, a retrying
+// client) then costs a map lookup instead of a round trip. An entry lives
+// at most Config.CacheTTL (DefaultCacheTTL, 1 min) and never past the
+// record: for a key completed here, CompletedTTL after the Complete was
+// sent (the store counts its TTL from later, when the Complete reached
+// it); for a record read from a claim, CompletedTTL after its UpdatedAt,
+// less one second. That rests on two assumptions: every process sharing
+// the store completes keys with the same CompletedTTL, and the clocks of
+// the processes and the store agree within a second. A store whose claims
+// leave UpdatedAt zero has its records read from claims not cached.
+//
+// The exception is an operator's Delete (Store.Delete, idemctl purge): it
+// reaches the processes that cached the key only when their entries end,
+// up to CacheTTL later; until then they ack copies of the key as
+// duplicates, while the other processes run the handler again. Set
+// Config.DisableCache where a deletion must be seen at once, or wait
+// CacheTTL after deleting before redelivering.
+//
+// The cache is bounded by Config.CacheMaxBytes (DefaultCacheMaxBytes, 16
+// MiB: keys, outputs and fingerprints, plus an overhead per entry), evicts
+// the least recently used entries, and is sharded so that concurrent
+// handlers seldom wait on one another. A store in this process (memstore)
+// is never cached: it answers from memory already. What a duplicate
+// returns is the caller's own copy: changing it never changes the cache.
+// An Observer that is also a CacheObserver counts hits and misses
+// (package idemprom: idempotency_cache_lookups_total), and CacheStats
+// reports them with the evictions, entries and bytes.
 //
 // # Failures after the handler
 //

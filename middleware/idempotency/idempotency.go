@@ -59,7 +59,8 @@ func (d *Idempotency) handle(msg *message.Message, h message.HandlerFunc) ([]*me
 		fingerprint = sum[:]
 	}
 	ctx := msg.Context()
-	lease, claim, err := d.once.claim(ctx, key, fingerprint, dv)
+	// A cached record is only read: decodeOutput copies what it returns.
+	lease, claim, _, err := d.once.claim(ctx, key, fingerprint, dv)
 	dv.attempts = claim.Record.Attempts
 	switch {
 	case err == nil && lease != nil:

@@ -107,6 +107,12 @@ func (l *Lease) Complete(result []byte) error {
 	o := l.o
 	backoff := 20 * time.Millisecond
 	var last error
+	// The store counts CompletedTTL from when a Complete reaches it: no
+	// earlier than this, also when a retry finds the first try applied.
+	var sent time.Time
+	if o.cache != nil {
+		sent = time.Now()
+	}
 	for {
 		if l.isLost() {
 			return fmt.Errorf("idempotency: complete %q: %w", l.key, ErrLeaseLost)
@@ -127,7 +133,11 @@ func (l *Lease) Complete(result []byte) error {
 		o.observe(OpComplete, start, err)
 		// Retrying helps a store that is briefly unreachable, not one that
 		// cannot read the record or runs in this process.
-		if err == nil || errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrCorruptRecord) || o.inProcess {
+		if err == nil {
+			l.cacheCompleted(result, sent)
+			return nil
+		}
+		if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrCorruptRecord) || o.inProcess {
 			return err
 		}
 		last = err

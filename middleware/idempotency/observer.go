@@ -126,6 +126,19 @@ type ContextObserver interface {
 	OutcomeContext(ctx context.Context, d OutcomeDetails)
 }
 
+// CacheObserver is an Observer that also wants every lookup of the cache of
+// COMPLETED records (OnceConfig.CacheTTL), for example to count its hit
+// ratio; package idemprom counts them as idempotency_cache_lookups_total.
+// It is called only while the cache is on, once per claim, before any
+// store call.
+type CacheObserver interface {
+	Observer
+	// CacheLookup is called once per claim with its label (the Watermill
+	// handler's name, or OnceConfig.Name for Once.Do and Once.Claim) and
+	// whether the cache answered it (hit) or the claim went on to the store.
+	CacheLookup(handler string, hit bool)
+}
+
 // ReportOutcome tells obs about one outcome: OutcomeContext when obs is a
 // ContextObserver, else Outcome(d.Handler, d.Outcome). Adapters built on
 // Once.Claim (httpidem, grpcidem, or one of your own) call it where they

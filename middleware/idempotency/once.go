@@ -38,7 +38,34 @@ type OnceConfig struct {
 	// beyond that is ErrTooManyAttempts and runs nothing. Zero means
 	// unlimited.
 	MaxAttempts int
-	// Name labels the outcomes of Do for the Observer. Empty means "once".
+	// CacheTTL is how long, at most, a key this process saw COMPLETED (it
+	// completed the key itself, or a claim found it completed) is answered
+	// from memory, without a store call: a later claim of it comes back
+	// refused with the cached record, as from the store. An entry never
+	// outlives the record: it ends CompletedTTL after this process sent its
+	// Complete, or CompletedTTL (less a second for clock skew) after the
+	// record's UpdatedAt for a record read from a claim. That assumes every
+	// process sharing the store completes keys with the same CompletedTTL,
+	// and that their clocks and the store's agree within a second.
+	// COMPLETED is terminal until it expires, with one exception: a Delete
+	// by an operator (Store.Delete, idemctl) reaches a process that cached
+	// the key only when its entry ends, so for up to CacheTTL that process
+	// still answers the key as completed while the others run it again.
+	// Zero means DefaultCacheTTL (1 min).
+	CacheTTL time.Duration
+	// CacheMaxBytes bounds the cache's memory: each entry counts its key,
+	// result and fingerprint bytes and a fixed overhead; the least recently
+	// used entries are evicted beyond it. The cache is split in up to 32
+	// shards of at least 64 KiB each (32 from 2 MiB up), each with its own
+	// bound; an entry larger than a shard's share is not cached. Zero means
+	// DefaultCacheMaxBytes (16 MiB).
+	CacheMaxBytes int
+	// DisableCache turns the cache off: every claim goes to the store, and
+	// an operator's Delete is seen at once. An in-process store (memstore)
+	// is never cached, whatever this says: it answers from memory already.
+	DisableCache bool
+	// Name labels the outcomes of Do for the Observer, and the cache
+	// lookups of Do and Claim for a CacheObserver. Empty means "once".
 	Name string
 	// Observer receives outcomes and store latencies. Nil means none.
 	Observer Observer
@@ -56,6 +83,12 @@ func (c *OnceConfig) setDefaults() {
 	}
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = DefaultStoreTimeout
+	}
+	if c.CacheTTL == 0 {
+		c.CacheTTL = DefaultCacheTTL
+	}
+	if c.CacheMaxBytes == 0 {
+		c.CacheMaxBytes = DefaultCacheMaxBytes
 	}
 	if c.Name == "" {
 		c.Name = defaultOnceName
@@ -94,6 +127,12 @@ func (c OnceConfig) check(problems *configerr.List) {
 	if c.MaxAttempts < 0 {
 		problems.Addf("MaxAttempts is %d, must be 0 (unlimited) or more", c.MaxAttempts)
 	}
+	if c.CacheTTL < 0 {
+		problems.Addf("CacheTTL is %v, must not be negative", c.CacheTTL)
+	}
+	if c.CacheMaxBytes < 0 {
+		problems.Addf("CacheMaxBytes is %d, must not be negative", c.CacheMaxBytes)
+	}
 }
 
 // Once is the owner's side of the protocol, written once for every adapter:
@@ -112,6 +151,10 @@ type Once struct {
 	timed bool
 	// detailed: the observer is a ContextObserver.
 	detailed bool
+	// cache holds the COMPLETED records this process saw; nil when off.
+	cache *completedCache
+	// cacheObserver is the observer as a CacheObserver, or nil.
+	cacheObserver CacheObserver
 }
 
 // NewOnce returns the protocol for cfg. It copies cfg, fills the defaults
@@ -128,7 +171,14 @@ func NewOnce(cfg OnceConfig, logger watermill.LoggerAdapter) (*Once, error) {
 	_, quiet := logger.(watermill.NopLogger)
 	_, untimed := cfg.Observer.(nopObserver)
 	_, detailed := cfg.Observer.(ContextObserver)
-	return &Once{cfg: cfg, logger: logger, inProcess: inProcess, quiet: quiet, timed: !untimed, detailed: detailed}, nil
+	o := &Once{cfg: cfg, logger: logger, inProcess: inProcess, quiet: quiet, timed: !untimed, detailed: detailed}
+	// An in-process store answers from memory already: a cache would only
+	// hold a second copy of its records.
+	if !cfg.DisableCache && !inProcess {
+		o.cache = newCompletedCache(cfg.CacheTTL, cfg.CacheMaxBytes)
+		o.cacheObserver, _ = cfg.Observer.(CacheObserver)
+	}
+	return o, nil
 }
 
 // Result is what Do returns for a key.
@@ -161,11 +211,15 @@ type Result struct {
 //   - ErrCorruptRecord when the value under the key is not a record;
 //   - ErrTooManyAttempts when the work already ran MaxAttempts times.
 //
+// A key this process saw COMPLETED is answered from memory for up to
+// CacheTTL, without a store call (see OnceConfig.CacheTTL); Value is then a
+// copy of the cached value.
+//
 // The key is used as given: put a prefix of your own in it when the store
 // is shared.
 func (o *Once) Do(ctx context.Context, key string, work func(ctx context.Context) ([]byte, error)) (Result, error) {
 	dv := delivery{scope: o.cfg.Name, key: key, ctx: ctx}
-	lease, claim, err := o.claim(ctx, key, nil, dv)
+	lease, claim, cached, err := o.claim(ctx, key, nil, dv)
 	dv.attempts = claim.Record.Attempts
 	if err != nil {
 		o.done(claimOutcome(err), dv, err)
@@ -174,6 +228,9 @@ func (o *Once) Do(ctx context.Context, key string, work func(ctx context.Context
 	if lease == nil {
 		if claim.Record.State == StateCompleted {
 			o.done(OutcomeDuplicate, dv, nil)
+			if cached {
+				claim.Record.Result = cloneBytes(claim.Record.Result)
+			}
 			return Result{Value: claim.Record.Result, Replayed: true, Attempts: claim.Record.Attempts, Outcome: OutcomeDuplicate}, nil
 		}
 		err := fmt.Errorf("%w: key %q", ErrInProgress, key)
@@ -220,7 +277,9 @@ type ClaimOptions struct {
 //     Lease.Context, then call Lease.Complete or Lease.Fail;
 //   - no Lease and no error when the claim was refused: ClaimResult.Record
 //     says why (COMPLETED with its result, IN_PROGRESS elsewhere, or a
-//     different fingerprint);
+//     different fingerprint); a key this process saw COMPLETED is answered
+//     from the cache (OnceConfig.CacheTTL) without a store call, with a
+//     copy of the record the store returned or this process completed;
 //   - an error: ErrStoreUnavailable (wrapping the store's error; nothing was
 //     claimed, or the claim was released again — also when a network
 //     store answered only after nine tenths of the lease, too late for the
@@ -231,12 +290,22 @@ type ClaimOptions struct {
 // ctx bounds the claim, with StoreTimeout, and is the parent of the lease's
 // context.
 func (o *Once) Claim(ctx context.Context, key string, opts ClaimOptions) (*Lease, ClaimResult, error) {
-	return o.claim(ctx, key, opts.Fingerprint, delivery{key: key, extra: opts.LogFields})
+	lease, res, cached, err := o.claim(ctx, key, opts.Fingerprint, delivery{key: key, extra: opts.LogFields})
+	if cached {
+		res.Record = cloneRecord(res.Record)
+	}
+	return lease, res, err
 }
 
-func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, dv delivery) (*Lease, ClaimResult, error) {
+// claim is Claim for every adapter. cached says that the result is a
+// COMPLETED record from the cache, whose slices the caller must not change
+// (Claim and Do copy them, the middleware only decodes them).
+func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, dv delivery) (_ *Lease, _ ClaimResult, cached bool, _ error) {
 	if key == "" {
-		return nil, ClaimResult{}, fmt.Errorf("%w: %w", ErrMissingKey, ErrEmptyKey)
+		return nil, ClaimResult{}, false, fmt.Errorf("%w: %w", ErrMissingKey, ErrEmptyKey)
+	}
+	if rec, ok := o.cacheLookup(key, dv.scope); ok {
+		return nil, ClaimResult{Record: rec}, true, nil
 	}
 	req := ClaimRequest{Token: NewToken(), Lease: o.cfg.LeaseTTL, TTL: o.cfg.FailedTTL, Fingerprint: fingerprint}
 	claimed := time.Now() // the lease counts from before the claim's round trip
@@ -247,7 +316,7 @@ func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, dv del
 	o.observe(OpClaim, start, err)
 	switch {
 	case errors.Is(err, ErrCorruptRecord):
-		return nil, res, err
+		return nil, res, false, err
 	case err != nil:
 		// A claim sent over a network may have been applied with its reply
 		// lost (or the call given up on): undo it, or the key would stall
@@ -256,14 +325,15 @@ func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, dv del
 		if !o.inProcess {
 			o.release(key, req.Token, dv)
 		}
-		return nil, res, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+		return nil, res, false, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 	case !res.Acquired:
-		return nil, res, nil
+		o.cacheClaimed(key, res.Record)
+		return nil, res, false, nil
 	case !o.inProcess && time.Since(claimed) >= o.cfg.LeaseTTL-o.cfg.LeaseTTL/10:
 		// The answer came so late that the lease is about to lapse: running
 		// the work now could overlap with the next owner. Give the key back.
 		o.release(key, req.Token, dv)
-		return nil, ClaimResult{}, fmt.Errorf("%w: the claim of %q took %v, most of the %v lease", ErrStoreUnavailable, key,
+		return nil, ClaimResult{}, false, fmt.Errorf("%w: the claim of %q took %v, most of the %v lease", ErrStoreUnavailable, key,
 			time.Since(claimed).Round(time.Millisecond), o.cfg.LeaseTTL)
 	}
 	dv.attempts = res.Record.Attempts
@@ -273,9 +343,9 @@ func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, dv del
 		// The claim counted one more attempt; hand the key back as FAILED
 		// without running anything.
 		l.Fail()
-		return nil, res, fmt.Errorf("%w: %d of at most %d for key %q", ErrTooManyAttempts, res.Record.Attempts-1, o.cfg.MaxAttempts, key)
+		return nil, res, false, fmt.Errorf("%w: %d of at most %d for key %q", ErrTooManyAttempts, res.Record.Attempts-1, o.cfg.MaxAttempts, key)
 	}
-	return l, res, nil
+	return l, res, false, nil
 }
 
 // release undoes a claim whose outcome is unknown; see Store.Release. It

@@ -58,7 +58,8 @@ func appendBytes(b []byte, s string) []byte {
 
 // decodeOutput reverses encodeOutput. It returns stored=false for an output
 // that was not stored. An empty result (a record completed by another tool)
-// is no output.
+// is no output. The messages own their bytes: b may be a cached record's
+// result, which must not change.
 func decodeOutput(b []byte) (msgs []*message.Message, stored bool, err error) {
 	if len(b) == 0 {
 		return nil, true, nil
@@ -87,7 +88,7 @@ func decodeOutput(b []byte) (msgs []*message.Message, stored bool, err error) {
 			k := r.str()
 			meta[k] = r.str()
 		}
-		payload := []byte(r.str())
+		payload := r.bytes()
 		if r.err != nil {
 			return nil, false, r.err
 		}
@@ -119,16 +120,29 @@ func (r *reader) uvarint() uint64 {
 	return v
 }
 
-func (r *reader) str() string {
+// str returns the next length-prefixed field as a string (a copy).
+func (r *reader) str() string { return string(r.next()) }
+
+// bytes returns the next length-prefixed field as a copy of its own.
+func (r *reader) bytes() []byte {
+	b := r.next()
+	if r.err != nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}
+
+// next returns the next length-prefixed field, aliasing r.b.
+func (r *reader) next() []byte {
 	n := r.uvarint()
 	if r.err != nil {
-		return ""
+		return nil
 	}
 	if n > uint64(len(r.b)) {
 		r.err = errCorruptOutput
-		return ""
+		return nil
 	}
-	s := string(r.b[:n])
+	f := r.b[:n:n]
 	r.b = r.b[n:]
-	return s
+	return f
 }

@@ -59,3 +59,19 @@ func FuzzDecodeOutput(f *testing.F) {
 		}
 	})
 }
+
+// TestOutputDecodeCopies: the decoded messages own their bytes, so that a
+// handler's caller changing them never changes a cached result.
+func TestOutputDecodeCopies(t *testing.T) {
+	a := message.NewMessage("uuid-a", []byte("payload"))
+	a.Metadata.Set("k", "v")
+	enc := encodeOutput([]*message.Message{a})
+	want := append([]byte(nil), enc...)
+	got, _, err := decodeOutput(enc)
+	require.NoError(t, err)
+	for i := range got[0].Payload {
+		got[0].Payload[i] = 'X'
+	}
+	got[0].Payload = append(got[0].Payload, "more"...)
+	assert.Equal(t, want, enc)
+}

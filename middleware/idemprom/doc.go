@@ -13,6 +13,9 @@
 //   - idempotency_store_duration_seconds{op, result}: latency of every
 //     store call; op is claim, renew, complete, fail or release, result ok
 //     or error.
+//   - idempotency_cache_lookups_total{handler, result}: one per claim while
+//     the cache of completed keys is on (idempotency.Config.CacheTTL);
+//     result is hit (answered from memory, no store call) or miss.
 //
 // Alert on complete_failed and lease_lost (a handler may run twice),
 // store_unavailable (messages are nacked), and a growing rate of

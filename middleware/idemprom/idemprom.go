@@ -8,17 +8,18 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// Metrics is a idempotency.Observer that is also a prometheus.Collector.
-// Register it once, then pass it as idempotency.Config.Observer to any number
-// of middlewares.
+// Metrics is a idempotency.Observer, and CacheObserver, that is also a
+// prometheus.Collector. Register it once, then pass it as
+// idempotency.Config.Observer to any number of middlewares.
 type Metrics struct {
-	outcomes *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
+	outcomes     *prometheus.CounterVec
+	latency      *prometheus.HistogramVec
+	cacheLookups *prometheus.CounterVec
 }
 
 var (
-	_ idempotency.Observer = (*Metrics)(nil)
-	_ prometheus.Collector = (*Metrics)(nil)
+	_ idempotency.CacheObserver = (*Metrics)(nil)
+	_ prometheus.Collector      = (*Metrics)(nil)
 )
 
 // New returns unregistered metrics whose names start with namespace (may be
@@ -38,6 +39,12 @@ func New(namespace string) *Metrics {
 			Help:      "Latency of idempotency store calls, by operation and result.",
 			Buckets:   []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"op", "result"}),
+		cacheLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Subsystem: "idempotency",
+			Name:      "cache_lookups_total",
+			Help:      "Claims looked up in the cache of completed keys, by handler and result (hit or miss).",
+		}, []string{"handler", "result"}),
 	}
 }
 
@@ -55,14 +62,25 @@ func (m *Metrics) StoreLatency(op idempotency.Op, d time.Duration, err error) {
 	m.latency.WithLabelValues(string(op), result).Observe(d.Seconds())
 }
 
+// CacheLookup implements idempotency.CacheObserver.
+func (m *Metrics) CacheLookup(handler string, hit bool) {
+	result := "miss"
+	if hit {
+		result = "hit"
+	}
+	m.cacheLookups.WithLabelValues(handler, result).Inc()
+}
+
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.outcomes.Describe(ch)
 	m.latency.Describe(ch)
+	m.cacheLookups.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.outcomes.Collect(ch)
 	m.latency.Collect(ch)
+	m.cacheLookups.Collect(ch)
 }

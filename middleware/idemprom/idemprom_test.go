@@ -51,3 +51,25 @@ svc_idempotency_outcomes_total{handler="",outcome="processed"} 1
 	require.NoError(t, err)
 	assert.Empty(t, problems)
 }
+
+// TestCacheLookupsCounted: every cache lookup is counted by handler and
+// result.
+func TestCacheLookupsCounted(t *testing.T) {
+	metrics := idemprom.New("svc")
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(metrics))
+	var obs idempotency.CacheObserver = metrics
+	obs.CacheLookup("orders", true)
+	obs.CacheLookup("orders", true)
+	obs.CacheLookup("orders", false)
+	expected := `
+# HELP svc_idempotency_cache_lookups_total Claims looked up in the cache of completed keys, by handler and result (hit or miss).
+# TYPE svc_idempotency_cache_lookups_total counter
+svc_idempotency_cache_lookups_total{handler="orders",result="hit"} 2
+svc_idempotency_cache_lookups_total{handler="orders",result="miss"} 1
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected), "svc_idempotency_cache_lookups_total"))
+	problems, err := testutil.CollectAndLint(metrics)
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+}

@@ -40,13 +40,17 @@ type Common struct {
 	CompletedTTL time.Duration
 	FailedTTL    time.Duration
 	RetryAfter   time.Duration
-	Observer     idempotency.Observer
+	// The cache of COMPLETED records, as idempotency.OnceConfig has it.
+	CacheTTL      time.Duration
+	CacheMaxBytes int
+	DisableCache  bool
+	Observer      idempotency.Observer
 }
 
 // WithDefaults returns c with every zero setting replaced by its default:
 // keyPrefix (the adapter's own), DefaultMaxKeyLength, DefaultRetryAfter,
-// and the owner protocol's defaults for the lease, the TTLs and the store
-// timeout.
+// and the owner protocol's defaults for the lease, the TTLs, the store
+// timeout and the cache.
 func (c Common) WithDefaults(keyPrefix string) Common {
 	c.KeyPrefix = cmp.Or(c.KeyPrefix, keyPrefix)
 	c.MaxKeyLength = cmp.Or(c.MaxKeyLength, DefaultMaxKeyLength)
@@ -55,14 +59,16 @@ func (c Common) WithDefaults(keyPrefix string) Common {
 	c.StoreTimeout = cmp.Or(c.StoreTimeout, idempotency.DefaultStoreTimeout)
 	c.CompletedTTL = cmp.Or(c.CompletedTTL, idempotency.DefaultCompletedTTL)
 	c.FailedTTL = cmp.Or(c.FailedTTL, idempotency.DefaultFailedTTL)
+	c.CacheTTL = cmp.Or(c.CacheTTL, idempotency.DefaultCacheTTL)
+	c.CacheMaxBytes = cmp.Or(c.CacheMaxBytes, idempotency.DefaultCacheMaxBytes)
 	return c
 }
 
 // Check returns a configerr.List holding the problems of the shared
 // settings, in this order: Store (NilStore), Scope and SingleTenant (one of
-// them, not both), LeaseTTL, StoreTimeout, CompletedTTL, FailedTTL and
-// RetryAfter (none negative; LeaseTTL long enough to renew), MaxKeyLength
-// (not negative). The adapter adds the problems of its own fields after
+// them, not both), LeaseTTL, StoreTimeout, CompletedTTL, FailedTTL,
+// RetryAfter and CacheTTL (none negative; LeaseTTL long enough to renew),
+// MaxKeyLength and CacheMaxBytes (neither negative). The adapter adds the problems of its own fields after
 // these. Zero settings are valid: they stand for their defaults.
 func (c Common) Check() *configerr.List {
 	l := configerr.New(c.Invalid)
@@ -78,7 +84,7 @@ func (c Common) Check() *configerr.List {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"LeaseTTL", c.LeaseTTL}, {"StoreTimeout", c.StoreTimeout}, {"CompletedTTL", c.CompletedTTL}, {"FailedTTL", c.FailedTTL}, {"RetryAfter", c.RetryAfter}} {
+	}{{"LeaseTTL", c.LeaseTTL}, {"StoreTimeout", c.StoreTimeout}, {"CompletedTTL", c.CompletedTTL}, {"FailedTTL", c.FailedTTL}, {"RetryAfter", c.RetryAfter}, {"CacheTTL", c.CacheTTL}} {
 		if f.d < 0 {
 			l.Addf("%s is %v, must not be negative", f.name, f.d)
 		}
@@ -88,6 +94,9 @@ func (c Common) Check() *configerr.List {
 	}
 	if c.MaxKeyLength < 0 {
 		l.Addf("MaxKeyLength is %d, must not be negative", c.MaxKeyLength)
+	}
+	if c.CacheMaxBytes < 0 {
+		l.Addf("CacheMaxBytes is %d, must not be negative", c.CacheMaxBytes)
 	}
 	return l
 }
@@ -102,7 +111,8 @@ func (c Common) NewOnce(logger watermill.LoggerAdapter) (*idempotency.Once, wate
 		logger = watermill.NopLogger{}
 	}
 	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: c.Store, Observer: c.Observer,
-		LeaseTTL: c.LeaseTTL, StoreTimeout: c.StoreTimeout, CompletedTTL: c.CompletedTTL, FailedTTL: c.FailedTTL}, logger)
+		LeaseTTL: c.LeaseTTL, StoreTimeout: c.StoreTimeout, CompletedTTL: c.CompletedTTL, FailedTTL: c.FailedTTL,
+		CacheTTL: c.CacheTTL, CacheMaxBytes: c.CacheMaxBytes, DisableCache: c.DisableCache}, logger)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", c.Invalid, err)
 	}

@@ -1,0 +1,298 @@
+package idempotency
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// Defaults of the cache of COMPLETED records (OnceConfig.CacheTTL and
+// CacheMaxBytes, and the same fields of Config).
+const (
+	// DefaultCacheTTL is how long, at most, a process answers a completed
+	// key from memory. It is also how long, at most, an operator's Delete
+	// of a completed key goes unseen by a process that cached it: a minute
+	// keeps that window shorter than any redelivery an operator would wait
+	// for, while a burst of duplicates (a consumer group rebalancing, a
+	// client retrying) is answered without the store.
+	DefaultCacheTTL = time.Minute
+	// DefaultCacheMaxBytes bounds the cache's memory: keys, results and
+	// fingerprints, plus a fixed overhead per entry (16 MiB).
+	DefaultCacheMaxBytes = 16 << 20
+)
+
+// cacheClockMargin is taken off the lifetime of a record read from a claim:
+// its UpdatedAt is on the store's clock, its expiry compared with this
+// host's, and the two clocks are assumed to agree within it.
+const cacheClockMargin = time.Second
+
+// cacheMaxShards bounds the shards of the cache; cacheMinShardBytes is the
+// least share of CacheMaxBytes a shard gets, so that a small cache has fewer
+// shards rather than shards too small for an entry.
+const (
+	cacheMaxShards     = 32
+	cacheMinShardBytes = 64 << 10
+)
+
+// cacheEntryOverhead is what an entry costs beyond its key, result and
+// fingerprint bytes: the entry itself and its slot in the shard's map.
+const cacheEntryOverhead = int(unsafe.Sizeof(cacheEntry{})) + 48
+
+// CacheStats describes the cache of COMPLETED records of a Once (see
+// OnceConfig.CacheTTL). All fields are zero when the cache is off.
+type CacheStats struct {
+	// Hits counts claims answered from the cache, without a store call.
+	Hits uint64
+	// Misses counts lookups that found no live entry and went to the store.
+	Misses uint64
+	// Evictions counts entries removed to stay within CacheMaxBytes.
+	Evictions uint64
+	// Entries is the number of entries held now, expired ones not yet
+	// removed included.
+	Entries int
+	// Bytes is the memory the entries count towards CacheMaxBytes.
+	Bytes int
+}
+
+// completedCache holds COMPLETED records by stored key: an LRU bounded in
+// bytes, sharded by the key's hash so that concurrent claims of different
+// keys seldom wait on one mutex. A COMPLETED record changes only when it
+// expires or is deleted, so an entry that lives no longer than the record
+// answers exactly as the store would; see OnceConfig.CacheTTL for the one
+// exception (an operator's Delete).
+type completedCache struct {
+	seed     maphash.Seed
+	shards   []cacheShard
+	mask     uint64
+	ttl      time.Duration
+	shardMax int
+}
+
+type cacheShard struct {
+	mu      sync.Mutex
+	entries map[string]*cacheEntry
+	// lru is the sentinel of a ring of the entries: lru.next is the most
+	// recently used, lru.prev the next to evict.
+	lru                     cacheEntry
+	bytes                   int
+	hits, misses, evictions uint64
+	// keeps two shards' mutexes off one cache line
+	_ [64]byte
+}
+
+type cacheEntry struct {
+	key        string
+	rec        Record
+	expires    time.Time
+	size       int
+	prev, next *cacheEntry
+}
+
+func newCompletedCache(ttl time.Duration, maxBytes int) *completedCache {
+	n := 1
+	for n < cacheMaxShards && maxBytes/(2*n) >= cacheMinShardBytes {
+		n *= 2
+	}
+	c := &completedCache{seed: maphash.MakeSeed(), shards: make([]cacheShard, n), mask: uint64(n - 1), ttl: ttl, shardMax: maxBytes / n}
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.entries = map[string]*cacheEntry{}
+		s.lru.next, s.lru.prev = &s.lru, &s.lru
+	}
+	return c
+}
+
+func (c *completedCache) shard(key string) *cacheShard {
+	return &c.shards[maphash.String(c.seed, key)&c.mask]
+}
+
+// get returns the live record of key, read-only: callers that hand it out
+// copy its slices (see cloneRecord).
+func (c *completedCache) get(key string, now time.Time) (Record, bool) {
+	s := c.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entries[key]
+	if e != nil && !now.Before(e.expires) {
+		s.remove(e)
+		e = nil
+	}
+	if e == nil {
+		s.misses++
+		return Record{}, false
+	}
+	s.hits++
+	s.unlink(e)
+	s.pushFront(e)
+	return e.rec, true
+}
+
+// put caches rec, a COMPLETED record, under key until expires at the
+// latest (never later than the cache's TTL from now). It copies rec's
+// slices: the caller's may change. An entry larger than a shard's share is
+// not cached.
+func (c *completedCache) put(key string, rec Record, now, expires time.Time) {
+	expires = minTime(expires, now.Add(c.ttl))
+	if !now.Before(expires) {
+		return
+	}
+	size := len(key) + len(rec.Result) + len(rec.Fingerprint) + cacheEntryOverhead
+	s := c.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.entries[key]; old != nil {
+		s.remove(old)
+	}
+	if size > c.shardMax {
+		return
+	}
+	for s.bytes+size > c.shardMax {
+		s.remove(s.lru.prev)
+		s.evictions++
+	}
+	e := &cacheEntry{key: key, rec: frozenRecord(rec), expires: expires, size: size}
+	s.entries[key] = e
+	s.bytes += size
+	s.pushFront(e)
+}
+
+func (c *completedCache) stats() CacheStats {
+	var st CacheStats
+	for i := range c.shards {
+		s := &c.shards[i]
+		s.mu.Lock()
+		st.Hits += s.hits
+		st.Misses += s.misses
+		st.Evictions += s.evictions
+		st.Entries += len(s.entries)
+		st.Bytes += s.bytes
+		s.mu.Unlock()
+	}
+	return st
+}
+
+func (s *cacheShard) remove(e *cacheEntry) {
+	s.unlink(e)
+	delete(s.entries, e.key)
+	s.bytes -= e.size
+}
+
+func (s *cacheShard) unlink(e *cacheEntry) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+}
+
+func (s *cacheShard) pushFront(e *cacheEntry) {
+	e.prev, e.next = &s.lru, s.lru.next
+	s.lru.next.prev = e
+	s.lru.next = e
+}
+
+// frozenRecord copies what a cache entry keeps of rec, its result and
+// fingerprint in one allocation, each with its capacity cut to its length
+// so that an append to one never writes into the other. The owner token
+// (empty for a record read from a claim) is not kept.
+func frozenRecord(rec Record) Record {
+	rec.Token = ""
+	rec.LeaseExpiresAt = time.Time{}
+	n := len(rec.Result) + len(rec.Fingerprint)
+	if n == 0 {
+		if rec.Result != nil {
+			rec.Result = []byte{}
+		}
+		return rec
+	}
+	b := make([]byte, n)
+	r := copy(b, rec.Result)
+	copy(b[r:], rec.Fingerprint)
+	if rec.Result != nil {
+		rec.Result = b[:r:r]
+	}
+	if rec.Fingerprint != nil {
+		rec.Fingerprint = b[r:n:n]
+	}
+	return rec
+}
+
+// cloneRecord returns rec with slices of its own, for a caller that may
+// change them: Once.Claim and Once.Do hand out copies of a cached record.
+func cloneRecord(rec Record) Record {
+	rec.Result = cloneBytes(rec.Result)
+	rec.Fingerprint = cloneBytes(rec.Fingerprint)
+	return rec
+}
+
+// cloneBytes is bytes.Clone, except that a zero-length b stays zero-length
+// and non-nil (a COMPLETED record's empty Result is non-nil).
+func cloneBytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// cacheLookup answers a claim of key from the cache, when it is on and
+// holds the key COMPLETED; label is what a CacheObserver is told.
+func (o *Once) cacheLookup(key, label string) (Record, bool) {
+	if o.cache == nil {
+		return Record{}, false
+	}
+	rec, hit := o.cache.get(key, time.Now())
+	if o.cacheObserver != nil {
+		if label == "" {
+			label = o.cfg.Name
+		}
+		o.cacheObserver.CacheLookup(label, hit)
+	}
+	return rec, hit
+}
+
+// cacheClaimed caches a COMPLETED record that refused a claim, until its
+// UpdatedAt (when it was completed, on the store's clock) plus
+// CompletedTTL, less the clock margin. A store that leaves UpdatedAt zero
+// tells nothing about the record's age: it is not cached.
+func (o *Once) cacheClaimed(key string, rec Record) {
+	if o.cache == nil || rec.State != StateCompleted || rec.UpdatedAt.IsZero() {
+		return
+	}
+	o.cache.put(key, rec, time.Now(), rec.UpdatedAt.Add(o.cfg.CompletedTTL-cacheClockMargin))
+}
+
+// cacheCompleted caches the record this process completed: the store
+// counts its CompletedTTL from when the Complete reached it, which is no
+// earlier than sent, so the entry ends before the record does, on this
+// host's clock alone.
+func (l *Lease) cacheCompleted(result []byte, sent time.Time) {
+	o := l.o
+	if o.cache == nil {
+		return
+	}
+	if result == nil {
+		result = []byte{}
+	}
+	rec := l.record
+	rec.State, rec.Result, rec.UpdatedAt = StateCompleted, result, sent
+	o.cache.put(l.key, rec, time.Now(), sent.Add(o.cfg.CompletedTTL))
+}
+
+// CacheStats returns the counters of the cache of COMPLETED records; all
+// zero when the cache is off (OnceConfig.DisableCache, or an in-process
+// store).
+func (o *Once) CacheStats() CacheStats {
+	if o.cache == nil {
+		return CacheStats{}
+	}
+	return o.cache.stats()
+}
+
+// CacheStats returns the counters of the middleware's cache of COMPLETED
+// records (see Config.CacheTTL).
+func (d *Idempotency) CacheStats() CacheStats { return d.once.CacheStats() }
