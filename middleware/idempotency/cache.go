@@ -278,9 +278,9 @@ func (l *Lease) cacheCompleted(result []byte, sent time.Time) {
 	if result == nil {
 		result = []byte{}
 	}
-	rec := l.record
-	rec.State, rec.Result, rec.UpdatedAt = StateCompleted, result, sent
-	o.cache.put(l.key, rec, time.Now(), sent.Add(o.cfg.CompletedTTL))
+	rec := Record{State: StateCompleted, Attempts: l.record.attempts, Result: result, Fingerprint: l.record.fingerprint,
+		CreatedAt: l.record.created, UpdatedAt: sent}
+	o.cache.put(l.dv.key, rec, time.Now(), sent.Add(o.cfg.CompletedTTL))
 }
 
 // CacheStats returns the counters of the cache of COMPLETED records; all

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -30,13 +31,11 @@ import (
 // is no earlier.
 type Lease struct {
 	o      *Once
-	ctx    runContext
-	cancel context.CancelCauseFunc // cancels ctx
+	ctx    leaseContext
 	run    Run
-	key    string
 	token  string
-	dv     delivery
-	record Record
+	dv     delivery // dv.key is the key, dv.ctx the claim's context
+	record leaseRecord
 
 	mu      sync.Mutex
 	timer   *time.Timer
@@ -49,13 +48,25 @@ type Lease struct {
 	inflight      sync.WaitGroup
 	// cancelRenewal cancels the renewal in flight, if any.
 	cancelRenewal context.CancelFunc
+	// ended: the lease's context is cancelled, or will be as soon as it is
+	// made (see leaseContext); endedLost: with ErrLeaseLost as its cause.
+	ended, endedLost bool
+}
+
+// leaseRecord is what Lease.Record returns, less what every claimed record
+// has alike (IN_PROGRESS, the owner's token, no result), so that a lease
+// allocates less.
+type leaseRecord struct {
+	attempts                          int
+	fingerprint                       []byte
+	created, updated, leaseExpiration time.Time
 }
 
 func (o *Once) newLease(parent context.Context, key, token string, claimed time.Time, dv delivery) *Lease {
-	ctx, cancel := context.WithCancelCause(parent)
-	l := &Lease{o: o, cancel: cancel, key: key, token: token, dv: dv, renewed: claimed}
+	dv.key, dv.ctx = key, parent
+	l := &Lease{o: o, token: token, dv: dv, renewed: claimed}
 	l.run.lease = l
-	l.ctx = runContext{Context: ctx, run: &l.run}
+	l.ctx.lease = l
 	l.mu.Lock()
 	// The lease counts from before the claim's round trip, and so do its
 	// renewals.
@@ -69,24 +80,93 @@ func (o *Once) newLease(parent context.Context, key, token string, claimed time.
 // lease is lost. Complete and Fail cancel it.
 func (l *Lease) Context() context.Context { return &l.ctx }
 
-// runContext is the lease's context, carrying its Run for RunFromContext
-// without another allocation per run.
-type runContext struct {
-	context.Context
-	run *Run
+// leaseContext is the lease's context: context.WithCancelCause of the
+// claim's context, carrying the lease's Run for RunFromContext. The
+// cancellable context is made when the work first asks for it (Done, Err,
+// or a Value other than the Run), already cancelled if the lease ended
+// before: work that never looks at its context costs no context and no
+// cancel function, and any other work sees what a context made at the
+// claim would show it, cause included.
+type leaseContext struct {
+	lease *Lease // its dv.ctx is the parent: the claim's context
+	// made is set, under lease.mu, once ctx and cancel are.
+	made   atomic.Bool
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 }
 
-func (c *runContext) Value(key any) any {
+// Deadline is the claim's context's: the lease adds none.
+func (c *leaseContext) Deadline() (time.Time, bool) { return c.lease.dv.ctx.Deadline() }
+
+func (c *leaseContext) Done() <-chan struct{} { return c.get().Done() }
+
+func (c *leaseContext) Err() error { return c.get().Err() }
+
+// Value answers the Run itself, and asks the cancellable context for
+// anything else: context.Cause finds its cause that way.
+func (c *leaseContext) Value(key any) any {
 	if key == (runKey{}) {
-		return c.run
+		return &c.lease.run
 	}
-	return c.Context.Value(key)
+	return c.get().Value(key)
 }
 
-// Record is the key's record as the claim left it: IN_PROGRESS, with the
-// attempt this run is (Record.Attempts), which an adapter puts in its logs
-// and its OutcomeDetails.
-func (l *Lease) Record() Record { return l.record }
+func (c *leaseContext) String() string { return "idempotency.Lease.Context" }
+
+// get returns the cancellable context, making it on first use.
+func (c *leaseContext) get() context.Context {
+	if c.made.Load() {
+		return c.ctx
+	}
+	l := c.lease
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !c.made.Load() {
+		c.ctx, c.cancel = context.WithCancelCause(l.dv.ctx)
+		if l.ended {
+			c.cancel(l.endCauseLocked())
+		}
+		c.made.Store(true)
+	}
+	return c.ctx
+}
+
+// endLocked cancels the lease's context, with ErrLeaseLost as its cause
+// when lost, unless it ended already; the caller holds l.mu.
+func (l *Lease) endLocked(lost bool) {
+	if l.ended {
+		return
+	}
+	l.ended, l.endedLost = true, lost
+	if l.ctx.made.Load() {
+		l.ctx.cancel(l.endCauseLocked())
+	}
+}
+
+// endCauseLocked is the cause the lease's context ended with: ErrLeaseLost,
+// or nil for context.Canceled (Complete, Fail). The caller holds l.mu.
+func (l *Lease) endCauseLocked() error {
+	if l.endedLost {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// end is endLocked for Complete and Fail, which do not hold l.mu.
+func (l *Lease) end() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.endLocked(false)
+}
+
+// Record is the key's record as the claim left it: IN_PROGRESS under the
+// lease's token, with the attempt this run is (Record.Attempts), which an
+// adapter puts in its logs and its OutcomeDetails.
+func (l *Lease) Record() Record {
+	r := l.record
+	return Record{State: StateInProgress, Token: l.token, Attempts: r.attempts, Fingerprint: r.fingerprint,
+		CreatedAt: r.created, UpdatedAt: r.updated, LeaseExpiresAt: r.leaseExpiration}
+}
 
 // Complete ends the renewals and moves the key to COMPLETED with result.
 // A failed call is retried with backoff while the lease lasts, with the same
@@ -100,7 +180,7 @@ func (l *Lease) Record() Record { return l.record }
 // ran out before COMPLETED could be written: see CompleteOutcome.
 func (l *Lease) Complete(result []byte) error {
 	l.stop()
-	defer l.cancel(nil)
+	defer l.end()
 	if l.isCompletedInTx() {
 		return nil
 	}
@@ -115,7 +195,7 @@ func (l *Lease) Complete(result []byte) error {
 	}
 	for {
 		if l.isLost() {
-			return fmt.Errorf("idempotency: complete %q: %w", l.key, ErrLeaseLost)
+			return fmt.Errorf("idempotency: complete %q: %w", l.dv.key, ErrLeaseLost)
 		}
 		// An in-process store answers at once, so its first call cannot
 		// outlive the lease: it fences by its own clock.
@@ -128,7 +208,7 @@ func (l *Lease) Complete(result []byte) error {
 		}
 		ctx, cancel := o.storeCtx(context.Background(), min(o.cfg.StoreTimeout, left))
 		start := o.startTimer()
-		err := o.cfg.Store.Complete(ctx, l.key, l.token, result, o.cfg.CompletedTTL)
+		err := o.cfg.Store.Complete(ctx, l.dv.key, l.token, result, o.cfg.CompletedTTL)
 		cancel()
 		o.observe(OpComplete, start, err)
 		// Retrying helps a store that is briefly unreachable, not one that
@@ -152,7 +232,7 @@ func (l *Lease) Complete(result []byte) error {
 // a lease that lapses counts as a failed attempt as well.
 func (l *Lease) Fail() {
 	l.stop()
-	defer l.cancel(nil)
+	defer l.end()
 	o := l.o
 	left := time.Until(l.expiry())
 	if l.isLost() || left <= 0 && !o.inProcess {
@@ -162,7 +242,7 @@ func (l *Lease) Fail() {
 	ctx, cancel := o.storeCtx(context.Background(), min(o.cfg.StoreTimeout, left))
 	defer cancel()
 	start := o.startTimer()
-	err := o.cfg.Store.Fail(ctx, l.key, l.token, o.cfg.FailedTTL)
+	err := o.cfg.Store.Fail(ctx, l.dv.key, l.token, o.cfg.FailedTTL)
 	o.observe(OpFail, start, err)
 	switch {
 	case errors.Is(err, ErrLeaseLost):
@@ -197,7 +277,7 @@ func (l *Lease) renew() {
 	defer l.inflight.Done()
 
 	start := time.Now()
-	err := o.cfg.Store.Renew(rctx, l.key, l.token, ttl)
+	err := o.cfg.Store.Renew(rctx, l.dv.key, l.token, ttl)
 	rcancel()
 	o.observe(OpRenew, start, err)
 
@@ -226,7 +306,7 @@ func (l *Lease) lose(err error, byStore bool) {
 	l.stopped = true
 	l.lost = byStore
 	l.o.logError("Lease lost while the work runs; cancelling its context", err, l.dv)
-	l.cancel(ErrLeaseLost)
+	l.endLocked(true)
 }
 
 func (l *Lease) isCompletedInTx() bool {

@@ -247,3 +247,73 @@ func TestClaimAnsweredTooLateIsReleased(t *testing.T) {
 		assert.Equal(t, 1, obs.get(idempotency.OutcomeStoreUnavailable))
 	})
 }
+
+// The lease's context is made when the work first looks at it; whenever
+// that is, it says what a context made at the claim would say: a lease
+// lost before the work looked is cancelled with ErrLeaseLost as its cause,
+// one ended by Complete or Fail is cancelled, a cancelled claim's context
+// cancels it with the claim's cause, and a child context made from it is
+// cancelled with it.
+func TestLeaseContextMadeLateSaysTheSame(t *testing.T) {
+	claim := func(t *testing.T, store idempotency.Store, ctx context.Context) *idempotency.Lease {
+		t.Helper()
+		once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: 30 * time.Second}, nil)
+		require.NoError(t, err)
+		lease, _, err := once.Claim(ctx, "k", idempotency.ClaimOptions{})
+		require.NoError(t, err)
+		require.NotNil(t, lease)
+		return lease
+	}
+	t.Run("lost before", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			lease := claim(t, hangingRenew{memstore.New(memstore.Config{})}, context.Background())
+			time.Sleep(30 * time.Second) // no renewal succeeded: lost
+			ctx := lease.Context()
+			require.Error(t, ctx.Err())
+			assert.ErrorIs(t, context.Cause(ctx), idempotency.ErrLeaseLost)
+			child, cancel := context.WithCancel(ctx)
+			defer cancel()
+			assert.ErrorIs(t, context.Cause(child), idempotency.ErrLeaseLost)
+			lease.Fail()
+		})
+	})
+	t.Run("lost after", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			lease := claim(t, hangingRenew{memstore.New(memstore.Config{})}, context.Background())
+			child, cancel := context.WithCancel(lease.Context())
+			defer cancel()
+			require.NoError(t, child.Err())
+			<-child.Done()
+			assert.ErrorIs(t, context.Cause(child), idempotency.ErrLeaseLost)
+			assert.ErrorIs(t, context.Cause(lease.Context()), idempotency.ErrLeaseLost)
+			lease.Fail()
+		})
+	})
+	t.Run("completed before", func(t *testing.T) {
+		lease := claim(t, memstore.New(memstore.Config{}), context.Background())
+		require.NoError(t, lease.Complete(nil))
+		assert.ErrorIs(t, lease.Context().Err(), context.Canceled)
+		assert.ErrorIs(t, context.Cause(lease.Context()), context.Canceled)
+	})
+	t.Run("claim cancelled before", func(t *testing.T) {
+		errGone := errors.New("subscriber closed")
+		parent, cancel := context.WithCancelCause(context.Background())
+		lease := claim(t, memstore.New(memstore.Config{}), parent)
+		cancel(errGone)
+		assert.ErrorIs(t, lease.Context().Err(), context.Canceled)
+		assert.ErrorIs(t, context.Cause(lease.Context()), errGone)
+		lease.Fail()
+	})
+	t.Run("values and deadline", func(t *testing.T) {
+		type key struct{}
+		parent, cancel := context.WithTimeout(context.WithValue(context.Background(), key{}, "v"), time.Hour)
+		defer cancel()
+		lease := claim(t, memstore.New(memstore.Config{}), parent)
+		want, _ := parent.Deadline()
+		got, ok := lease.Context().Deadline()
+		assert.True(t, ok)
+		assert.Equal(t, want, got)
+		assert.Equal(t, "v", lease.Context().Value(key{}))
+		require.NoError(t, lease.Complete(nil))
+	})
+}

@@ -338,7 +338,8 @@ func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, dv del
 	}
 	dv.attempts = res.Record.Attempts
 	l := o.newLease(ctx, key, req.Token, claimed, dv)
-	l.record = res.Record
+	l.record = leaseRecord{attempts: res.Record.Attempts, fingerprint: res.Record.Fingerprint,
+		created: res.Record.CreatedAt, updated: res.Record.UpdatedAt, leaseExpiration: res.Record.LeaseExpiresAt}
 	if o.cfg.MaxAttempts > 0 && res.Record.Attempts > o.cfg.MaxAttempts {
 		// The claim counted one more attempt; hand the key back as FAILED
 		// without running anything.
@@ -458,7 +459,8 @@ type delivery struct {
 	uuid, scope, key string
 	attempts         int
 	extra            watermill.LogFields
-	// ctx is the message's or caller's context, for a ContextObserver.
+	// ctx is the message's or caller's context, for a ContextObserver; in
+	// a Lease, the claim's context, which the lease's context derives from.
 	ctx context.Context
 }
 

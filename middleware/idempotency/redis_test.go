@@ -344,3 +344,24 @@ func TestRedisClaimWithoutAnswerIsReleased(t *testing.T) {
 	assert.Zero(t, obs.get(idempotency.OutcomeTooManyAttempts))
 	assert.Equal(t, 1, obs.op(idempotency.OpRelease))
 }
+
+// Lease.Record is the record the claim returned, IN_PROGRESS under the
+// lease's token.
+func TestLeaseRecordIsTheClaimedRecord(t *testing.T) {
+	store, _ := sharedRedisStore(t)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store}, nil)
+	require.NoError(t, err)
+	key := "test:" + watermill.NewShortUUID()
+	lease, claim, err := once.Claim(context.Background(), key, idempotency.ClaimOptions{Fingerprint: []byte("fp")})
+	require.NoError(t, err)
+	require.NotNil(t, lease)
+	defer lease.Fail()
+	got := lease.Record()
+	assert.Equal(t, claim.Record, got)
+	assert.Equal(t, idempotency.StateInProgress, got.State)
+	assert.NotEmpty(t, got.Token)
+	assert.Equal(t, 1, got.Attempts)
+	assert.Equal(t, []byte("fp"), got.Fingerprint)
+	assert.False(t, got.CreatedAt.IsZero())
+	assert.False(t, got.LeaseExpiresAt.IsZero())
+}

@@ -38,7 +38,7 @@ func RunFromContext(ctx context.Context) (*Run, bool) {
 }
 
 // Key is the stored key of the run.
-func (r *Run) Key() string { return r.lease.key }
+func (r *Run) Key() string { return r.lease.dv.key }
 
 // Token is the owner token of the run, which the store's fenced COMPLETED
 // write must match.
