@@ -15,7 +15,6 @@ import (
 	"github.com/idempotency/watermill-idempotency/internal/benchref"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
-	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
 // Rate is one measured throughput.
@@ -28,24 +27,44 @@ type Rate struct {
 	Messages    int64   `json:"messages"`
 	Seconds     float64 `json:"seconds"`
 	PerSecond   float64 `json:"per_second"`
-	Note        string  `json:"note,omitempty"`
+	// CacheHits and CacheMisses count the lookups of the middleware's local
+	// cache during the measurement (chain cases of ours whose cache is on).
+	CacheHits   uint64 `json:"cache_hits,omitempty"`
+	CacheMisses uint64 `json:"cache_misses,omitempty"`
+	Note        string `json:"note,omitempty"`
 }
 
 func noop(*message.Message) ([]*message.Message, error) { return nil, nil }
 
 // chainDedups names the middlewares of the chain section, in table order.
+// redisstore is ours with the defaults (auto-pipelining and the local cache
+// on); redisstore-nopipeline and redisstore-nocache turn one of them off.
 // pgstore-tx is ours on PostgreSQL with a handler that books a row and
 // completes in its own transaction (BEGIN, INSERT, CompleteInTx, COMMIT):
 // it does work the others' handlers do not.
-var chainDedups = []string{"none", "watermill", "memstore", "redisstore", "pgstore", "pgstore-tx", "naiveredis"}
+var chainDedups = []string{"none", "watermill", "memstore", "redisstore", "redisstore-nopipeline", "redisstore-nocache",
+	"pgstore", "pgstore-tx", "naiveredis"}
 
 // needsPG says which chains run on PostgreSQL, left out without -pg.
 var needsPG = map[string]bool{"pgstore": true, "pgstore-tx": true}
 
-func buildChain(name string, rc *redis.Client, pg *pgBench, prefix string) (message.HandlerFunc, func()) {
+// chainCase is one middleware of the chain section around a handler that
+// does nothing (pgstore-tx's books a row).
+type chainCase struct {
+	handler message.HandlerFunc
+	// idem is ours, nil for the others.
+	idem  *idempotency.Idempotency
+	close func()
+}
+
+func buildChain(name string, rc *redis.Client, pg *pgBench, prefix string) chainCase {
+	ours := func(s idempotency.Store, noCache bool, h message.HandlerFunc, closeFn func()) chainCase {
+		idem := newIdempotency(idempotency.Config{Store: s, KeyPrefix: prefix, CompletedTTL: time.Hour}, noCache)
+		return chainCase{handler: idem.Middleware(h), idem: idem, close: closeFn}
+	}
 	switch name {
 	case "none":
-		return noop, func() {}
+		return chainCase{handler: noop, close: func() {}}
 	case "watermill":
 		repo, err := wmmiddleware.NewMapExpiringKeyRepository(time.Hour)
 		if err != nil {
@@ -53,38 +72,35 @@ func buildChain(name string, rc *redis.Client, pg *pgBench, prefix string) (mess
 		}
 		d := &wmmiddleware.Deduplicator{KeyFactory: func(m *message.Message) (string, error) { return m.UUID, nil },
 			Repository: repo, Timeout: 5 * time.Second}
-		return d.Middleware(noop), func() {}
+		return chainCase{handler: d.Middleware(noop), close: func() {}}
 	case "memstore":
 		s := memstore.New(memstore.Config{})
-		return newIdem(s, prefix).Middleware(noop), func() { _ = s.Close() }
+		return ours(s, false, noop, func() { _ = s.Close() })
 	case "redisstore":
-		s, err := redisstore.New(rc)
-		if err != nil {
-			log.Fatal(err)
-		}
-		return newIdem(s, prefix).Middleware(noop), func() {}
+		return ours(newRedisStore(rc, false), false, noop, func() {})
+	case "redisstore-nopipeline":
+		return ours(newRedisStore(rc, true), false, noop, func() {})
+	case "redisstore-nocache":
+		return ours(newRedisStore(rc, false), true, noop, func() {})
 	case "pgstore":
-		return newIdem(pg.store(), prefix).Middleware(noop), pg.purge
+		return ours(pg.store(), false, noop, pg.purge)
 	case "pgstore-tx":
 		s := pg.store()
-		return newIdem(s, prefix).Middleware(pg.bookingHandler(s)), pg.purge
+		return ours(s, false, pg.bookingHandler(s), pg.purge)
 	case "naiveredis":
-		return benchref.NaiveRedis{Client: rc, Prefix: prefix + ":", TTL: time.Hour}.Middleware(noop), func() {}
+		return chainCase{handler: benchref.NaiveRedis{Client: rc, Prefix: prefix + ":", TTL: time.Hour}.Middleware(noop), close: func() {}}
 	}
 	log.Fatalf("unknown chain %q", name)
-	return nil, nil
+	return chainCase{}
 }
 
-func newIdem(s idempotency.Store, prefix string) *idempotency.Idempotency {
-	idem, err := idempotency.New(idempotency.Config{Store: s, KeyPrefix: prefix, CompletedTTL: time.Hour}, nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	return idem
-}
+// chainDupKeys is how many completed keys the duplicate load cycles through.
+const chainDupKeys = 1024
 
 // runChain calls each chain from c goroutines for o.chainDur, with fresh
-// keys and then with duplicates of 1024 completed keys.
+// keys and then with duplicates of chainDupKeys completed keys. Before the
+// duplicates are measured, each of those keys goes through the chain once
+// more, unmeasured, so that ours meets them with its local cache warm.
 func runChain(o options, rc *redis.Client, pg *pgBench) []Rate {
 	var out []Rate
 	warmPool(rc, 2*maxInt(o.concurrency))
@@ -93,15 +109,18 @@ func runChain(o options, rc *redis.Client, pg *pgBench) []Rate {
 			continue
 		}
 		prefix := o.prefix + ":chain" + strconv.Itoa(i)
-		chain, closeFn := buildChain(name, rc, pg, prefix)
-		var seq atomic.Uint64
-		fresh := func() string { return "f" + strconv.FormatUint(seq.Add(1), 10) }
-		dups := make([]string, 1024)
-		for j := range dups {
-			dups[j] = fresh()
-			if _, err := chain(message.NewMessage(dups[j], nil)); err != nil {
+		cc := buildChain(name, rc, pg, prefix)
+		call := func(key string) {
+			if _, err := cc.handler(message.NewMessage(key, nil)); err != nil {
 				log.Fatalf("chain %s: %v", name, err)
 			}
+		}
+		var seq atomic.Uint64
+		fresh := func() string { return "f" + strconv.FormatUint(seq.Add(1), 10) }
+		dups := make([]string, chainDupKeys)
+		for j := range dups {
+			dups[j] = fresh()
+			call(dups[j])
 		}
 		var dseq atomic.Uint64
 		dup := func() string { return dups[dseq.Add(1)%uint64(len(dups))] }
@@ -110,17 +129,29 @@ func runChain(o options, rc *redis.Client, pg *pgBench) []Rate {
 				key := fresh
 				if load == "duplicate" {
 					key = dup
+					for _, k := range dups {
+						call(k)
+					}
+				}
+				var hits0, misses0 uint64
+				if cc.idem != nil {
+					hits0, misses0 = cacheCounts(cc.idem)
 				}
 				n, secs := hammer(c, o.chainDur, func() error {
-					_, err := chain(message.NewMessage(key(), nil))
+					_, err := cc.handler(message.NewMessage(key(), nil))
 					return err
 				})
-				out = append(out, Rate{Section: "chain", Dedup: name, Load: load, Concurrency: c,
-					Messages: n, Seconds: secs, PerSecond: float64(n) / secs})
-				o.logf("chain %s %s c=%d: %.0f/s", name, load, c, float64(n)/secs)
+				rt := Rate{Section: "chain", Dedup: name, Load: load, Concurrency: c,
+					Messages: n, Seconds: secs, PerSecond: float64(n) / secs}
+				if cc.idem != nil {
+					hits, misses := cacheCounts(cc.idem)
+					rt.CacheHits, rt.CacheMisses = hits-hits0, misses-misses0
+				}
+				out = append(out, rt)
+				o.logf("chain %s %s c=%d: %.0f/s", name, load, c, rt.PerSecond)
 			}
 		}
-		closeFn()
+		cc.close()
 		cleanup(rc, prefix)
 	}
 	return out
@@ -154,13 +185,18 @@ func hammer(c int, d time.Duration, f func() error) (int64, float64) {
 	return n.Load(), time.Since(start).Seconds()
 }
 
-// warmPool opens n connections so that no measurement pays for dialling.
+// warmPool opens n connections so that no measurement pays for dialling:
+// it holds n connections of the pool at once, then gives them back.
 func warmPool(rc *redis.Client, n int) {
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() { _ = rc.Ping(context.Background()).Err() })
+	ctx := context.Background()
+	conns := make([]*redis.Conn, n)
+	for i := range conns {
+		conns[i] = rc.Conn()
+		_ = conns[i].Ping(ctx).Err()
 	}
-	wg.Wait()
+	for _, c := range conns {
+		_ = c.Close()
+	}
 }
 
 func maxInt(xs []int) int {

@@ -1,25 +1,43 @@
 // Command idembench measures what the idempotency middleware costs per
-// message, side by side with what it is compared against, in one run:
+// message, side by side with what it is compared against, in one run, and
+// ends with a table of every performance target of the project, met or
+// missed:
 //
 //   - chain: the middleware chain alone, no broker, handler doing nothing:
 //     no deduplication, Watermill's Deduplicator (in-memory repository), ours
-//     on memstore, ours on Redis, ours on PostgreSQL (pgstore, and pgstore-tx
-//     whose handler books a row and completes in its own transaction:
-//     BEGIN, INSERT, CompleteInTx, COMMIT), and a naive Redis GET-then-SET
-//     reference;
+//     on memstore, ours on Redis with the defaults (redisstore: the store's
+//     auto-pipelining and the middleware's local cache of COMPLETED records
+//     on), the same with auto-pipelining off (redisstore-nopipeline) and
+//     with the cache off (redisstore-nocache), ours on PostgreSQL (pgstore,
+//     and pgstore-tx whose handler books a row and completes in its own
+//     transaction: BEGIN, INSERT, CompleteInTx, COMMIT), and a naive Redis
+//     GET-then-SET reference. Duplicates cycle through 1024 completed keys,
+//     each sent once more unmeasured first, so that a cache meets them warm;
+//   - latency: the fresh c=1 redisstore cell, -rounds times with
+//     auto-pipelining off and as many with it on, alternating (off, on,
+//     on, off, off, on, ...), -d each; median, min and max of the time per
+//     message of each;
 //   - ceiling: the rate at which the same Redis serves our claim script to 64
-//     clients without pipelining (redis-benchmark, and a raw go-redis load
-//     generator), so that our Redis rate reads as a fraction of it;
-//   - stats: from Redis itself, commands per fresh message and per duplicate
-//     (INFO commandstats deltas of top-level commands), renewals of slow
-//     handlers, and bytes of memory per COMPLETED key (MEMORY USAGE); and
-//     for pgstore, statements sent per fresh message, per duplicate and per
-//     fresh message completed in the handler's transaction (counted by a
-//     pgx tracer on the pool: each statement is one round trip);
+//     clients, without pipelining (redis-benchmark -P 1, and a raw go-redis
+//     load generator) and with it (redis-benchmark -P 16), so that our Redis
+//     rate reads as a fraction of each; a fresh message costs two scripts,
+//     so a message ceiling is half the script rate;
+//   - stats: on a private redis-server, the Redis cost per message: commands
+//     (INFO commandstats deltas of top-level commands, and a go-redis hook
+//     on the client) and round trips (the hook: a Process call is one, a
+//     ProcessPipeline call is one) of fresh messages, of duplicates with the
+//     cache off and of duplicates with the cache warm, at each concurrency,
+//     with auto-pipelining off and on; renewals of slow handlers; bytes of
+//     memory per COMPLETED key (MEMORY USAGE); and for pgstore, with the
+//     cache off, statements sent per fresh message, per duplicate and per
+//     fresh message completed in the handler's transaction (a pgx tracer on
+//     the pool: each statement is one round trip);
 //   - e2e: messages per second through a real Watermill router for each
 //     broker (gochannel, Kafka on an in-process kfake broker, Redis Streams,
-//     RabbitMQ, NATS JetStream), with and without the middleware, fresh
-//     messages and duplicates, at each concurrency.
+//     RabbitMQ, NATS JetStream), with and without the middleware (on Redis,
+//     the defaults), fresh messages, then the same keys again as duplicates
+//     (which the middleware's cache holds from the fresh phase), at each
+//     concurrency.
 //
 // Concurrency c is the number of messages a consumer may be handling at once:
 // c router handlers on one topic in one consumer group (Redis Streams,
@@ -29,6 +47,88 @@
 // to every subscriber, so competing subscriptions do not exist). In the chain
 // section it is the number of goroutines calling the chain.
 //
+// # Targets
+//
+// The last table has one row per target, whatever sections ran: a target
+// whose figures were not measured (its section, concurrency or broker was
+// left out) says "not measured" and what it needs. A time ratio is ours
+// over the other's time per message, which is the other's rate over ours.
+// The c=1 latency target is met when the median of the rounds with
+// auto-pipelining is at most the slowest round without it: within the
+// spread of the runs without it, or faster. Bounds: duplicates with a warm
+// cache cost 0 Redis commands, and take at most 1.2 times the
+// Deduplicator's time at c=1 and c=64; fresh messages at c=64 reach at least
+// 0.8 of the -P 16 message ceiling (and 0.7 of the -P 1 one); memstore's
+// fresh sequential messages take at most 1.3 times the Deduplicator's time;
+// end to end at c=64 the middleware keeps at least 0.8 of the rate without
+// it on Redis Streams, RabbitMQ and NATS, fresh and duplicates; a fresh
+// message costs 2 Redis commands and a duplicate without cache 1, in every
+// cell; a handler shorter than lease/3 sends no renewal; a COMPLETED key
+// without output takes less than 150 bytes; pgstore sends 2 statements per
+// fresh message, 1 per duplicate, and 1 outside the handler's transaction
+// when the completion rides in it.
+//
+// # JSON
+//
+// -json prints the report as one JSON object instead of the tables (-o
+// writes it to a file beside them). Its layout is versioned by
+// schema_version (2): a field may be added without a new version; one
+// renamed, removed or changing meaning makes a new one. Sections that did
+// not run are left out; targets is always there.
+//
+//	schema_version  2
+//	machine         {goos, goarch, cpus, gomaxprocs, go_version, cpu_model}
+//	started         RFC 3339 time, UTC
+//	prefix          the prefix of every key, stream, queue of the run
+//	config          {sections, n, chain_seconds, ceiling_seconds, rounds,
+//	                 stats_messages, concurrency: [int], brokers: [string]}
+//	chain, e2e      [rate]
+//	latency         {rounds, seconds, off: spread, on: spread, rule, met}
+//	ceiling         {claim_sha, finish_sha, clients, redis_benchmark_claims,
+//	                 go_claims, go_messages, message_ceiling, pipeline,
+//	                 redis_benchmark_claims_pipelined,
+//	                 message_ceiling_pipelined, note}
+//	stats           {server, messages, cost: [cost], fresh_script_inner,
+//	                 slow_handler: renewals, fast_handler: renewals,
+//	                 key_bytes, memory_no_output, used_memory_no_output,
+//	                 memory_with_output, used_memory_with_output,
+//	                 output_bytes, encoding, note}
+//	pg_stats        {fresh, duplicate, fresh_tx, tx_handler, tx_store,
+//	                 prepares, messages}
+//	ratios          [{load, concurrency, memstore_vs_watermill,
+//	                 redis_vs_watermill, redis_vs_none, redis_vs_naive,
+//	                 pg_vs_redis, redis_vs_ceiling,
+//	                 redis_vs_pipelined_ceiling}]
+//	targets         [target]
+//
+//	rate      {section, broker, dedup, load, concurrency, messages, seconds,
+//	           per_second, cache_hits, cache_misses, note}
+//	spread    {micros: [µs per message of each round, in run order],
+//	           median, min, max}
+//	cost      {load, auto_pipelining, concurrency, server_commands,
+//	           client_commands, round_trips, cache_hits, cache_misses}
+//	renewals  {lease, handler, commands_per_message}
+//	target    {id, figure, target, measured, result, value, compare, bound}
+//
+// Rates are messages per second; ratios are of rates (below 1 is slower)
+// and 0 where not measured; counts are per message. A rate's dedup is a
+// chain name (none, watermill, memstore, redisstore, redisstore-nopipeline,
+// redisstore-nocache, pgstore, pgstore-tx, naiveredis) or, end to end, none
+// or idem; its load is fresh or duplicate; broker is set end to end only;
+// cache_hits, cache_misses and every note are left out when zero or empty. A
+// cost's load is fresh, duplicate-nocache or duplicate-warm. A target's id
+// never changes for a target (dup_warm_redis_commands,
+// dup_warm_chain_vs_watermill_c1, dup_warm_chain_vs_watermill_c64,
+// fresh_c64_vs_pipelined_ceiling, fresh_c1_latency,
+// memstore_fresh_seq_vs_watermill, e2e_c64_{fresh,duplicate}_{redis,amqp,nats},
+// fresh_redis_commands, dup_nocache_redis_commands, renewals,
+// completed_key_bytes, fresh_c64_vs_ceiling, pg_fresh_statements,
+// pg_duplicate_statements, pg_fresh_tx_statements); its result is "met",
+// "missed" or "not measured"; value is the number compared with bound by
+// compare ("<", "<=", ">=", or "==" within 0.005), 0 when not measured.
+//
+// # Resources
+//
 // PostgreSQL is PG_URL or -pg (default
 // postgres://postgres@127.0.0.1:5432/test?sslmode=disable; an empty -pg leaves it
 // out); the pool has as many connections as the highest concurrency.
@@ -37,7 +137,8 @@
 // and its PostgreSQL tables (idembench_*) are its own and dropped at the end;
 // it never flushes a database. Usage:
 //
-//	go run ./cmd/idembench                 # everything, a few minutes
+//	go run ./cmd/idembench -n 3000 -d 2s   # everything, about three minutes
 //	go run ./cmd/idembench -sections chain,ceiling -d 3s
+//	go run ./cmd/idembench -sections latency -rounds 7
 //	go run ./cmd/idembench -brokers gochannel,kafka -n 5000 -json
 package main

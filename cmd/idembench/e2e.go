@@ -20,7 +20,6 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
-	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
 // publishers is how many goroutines publish a phase's messages before the
@@ -35,6 +34,7 @@ type e2eRun struct {
 	c      int
 	dedup  string // "none" or "idem"
 	chain  message.HandlerMiddleware
+	idem   *idempotency.Idempotency // nil without the middleware
 	group  string
 	cfg    backends.Config
 }
@@ -73,17 +73,11 @@ func runE2E(o options, rc *redis.Client) []Rate {
 				r.group = id
 				r.chain = func(h message.HandlerFunc) message.HandlerFunc { return h }
 				if dedup == "idem" {
-					store, err := redisstore.New(rc)
-					if err != nil {
-						log.Fatal(err)
-					}
-					idem, err := idempotency.New(idempotency.Config{Store: store, KeyPrefix: id,
+					// The defaults: auto-pipelining and the local cache on.
+					idem := newIdempotency(idempotency.Config{Store: newRedisStore(rc, false), KeyPrefix: id,
 						// One scope for all c handlers: a duplicate may reach any of them.
-						Scope: func(*message.Message) string { return "bench" }}, nil)
-					if err != nil {
-						log.Fatal(err)
-					}
-					r.chain = idem.Middleware
+						Scope: func(*message.Message) string { return "bench" }}, false)
+					r.chain, r.idem = idem.Middleware, idem
 				}
 				r.cfg = backends.Config{URL: url, Group: r.group, Consumer: "idembench", NackResendSleep: 100 * time.Millisecond,
 					DialTimeout: 10 * time.Second}
@@ -97,8 +91,16 @@ func runE2E(o options, rc *redis.Client) []Rate {
 				}
 				for _, load := range []string{"fresh", "duplicate"} {
 					o.logf("e2e %s c=%d %s %s ...", broker, c, dedup, load)
+					var hits0, misses0 uint64
+					if r.idem != nil {
+						hits0, misses0 = cacheCounts(r.idem)
+					}
 					rt := r.phase(id+"-"+load, keys)
 					rt.Load = load
+					if r.idem != nil {
+						hits, misses := cacheCounts(r.idem)
+						rt.CacheHits, rt.CacheMisses = hits-hits0, misses-misses0
+					}
 					out = append(out, rt)
 					o.logf("  %.0f msg/s (%d in %.2fs) %s", rt.PerSecond, rt.Messages, rt.Seconds, rt.Note)
 				}

@@ -8,6 +8,7 @@ import (
 	"log"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,7 @@ type options struct {
 	natsURL     string
 	pgURL       string
 	statsKeys   int
+	rounds      int
 	jsonOut     bool
 	verbose     bool
 	prefix      string
@@ -38,7 +40,7 @@ func main() {
 	log.SetFlags(0)
 	log.SetPrefix("idembench: ")
 	var o options
-	sections := flag.String("sections", "chain,ceiling,stats,e2e", "sections to run, comma-separated: chain, ceiling, stats, e2e")
+	sections := flag.String("sections", strings.Join(allSections, ","), "sections to run, comma-separated: "+strings.Join(allSections, ", "))
 	brokers := flag.String("brokers", "gochannel,kafka,redis,amqp,nats", "brokers of the e2e section, comma-separated")
 	conc := flag.String("c", "1,64", "concurrency levels, comma-separated")
 	flag.IntVar(&o.n, "n", 2000, "e2e: messages per phase (fresh, then the same keys again as duplicates)")
@@ -51,6 +53,7 @@ func main() {
 	flag.StringVar(&o.pgURL, "pg", envOr("PG_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
 		"PostgreSQL: pgstore in the chain and stats sections (empty: leave it out)")
 	flag.IntVar(&o.statsKeys, "stats-n", 1000, "stats: messages per measurement")
+	flag.IntVar(&o.rounds, "rounds", 5, "latency: rounds of each setting (auto-pipelining off, on), alternating, -d each")
 	flag.BoolVar(&o.jsonOut, "json", false, "print the report as JSON instead of tables")
 	jsonFile := flag.String("o", "", "also write the report as JSON to this file")
 	flag.BoolVar(&o.verbose, "v", false, "log progress")
@@ -58,7 +61,13 @@ func main() {
 
 	o.sections = map[string]bool{}
 	for _, s := range splitList(*sections) {
+		if !slices.Contains(allSections, s) {
+			log.Fatalf("-sections: unknown section %q (want %s)", s, strings.Join(allSections, ", "))
+		}
 		o.sections[s] = true
+	}
+	if o.rounds < 1 {
+		log.Fatalf("-rounds: %d is not a positive number", o.rounds)
 	}
 	o.brokers = splitList(*brokers)
 	for _, s := range splitList(*conc) {
@@ -71,9 +80,9 @@ func main() {
 	o.prefix = "idembench-" + watermill.NewShortUUID()
 	redis.SetLogger(quietRedis{})
 
-	rep := &report{Machine: machine(), Started: time.Now().UTC().Format(time.RFC3339), Prefix: o.prefix}
-	rep.Config.N, rep.Config.ChainSeconds, rep.Config.CeilingSeconds = o.n, o.chainDur.Seconds(), o.ceilingDur.Seconds()
-	rep.Config.Concurrency, rep.Config.Brokers = o.concurrency, o.brokers
+	rep := &report{SchemaVersion: schemaVersion, Machine: machine(), Started: time.Now().UTC().Format(time.RFC3339), Prefix: o.prefix}
+	rep.Config = reportConfig{Sections: splitList(*sections), N: o.n, ChainSeconds: o.chainDur.Seconds(), CeilingSeconds: o.ceilingDur.Seconds(),
+		Rounds: o.rounds, StatsMessages: o.statsKeys, Concurrency: o.concurrency, Brokers: o.brokers}
 
 	rc := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: o.redisAddr, PoolSize: 256})
 	defer rc.Close()
@@ -90,16 +99,24 @@ func main() {
 		o.logf("chain ...")
 		rep.Chain = runChain(o, rc, pg)
 	}
+	if o.sections["latency"] {
+		o.logf("latency ...")
+		lat := runLatency(o, rc)
+		rep.Latency = &lat
+	}
 	if o.sections["ceiling"] {
 		o.logf("ceiling ...")
-		rep.Ceiling = runCeiling(o, rc)
+		ce := runCeiling(o, rc)
+		rep.Ceiling = &ce
 	}
 	if o.sections["stats"] {
 		o.logf("stats ...")
-		rep.Stats = runStats(o)
+		st := runStats(o)
+		rep.Stats = &st
 		if pg != nil {
 			o.logf("pgstats ...")
-			rep.PGStats = runPGStats(pg, o.statsKeys)
+			ps := runPGStats(pg, o.statsKeys)
+			rep.PGStats = &ps
 		}
 	}
 	if o.sections["e2e"] {
@@ -150,13 +167,17 @@ func splitList(s string) []string {
 	return out
 }
 
+// allSections are the sections of a run, in the order they run.
+var allSections = []string{"chain", "latency", "ceiling", "stats", "e2e"}
+
 // Machine describes where the numbers come from.
 type Machine struct {
-	GOOS, GOARCH string
-	CPUs         int
-	GOMAXPROCS   int
-	GoVersion    string
-	CPUModel     string `json:",omitempty"`
+	GOOS       string `json:"goos"`
+	GOARCH     string `json:"goarch"`
+	CPUs       int    `json:"cpus"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	GoVersion  string `json:"go_version"`
+	CPUModel   string `json:"cpu_model,omitempty"`
 }
 
 func machine() Machine {

@@ -7,42 +7,61 @@ import (
 	"text/tabwriter"
 )
 
+// schemaVersion is the version of the JSON report's layout (see the package
+// documentation); it changes when a field is renamed, removed or changes
+// meaning, not when one is added.
+const schemaVersion = 2
+
 type report struct {
-	Machine Machine
-	Started string
-	Prefix  string
-	Config  struct {
-		N              int
-		ChainSeconds   float64
-		CeilingSeconds float64
-		Concurrency    []int
-		Brokers        []string
-	}
-	Chain   []Rate   `json:",omitempty"`
-	Ceiling Ceiling  `json:",omitzero"`
-	Stats   Stats    `json:",omitzero"`
-	PGStats PGStats  `json:",omitzero"`
-	E2E     []Rate   `json:",omitempty"`
-	Ratios  []Ratios `json:",omitempty"`
+	SchemaVersion int          `json:"schema_version"`
+	Machine       Machine      `json:"machine"`
+	Started       string       `json:"started"`
+	Prefix        string       `json:"prefix"`
+	Config        reportConfig `json:"config"`
+	Chain         []Rate       `json:"chain,omitempty"`
+	Latency       *Latency     `json:"latency,omitempty"`
+	Ceiling       *Ceiling     `json:"ceiling,omitempty"`
+	Stats         *Stats       `json:"stats,omitempty"`
+	PGStats       *PGStats     `json:"pg_stats,omitempty"`
+	E2E           []Rate       `json:"e2e,omitempty"`
+	Ratios        []Ratios     `json:"ratios,omitempty"`
+	Targets       []Target     `json:"targets"`
+}
+
+// reportConfig is what the run was asked to do.
+type reportConfig struct {
+	Sections       []string `json:"sections"`
+	N              int      `json:"n"`
+	ChainSeconds   float64  `json:"chain_seconds"`
+	CeilingSeconds float64  `json:"ceiling_seconds"`
+	Rounds         int      `json:"rounds"`
+	StatsMessages  int      `json:"stats_messages"`
+	Concurrency    []int    `json:"concurrency"`
+	Brokers        []string `json:"brokers"`
 }
 
 // Ratios compares ours (redisstore and memstore) with the others at one
-// concurrency and load, from the chain section of the same run.
+// concurrency and load, from the chain section of the same run. Every
+// ratio is of rates: below 1 is slower. 0 means not measured.
 type Ratios struct {
-	Load        string
-	Concurrency int
-	// Ours on memstore / Watermill's Deduplicator (rate ratio: below 1 is
-	// slower; the target is within 1.3x, i.e. at least 0.77).
-	MemstoreVsWatermill float64
+	Load        string `json:"load"`
+	Concurrency int    `json:"concurrency"`
+	// Ours on memstore / Watermill's Deduplicator.
+	MemstoreVsWatermill float64 `json:"memstore_vs_watermill"`
+	// Ours on Redis (defaults) / Watermill's Deduplicator.
+	RedisVsWatermill float64 `json:"redis_vs_watermill"`
 	// Ours on Redis / no deduplication.
-	RedisVsNone float64
+	RedisVsNone float64 `json:"redis_vs_none"`
 	// Ours on Redis / the naive GET-then-SET reference.
-	RedisVsNaive float64
+	RedisVsNaive float64 `json:"redis_vs_naive"`
 	// Ours on PostgreSQL / ours on Redis (0 without -pg).
-	PGVsRedis float64
-	// Ours on Redis / the Redis ceiling for the same scripts (messages:
-	// script rate/2 fresh, script rate for duplicates).
-	RedisVsCeiling float64
+	PGVsRedis float64 `json:"pg_vs_redis"`
+	// Ours on Redis / the Redis message ceiling (script rate/2: a fresh
+	// message costs two scripts), without and with pipelining (-P 1,
+	// -P 16); fresh messages at the ceiling's concurrency only (duplicates
+	// are answered by the local cache, without Redis).
+	RedisVsCeiling          float64 `json:"redis_vs_ceiling"`
+	RedisVsPipelinedCeiling float64 `json:"redis_vs_pipelined_ceiling"`
 }
 
 func (r *report) find(rates []Rate, broker, dedup, load string, c int) float64 {
@@ -61,32 +80,29 @@ func div(a, b float64) float64 {
 	return a / b
 }
 
-func (r *report) ceilingFor(load string) float64 {
-	if load == "fresh" {
-		return r.Ceiling.MessageCeiling
-	}
-	return 2 * r.Ceiling.MessageCeiling // one script call per duplicate
-}
-
 func (r *report) summarise() {
-	if len(r.Chain) == 0 {
-		return
-	}
 	for _, c := range r.Config.Concurrency {
+		if len(r.Chain) == 0 {
+			break
+		}
 		for _, load := range []string{"fresh", "duplicate"} {
 			ours := r.find(r.Chain, "", "redisstore", load, c)
+			wm := r.find(r.Chain, "", "watermill", load, c)
 			x := Ratios{Load: load, Concurrency: c,
-				MemstoreVsWatermill: div(r.find(r.Chain, "", "memstore", load, c), r.find(r.Chain, "", "watermill", load, c)),
+				MemstoreVsWatermill: div(r.find(r.Chain, "", "memstore", load, c), wm),
+				RedisVsWatermill:    div(ours, wm),
 				RedisVsNone:         div(ours, r.find(r.Chain, "", "none", load, c)),
 				RedisVsNaive:        div(ours, r.find(r.Chain, "", "naiveredis", load, c)),
 				PGVsRedis:           div(r.find(r.Chain, "", "pgstore", load, c), ours),
 			}
-			if c == r.Ceiling.Clients {
-				x.RedisVsCeiling = div(ours, r.ceilingFor(load))
+			if r.Ceiling != nil && c == r.Ceiling.Clients && load == "fresh" {
+				x.RedisVsCeiling = div(ours, r.Ceiling.MessageCeiling)
+				x.RedisVsPipelinedCeiling = div(ours, r.Ceiling.MessageCeilingPipelined)
 			}
 			r.Ratios = append(r.Ratios, x)
 		}
 	}
+	r.Targets = r.targets()
 }
 
 func (r *report) print(w io.Writer) {
@@ -99,45 +115,74 @@ func (r *report) print(w io.Writer) {
 		for _, c := range r.Config.Concurrency {
 			head += fmt.Sprintf("fresh c=%d\tdup c=%d\t", c, c)
 		}
-		fmt.Fprintln(tw, head)
+		fmt.Fprintln(tw, head+"dup cache hits\t")
 		for _, d := range chainDedups {
 			if needsPG[d] && r.find(r.Chain, "", d, "fresh", r.Config.Concurrency[0]) == 0 {
 				continue
 			}
 			row := d + "\t"
+			var hits, lookups uint64
 			for _, c := range r.Config.Concurrency {
 				row += rate(r.find(r.Chain, "", d, "fresh", c)) + "\t" + rate(r.find(r.Chain, "", d, "duplicate", c)) + "\t"
+				for _, x := range r.Chain {
+					if x.Dedup == d && x.Load == "duplicate" {
+						hits, lookups = hits+x.CacheHits, lookups+x.CacheHits+x.CacheMisses
+					}
+				}
 			}
-			fmt.Fprintln(tw, row)
+			fmt.Fprintln(tw, row+percent(hits, lookups)+"\t")
 		}
 		tw.Flush()
-		fmt.Fprintf(w, "\n## Ratios (rate of ours / rate of the other; 1.00 = as fast)\n\n")
+		fmt.Fprintf(w, "\n## Ratios (rate of ours / rate of the other; 1.00 = as fast; redis = redisstore with the defaults)\n\n")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "load\tc\tmemstore/watermill\tredis/none\tredis/naive\tredis/ceiling\tpg/redis\t")
+		fmt.Fprintln(tw, "load\tc\tmemstore/watermill\tredis/watermill\tredis/none\tredis/naive\tredis/ceiling P1\tredis/ceiling P16\tpg/redis\t")
 		for _, x := range r.Ratios {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", x.Load, x.Concurrency, f2(x.MemstoreVsWatermill), f3(x.RedisVsNone), f2(x.RedisVsNaive), f2(x.RedisVsCeiling), f2(x.PGVsRedis))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Load, x.Concurrency, f2(x.MemstoreVsWatermill), f2(x.RedisVsWatermill),
+				f3(x.RedisVsNone), f2(x.RedisVsNaive), f2(x.RedisVsCeiling), f2(x.RedisVsPipelinedCeiling), f2(x.PGVsRedis))
 		}
 		tw.Flush()
 	}
-	if r.Ceiling.Clients > 0 {
-		ce := r.Ceiling
-		fmt.Fprintf(w, "\n## Redis ceiling (%d clients, no pipelining, same Redis)\n\n", ce.Clients)
-		fmt.Fprintf(w, "redis-benchmark EVALSHA claim:   %s scripts/s  -> message ceiling %s msg/s (2 scripts per fresh message)\n", rate(ce.RedisBenchmarkClaims), rate(ce.MessageCeiling))
-		fmt.Fprintf(w, "go-redis raw EVALSHA claim:      %s scripts/s\n", rate(ce.GoClaims))
-		fmt.Fprintf(w, "go-redis raw claim+complete:     %s msg/s\n", rate(ce.GoMessages))
+	if l := r.Latency; l != nil {
+		fmt.Fprintf(w, "\n## Fresh messages at c=1, redisstore auto-pipelining off and on (µs per message; %d rounds each, alternating, %.0fs per round)\n\n", l.Rounds, l.Seconds)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "auto-pipelining\tmedian\tmin\tmax\trounds\t")
+		for _, x := range []struct {
+			name string
+			s    Spread
+		}{{"off", l.Off}, {"on", l.On}} {
+			rounds := make([]string, len(x.s.Micros))
+			for i, v := range x.s.Micros {
+				rounds[i] = fmt.Sprintf("%.1f", v)
+			}
+			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%s\t\n", x.name, x.s.Median, x.s.Min, x.s.Max, strings.Join(rounds, " "))
+		}
+		tw.Flush()
+		fmt.Fprintf(w, "rule: %s: %s\n", l.Rule, metWord(l.Met))
+	}
+	if ce := r.Ceiling; ce != nil {
+		fmt.Fprintf(w, "\n## Redis ceiling (%d clients, same Redis)\n\n", ce.Clients)
+		fmt.Fprintf(w, "redis-benchmark -P 1 EVALSHA claim:   %s scripts/s  -> message ceiling %s msg/s (2 scripts per fresh message)\n", rate(ce.RedisBenchmarkClaims), rate(ce.MessageCeiling))
+		fmt.Fprintf(w, "redis-benchmark -P %d EVALSHA claim:  %s scripts/s  -> message ceiling %s msg/s\n", ce.Pipeline, rate(ce.RedisBenchmarkClaimsPipelined), rate(ce.MessageCeilingPipelined))
+		fmt.Fprintf(w, "go-redis raw EVALSHA claim:           %s scripts/s\n", rate(ce.GoClaims))
+		fmt.Fprintf(w, "go-redis raw claim+complete:          %s msg/s\n", rate(ce.GoMessages))
 		if ours := r.find(r.Chain, "", "redisstore", "fresh", ce.Clients); ours > 0 {
-			fmt.Fprintf(w, "ours (middleware+redisstore):    %s msg/s fresh = %.0f%% of the redis-benchmark ceiling, %.0f%% of the go-redis raw pairs\n",
-				rate(ours), 100*div(ours, ce.MessageCeiling), 100*div(ours, ce.GoMessages))
+			fmt.Fprintf(w, "ours (middleware+redisstore):         %s msg/s fresh = %.0f%% of the -P 1 ceiling, %.0f%% of the -P %d ceiling, %.0f%% of the go-redis raw pairs\n",
+				rate(ours), 100*div(ours, ce.MessageCeiling), 100*div(ours, ce.MessageCeilingPipelined), ce.Pipeline, 100*div(ours, ce.GoMessages))
 		}
 		if ce.Note != "" {
 			fmt.Fprintln(w, "note:", ce.Note)
 		}
 	}
-	if r.Stats.Server != "" {
-		s := r.Stats
-		fmt.Fprintf(w, "\n## Redis cost per message (%s)\n\n", s.Server)
-		fmt.Fprintf(w, "commands per fresh message:  %.2f (Redis commandstats, top-level)  %.2f (client hook)  [+%.2f commands inside the scripts]\n", s.FreshServer, s.FreshClient, s.FreshScriptInner)
-		fmt.Fprintf(w, "commands per duplicate:      %.2f (Redis commandstats, top-level)  %.2f (client hook)\n", s.DuplicateServer, s.DuplicateClient)
+	if s := r.Stats; s != nil {
+		fmt.Fprintf(w, "\n## Redis cost per message (%s, %d messages per cell)\n\n", s.Server, s.Messages)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "load\tauto-pipelining\tc\tcommands (Redis)\tcommands (client)\tround trips\tcache hits\t")
+		for _, x := range s.Cost {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.2f\t%.2f\t%s\t\n", x.Load, onOff(x.AutoPipelining), x.Concurrency,
+				x.ServerCommands, x.ClientCommands, x.RoundTrips, percent(x.CacheHits, x.CacheHits+x.CacheMisses))
+		}
+		tw.Flush()
+		fmt.Fprintf(w, "commands run inside the scripts per fresh message: %.2f (not round trips)\n", s.FreshScriptInner)
 		fmt.Fprintf(w, "handler %s, lease %s:  %.2f commands/message (renewals every lease/3)\n", s.SlowHandler.Handler, s.SlowHandler.Lease, s.SlowHandler.CommandsPerMessage)
 		fmt.Fprintf(w, "handler %s, lease %s:   %.2f commands/message\n", s.FastHandler.Handler, s.FastHandler.Lease, s.FastHandler.CommandsPerMessage)
 		fmt.Fprintf(w, "memory per COMPLETED key (%d-byte key, %s):  no output %.0f B (MEMORY USAGE), %.0f B (used_memory growth, incl. expiry)\n", s.KeyBytes, s.Encoding, s.MemoryNoOutput, s.UsedMemoryNoOutput)
@@ -146,41 +191,76 @@ func (r *report) print(w io.Writer) {
 			fmt.Fprintln(w, "note:", s.Note)
 		}
 	}
-	if p := r.PGStats; p.Messages > 0 {
-		fmt.Fprintf(w, "\n## PostgreSQL round trips per message (pgstore; statements sent by the pool, pgx tracer; %d messages each)\n\n", p.Messages)
-		fmt.Fprintf(w, "fresh message:                          %.2f  (claim + complete; target 2: %s)\n", p.Fresh, met(p.Fresh, 2))
-		fmt.Fprintf(w, "duplicate:                              %.2f  (the claim finds it COMPLETED; target 1: %s)\n", p.Duplicate, met(p.Duplicate, 1))
-		fmt.Fprintf(w, "fresh, completion in the handler's tx:  %.2f  outside the handler's transaction (the claim; target 1: %s)\n", p.FreshTx, met(p.FreshTx, 1))
+	if p := r.PGStats; p != nil {
+		fmt.Fprintf(w, "\n## PostgreSQL round trips per message (pgstore, local cache off; statements sent by the pool, pgx tracer; %d messages each)\n\n", p.Messages)
+		fmt.Fprintf(w, "fresh message:                          %.2f  (claim + complete)\n", p.Fresh)
+		fmt.Fprintf(w, "duplicate:                              %.2f  (the claim finds it COMPLETED)\n", p.Duplicate)
+		fmt.Fprintf(w, "fresh, completion in the handler's tx:  %.2f  outside the handler's transaction (the claim)\n", p.FreshTx)
 		fmt.Fprintf(w, "                                        + %.2f statements in the handler's transaction (BEGIN, INSERT, CompleteInTx, COMMIT), %.2f of them the store's\n", p.TxHandler, p.TxStore)
 		fmt.Fprintf(w, "statements prepared while measuring:    %d (pgx prepares each once per connection)\n", p.Prepares)
 	}
 	if len(r.E2E) > 0 {
 		fmt.Fprintf(w, "\n## End to end through a Watermill router (messages/s, %d messages per cell, first to last handled)\n\n", r.Config.N)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "broker\tc\tnone fresh\tidem fresh\tidem/none\tnone dup\tidem dup\tidem/none\tnotes\t")
+		fmt.Fprintln(tw, "broker\tc\tnone fresh\tidem fresh\tidem/none\tnone dup\tidem dup\tidem/none\tdup cache hits\tnotes\t")
 		for _, b := range r.Config.Brokers {
 			for _, c := range r.Config.Concurrency {
 				nf, f := r.find(r.E2E, b, "none", "fresh", c), r.find(r.E2E, b, "idem", "fresh", c)
 				nd, d := r.find(r.E2E, b, "none", "duplicate", c), r.find(r.E2E, b, "idem", "duplicate", c)
 				var notes []string
+				hits := "-"
 				for _, x := range r.E2E {
 					if x.Broker == b && x.Concurrency == c && x.Note != "" {
 						notes = append(notes, x.Dedup+"/"+x.Load+": "+x.Note)
 					}
+					if x.Broker == b && x.Concurrency == c && x.Dedup == "idem" && x.Load == "duplicate" {
+						hits = percent(x.CacheHits, x.CacheHits+x.CacheMisses)
+					}
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", b, c, rate(nf), rate(f), ratio(f, nf), rate(nd), rate(d), ratio(d, nd), strings.Join(notes, "; "))
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", b, c, rate(nf), rate(f), ratio(f, nf), rate(nd), rate(d), ratio(d, nd), hits, strings.Join(notes, "; "))
 			}
 		}
 		tw.Flush()
 	}
+	fmt.Fprintf(w, "\n## Targets (%d met, %d missed, %d not measured)\n\n", r.countTargets(resultMet), r.countTargets(resultMissed), r.countTargets(resultNotMeasured))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\ttarget\tmeasured\tresult")
+	for _, t := range r.Targets {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Figure, t.Target, t.Measured, t.Result)
+	}
+	tw.Flush()
 }
 
-// met says whether a count per message is within target.
-func met(x, target float64) string {
-	if x <= target {
-		return "met"
+func (r *report) countTargets(result string) int {
+	n := 0
+	for _, t := range r.Targets {
+		if t.Result == result {
+			n++
+		}
 	}
-	return "missed"
+	return n
+}
+
+func metWord(met bool) string {
+	if met {
+		return resultMet
+	}
+	return resultMissed
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
+}
+
+// percent formats part of whole, "-" for none.
+func percent(part, whole uint64) string {
+	if whole == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*float64(part)/float64(whole))
 }
 
 func f2(x float64) string {
