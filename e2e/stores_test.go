@@ -81,7 +81,7 @@ func (e *env) createTable(prefix, columns string) string {
 func (e *env) deleteStoreState() {
 	store := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: e.storeURL})
 	defer store.Close()
-	deleteKeys(store, e.prefix+":*")
+	e.deleteKeys(store, e.prefix+":*")
 	for _, table := range e.pgTables {
 		if _, err := e.pgPool.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()); err != nil {
 			e.t.Errorf("drop table %s: %v", table, err)

@@ -29,18 +29,8 @@ func BenchmarkStore(b *testing.B) {
 	storetest.Benchmark(b, s, prefix)
 }
 
-// unlinkPrefix removes the benchmark's keys; it never flushes.
+// unlinkPrefix removes every key under prefix, as well as it can: tests
+// never flush the shared server.
 func unlinkPrefix(c *redis.Client, prefix string) {
-	ctx := context.Background()
-	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var batch []string
-	for iter.Next(ctx) {
-		if batch = append(batch, iter.Val()); len(batch) == 1000 {
-			c.Unlink(ctx, batch...)
-			batch = batch[:0]
-		}
-	}
-	if len(batch) > 0 {
-		c.Unlink(ctx, batch...)
-	}
+	_ = testserver.DeleteKeys(context.Background(), c, prefix+"*")
 }

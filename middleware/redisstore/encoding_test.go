@@ -2,10 +2,8 @@ package redisstore_test
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha1"
 	"encoding/binary"
-	"encoding/hex"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,14 +34,14 @@ func completed(attempts uint32, created, updated uint64, token string, fp, resul
 	return append(append(v, fp...), result...)
 }
 
+// newStore is a store on the shared Redis, its client, and a key prefix of
+// the test's own whose keys are deleted when the test ends.
 func newStore(t *testing.T) (*redisstore.Store, *redis.Client, string) {
 	t.Helper()
 	client := testserver.RedisClient(t)
 	s, err := redisstore.New(client)
 	require.NoError(t, err)
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	prefix := "redisstore-test:" + hex.EncodeToString(b) + ":"
+	prefix := testserver.UniqueName("redisstore-test:") + ":"
 	t.Cleanup(func() { unlinkPrefix(client, prefix) })
 	return s, client, prefix
 }
