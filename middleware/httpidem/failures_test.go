@@ -22,6 +22,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/faultstore"
 )
 
 func TestStoreUnavailable(t *testing.T) {
@@ -54,42 +55,27 @@ func TestStoreUnavailable(t *testing.T) {
 	}
 }
 
-// flakyStore fails the first failComplete calls of Complete, as a store
-// that blips right after the handler ran.
-type flakyStore struct {
-	idempotency.Store
-	failComplete atomic.Int64
-	completes    atomic.Int64
-}
-
-func (s *flakyStore) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
-	s.completes.Add(1)
-	if s.failComplete.Add(-1) >= 0 {
-		return errors.New("flaky: connection reset")
-	}
-	return s.Store.Complete(ctx, key, token, result, ttl)
-}
-
 func TestCompleteRetriedWithinLease(t *testing.T) {
-	eachStore(t, func(t *testing.T, kind storeKind) {
-		t.Run("store recovers", func(t *testing.T) {
+	errBlip := errors.New("flaky: connection reset")
+	t.Run("store recovers", func(t *testing.T) {
+		eachStoreInBubble(t, func(t *testing.T, kind storeKind) {
 			inner, prefix := kind.New(t)
-			store := &flakyStore{Store: inner}
-			store.failComplete.Store(2)
+			store := faultstore.New(inner).On(idempotency.OpComplete, faultstore.First(2, faultstore.Fail(errBlip)))
 			api := newPayments()
 			h := newMiddleware(t, store, prefix, nil).Handler(api)
 
 			first := serve(h, newRequest(step{keys: key("k1")}))
 			require.Equal(t, http.StatusCreated, first.status)
-			assert.EqualValues(t, 3, store.completes.Load(), "two failures, then success")
+			assert.EqualValues(t, 3, store.Calls(idempotency.OpComplete), "two failures, then success")
 			again := serve(h, newRequest(step{keys: key("k1")}))
 			requireReplay(t, first, again)
 			assert.EqualValues(t, 1, api.runs.Load())
 		})
-		t.Run("store stays down", func(t *testing.T) {
+	})
+	t.Run("store stays down", func(t *testing.T) {
+		eachStoreInBubble(t, func(t *testing.T, kind storeKind) {
 			inner, prefix := kind.New(t)
-			store := &flakyStore{Store: inner}
-			store.failComplete.Store(1 << 30)
+			store := faultstore.New(inner).On(idempotency.OpComplete, faultstore.Fail(errBlip))
 			api := newPayments()
 			logger := watermill.NewCaptureLogger()
 			m, err := httpidem.New(httpidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope, LeaseTTL: 150 * time.Millisecond}, logger)
@@ -97,7 +83,7 @@ func TestCompleteRetriedWithinLease(t *testing.T) {
 
 			first := serve(m.Handler(api), newRequest(step{keys: key("k1")}))
 			require.Equal(t, http.StatusCreated, first.status, "the client still gets the handler's answer")
-			assert.Greater(t, store.completes.Load(), int64(1), "retried")
+			assert.Greater(t, store.Calls(idempotency.OpComplete), int64(1), "retried")
 			assert.NotEmpty(t, logger.Captured()[watermill.ErrorLogLevel], "giving up is logged")
 		})
 	})
@@ -106,7 +92,7 @@ func TestCompleteRetriedWithinLease(t *testing.T) {
 // TestLeaseRenewed holds a handler for several leases: a repeat meanwhile
 // is 409, never a second run.
 func TestLeaseRenewed(t *testing.T) {
-	eachStore(t, func(t *testing.T, kind storeKind) {
+	eachStoreInBubble(t, func(t *testing.T, kind storeKind) {
 		store, prefix := kind.New(t)
 		api := newPayments()
 		lease := 150 * time.Millisecond
@@ -134,7 +120,7 @@ func TestLeaseRenewed(t *testing.T) {
 // TestLeaseLostCancelsHandler deletes the key under a running handler: the
 // next renewal finds the lease lost and cancels the handler's context.
 func TestLeaseLostCancelsHandler(t *testing.T) {
-	eachStore(t, func(t *testing.T, kind storeKind) {
+	eachStoreInBubble(t, func(t *testing.T, kind storeKind) {
 		store, prefix := kind.New(t)
 		started, cause := make(chan struct{}), make(chan error, 1)
 		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

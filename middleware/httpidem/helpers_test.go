@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 
 	"github.com/stretchr/testify/require"
 
@@ -26,6 +27,25 @@ var storeKinds = adaptertest.StoreKinds(httpidem.DefaultKeyPrefix, "httpidemtest
 func eachStore(t *testing.T, f func(t *testing.T, kind storeKind)) {
 	for _, k := range storeKinds {
 		t.Run(k.Name, func(t *testing.T) { f(t, k) })
+	}
+}
+
+// eachStoreInBubble runs f once per store kind, the in-process store's run
+// inside a synctest bubble: its leases, renewals and store timeouts run on
+// the bubble's clock, which moves only when every goroutine waits, so they
+// take no real time and fire in a fixed order. The Redis run needs the
+// network, which a bubble cannot wait on, and keeps the real clock. f must
+// build what it waits on (stores, handlers, channels) itself, and must not
+// call t.Run or t.Parallel.
+func eachStoreInBubble(t *testing.T, f func(t *testing.T, kind storeKind)) {
+	for _, k := range storeKinds {
+		t.Run(k.Name, func(t *testing.T) {
+			if k.Name != "memstore" {
+				f(t, k)
+				return
+			}
+			synctest.Test(t, func(t *testing.T) { f(t, k) })
+		})
 	}
 }
 

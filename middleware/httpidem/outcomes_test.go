@@ -18,6 +18,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/faultstore"
 )
 
 // recordingObserver counts outcomes per label, and store calls per
@@ -68,34 +69,34 @@ func (o *recordingObserver) snapshot() (map[string]map[idempotency.Outcome]int, 
 // "corrupt" has a corrupt record, "down" cannot be claimed, "nocomplete"
 // is never completed, "stolen" is completed by someone else first. Other
 // keys pass through.
-type faultyStore struct{ idempotency.Store }
-
-func (s faultyStore) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
-	switch {
-	case strings.HasSuffix(key, ":corrupt"):
-		return idempotency.ClaimResult{}, fmt.Errorf("faulty: claim %q: %w", key, idempotency.ErrCorruptRecord)
-	case strings.HasSuffix(key, ":down"):
-		return idempotency.ClaimResult{}, fmt.Errorf("faulty: claim %q: connection refused", key)
-	}
-	return s.Store.Claim(ctx, key, req)
-}
-
-func (s faultyStore) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
-	switch {
-	case strings.HasSuffix(key, ":nocomplete"):
-		return fmt.Errorf("faulty: complete %q: connection reset", key)
-	case strings.HasSuffix(key, ":stolen"):
-		return fmt.Errorf("faulty: complete %q: %w", key, idempotency.ErrLeaseLost)
-	}
-	return s.Store.Complete(ctx, key, token, result, ttl)
+func faultyStore(inner idempotency.Store) *faultstore.Store {
+	return faultstore.New(inner).
+		On(idempotency.OpClaim, func(ctx context.Context, c faultstore.Call) error {
+			switch {
+			case strings.HasSuffix(c.Key, ":corrupt"):
+				return fmt.Errorf("faulty: claim %q: %w", c.Key, idempotency.ErrCorruptRecord)
+			case strings.HasSuffix(c.Key, ":down"):
+				return fmt.Errorf("faulty: claim %q: connection refused", c.Key)
+			}
+			return c.Pass(ctx)
+		}).
+		On(idempotency.OpComplete, func(ctx context.Context, c faultstore.Call) error {
+			switch {
+			case strings.HasSuffix(c.Key, ":nocomplete"):
+				return fmt.Errorf("faulty: complete %q: connection reset", c.Key)
+			case strings.HasSuffix(c.Key, ":stolen"):
+				return fmt.Errorf("faulty: complete %q: %w", c.Key, idempotency.ErrLeaseLost)
+			}
+			return c.Pass(ctx)
+		})
 }
 
 // TestOutcomesObserved: every request the middleware applies to is counted
 // once, under its ServeMux pattern, or "http" when no pattern matched it.
 func TestOutcomesObserved(t *testing.T) {
-	eachStore(t, func(t *testing.T, kind storeKind) {
+	eachStoreInBubble(t, func(t *testing.T, kind storeKind) {
 		inner, prefix := kind.New(t)
-		store := faultyStore{inner}
+		store := faultyStore(inner)
 		obs := newRecordingObserver()
 		api := newPayments()
 		adjust := func(c *httpidem.Config) {
@@ -174,7 +175,7 @@ func TestCorruptRecord(t *testing.T) {
 	inner, prefix := storeKinds[0].New(t)
 	api := newPayments()
 	logger := watermill.NewCaptureLogger()
-	m, err := httpidem.New(httpidem.Config{Store: faultyStore{inner}, KeyPrefix: prefix, Scope: tenantScope}, logger)
+	m, err := httpidem.New(httpidem.Config{Store: faultyStore(inner), KeyPrefix: prefix, Scope: tenantScope}, logger)
 	require.NoError(t, err)
 	h := m.Handler(api)
 	for range 2 {
@@ -190,27 +191,13 @@ func TestCorruptRecord(t *testing.T) {
 	assert.Equal(t, string(idempotency.OutcomeCorruptRecord), errs[0].Fields["outcome"])
 }
 
-// slowCompleteStore holds every Complete until release is closed.
-type slowCompleteStore struct {
-	idempotency.Store
-	release chan struct{}
-}
-
-func (s slowCompleteStore) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
-	select {
-	case <-s.release:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return s.Store.Complete(ctx, key, token, result, ttl)
-}
-
 // TestBodyReachesClientWhileCompleting: while recording COMPLETED is slow,
 // the client already has the whole body; only the end of the response
 // waits for the store.
 func TestBodyReachesClientWhileCompleting(t *testing.T) {
 	inner, prefix := storeKinds[0].New(t)
-	store := slowCompleteStore{Store: inner, release: make(chan struct{})}
+	release := make(chan struct{}) // every Complete waits for it
+	store := faultstore.New(inner).On(idempotency.OpComplete, faultstore.Hold(release, nil))
 	api := newPayments()
 	h := newMiddleware(t, store, prefix, func(c *httpidem.Config) {
 		c.LeaseTTL = time.Minute
@@ -246,7 +233,7 @@ func TestBodyReachesClientWhileCompleting(t *testing.T) {
 	case <-time.After(30 * time.Second): // a hang guard, not a timing assertion
 		t.Fatal("the body did not reach the client while COMPLETED was being recorded")
 	}
-	close(store.release)
+	close(release)
 	require.NoError(t, r.err)
 	assert.Equal(t, http.StatusCreated, r.status)
 	assert.Equal(t, `{"run":1,"method":"POST","body":"p"}`, r.body)
