@@ -43,24 +43,31 @@ func newLostReplies(t *testing.T) *lostReplies {
 
 	// Load every script, so that the dropped reply is the script's own and
 	// not a NOSCRIPT answer.
-	ctx := context.Background()
-	req := claimReq(time.Minute, nil)
-	_, err = l.store.Claim(ctx, "warm", req)
-	require.NoError(t, err)
-	require.NoError(t, l.store.Renew(ctx, "warm", req.Token, time.Minute))
-	require.NoError(t, l.store.Complete(ctx, "warm", req.Token, nil, time.Minute))
-	_, err = l.store.Get(ctx, "warm")
-	require.NoError(t, err)
-	req = claimReq(time.Minute, nil)
-	_, err = l.store.Claim(ctx, "warm2", req)
-	require.NoError(t, err)
-	require.NoError(t, l.store.Fail(ctx, "warm2", req.Token, time.Minute))
-	require.NoError(t, l.store.Release(ctx, "warm2", req.Token))
+	loadScripts(t, l.store)
 	return l
 }
 
 // dropNext arms the proxy for the next script call on key.
 func (l *lostReplies) dropNext(key string) { l.proxy.DropReply(testserver.Command("evalsha", key)) }
+
+// resent claims key, drops the reply of the next script call on it and
+// makes that call with the claim's token: go-redis resends it, and the
+// resend must succeed as the first try did. It returns the token and the
+// record the resend left, read past the proxy.
+func (l *lostReplies) resent(t *testing.T, key string, call func(ctx context.Context, token string) error, msg string) (string, idempotency.Record) {
+	t.Helper()
+	ctx := context.Background()
+	req := claimReq(time.Minute, nil)
+	_, err := l.store.Claim(ctx, key, req)
+	require.NoError(t, err)
+	dropped := l.proxy.Dropped()
+	l.dropNext(key)
+	require.NoError(t, call(ctx, req.Token), msg)
+	require.Equal(t, dropped+1, l.proxy.Dropped(), "the first reply was dropped")
+	rec, err := l.direct.Get(ctx, key)
+	require.NoError(t, err)
+	return req.Token, rec
+}
 
 // TestLostReplies drops the reply of each transition after Redis applied
 // it: go-redis resends the same command, and the resend must answer what
@@ -84,45 +91,25 @@ func TestLostReplies(t *testing.T) {
 	})
 
 	t.Run("renew", func(t *testing.T) {
-		req := claimReq(time.Minute, nil)
-		_, err := l.store.Claim(ctx, "renew", req)
-		require.NoError(t, err)
-		dropped := l.proxy.Dropped()
-		l.dropNext("renew")
-		require.NoError(t, l.store.Renew(ctx, "renew", req.Token, 2*time.Minute), "no false lease loss")
-		require.Equal(t, dropped+1, l.proxy.Dropped())
-		rec, err := l.direct.Get(ctx, "renew")
-		require.NoError(t, err)
+		token, rec := l.resent(t, "renew", func(ctx context.Context, token string) error {
+			return l.store.Renew(ctx, "renew", token, 2*time.Minute)
+		}, "no false lease loss")
 		assert.Equal(t, idempotency.StateInProgress, rec.State)
-		assert.Equal(t, req.Token, rec.Token)
+		assert.Equal(t, token, rec.Token)
 	})
 
 	t.Run("complete", func(t *testing.T) {
-		req := claimReq(time.Minute, nil)
-		_, err := l.store.Claim(ctx, "complete", req)
-		require.NoError(t, err)
-		dropped := l.proxy.Dropped()
-		l.dropNext("complete")
-		require.NoError(t, l.store.Complete(ctx, "complete", req.Token, []byte("result"), time.Minute),
-			"the resent Complete succeeds: no false lease loss")
-		require.Equal(t, dropped+1, l.proxy.Dropped())
-		rec, err := l.direct.Get(ctx, "complete")
-		require.NoError(t, err)
+		_, rec := l.resent(t, "complete", func(ctx context.Context, token string) error {
+			return l.store.Complete(ctx, "complete", token, []byte("result"), time.Minute)
+		}, "the resent Complete succeeds: no false lease loss")
 		assert.Equal(t, idempotency.StateCompleted, rec.State)
 		assert.Equal(t, []byte("result"), rec.Result)
 	})
 
 	t.Run("fail", func(t *testing.T) {
-		req := claimReq(time.Minute, nil)
-		_, err := l.store.Claim(ctx, "fail", req)
-		require.NoError(t, err)
-		dropped := l.proxy.Dropped()
-		l.dropNext("fail")
-		require.NoError(t, l.store.Fail(ctx, "fail", req.Token, time.Minute),
-			"the resent Fail succeeds: no false lease loss")
-		require.Equal(t, dropped+1, l.proxy.Dropped())
-		rec, err := l.direct.Get(ctx, "fail")
-		require.NoError(t, err)
+		_, rec := l.resent(t, "fail", func(ctx context.Context, token string) error {
+			return l.store.Fail(ctx, "fail", token, time.Minute)
+		}, "the resent Fail succeeds: no false lease loss")
 		assert.Equal(t, idempotency.StateFailed, rec.State)
 		assert.Equal(t, 1, rec.Attempts)
 	})
@@ -132,15 +119,9 @@ func TestLostReplies(t *testing.T) {
 		_, err := l.store.Claim(ctx, "release", first)
 		require.NoError(t, err)
 		require.NoError(t, l.store.Fail(ctx, "release", first.Token, time.Minute))
-		req := claimReq(time.Minute, nil)
-		_, err = l.store.Claim(ctx, "release", req)
-		require.NoError(t, err)
-		dropped := l.proxy.Dropped()
-		l.dropNext("release")
-		require.NoError(t, l.store.Release(ctx, "release", req.Token), "the resent Release succeeds")
-		require.Equal(t, dropped+1, l.proxy.Dropped())
-		rec, err := l.direct.Get(ctx, "release")
-		require.NoError(t, err)
+		_, rec := l.resent(t, "release", func(ctx context.Context, token string) error {
+			return l.store.Release(ctx, "release", token)
+		}, "the resent Release succeeds")
 		assert.Equal(t, idempotency.StateFailed, rec.State)
 		assert.Equal(t, 1, rec.Attempts, "the resend undid nothing a second time")
 	})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,44 +122,58 @@ func commandCalls(t *testing.T, c *redis.Client) map[string]int {
 	return calls
 }
 
-// countingHook counts the commands the client sends, pipelines included.
-type countingHook struct{ sent *int }
-
-func (h countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { *h.sent++; return next(ctx, cmd) }
+// roundTrips counts what a client sends: round trips (a command, or a whole
+// pipeline) and commands.
+type roundTrips struct {
+	mu          sync.Mutex
+	trips, cmds int
 }
-func (h countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { *h.sent += len(cmds); return next(ctx, cmds) }
+
+func (h *roundTrips) reset() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.trips, h.cmds = 0, 0
+}
+
+func (h *roundTrips) counts() (trips, cmds int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.trips, h.cmds
+}
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "hello" { // a new connection's handshake
+			h.mu.Lock()
+			h.trips++
+			h.cmds++
+			h.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.mu.Lock()
+		h.trips++
+		h.cmds += len(cmds)
+		h.mu.Unlock()
+		return next(ctx, cmds)
+	}
 }
 
 // TestOneCommandPerTransition proves, from the server's own statistics, that
 // each transition is one command: one EVALSHA, nothing else from the client.
 func TestOneCommandPerTransition(t *testing.T) {
 	srv := testserver.StartRedis(t) // private: the statistics are ours alone
-	admin := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr})
-	t.Cleanup(func() { _ = admin.Close() })
-	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, Protocol: 2, DisableIdentity: true})
-	t.Cleanup(func() { _ = client.Close() })
-	var sent int
-	client.AddHook(countingHook{sent: &sent})
+	admin, client, hook := statClients(t, srv.Addr)
 	s, err := redisstore.New(client)
 	require.NoError(t, err)
 	ctx := context.Background()
 
 	// Warm up: the first call of each script loads it (NOSCRIPT, then EVAL).
-	warm := claimReq(time.Minute, nil)
-	_, err = s.Claim(ctx, "warm", warm)
-	require.NoError(t, err)
-	require.NoError(t, s.Renew(ctx, "warm", warm.Token, time.Minute))
-	require.NoError(t, s.Complete(ctx, "warm", warm.Token, nil, time.Minute))
-	_, err = s.Get(ctx, "warm")
-	require.NoError(t, err)
-	warm = claimReq(time.Minute, nil)
-	_, err = s.Claim(ctx, "warm2", warm)
-	require.NoError(t, err)
-	require.NoError(t, s.Fail(ctx, "warm2", warm.Token, time.Minute))
-	require.NoError(t, s.Release(ctx, "warm2", warm.Token))
+	loadScripts(t, s)
 	require.NoError(t, admin.RPush(ctx, "corrupt", "x").Err())
 
 	var token string
@@ -166,12 +181,7 @@ func TestOneCommandPerTransition(t *testing.T) {
 		name string
 		run  func() error
 	}{
-		{"claim", func() error {
-			req := claimReq(time.Minute, []byte("fp"))
-			token = req.Token
-			_, err := s.Claim(ctx, "k", req)
-			return err
-		}},
+		{"claim", claimStep(s, "k", []byte("fp"), &token)},
 		{"renew", func() error { return s.Renew(ctx, "k", token, time.Minute) }},
 		{"complete", func() error { return s.Complete(ctx, "k", token, []byte("result"), time.Hour) }},
 		{"complete resent", func() error { return s.Complete(ctx, "k", token, []byte("result"), time.Hour) }},
@@ -183,12 +193,7 @@ func TestOneCommandPerTransition(t *testing.T) {
 			return err
 		}},
 		{"get", func() error { _, err := s.Get(ctx, "k"); return err }},
-		{"claim again", func() error {
-			req := claimReq(time.Minute, nil)
-			token = req.Token
-			_, err := s.Claim(ctx, "k2", req)
-			return err
-		}},
+		{"claim again", claimStep(s, "k2", nil, &token)},
 		{"claim resent", func() error {
 			res, err := s.Claim(ctx, "k2", idempotency.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute})
 			if err == nil && !res.Acquired {
@@ -198,12 +203,7 @@ func TestOneCommandPerTransition(t *testing.T) {
 		}},
 		{"fail", func() error { return s.Fail(ctx, "k2", token, time.Hour) }},
 		{"fail resent", func() error { return s.Fail(ctx, "k2", token, time.Hour) }},
-		{"claim to release", func() error {
-			req := claimReq(time.Minute, nil)
-			token = req.Token
-			_, err := s.Claim(ctx, "k2", req)
-			return err
-		}},
+		{"claim to release", claimStep(s, "k2", nil, &token)},
 		{"release", func() error { return s.Release(ctx, "k2", token) }},
 		{"release resent", func() error { return s.Release(ctx, "k2", token) }},
 		// A corrupt record is an error reply of the script, which go-redis
@@ -217,17 +217,43 @@ func TestOneCommandPerTransition(t *testing.T) {
 		}},
 	}
 	for _, step := range steps {
-		require.NoError(t, admin.ConfigResetStat(ctx).Err())
-		sent = 0
-		require.NoError(t, step.run(), step.name)
-		calls := commandCalls(t, admin)
-		assert.Equal(t, 1, sent, "%s: commands sent by the client", step.name)
-		assert.Equal(t, 1, calls["evalsha"], "%s: EVALSHA calls on the server, stats %v", step.name, calls)
 		// The commands a script runs inside Redis are listed in commandstats
-		// too, so "nothing else" is proven by the client's own count above;
-		// here: the script ran by SHA, never re-sent or re-loaded.
-		assert.Zero(t, calls["eval"]+calls["script|load"], "%s: script re-sent, stats %v", step.name, calls)
+		// too, so "nothing else" is proven by the client's own count;
+		// scriptStep checks that the script ran by SHA, never re-sent or
+		// re-loaded.
+		_, cmds, _ := scriptStep(t, admin, hook, step.name, step.run)
+		assert.Equal(t, 1, cmds, "%s: commands sent by the client", step.name)
 	}
+}
+
+// statClients are two clients of the Redis at addr: admin, to read and
+// reset the server's command statistics, and client, for the store, whose
+// commands hook counts. client speaks RESP2 without CLIENT SETINFO, so
+// that it sends nothing of its own beside the store's commands.
+func statClients(t *testing.T, addr string) (admin, client *redis.Client, hook *roundTrips) {
+	admin = redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	client = redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: addr, Protocol: 2, DisableIdentity: true})
+	t.Cleanup(func() { _ = client.Close() })
+	hook = &roundTrips{}
+	client.AddHook(hook)
+	return admin, client, hook
+}
+
+// scriptStep runs one step with the server's command statistics and the
+// client's counts reset, checks that the server ran one script, by its
+// SHA, and returns the round trips and commands the client sent and the
+// server's calls per command.
+func scriptStep(t *testing.T, admin *redis.Client, hook *roundTrips, name string, run func() error) (trips, cmds int, calls map[string]int) {
+	t.Helper()
+	require.NoError(t, admin.ConfigResetStat(context.Background()).Err())
+	hook.reset()
+	require.NoError(t, run(), name)
+	trips, cmds = hook.counts()
+	calls = commandCalls(t, admin)
+	assert.Equal(t, 1, calls["evalsha"], "%s: EVALSHA calls on the server, stats %v", name, calls)
+	assert.Zero(t, calls["eval"]+calls["script|load"], "%s: script re-sent, stats %v", name, calls)
+	return trips, cmds, calls
 }
 
 func TestStoreDownIsAnError(t *testing.T) {
@@ -245,6 +271,37 @@ func TestStoreDownIsAnError(t *testing.T) {
 	res, err := s.Claim(context.Background(), "k", claimReq(time.Second, nil))
 	require.NoError(t, err, "the store works again once Redis is back")
 	assert.True(t, res.Acquired)
+}
+
+// loadScripts calls every script of s once, on the keys "warm" and
+// "warm2", so that Redis knows them all: the first call of a script is
+// answered NOSCRIPT and sent again with EVAL.
+func loadScripts(t *testing.T, s *redisstore.Store) {
+	t.Helper()
+	ctx := context.Background()
+	req := claimReq(time.Minute, nil)
+	_, err := s.Claim(ctx, "warm", req)
+	require.NoError(t, err)
+	require.NoError(t, s.Renew(ctx, "warm", req.Token, time.Minute))
+	require.NoError(t, s.Complete(ctx, "warm", req.Token, nil, time.Minute))
+	_, err = s.Get(ctx, "warm")
+	require.NoError(t, err)
+	req = claimReq(time.Minute, nil)
+	_, err = s.Claim(ctx, "warm2", req)
+	require.NoError(t, err)
+	require.NoError(t, s.Fail(ctx, "warm2", req.Token, time.Minute))
+	require.NoError(t, s.Release(ctx, "warm2", req.Token))
+}
+
+// claimStep is a step that claims key on s with a fresh token, kept in
+// *token for the steps after it.
+func claimStep(s *redisstore.Store, key string, fp []byte, token *string) func() error {
+	return func() error {
+		req := claimReq(time.Minute, fp)
+		*token = req.Token
+		_, err := s.Claim(context.Background(), key, req)
+		return err
+	}
 }
 
 // claimReq is a claim with a fresh token, the given lease and fingerprint,

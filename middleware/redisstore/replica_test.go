@@ -18,47 +18,6 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
-// roundTrips counts what a client sends: round trips (a command, or a whole
-// pipeline) and commands.
-type roundTrips struct {
-	mu          sync.Mutex
-	trips, cmds int
-}
-
-func (h *roundTrips) reset() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.trips, h.cmds = 0, 0
-}
-
-func (h *roundTrips) counts() (trips, cmds int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.trips, h.cmds
-}
-
-func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() != "hello" { // a new connection's handshake
-			h.mu.Lock()
-			h.trips++
-			h.cmds++
-			h.mu.Unlock()
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.mu.Lock()
-		h.trips++
-		h.cmds += len(cmds)
-		h.mu.Unlock()
-		return next(ctx, cmds)
-	}
-}
-
 // startReplicated starts a private master with one replica in sync.
 func startReplicated(t *testing.T) (master, replica *testserver.RedisServer) {
 	master = testserver.StartRedis(t, "--repl-diskless-sync-delay", "0")
@@ -81,12 +40,7 @@ func startReplicated(t *testing.T) (master, replica *testserver.RedisServer) {
 func TestReplicaAckOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	master, _ := startReplicated(t)
-	admin := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: master.Addr})
-	t.Cleanup(func() { _ = admin.Close() })
-	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: master.Addr, Protocol: 2, DisableIdentity: true})
-	t.Cleanup(func() { _ = client.Close() })
-	hook := &roundTrips{}
-	client.AddHook(hook)
+	admin, client, hook := statClients(t, master.Addr)
 	s, err := redisstore.NewWithOptions(client, redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -96,8 +50,7 @@ func TestReplicaAckOneRoundTrip(t *testing.T) {
 	// it. Still one WAIT that counts.
 	require.NoError(t, admin.ConfigResetStat(ctx).Err())
 	hook.reset()
-	warm := claimReq(time.Minute, nil)
-	res, err := s.Claim(ctx, "warm", warm)
+	res, err := s.Claim(ctx, "first", claimReq(time.Minute, nil))
 	require.NoError(t, err)
 	assert.True(t, res.Acquired)
 	trips, cmds := hook.counts()
@@ -107,15 +60,7 @@ func TestReplicaAckOneRoundTrip(t *testing.T) {
 	assert.Equal(t, 1, calls["evalsha"])
 	assert.Equal(t, 1, calls["eval"])
 	assert.Equal(t, 2, calls["wait"])
-	require.NoError(t, s.Renew(ctx, "warm", warm.Token, time.Minute))
-	require.NoError(t, s.Complete(ctx, "warm", warm.Token, nil, time.Minute))
-	warm = claimReq(time.Minute, nil)
-	_, err = s.Claim(ctx, "warm2", warm)
-	require.NoError(t, err)
-	require.NoError(t, s.Fail(ctx, "warm2", warm.Token, time.Minute))
-	require.NoError(t, s.Release(ctx, "warm2", warm.Token))
-	_, err = s.Get(ctx, "warm")
-	require.NoError(t, err)
+	loadScripts(t, s) // the other scripts
 	acked := s.ReplicaStats().Acknowledged
 
 	var token string
@@ -124,12 +69,7 @@ func TestReplicaAckOneRoundTrip(t *testing.T) {
 		wait bool
 		run  func() error
 	}{
-		{"claim", true, func() error {
-			req := claimReq(time.Minute, nil)
-			token = req.Token
-			_, err := s.Claim(ctx, "k", req)
-			return err
-		}},
+		{"claim", true, claimStep(s, "k", nil, &token)},
 		{"renew", true, func() error { return s.Renew(ctx, "k", token, time.Minute) }},
 		{"complete", true, func() error { return s.Complete(ctx, "k", token, []byte("r"), time.Hour) }},
 		{"complete resent", true, func() error { return s.Complete(ctx, "k", token, []byte("r"), time.Hour) }},
@@ -140,26 +80,15 @@ func TestReplicaAckOneRoundTrip(t *testing.T) {
 			}
 			return err
 		}},
-		{"claim again", true, func() error {
-			req := claimReq(time.Minute, nil)
-			token = req.Token
-			_, err := s.Claim(ctx, "k2", req)
-			return err
-		}},
+		{"claim again", true, claimStep(s, "k2", nil, &token)},
 		{"fail", false, func() error { return s.Fail(ctx, "k2", token, time.Hour) }},
 		{"release", false, func() error { return s.Release(ctx, "k2", token) }},
 		{"get", false, func() error { _, err := s.Get(ctx, "k"); return err }},
 	}
 	waited := 0
 	for _, step := range steps {
-		require.NoError(t, admin.ConfigResetStat(ctx).Err())
-		hook.reset()
-		require.NoError(t, step.run(), step.name)
-		trips, cmds := hook.counts()
-		calls := commandCalls(t, admin)
+		trips, cmds, calls := scriptStep(t, admin, hook, step.name, step.run)
 		assert.Equal(t, 1, trips, "%s: round trips", step.name)
-		assert.Equal(t, 1, calls["evalsha"], "%s: EVALSHA calls, stats %v", step.name, calls)
-		assert.Zero(t, calls["eval"]+calls["script|load"], "%s: script re-sent, stats %v", step.name, calls)
 		if step.wait {
 			waited++
 			assert.Equal(t, 2, cmds, "%s: EVALSHA and WAIT in one pipeline", step.name)
