@@ -20,8 +20,9 @@
 //     and the survivors take the keys over once the 2 s lease expires.
 //   - store-outage: the store is a private redis-server (with an
 //     append-only file, as a production store keeps its data) that is killed
-//     for 5 s in the middle of a run and restarted. The lease is 8 s here,
-//     longer than the outage, as production's 40 s is longer than a failover:
+//     for 5 s in the middle of a run and restarted. The lease is 20 s here,
+//     longer than the outage even when a loaded machine stretches it, as
+//     production's 40 s is longer than a failover:
 //     with a shorter one, a handler that succeeded during the outage gives
 //     up writing COMPLETED (complete_failed) and an outstanding copy runs it
 //     again, as OutcomeCompleteFailed documents.

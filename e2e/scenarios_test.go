@@ -156,8 +156,9 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // before the crash is there after it. (Without persistence the restart
 // would forget every COMPLETED key, which no dedup layer can survive.)
 //
-// The lease is 8 s here, longer than the outage, as production's 40 s is
-// longer than a store failover: a handler that succeeds during the outage
+// The lease is 20 s here, longer than the outage (which lasts until a claim
+// has failed, longer than 5 s when a loaded machine delivers slowly), as
+// production's 40 s is longer than a store failover: a handler that succeeds during the outage
 // keeps retrying COMPLETED within its lease and writes it once the store is
 // back. With a lease shorter than the outage it gives up, acks
 // (complete_failed), and any copy of the message still outstanding runs the
@@ -166,7 +167,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // holds a copy of every message.
 func storeOutage(e *env) {
 	const n, consumers = 400, 2
-	e.lease = 8 * time.Second
+	e.lease = 20 * time.Second
 	srv := testserver.StartRedis(e.t, "--appendonly", "yes", "--appendfsync", "always")
 	e.newStore = func() idempotency.Store {
 		return e.redisStore(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
@@ -191,7 +192,8 @@ func storeOutage(e *env) {
 	})
 	time.Sleep(5*time.Second - time.Since(stopped))
 	srv.Start()
-	e.note = func() string { return fmt.Sprintf("store down 5s after %d acks", down) }
+	outage := time.Since(stopped).Round(100 * time.Millisecond)
+	e.note = func() string { return fmt.Sprintf("store down %v after %d acks (lease %v)", outage, down, e.lease) }
 	e.requireExactlyOnce(func(t assert.TestingT) {
 		assert.Positive(t, e.obs.get(idempotency.OutcomeStoreUnavailable), "the outage was felt: claims failed and were nacked")
 		assert.Zero(t, e.obs.get(idempotency.OutcomeCompleteFailed), "every success was recorded COMPLETED within its lease")

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -80,6 +81,17 @@ func post(t *testing.T, srv *httptest.Server, path, key, body string) answer {
 	return answer{resp.StatusCode, resp.Header, string(b)}
 }
 
+// withoutLength returns a's headers without Content-Length, after checking
+// that a Content-Length it has is the length of its body.
+func withoutLength(t *testing.T, a *answer) http.Header {
+	h := a.header.Clone()
+	if n := h.Get("Content-Length"); n != "" {
+		assert.Equal(t, strconv.Itoa(len(a.body)), n, "Content-Length")
+	}
+	h.Del("Content-Length")
+	return h
+}
+
 func checkOneRun(t *testing.T, api *payments, answers []answer, allConflicts bool) {
 	t.Helper()
 	require.EqualValues(t, 1, api.runs.Load(), "handler runs")
@@ -102,10 +114,13 @@ func checkOneRun(t *testing.T, api *payments, answers []answer, allConflicts boo
 			assert.Equal(t, "1", a.header.Get("Retry-After"))
 		case a.header.Get(httpidem.ReplayedHeader) == "true":
 			replayed++
-			want := original.header.Clone()
+			// Content-Length is framing, set by net/http for each answer
+			// (doc.go): the original is sent chunked when recording it
+			// took longer than flushAfter. Where present it must be right.
+			want, got := withoutLength(t, original), withoutLength(t, a)
 			want.Set(httpidem.ReplayedHeader, "true")
 			assert.Equal(t, original.status, a.status)
-			assert.Equal(t, want, a.header)
+			assert.Equal(t, want, got)
 			assert.Equal(t, original.body, a.body)
 		default:
 			t.Errorf("unexpected answer %d %v %s", a.status, a.header, a.body)
