@@ -5,8 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/faultstore"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
@@ -306,28 +305,9 @@ func TestLostLeaseCancelsHandlerContext(t *testing.T) {
 	assert.Equal(t, 1, obs.get(idempotency.OutcomeHandlerFailed))
 }
 
-// flakyComplete wraps a store and fails its first Complete calls, as a
-// store that is briefly unreachable would.
-type flakyComplete struct {
-	idempotency.Store
-	mu       sync.Mutex
-	failures int
-}
-
-func (f *flakyComplete) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
-	f.mu.Lock()
-	fail := f.failures > 0
-	f.failures--
-	f.mu.Unlock()
-	if fail {
-		return errors.New("connection refused")
-	}
-	return f.Store.Complete(ctx, key, token, result, ttl)
-}
-
 func TestCompleteFailureIsRetriedAndNeverNacks(t *testing.T) {
 	inner := memstore.New(memstore.Config{})
-	store := &flakyComplete{Store: inner, failures: 3}
+	store := faultstore.New(inner).On(idempotency.OpComplete, faultstore.First(3, faultstore.Fail(errors.New("connection refused"))))
 	idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: 5 * time.Second})
 	h := &counter{}
 	msg := newMsg("req-1", "p")
@@ -340,7 +320,7 @@ func TestCompleteFailureIsRetriedAndNeverNacks(t *testing.T) {
 	assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed))
 
 	// A store that stays down past the lease: still acked, counted.
-	down := &flakyComplete{Store: inner, failures: 1 << 30}
+	down := faultstore.New(inner).On(idempotency.OpComplete, faultstore.Fail(errors.New("connection refused")))
 	idem2, obs2 := newIdem(t, idempotency.Config{Store: down, LeaseTTL: 200 * time.Millisecond})
 	out, err := idem2.Middleware((&counter{outputs: func(*message.Message) []*message.Message {
 		return []*message.Message{message.NewMessage("o", nil)}
@@ -457,23 +437,8 @@ func TestLiteralKeyCannotTakeAHashedKeysPlace(t *testing.T) {
 	assert.NotEqual(t, hashed, forged)
 }
 
-// lostReply applies the first Complete but reports a failure, as when the
-// reply is lost on the way back.
-type lostReply struct {
-	idempotency.Store
-	lost atomic.Bool
-}
-
-func (l *lostReply) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
-	err := l.Store.Complete(ctx, key, token, result, ttl)
-	if err == nil && l.lost.CompareAndSwap(false, true) {
-		return errors.New("i/o timeout")
-	}
-	return err
-}
-
 func TestCompleteWhoseReplyWasLostIsConfirmed(t *testing.T) {
-	idem, obs := newIdem(t, idempotency.Config{Store: &lostReply{Store: memstore.New(memstore.Config{})}})
+	idem, obs := newIdem(t, idempotency.Config{Store: faultstore.New(memstore.New(memstore.Config{})).On(idempotency.OpComplete, faultstore.First(1, faultstore.LoseReply(errors.New("i/o timeout"))))})
 	_, err := idem.Middleware((&counter{}).handle)(newMsg("req-1", "p"))
 	require.NoError(t, err)
 	assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed), "the retry's lease_lost was the first try's success")

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/faultstore"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
@@ -74,21 +75,13 @@ func TestTinyLeaseIsRaceFree(t *testing.T) {
 	assert.Equal(t, 20, obs.get(idempotency.OutcomeProcessed)+obs.get(idempotency.OutcomeLeaseLost))
 }
 
-// hangingRenew is a store whose Renew never answers (a partitioned owner).
-type hangingRenew struct{ idempotency.Store }
-
-func (hangingRenew) Renew(ctx context.Context, _, _ string, _ time.Duration) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-
 // An owner cut off from the store must have its handler's context cancelled
 // before the store lets another consumer claim the key.
 func TestCutOffOwnerIsCancelledBeforeTakeover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		inner := memstore.New(memstore.Config{})
 		const lease = 30 * time.Second
-		idem, _ := newIdem(t, idempotency.Config{Store: hangingRenew{inner}, LeaseTTL: lease})
+		idem, _ := newIdem(t, idempotency.Config{Store: faultstore.New(inner).On(idempotency.OpRenew, faultstore.Hang), LeaseTTL: lease})
 		var cancelledAt atomic.Int64
 		started := make(chan struct{})
 		msg := newMsg("cut-off", "p")
@@ -126,24 +119,6 @@ func TestCutOffOwnerIsCancelledBeforeTakeover(t *testing.T) {
 	})
 }
 
-// slowComplete is a store whose Complete does not answer until its context
-// ends or release is closed, and then says the lease is lost: what a Redis
-// that comes back after the lease expired answers a call that kept
-// redialling.
-type slowComplete struct {
-	idempotency.Store
-	release chan struct{}
-}
-
-func (s slowComplete) Complete(ctx context.Context, _, _ string, _ []byte, _ time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.release:
-		return idempotency.ErrLeaseLost
-	}
-}
-
 // A Complete that began inside the lease is bounded by what is left of it,
 // not only by StoreTimeout: when the store does not answer in time the
 // outcome is complete_failed (COMPLETED could not be written within the
@@ -151,8 +126,9 @@ func (s slowComplete) Complete(ctx context.Context, _, _ string, _ []byte, _ tim
 func TestCompleteIsBoundedByTheLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const lease = 200 * time.Millisecond
-		store := slowComplete{Store: memstore.New(memstore.Config{}), release: make(chan struct{})}
-		time.AfterFunc(3*lease, func() { close(store.release) })
+		release := make(chan struct{})
+		store := faultstore.New(memstore.New(memstore.Config{})).On(idempotency.OpComplete, faultstore.Hold(release, faultstore.Fail(idempotency.ErrLeaseLost)))
+		time.AfterFunc(3*lease, func() { close(release) })
 		idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease, StoreTimeout: 5 * time.Second})
 		_, err := idem.Middleware((&counter{}).handle)(newMsg("slow-complete", "p"))
 		require.NoError(t, err, "the effect happened: acked")
@@ -161,18 +137,11 @@ func TestCompleteIsBoundedByTheLease(t *testing.T) {
 	})
 }
 
-// failingRenew fails every Renew as a store blip would.
-type failingRenew struct{ idempotency.Store }
-
-func (failingRenew) Renew(context.Context, string, string, time.Duration) error {
-	return errors.New("connection reset")
-}
-
 // The lease's log lines say which message they are about.
 func TestRenewalLogNamesTheMessage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		logger := watermill.NewCaptureLogger()
-		idem, err := idempotency.New(idempotency.Config{Store: failingRenew{memstore.New(memstore.Config{})},
+		idem, err := idempotency.New(idempotency.Config{Store: faultstore.New(memstore.New(memstore.Config{})).On(idempotency.OpRenew, faultstore.Fail(errors.New("connection reset"))),
 			LeaseTTL: 60 * time.Millisecond, NackDelay: -1}, logger)
 		require.NoError(t, err)
 		msg := newMsg("renew-log", "p")
@@ -192,17 +161,6 @@ func TestRenewalLogNamesTheMessage(t *testing.T) {
 	})
 }
 
-// slowClaim is a network store whose claims take a while to answer.
-type slowClaim struct {
-	idempotency.Store
-	delay time.Duration
-}
-
-func (s slowClaim) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
-	time.Sleep(s.delay)
-	return s.Store.Claim(ctx, key, req)
-}
-
 // The lease counts from before the claim's round trip, and so does the
 // first renewal: after a claim that took 0.6 of the lease, the lease is
 // renewed at once, not a third of a lease later, past the point where the
@@ -210,7 +168,7 @@ func (s slowClaim) Claim(ctx context.Context, key string, req idempotency.ClaimR
 func TestFirstRenewalCountsFromTheClaim(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const lease = 300 * time.Millisecond
-		store := slowClaim{Store: memstore.New(memstore.Config{}), delay: lease * 6 / 10}
+		store := faultstore.New(memstore.New(memstore.Config{})).On(idempotency.OpClaim, faultstore.Sleep(lease * 6 / 10))
 		idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease})
 		_, err := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 			select {
@@ -233,7 +191,7 @@ func TestClaimAnsweredTooLateIsReleased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const lease = 100 * time.Millisecond
 		inner := memstore.New(memstore.Config{})
-		idem, obs := newIdem(t, idempotency.Config{Store: slowClaim{Store: inner, delay: lease * 95 / 100}, LeaseTTL: lease})
+		idem, obs := newIdem(t, idempotency.Config{Store: faultstore.New(inner).On(idempotency.OpClaim, faultstore.Sleep(lease * 95 / 100)), LeaseTTL: lease})
 		h := &counter{}
 		msg := newMsg("late-claim", "p")
 		_, err := idem.Middleware(h.handle)(msg)
@@ -266,7 +224,7 @@ func TestLeaseContextMadeLateSaysTheSame(t *testing.T) {
 	}
 	t.Run("lost before", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			lease := claim(t, hangingRenew{memstore.New(memstore.Config{})}, context.Background())
+			lease := claim(t, faultstore.New(memstore.New(memstore.Config{})).On(idempotency.OpRenew, faultstore.Hang), context.Background())
 			time.Sleep(30 * time.Second) // no renewal succeeded: lost
 			ctx := lease.Context()
 			require.Error(t, ctx.Err())
@@ -279,7 +237,7 @@ func TestLeaseContextMadeLateSaysTheSame(t *testing.T) {
 	})
 	t.Run("lost after", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			lease := claim(t, hangingRenew{memstore.New(memstore.Config{})}, context.Background())
+			lease := claim(t, faultstore.New(memstore.New(memstore.Config{})).On(idempotency.OpRenew, faultstore.Hang), context.Background())
 			child, cancel := context.WithCancel(lease.Context())
 			defer cancel()
 			require.NoError(t, child.Err())

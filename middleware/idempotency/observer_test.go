@@ -3,9 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -13,38 +11,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/observertest"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
 type ctxKey struct{}
 
-// detailed is a ContextObserver that records what it is told.
-type detailed struct {
-	mu      sync.Mutex
-	details []idempotency.OutcomeDetails
-	marks   []any // ctx.Value(ctxKey{}) of each outcome
-	plain   int   // calls of Outcome, which must not happen
-}
-
-func (d *detailed) Outcome(string, idempotency.Outcome) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.plain++
-}
-
-func (d *detailed) StoreLatency(idempotency.Op, time.Duration, error) {}
-
-func (d *detailed) OutcomeContext(ctx context.Context, od idempotency.OutcomeDetails) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.details = append(d.details, od)
-	d.marks = append(d.marks, ctx.Value(ctxKey{}))
-}
-
 // A ContextObserver gets each outcome once, with the message's context, its
 // stored key, attempt and replayed flag, and never the plain Outcome call.
 func TestContextObserverGetsDetailsWithMessageContext(t *testing.T) {
-	obs := &detailed{}
+	obs := &observertest.ContextRecorder{Mark: ctxKey{}}
 	idem, err := idempotency.New(idempotency.Config{Store: memstore.New(memstore.Config{}), Observer: obs, Scope: ordersScope}, watermill.NopLogger{})
 	require.NoError(t, err)
 	fail := true
@@ -64,9 +40,9 @@ func TestContextObserverGetsDetailsWithMessageContext(t *testing.T) {
 	missing.SetContext(context.WithValue(context.Background(), ctxKey{}, 3))
 	_, _ = h(missing)
 
-	require.Len(t, obs.details, 4)
-	assert.Zero(t, obs.plain, "Outcome is not called for a ContextObserver")
-	assert.Equal(t, []any{0, 1, 2, 3}, obs.marks, "each outcome carries its message's context")
+	require.Len(t, obs.Details(), 4)
+	assert.Zero(t, obs.Plain(), "Outcome is not called for a ContextObserver")
+	assert.Equal(t, []any{0, 1, 2, 3}, obs.Marks(), "each outcome carries its message's context")
 	want := []struct {
 		outcome  idempotency.Outcome
 		attempt  int
@@ -79,7 +55,7 @@ func TestContextObserverGetsDetailsWithMessageContext(t *testing.T) {
 		{idempotency.OutcomeMissingKey, 0, false, true},
 	}
 	for i, w := range want {
-		d := obs.details[i]
+		d := obs.Details()[i]
 		assert.Equal(t, w.outcome, d.Outcome, "outcome %d", i)
 		assert.Equal(t, w.attempt, d.Attempt, "attempt of %s", w.outcome)
 		assert.Equal(t, w.replayed, d.Replayed, "replayed of %s", w.outcome)
@@ -94,7 +70,7 @@ func TestContextObserverGetsDetailsWithMessageContext(t *testing.T) {
 
 // Once.Do hands its caller's context to a ContextObserver.
 func TestContextObserverGetsOnceDoContext(t *testing.T) {
-	obs := &detailed{}
+	obs := &observertest.ContextRecorder{Mark: ctxKey{}}
 	o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: obs, Name: "payments"}, nil)
 	require.NoError(t, err)
 	ctx := context.WithValue(context.Background(), ctxKey{}, "call")
@@ -102,10 +78,10 @@ func TestContextObserverGetsOnceDoContext(t *testing.T) {
 		_, err := o.Do(ctx, "k", func(context.Context) ([]byte, error) { return []byte("v"), nil })
 		require.NoError(t, err)
 	}
-	require.Len(t, obs.details, 2)
-	assert.Equal(t, []any{"call", "call"}, obs.marks)
-	assert.Equal(t, idempotency.OutcomeDetails{Handler: "payments", Scope: "payments", Key: "k", Outcome: idempotency.OutcomeProcessed, Attempt: 1}, obs.details[0])
-	assert.Equal(t, idempotency.OutcomeDetails{Handler: "payments", Scope: "payments", Key: "k", Outcome: idempotency.OutcomeDuplicate, Attempt: 1, Replayed: true}, obs.details[1])
+	require.Len(t, obs.Details(), 2)
+	assert.Equal(t, []any{"call", "call"}, obs.Marks())
+	assert.Equal(t, idempotency.OutcomeDetails{Handler: "payments", Scope: "payments", Key: "k", Outcome: idempotency.OutcomeProcessed, Attempt: 1}, obs.Details()[0])
+	assert.Equal(t, idempotency.OutcomeDetails{Handler: "payments", Scope: "payments", Key: "k", Outcome: idempotency.OutcomeDuplicate, Attempt: 1, Replayed: true}, obs.Details()[1])
 }
 
 // ReportOutcome calls Outcome on a plain Observer and ignores a nil one.
@@ -114,11 +90,11 @@ func TestReportOutcomeOnPlainObserver(t *testing.T) {
 	idempotency.ReportOutcome(context.Background(), obs, idempotency.OutcomeDetails{Handler: "h", Outcome: idempotency.OutcomeInProgress})
 	assert.Equal(t, 1, obs.get(idempotency.OutcomeInProgress))
 	idempotency.ReportOutcome(context.Background(), nil, idempotency.OutcomeDetails{Outcome: idempotency.OutcomeInProgress})
-	d := &detailed{}
+	d := &observertest.ContextRecorder{Mark: ctxKey{}}
 	//lint:ignore SA1012 a nil ctx is documented: the observer gets context.Background()
 	idempotency.ReportOutcome(nil, d, idempotency.OutcomeDetails{Outcome: idempotency.OutcomeInProgress})
-	require.Len(t, d.details, 1)
-	assert.Nil(t, d.marks[0])
+	require.Len(t, d.Details(), 1)
+	assert.Nil(t, d.Marks()[0])
 }
 
 func ordersScope(*message.Message) string { return "orders" }
