@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -143,18 +144,10 @@ func (c *Config) setDefaults() {
 	if c.Scope == nil {
 		c.Scope = func(msg *message.Message) string { return message.HandlerNameFromCtx(msg.Context()) }
 	}
-	if c.KeyPrefix == "" {
-		c.KeyPrefix = DefaultKeyPrefix
-	}
-	if c.MaxKeyLength == 0 {
-		c.MaxKeyLength = DefaultMaxKeyLength
-	}
-	if c.NackDelay == 0 {
-		c.NackDelay = DefaultNackDelay
-	}
-	if c.MaxOutputSize == 0 {
-		c.MaxOutputSize = DefaultMaxOutputSize
-	}
+	c.KeyPrefix = cmp.Or(c.KeyPrefix, DefaultKeyPrefix)
+	c.MaxKeyLength = cmp.Or(c.MaxKeyLength, DefaultMaxKeyLength)
+	c.NackDelay = cmp.Or(c.NackDelay, DefaultNackDelay)
+	c.MaxOutputSize = cmp.Or(c.MaxOutputSize, DefaultMaxOutputSize)
 	// The owner protocol's fields have the owner protocol's defaults.
 	oc := c.onceConfig()
 	oc.setDefaults()

@@ -168,7 +168,7 @@ func TestRenewalLogNamesTheMessage(t *testing.T) {
 func TestFirstRenewalCountsFromTheClaim(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const lease = 300 * time.Millisecond
-		store := faultstore.New(memstore.New(memstore.Config{})).On(idempotency.OpClaim, faultstore.Sleep(lease * 6 / 10))
+		store := faultstore.New(memstore.New(memstore.Config{})).On(idempotency.OpClaim, faultstore.Sleep(lease*6/10))
 		idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease})
 		_, err := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 			select {
@@ -191,7 +191,7 @@ func TestClaimAnsweredTooLateIsReleased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const lease = 100 * time.Millisecond
 		inner := memstore.New(memstore.Config{})
-		idem, obs := newIdem(t, idempotency.Config{Store: faultstore.New(inner).On(idempotency.OpClaim, faultstore.Sleep(lease * 95 / 100)), LeaseTTL: lease})
+		idem, obs := newIdem(t, idempotency.Config{Store: faultstore.New(inner).On(idempotency.OpClaim, faultstore.Sleep(lease*95/100)), LeaseTTL: lease})
 		h := &counter{}
 		msg := newMsg("late-claim", "p")
 		_, err := idem.Middleware(h.handle)(msg)

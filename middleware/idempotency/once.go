@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -72,27 +73,13 @@ type OnceConfig struct {
 }
 
 func (c *OnceConfig) setDefaults() {
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = DefaultLeaseTTL
-	}
-	if c.CompletedTTL == 0 {
-		c.CompletedTTL = DefaultCompletedTTL
-	}
-	if c.FailedTTL == 0 {
-		c.FailedTTL = DefaultFailedTTL
-	}
-	if c.StoreTimeout == 0 {
-		c.StoreTimeout = DefaultStoreTimeout
-	}
-	if c.CacheTTL == 0 {
-		c.CacheTTL = DefaultCacheTTL
-	}
-	if c.CacheMaxBytes == 0 {
-		c.CacheMaxBytes = DefaultCacheMaxBytes
-	}
-	if c.Name == "" {
-		c.Name = defaultOnceName
-	}
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseTTL)
+	c.CompletedTTL = cmp.Or(c.CompletedTTL, DefaultCompletedTTL)
+	c.FailedTTL = cmp.Or(c.FailedTTL, DefaultFailedTTL)
+	c.StoreTimeout = cmp.Or(c.StoreTimeout, DefaultStoreTimeout)
+	c.CacheTTL = cmp.Or(c.CacheTTL, DefaultCacheTTL)
+	c.CacheMaxBytes = cmp.Or(c.CacheMaxBytes, DefaultCacheMaxBytes)
+	c.Name = cmp.Or(c.Name, defaultOnceName)
 	if c.Observer == nil {
 		c.Observer = nopObserver{}
 	}
