@@ -25,7 +25,7 @@ const poolSize = 8
 
 // countedClient is a client of the shared Redis, through a fault proxy,
 // whose script round trips and commands are counted.
-func countedClient(t *testing.T) (*redis.Client, *scriptTrips, *testserver.FaultProxy) {
+func countedClient(t *testing.T) (*redis.Client, *roundTrips, *testserver.FaultProxy) {
 	proxy := testserver.StartFaultProxy(t, testserver.RedisAddr(t))
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true, PoolSize: poolSize, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
@@ -38,66 +38,22 @@ func countedClient(t *testing.T) (*redis.Client, *scriptTrips, *testserver.Fault
 	for _, c := range conns {
 		require.NoError(t, c.Close())
 	}
-	hook := &scriptTrips{}
+	hook := scriptTrips()
 	client.AddHook(hook)
 	return client, hook, proxy
 }
 
-// scriptTrips counts the round trips that carry scripts (one command, or
-// one pipeline) and the script and WAIT commands in them; a connection's
-// handshake is not counted.
-type scriptTrips struct {
-	mu          sync.Mutex
-	trips, cmds int
-}
-
-func (h *scriptTrips) reset() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.trips, h.cmds = 0, 0
-}
-
-func (h *scriptTrips) counts() (trips, cmds int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.trips, h.cmds
-}
-
-func (h *scriptTrips) count(cmds ...redis.Cmder) {
-	n := 0
-	for _, c := range cmds {
-		switch c.Name() {
-		case "evalsha", "eval", "wait":
-			n++
-		}
-	}
-	if n > 0 {
-		h.mu.Lock()
-		h.trips++
-		h.cmds += n
-		h.mu.Unlock()
-	}
-}
-
-func (h *scriptTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *scriptTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-func (h *scriptTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.count(cmds...)
-		return next(ctx, cmds)
-	}
+// scriptTrips counts the round trips that carry scripts (EVALSHA, EVAL)
+// or WAIT, and those commands.
+func scriptTrips() *roundTrips {
+	return &roundTrips{only: map[string]bool{"evalsha": true, "eval": true, "wait": true}}
 }
 
 // keyPrefix returns a prefix of the test's own; its keys are deleted when
 // the test ends.
 func keyPrefix(t *testing.T, client *redis.Client) string {
 	prefix := testserver.UniqueName("test:ap:") + ":"
-	t.Cleanup(func() { unlinkPrefix(client, prefix) })
+	t.Cleanup(func() { require.NoError(t, testserver.DeleteKeys(context.Background(), client, prefix+"*")) })
 	return prefix
 }
 
@@ -294,7 +250,7 @@ func TestAutoPipeliningReplicaAck(t *testing.T) {
 	proxy.SetLatency(20 * time.Millisecond)
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true, PoolSize: 128})
 	t.Cleanup(func() { _ = client.Close() })
-	hook := &scriptTrips{}
+	hook := scriptTrips()
 	client.AddHook(hook)
 	s, err := redisstore.NewWithOptions(client, redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
 	require.NoError(t, err)
@@ -336,7 +292,7 @@ func BenchmarkAutoPipelining(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: testserver.RedisAddr(b), PoolSize: 128})
 				b.Cleanup(func() { _ = client.Close() })
-				hook := &scriptTrips{}
+				hook := scriptTrips()
 				client.AddHook(hook)
 				s, err := redisstore.NewWithOptions(client, redisstore.Options{DisableAutoPipelining: off})
 				if err != nil {

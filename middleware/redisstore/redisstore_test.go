@@ -123,8 +123,11 @@ func commandCalls(t *testing.T, c *redis.Client) map[string]int {
 }
 
 // roundTrips counts what a client sends: round trips (a command, or a whole
-// pipeline) and commands.
+// pipeline) and commands. With only set, it counts just those commands, and
+// a round trip only when it carries one of them; a new connection's
+// handshake (HELLO) is never counted.
 type roundTrips struct {
+	only        map[string]bool
 	mu          sync.Mutex
 	trips, cmds int
 }
@@ -141,24 +144,31 @@ func (h *roundTrips) counts() (trips, cmds int) {
 	return h.trips, h.cmds
 }
 
+func (h *roundTrips) count(cmds ...redis.Cmder) {
+	n := 0
+	for _, c := range cmds {
+		if c.Name() != "hello" && (h.only == nil || h.only[c.Name()]) {
+			n++
+		}
+	}
+	if n > 0 {
+		h.mu.Lock()
+		h.trips++
+		h.cmds += n
+		h.mu.Unlock()
+	}
+}
+
 func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() != "hello" { // a new connection's handshake
-			h.mu.Lock()
-			h.trips++
-			h.cmds++
-			h.mu.Unlock()
-		}
+		h.count(cmd)
 		return next(ctx, cmd)
 	}
 }
 func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.mu.Lock()
-		h.trips++
-		h.cmds += len(cmds)
-		h.mu.Unlock()
+		h.count(cmds...)
 		return next(ctx, cmds)
 	}
 }
