@@ -108,120 +108,165 @@ func (r *report) summarise() {
 func (r *report) print(w io.Writer) {
 	m := r.Machine
 	fmt.Fprintf(w, "idembench %s  %s/%s  %d CPUs (GOMAXPROCS %d)  %s  %s\n", r.Started, m.GOOS, m.GOARCH, m.CPUs, m.GOMAXPROCS, m.GoVersion, m.CPUModel)
-	if len(r.Chain) > 0 {
-		fmt.Fprintf(w, "\n## Middleware chain, no broker (messages/s, %.0fs per cell; handler does nothing)\n\n", r.Config.ChainSeconds)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		head := "dedup\t"
+	r.printChain(w)
+	r.printLatency(w)
+	r.printCeiling(w)
+	r.printStats(w)
+	r.printPG(w)
+	r.printE2E(w)
+	r.printTargets(w)
+}
+
+// printChain prints the chain section and its ratios, if it ran.
+func (r *report) printChain(w io.Writer) {
+	if len(r.Chain) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n## Middleware chain, no broker (messages/s, %.0fs per cell; handler does nothing)\n\n", r.Config.ChainSeconds)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "dedup\t"
+	for _, c := range r.Config.Concurrency {
+		head += fmt.Sprintf("fresh c=%d\tdup c=%d\t", c, c)
+	}
+	fmt.Fprintln(tw, head+"dup cache hits\t")
+	for _, d := range chainDedups {
+		if needsPG[d] && r.find(r.Chain, "", d, "fresh", r.Config.Concurrency[0]) == 0 {
+			continue
+		}
+		row := d + "\t"
+		var hits, lookups uint64
 		for _, c := range r.Config.Concurrency {
-			head += fmt.Sprintf("fresh c=%d\tdup c=%d\t", c, c)
-		}
-		fmt.Fprintln(tw, head+"dup cache hits\t")
-		for _, d := range chainDedups {
-			if needsPG[d] && r.find(r.Chain, "", d, "fresh", r.Config.Concurrency[0]) == 0 {
-				continue
-			}
-			row := d + "\t"
-			var hits, lookups uint64
-			for _, c := range r.Config.Concurrency {
-				row += rate(r.find(r.Chain, "", d, "fresh", c)) + "\t" + rate(r.find(r.Chain, "", d, "duplicate", c)) + "\t"
-				for _, x := range r.Chain {
-					if x.Dedup == d && x.Load == "duplicate" {
-						hits, lookups = hits+x.CacheHits, lookups+x.CacheHits+x.CacheMisses
-					}
+			row += rate(r.find(r.Chain, "", d, "fresh", c)) + "\t" + rate(r.find(r.Chain, "", d, "duplicate", c)) + "\t"
+			for _, x := range r.Chain {
+				if x.Dedup == d && x.Load == "duplicate" {
+					hits, lookups = hits+x.CacheHits, lookups+x.CacheHits+x.CacheMisses
 				}
 			}
-			fmt.Fprintln(tw, row+percent(hits, lookups)+"\t")
 		}
-		tw.Flush()
-		fmt.Fprintf(w, "\n## Ratios (rate of ours / rate of the other; 1.00 = as fast; redis = redisstore with the defaults)\n\n")
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "load\tc\tmemstore/watermill\tredis/watermill\tredis/none\tredis/naive\tredis/ceiling P1\tredis/ceiling P16\tpg/redis\t")
-		for _, x := range r.Ratios {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Load, x.Concurrency, f2(x.MemstoreVsWatermill), f2(x.RedisVsWatermill),
-				f3(x.RedisVsNone), f2(x.RedisVsNaive), f2(x.RedisVsCeiling), f2(x.RedisVsPipelinedCeiling), f2(x.PGVsRedis))
-		}
-		tw.Flush()
+		fmt.Fprintln(tw, row+percent(hits, lookups)+"\t")
 	}
-	if l := r.Latency; l != nil {
-		fmt.Fprintf(w, "\n## Fresh messages at c=1, redisstore auto-pipelining off and on (µs per message; %d rounds each, alternating, %.0fs per round)\n\n", l.Rounds, l.Seconds)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "auto-pipelining\tmedian\tmin\tmax\trounds\t")
-		for _, x := range []struct {
-			name string
-			s    Spread
-		}{{"off", l.Off}, {"on", l.On}} {
-			rounds := make([]string, len(x.s.Micros))
-			for i, v := range x.s.Micros {
-				rounds[i] = fmt.Sprintf("%.1f", v)
-			}
-			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%s\t\n", x.name, x.s.Median, x.s.Min, x.s.Max, strings.Join(rounds, " "))
-		}
-		tw.Flush()
-		fmt.Fprintf(w, "rule: %s: %s\n", l.Rule, metWord(l.Met))
+	tw.Flush()
+	fmt.Fprintf(w, "\n## Ratios (rate of ours / rate of the other; 1.00 = as fast; redis = redisstore with the defaults)\n\n")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "load\tc\tmemstore/watermill\tredis/watermill\tredis/none\tredis/naive\tredis/ceiling P1\tredis/ceiling P16\tpg/redis\t")
+	for _, x := range r.Ratios {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Load, x.Concurrency, f2(x.MemstoreVsWatermill), f2(x.RedisVsWatermill),
+			f3(x.RedisVsNone), f2(x.RedisVsNaive), f2(x.RedisVsCeiling), f2(x.RedisVsPipelinedCeiling), f2(x.PGVsRedis))
 	}
-	if ce := r.Ceiling; ce != nil {
-		fmt.Fprintf(w, "\n## Redis ceiling (%d clients, same Redis)\n\n", ce.Clients)
-		fmt.Fprintf(w, "redis-benchmark -P 1 EVALSHA claim:   %s scripts/s  -> message ceiling %s msg/s (2 scripts per fresh message)\n", rate(ce.RedisBenchmarkClaims), rate(ce.MessageCeiling))
-		fmt.Fprintf(w, "redis-benchmark -P %d EVALSHA claim:  %s scripts/s  -> message ceiling %s msg/s\n", ce.Pipeline, rate(ce.RedisBenchmarkClaimsPipelined), rate(ce.MessageCeilingPipelined))
-		fmt.Fprintf(w, "go-redis raw EVALSHA claim:           %s scripts/s\n", rate(ce.GoClaims))
-		fmt.Fprintf(w, "go-redis raw claim+complete:          %s msg/s\n", rate(ce.GoMessages))
-		if ours := r.find(r.Chain, "", "redisstore", "fresh", ce.Clients); ours > 0 {
-			fmt.Fprintf(w, "ours (middleware+redisstore):         %s msg/s fresh = %.0f%% of the -P 1 ceiling, %.0f%% of the -P %d ceiling, %.0f%% of the go-redis raw pairs\n",
-				rate(ours), 100*div(ours, ce.MessageCeiling), 100*div(ours, ce.MessageCeilingPipelined), ce.Pipeline, 100*div(ours, ce.GoMessages))
-		}
-		if ce.Note != "" {
-			fmt.Fprintln(w, "note:", ce.Note)
-		}
+	tw.Flush()
+}
+
+// printLatency prints the c=1 latency section, if it ran.
+func (r *report) printLatency(w io.Writer) {
+	l := r.Latency
+	if l == nil {
+		return
 	}
-	if s := r.Stats; s != nil {
-		fmt.Fprintf(w, "\n## Redis cost per message (%s, %d messages per cell)\n\n", s.Server, s.Messages)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "load\tauto-pipelining\tc\tcommands (Redis)\tcommands (client)\tround trips\tcache hits\t")
-		for _, x := range s.Cost {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.2f\t%.2f\t%s\t\n", x.Load, onOff(x.AutoPipelining), x.Concurrency,
-				x.ServerCommands, x.ClientCommands, x.RoundTrips, percent(x.CacheHits, x.CacheHits+x.CacheMisses))
+	fmt.Fprintf(w, "\n## Fresh messages at c=1, redisstore auto-pipelining off and on (µs per message; %d rounds each, alternating, %.0fs per round)\n\n", l.Rounds, l.Seconds)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "auto-pipelining\tmedian\tmin\tmax\trounds\t")
+	for _, x := range []struct {
+		name string
+		s    Spread
+	}{{"off", l.Off}, {"on", l.On}} {
+		rounds := make([]string, len(x.s.Micros))
+		for i, v := range x.s.Micros {
+			rounds[i] = fmt.Sprintf("%.1f", v)
 		}
-		tw.Flush()
-		fmt.Fprintf(w, "commands run inside the scripts per fresh message: %.2f (not round trips)\n", s.FreshScriptInner)
-		fmt.Fprintf(w, "handler %s, lease %s:  %.2f commands/message (renewals every lease/3)\n", s.SlowHandler.Handler, s.SlowHandler.Lease, s.SlowHandler.CommandsPerMessage)
-		fmt.Fprintf(w, "handler %s, lease %s:   %.2f commands/message\n", s.FastHandler.Handler, s.FastHandler.Lease, s.FastHandler.CommandsPerMessage)
-		fmt.Fprintf(w, "memory per COMPLETED key (%d-byte key, %s):  no output %.0f B (MEMORY USAGE), %.0f B (used_memory growth, incl. expiry)\n", s.KeyBytes, s.Encoding, s.MemoryNoOutput, s.UsedMemoryNoOutput)
-		fmt.Fprintf(w, "                                  with output (value %d bytes) %.0f B (MEMORY USAGE), %.0f B (used_memory growth)\n", s.OutputBytes, s.MemoryWithOutput, s.UsedMemoryWithOutput)
-		if s.Note != "" {
-			fmt.Fprintln(w, "note:", s.Note)
-		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t%s\t\n", x.name, x.s.Median, x.s.Min, x.s.Max, strings.Join(rounds, " "))
 	}
-	if p := r.PGStats; p != nil {
-		fmt.Fprintf(w, "\n## PostgreSQL round trips per message (pgstore, local cache off; statements sent by the pool, pgx tracer; %d messages each)\n\n", p.Messages)
-		fmt.Fprintf(w, "fresh message:                          %.2f  (claim + complete)\n", p.Fresh)
-		fmt.Fprintf(w, "duplicate:                              %.2f  (the claim finds it COMPLETED)\n", p.Duplicate)
-		fmt.Fprintf(w, "fresh, completion in the handler's tx:  %.2f  outside the handler's transaction (the claim)\n", p.FreshTx)
-		fmt.Fprintf(w, "                                        + %.2f statements in the handler's transaction (BEGIN, INSERT, CompleteInTx, COMMIT), %.2f of them the store's\n", p.TxHandler, p.TxStore)
-		fmt.Fprintf(w, "statements prepared while measuring:    %d (pgx prepares each once per connection)\n", p.Prepares)
+	tw.Flush()
+	fmt.Fprintf(w, "rule: %s: %s\n", l.Rule, metWord(l.Met))
+}
+
+// printCeiling prints the Redis ceiling section, if it ran.
+func (r *report) printCeiling(w io.Writer) {
+	ce := r.Ceiling
+	if ce == nil {
+		return
 	}
-	if len(r.E2E) > 0 {
-		fmt.Fprintf(w, "\n## End to end through a Watermill router (messages/s, %d messages per cell, first to last handled)\n\n", r.Config.N)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "broker\tc\tnone fresh\tidem fresh\tidem/none\tnone dup\tidem dup\tidem/none\tdup cache hits\tnotes\t")
-		for _, b := range r.Config.Brokers {
-			for _, c := range r.Config.Concurrency {
-				nf, f := r.find(r.E2E, b, "none", "fresh", c), r.find(r.E2E, b, "idem", "fresh", c)
-				nd, d := r.find(r.E2E, b, "none", "duplicate", c), r.find(r.E2E, b, "idem", "duplicate", c)
-				var notes []string
-				hits := "-"
-				for _, x := range r.E2E {
-					if x.Broker == b && x.Concurrency == c && x.Note != "" {
-						notes = append(notes, x.Dedup+"/"+x.Load+": "+x.Note)
-					}
-					if x.Broker == b && x.Concurrency == c && x.Dedup == "idem" && x.Load == "duplicate" {
-						hits = percent(x.CacheHits, x.CacheHits+x.CacheMisses)
-					}
+	fmt.Fprintf(w, "\n## Redis ceiling (%d clients, same Redis)\n\n", ce.Clients)
+	fmt.Fprintf(w, "redis-benchmark -P 1 EVALSHA claim:   %s scripts/s  -> message ceiling %s msg/s (2 scripts per fresh message)\n", rate(ce.RedisBenchmarkClaims), rate(ce.MessageCeiling))
+	fmt.Fprintf(w, "redis-benchmark -P %d EVALSHA claim:  %s scripts/s  -> message ceiling %s msg/s\n", ce.Pipeline, rate(ce.RedisBenchmarkClaimsPipelined), rate(ce.MessageCeilingPipelined))
+	fmt.Fprintf(w, "go-redis raw EVALSHA claim:           %s scripts/s\n", rate(ce.GoClaims))
+	fmt.Fprintf(w, "go-redis raw claim+complete:          %s msg/s\n", rate(ce.GoMessages))
+	if ours := r.find(r.Chain, "", "redisstore", "fresh", ce.Clients); ours > 0 {
+		fmt.Fprintf(w, "ours (middleware+redisstore):         %s msg/s fresh = %.0f%% of the -P 1 ceiling, %.0f%% of the -P %d ceiling, %.0f%% of the go-redis raw pairs\n",
+			rate(ours), 100*div(ours, ce.MessageCeiling), 100*div(ours, ce.MessageCeilingPipelined), ce.Pipeline, 100*div(ours, ce.GoMessages))
+	}
+	if ce.Note != "" {
+		fmt.Fprintln(w, "note:", ce.Note)
+	}
+}
+
+// printStats prints the Redis cost per message, if it ran.
+func (r *report) printStats(w io.Writer) {
+	s := r.Stats
+	if s == nil {
+		return
+	}
+	fmt.Fprintf(w, "\n## Redis cost per message (%s, %d messages per cell)\n\n", s.Server, s.Messages)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "load\tauto-pipelining\tc\tcommands (Redis)\tcommands (client)\tround trips\tcache hits\t")
+	for _, x := range s.Cost {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.2f\t%.2f\t%.2f\t%s\t\n", x.Load, onOff(x.AutoPipelining), x.Concurrency,
+			x.ServerCommands, x.ClientCommands, x.RoundTrips, percent(x.CacheHits, x.CacheHits+x.CacheMisses))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "commands run inside the scripts per fresh message: %.2f (not round trips)\n", s.FreshScriptInner)
+	fmt.Fprintf(w, "handler %s, lease %s:  %.2f commands/message (renewals every lease/3)\n", s.SlowHandler.Handler, s.SlowHandler.Lease, s.SlowHandler.CommandsPerMessage)
+	fmt.Fprintf(w, "handler %s, lease %s:   %.2f commands/message\n", s.FastHandler.Handler, s.FastHandler.Lease, s.FastHandler.CommandsPerMessage)
+	fmt.Fprintf(w, "memory per COMPLETED key (%d-byte key, %s):  no output %.0f B (MEMORY USAGE), %.0f B (used_memory growth, incl. expiry)\n", s.KeyBytes, s.Encoding, s.MemoryNoOutput, s.UsedMemoryNoOutput)
+	fmt.Fprintf(w, "                                  with output (value %d bytes) %.0f B (MEMORY USAGE), %.0f B (used_memory growth)\n", s.OutputBytes, s.MemoryWithOutput, s.UsedMemoryWithOutput)
+	if s.Note != "" {
+		fmt.Fprintln(w, "note:", s.Note)
+	}
+}
+
+// printPG prints the PostgreSQL round trips, if they were measured.
+func (r *report) printPG(w io.Writer) {
+	p := r.PGStats
+	if p == nil {
+		return
+	}
+	fmt.Fprintf(w, "\n## PostgreSQL round trips per message (pgstore, local cache off; statements sent by the pool, pgx tracer; %d messages each)\n\n", p.Messages)
+	fmt.Fprintf(w, "fresh message:                          %.2f  (claim + complete)\n", p.Fresh)
+	fmt.Fprintf(w, "duplicate:                              %.2f  (the claim finds it COMPLETED)\n", p.Duplicate)
+	fmt.Fprintf(w, "fresh, completion in the handler's tx:  %.2f  outside the handler's transaction (the claim)\n", p.FreshTx)
+	fmt.Fprintf(w, "                                        + %.2f statements in the handler's transaction (BEGIN, INSERT, CompleteInTx, COMMIT), %.2f of them the store's\n", p.TxHandler, p.TxStore)
+	fmt.Fprintf(w, "statements prepared while measuring:    %d (pgx prepares each once per connection)\n", p.Prepares)
+}
+
+// printE2E prints the end-to-end section, if it ran.
+func (r *report) printE2E(w io.Writer) {
+	if len(r.E2E) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n## End to end through a Watermill router (messages/s, %d messages per cell, first to last handled)\n\n", r.Config.N)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "broker\tc\tnone fresh\tidem fresh\tidem/none\tnone dup\tidem dup\tidem/none\tdup cache hits\tnotes\t")
+	for _, b := range r.Config.Brokers {
+		for _, c := range r.Config.Concurrency {
+			nf, f := r.find(r.E2E, b, "none", "fresh", c), r.find(r.E2E, b, "idem", "fresh", c)
+			nd, d := r.find(r.E2E, b, "none", "duplicate", c), r.find(r.E2E, b, "idem", "duplicate", c)
+			var notes []string
+			hits := "-"
+			for _, x := range r.E2E {
+				if x.Broker == b && x.Concurrency == c && x.Note != "" {
+					notes = append(notes, x.Dedup+"/"+x.Load+": "+x.Note)
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", b, c, rate(nf), rate(f), ratio(f, nf), rate(nd), rate(d), ratio(d, nd), hits, strings.Join(notes, "; "))
+				if x.Broker == b && x.Concurrency == c && x.Dedup == "idem" && x.Load == "duplicate" {
+					hits = percent(x.CacheHits, x.CacheHits+x.CacheMisses)
+				}
 			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", b, c, rate(nf), rate(f), ratio(f, nf), rate(nd), rate(d), ratio(d, nd), hits, strings.Join(notes, "; "))
 		}
-		tw.Flush()
 	}
+	tw.Flush()
+}
+
+// printTargets prints the targets table, always last.
+func (r *report) printTargets(w io.Writer) {
 	fmt.Fprintf(w, "\n## Targets (%d met, %d missed, %d not measured)\n\n", r.countTargets(resultMet), r.countTargets(resultMissed), r.countTargets(resultNotMeasured))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\ttarget\tmeasured\tresult")
