@@ -19,6 +19,7 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/faultstore"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
@@ -426,11 +427,6 @@ func TestCacheConcurrentDuplicates(t *testing.T) {
 	assert.Equal(t, keys, st.Entries)
 }
 
-// unmarked is a store the owner protocol does not know to be in process:
-// memstore behind an interface, timed and cached like a networked store,
-// for the tests that run on synctest's clock.
-type unmarked struct{ idempotency.Store }
-
 // TestCacheEntryLifetime, on synctest's clock: an entry of a key completed
 // here ends CacheTTL later, or CompletedTTL after its Complete was sent
 // when that is sooner; one read from a claim ends CompletedTTL after the
@@ -445,7 +441,7 @@ func TestCacheEntryLifetime(t *testing.T) {
 	}
 	t.Run("CacheTTL", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			store := unmarked{memstore.New(memstore.Config{})}
+			store := faultstore.New(memstore.New(memstore.Config{})) // not in process: timed and cached like a networked store
 			once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, CacheTTL: 10 * time.Second}, nil)
 			require.NoError(t, err)
 			do(t, once, "k")
@@ -460,7 +456,7 @@ func TestCacheEntryLifetime(t *testing.T) {
 	})
 	t.Run("CompletedTTL", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			store := unmarked{memstore.New(memstore.Config{})}
+			store := faultstore.New(memstore.New(memstore.Config{})) // not in process: timed and cached like a networked store
 			once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, CompletedTTL: 5 * time.Second}, nil)
 			require.NoError(t, err)
 			do(t, once, "k")
@@ -473,7 +469,7 @@ func TestCacheEntryLifetime(t *testing.T) {
 	})
 	t.Run("from a claim", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			store := unmarked{memstore.New(memstore.Config{})}
+			store := faultstore.New(memstore.New(memstore.Config{})) // not in process: timed and cached like a networked store
 			cfg := idempotency.OnceConfig{Store: store, CompletedTTL: 5 * time.Second, CacheTTL: time.Hour}
 			other, err := idempotency.NewOnce(cfg, nil)
 			require.NoError(t, err)
@@ -536,7 +532,7 @@ func TestCacheNotWrittenWhenCompleteFails(t *testing.T) {
 // TestCacheConfig: negative cache settings are invalid; zero ones are
 // their defaults.
 func TestCacheConfig(t *testing.T) {
-	store := unmarked{memstore.New(memstore.Config{})}
+	store := faultstore.New(memstore.New(memstore.Config{})) // not in process: timed and cached like a networked store
 	for name, cfg := range map[string]idempotency.Config{
 		"negative CacheTTL":      {Store: store, CacheTTL: -1},
 		"negative CacheMaxBytes": {Store: store, CacheMaxBytes: -1},

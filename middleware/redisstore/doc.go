@@ -154,8 +154,9 @@
 // failover client) the store auto-pipelines its scripts unless
 // Options.DisableAutoPipelining is set. A call that finds the store idle
 // goes out at once, on the caller's goroutine, exactly as without
-// auto-pipelining: one caller's latency does not change. Up to two calls
-// are on the wire at once; the calls that arrive meanwhile queue, and when
+// auto-pipelining: one caller's latency does not change. Up to two batches
+// (a lone call is a batch of one) are on the wire at once; the calls that
+// arrive meanwhile queue, and when
 // a batch returns, the first queued caller sends the whole queue in one
 // pipeline and hands each caller its reply. No goroutine of the store's
 // runs and nothing waits for a batch to fill. Each call is still its own
