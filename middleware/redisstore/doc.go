@@ -157,11 +157,12 @@
 // auto-pipelining: one caller's latency does not change. Up to two batches
 // (a lone call is a batch of one) are on the wire at once; the calls that
 // arrive meanwhile queue, and when a batch returns, the first queued caller
-// sends the whole queue in one pipeline and hands each caller its reply.
-// No goroutine of the store's runs and nothing waits for a batch to fill.
-// Each call is still its own EVALSHA, so a fresh message costs two commands
-// and a duplicate one; what batching saves is round trips, the client's and the server's system
-// calls per command, which bound a loaded store on a small machine.
+// sends the whole queue in one pipeline and hands each caller its reply. No
+// goroutine of the store's runs and nothing waits for a batch to fill. Each
+// call is still its own EVALSHA, so a fresh message costs two commands and a
+// duplicate one; what batching saves is round trips, the client's and the
+// server's system calls per command, which bound a loaded store on a small
+// machine.
 //
 // Behaviour does not change: every call is the same atomic script, the
 // store's contract (storetest) holds with and without it, and so does every
