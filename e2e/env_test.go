@@ -11,7 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency/watermill-idempotency/internal/testserver"
+	"github.com/idempotency/watermill-idempotency/internal/rediskeys"
 )
 
 // Metadata the scenarios put on every message, beside the requestId.
@@ -114,7 +114,7 @@ func (e *env) cleanup() {
 // deleteKeys deletes the keys of c that match pattern; what it cannot
 // delete is logged, the scenario's verdict being already given.
 func (e *env) deleteKeys(c *redis.Client, pattern string) {
-	if err := testserver.DeleteKeys(context.Background(), c, pattern); err != nil {
+	if err := rediskeys.Delete(context.Background(), c, pattern); err != nil {
 		e.t.Logf("cleanup: %v", err)
 	}
 }

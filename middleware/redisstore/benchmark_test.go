@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idempotency/watermill-idempotency/internal/rediskeys"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 	"github.com/idempotency/watermill-idempotency/middleware/storetest"
@@ -32,5 +33,5 @@ func BenchmarkStore(b *testing.B) {
 // unlinkPrefix removes every key under prefix, as well as it can: tests
 // never flush the shared server.
 func unlinkPrefix(c *redis.Client, prefix string) {
-	_ = testserver.DeleteKeys(context.Background(), c, prefix+"*")
+	_ = rediskeys.Delete(context.Background(), c, prefix+"*")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/rediskeys"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
@@ -53,7 +54,7 @@ func scriptTrips() *roundTrips {
 // the test ends.
 func keyPrefix(t *testing.T, client *redis.Client) string {
 	prefix := testserver.UniqueName("test:ap:") + ":"
-	t.Cleanup(func() { require.NoError(t, testserver.DeleteKeys(context.Background(), client, prefix+"*")) })
+	t.Cleanup(func() { require.NoError(t, rediskeys.Delete(context.Background(), client, prefix+"*")) })
 	return prefix
 }
 

@@ -1,4 +1,4 @@
-package testserver
+package rediskeys
 
 import (
 	"context"
@@ -7,12 +7,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// DeleteKeys deletes the keys of c that match pattern (a SCAN MATCH glob),
+// Delete deletes the keys of c that match pattern (a SCAN MATCH glob),
 // SCANning and UNLINKing a thousand at a time. It never flushes: the shared
-// server holds other tests' keys. It returns the first error, having
+// server holds other keys. It returns the first error, having
 // deleted what it could until then. c must be a single server's client: on
 // a Cluster, SCAN walks one master only.
-func DeleteKeys(ctx context.Context, c *redis.Client, pattern string) error {
+func Delete(ctx context.Context, c *redis.Client, pattern string) error {
 	const batch = 1000
 	iter := c.Scan(ctx, 0, pattern, batch).Iterator()
 	keys := make([]string, 0, batch)
@@ -27,15 +27,15 @@ func DeleteKeys(ctx context.Context, c *redis.Client, pattern string) error {
 	for iter.Next(ctx) {
 		if keys = append(keys, iter.Val()); len(keys) == batch {
 			if err := unlink(); err != nil {
-				return fmt.Errorf("testserver: delete %s: %w", pattern, err)
+				return fmt.Errorf("rediskeys: delete %s: %w", pattern, err)
 			}
 		}
 	}
 	if err := iter.Err(); err != nil {
-		return fmt.Errorf("testserver: scan %s: %w", pattern, err)
+		return fmt.Errorf("rediskeys: scan %s: %w", pattern, err)
 	}
 	if err := unlink(); err != nil {
-		return fmt.Errorf("testserver: delete %s: %w", pattern, err)
+		return fmt.Errorf("rediskeys: delete %s: %w", pattern, err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package testserver_test
+package rediskeys_test
 
 import (
 	"context"
@@ -8,12 +8,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/rediskeys"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
-// TestDeleteKeys deletes more keys than one batch under a pattern, and none
+// TestDelete deletes more keys than one batch under a pattern, and none
 // beside it.
-func TestDeleteKeys(t *testing.T) {
+func TestDelete(t *testing.T) {
 	c := testserver.RedisClient(t)
 	ctx := context.Background()
 	prefix := testserver.UniqueName("deletekeys")
@@ -30,13 +31,13 @@ func TestDeleteKeys(t *testing.T) {
 		}
 	})
 
-	require.NoError(t, testserver.DeleteKeys(ctx, c, prefix+":gone:*"))
+	require.NoError(t, rediskeys.Delete(ctx, c, prefix+":gone:*"))
 	left, err := c.Keys(ctx, prefix+":*").Result()
 	require.NoError(t, err)
 	assert.Equal(t, []string{prefix + ":kept"}, left)
 
-	require.NoError(t, testserver.DeleteKeys(ctx, c, prefix+":gone:*"), "nothing left to delete is no error")
+	require.NoError(t, rediskeys.Delete(ctx, c, prefix+":gone:*"), "nothing left to delete is no error")
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	assert.ErrorIs(t, testserver.DeleteKeys(cancelled, c, prefix+":*"), context.Canceled)
+	assert.ErrorIs(t, rediskeys.Delete(cancelled, c, prefix+":*"), context.Canceled)
 }
