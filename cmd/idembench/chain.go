@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"log"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -155,74 +153,4 @@ func runChain(o options, rc *redis.Client, pg *pgBench) []Rate {
 		cleanup(rc, prefix)
 	}
 	return out
-}
-
-// hammer calls f from c goroutines until d has passed, and returns the
-// number of successful calls and the seconds they took.
-func hammer(c int, d time.Duration, f func() error) (int64, float64) {
-	var n atomic.Int64
-	var failed atomic.Bool
-	var wg sync.WaitGroup
-	start := time.Now()
-	deadline := start.Add(d)
-	for range c {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				if i%16 == 0 && time.Now().After(deadline) {
-					return
-				}
-				if err := f(); err != nil {
-					if !failed.Swap(true) {
-						log.Printf("error under load: %v", err)
-					}
-					continue
-				}
-				n.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	return n.Load(), time.Since(start).Seconds()
-}
-
-// warmPool opens n connections so that no measurement pays for dialling:
-// it holds n connections of the pool at once, then gives them back.
-func warmPool(rc *redis.Client, n int) {
-	ctx := context.Background()
-	conns := make([]*redis.Conn, n)
-	for i := range conns {
-		conns[i] = rc.Conn()
-		_ = conns[i].Ping(ctx).Err()
-	}
-	for _, c := range conns {
-		_ = c.Close()
-	}
-}
-
-func maxInt(xs []int) int {
-	m := 1
-	for _, x := range xs {
-		m = max(m, x)
-	}
-	return m
-}
-
-// cleanup unlinks every key under prefix.
-func cleanup(rc *redis.Client, prefix string) {
-	ctx := context.Background()
-	iter := rc.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var batch []string
-	for iter.Next(ctx) {
-		batch = append(batch, iter.Val())
-		if len(batch) == 1000 {
-			rc.Unlink(ctx, batch...)
-			batch = batch[:0]
-		}
-	}
-	if len(batch) > 0 {
-		rc.Unlink(ctx, batch...)
-	}
-	if err := iter.Err(); err != nil {
-		log.Printf("clean up %s*: %v", prefix, err)
-	}
 }

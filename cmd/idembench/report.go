@@ -109,10 +109,18 @@ func (r *report) print(w io.Writer) {
 	m := r.Machine
 	fmt.Fprintf(w, "idembench %s  %s/%s  %d CPUs (GOMAXPROCS %d)  %s  %s\n", r.Started, m.GOOS, m.GOARCH, m.CPUs, m.GOMAXPROCS, m.GoVersion, m.CPUModel)
 	r.printChain(w)
-	r.printLatency(w)
-	r.printCeiling(w)
-	r.printStats(w)
-	r.printPG(w)
+	if r.Latency != nil {
+		r.Latency.print(w)
+	}
+	if r.Ceiling != nil {
+		r.Ceiling.print(w, r.find(r.Chain, "", "redisstore", "fresh", r.Ceiling.Clients))
+	}
+	if r.Stats != nil {
+		r.Stats.print(w)
+	}
+	if r.PGStats != nil {
+		r.PGStats.print(w)
+	}
 	r.printE2E(w)
 	r.printTargets(w)
 }
@@ -156,12 +164,8 @@ func (r *report) printChain(w io.Writer) {
 	tw.Flush()
 }
 
-// printLatency prints the c=1 latency section, if it ran.
-func (r *report) printLatency(w io.Writer) {
-	l := r.Latency
-	if l == nil {
-		return
-	}
+// print prints the c=1 latency section.
+func (l *Latency) print(w io.Writer) {
 	fmt.Fprintf(w, "\n## Fresh messages at c=1, redisstore auto-pipelining off and on (µs per message; %d rounds each, alternating, %.0fs per round)\n\n", l.Rounds, l.Seconds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "auto-pipelining\tmedian\tmin\tmax\trounds\t")
@@ -179,32 +183,23 @@ func (r *report) printLatency(w io.Writer) {
 	fmt.Fprintf(w, "rule: %s: %s\n", l.Rule, metWord(l.Met))
 }
 
-// printCeiling prints the Redis ceiling section, if it ran.
-func (r *report) printCeiling(w io.Writer) {
-	ce := r.Ceiling
-	if ce == nil {
-		return
-	}
+// print prints the Redis ceiling section, with ours, our fresh rate at the
+// ceiling's concurrency in the chain section (0 when not measured).
+func (ce *Ceiling) print(w io.Writer, ours float64) {
 	fmt.Fprintf(w, "\n## Redis ceiling (%d clients, same Redis)\n\n", ce.Clients)
 	fmt.Fprintf(w, "redis-benchmark -P 1 EVALSHA claim:   %s scripts/s  -> message ceiling %s msg/s (2 scripts per fresh message)\n", rate(ce.RedisBenchmarkClaims), rate(ce.MessageCeiling))
 	fmt.Fprintf(w, "redis-benchmark -P %d EVALSHA claim:  %s scripts/s  -> message ceiling %s msg/s\n", ce.Pipeline, rate(ce.RedisBenchmarkClaimsPipelined), rate(ce.MessageCeilingPipelined))
 	fmt.Fprintf(w, "go-redis raw EVALSHA claim:           %s scripts/s\n", rate(ce.GoClaims))
 	fmt.Fprintf(w, "go-redis raw claim+complete:          %s msg/s\n", rate(ce.GoMessages))
-	if ours := r.find(r.Chain, "", "redisstore", "fresh", ce.Clients); ours > 0 {
+	if ours > 0 {
 		fmt.Fprintf(w, "ours (middleware+redisstore):         %s msg/s fresh = %.0f%% of the -P 1 ceiling, %.0f%% of the -P %d ceiling, %.0f%% of the go-redis raw pairs\n",
 			rate(ours), 100*div(ours, ce.MessageCeiling), 100*div(ours, ce.MessageCeilingPipelined), ce.Pipeline, 100*div(ours, ce.GoMessages))
 	}
-	if ce.Note != "" {
-		fmt.Fprintln(w, "note:", ce.Note)
-	}
+	printNote(w, ce.Note)
 }
 
-// printStats prints the Redis cost per message, if it ran.
-func (r *report) printStats(w io.Writer) {
-	s := r.Stats
-	if s == nil {
-		return
-	}
+// print prints the Redis cost per message.
+func (s *Stats) print(w io.Writer) {
 	fmt.Fprintf(w, "\n## Redis cost per message (%s, %d messages per cell)\n\n", s.Server, s.Messages)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "load\tauto-pipelining\tc\tcommands (Redis)\tcommands (client)\tround trips\tcache hits\t")
@@ -218,17 +213,11 @@ func (r *report) printStats(w io.Writer) {
 	fmt.Fprintf(w, "handler %s, lease %s:   %.2f commands/message\n", s.FastHandler.Handler, s.FastHandler.Lease, s.FastHandler.CommandsPerMessage)
 	fmt.Fprintf(w, "memory per COMPLETED key (%d-byte key, %s):  no output %.0f B (MEMORY USAGE), %.0f B (used_memory growth, incl. expiry)\n", s.KeyBytes, s.Encoding, s.MemoryNoOutput, s.UsedMemoryNoOutput)
 	fmt.Fprintf(w, "                                  with output (value %d bytes) %.0f B (MEMORY USAGE), %.0f B (used_memory growth)\n", s.OutputBytes, s.MemoryWithOutput, s.UsedMemoryWithOutput)
-	if s.Note != "" {
-		fmt.Fprintln(w, "note:", s.Note)
-	}
+	printNote(w, s.Note)
 }
 
-// printPG prints the PostgreSQL round trips, if they were measured.
-func (r *report) printPG(w io.Writer) {
-	p := r.PGStats
-	if p == nil {
-		return
-	}
+// print prints the PostgreSQL round trips per message.
+func (p *PGStats) print(w io.Writer) {
 	fmt.Fprintf(w, "\n## PostgreSQL round trips per message (pgstore, local cache off; statements sent by the pool, pgx tracer; %d messages each)\n\n", p.Messages)
 	fmt.Fprintf(w, "fresh message:                          %.2f  (claim + complete)\n", p.Fresh)
 	fmt.Fprintf(w, "duplicate:                              %.2f  (the claim finds it COMPLETED)\n", p.Duplicate)
@@ -298,6 +287,13 @@ func onOff(on bool) string {
 		return "on"
 	}
 	return "off"
+}
+
+// printNote prints a section's note, if it has one.
+func printNote(w io.Writer, note string) {
+	if note != "" {
+		fmt.Fprintln(w, "note:", note)
+	}
 }
 
 // percent formats part of whole, "-" for none.

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency/watermill-idempotency/internal/benchref"
+	"github.com/idempotency/watermill-idempotency/internal/rediskeys"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
@@ -110,21 +111,8 @@ func benchRedis(b *testing.B) *redis.Client {
 
 // unlinkPrefix removes every key under prefix; benchmarks never flush.
 func unlinkPrefix(b *testing.B, c *redis.Client, prefix string) {
-	ctx := context.Background()
-	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var batch []string
-	for iter.Next(ctx) {
-		batch = append(batch, iter.Val())
-		if len(batch) == 1000 {
-			c.Unlink(ctx, batch...)
-			batch = batch[:0]
-		}
-	}
-	if len(batch) > 0 {
-		c.Unlink(ctx, batch...)
-	}
-	if err := iter.Err(); err != nil {
-		b.Logf("clean up %s*: %v", prefix, err)
+	if err := rediskeys.Delete(context.Background(), c, prefix+"*"); err != nil {
+		b.Logf("clean up: %v", err)
 	}
 }
 
