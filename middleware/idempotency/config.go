@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
 )
 

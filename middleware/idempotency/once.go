@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/inprocess"
 )
@@ -354,18 +355,40 @@ func (o *Once) release(key, token string, dv delivery) {
 	}
 }
 
-// claimOutcome names the outcome of an error returned by Once.claim.
-func claimOutcome(claimErr error) Outcome {
-	switch {
-	case errors.Is(claimErr, ErrMissingKey):
-		return OutcomeMissingKey
-	case errors.Is(claimErr, ErrCorruptRecord):
-		return OutcomeCorruptRecord
-	case errors.Is(claimErr, ErrTooManyAttempts):
-		return OutcomeTooManyAttempts
-	default:
-		return OutcomeStoreUnavailable
+// errOutcomes names the outcomes of the errors of one step of the protocol:
+// the first sentinel an error matches (errors.Is) decides.
+type errOutcomes []struct {
+	err     error
+	outcome Outcome
+}
+
+// of returns the outcome of the first sentinel err matches, else otherwise.
+func (t errOutcomes) of(err error, otherwise Outcome) Outcome {
+	for _, e := range t {
+		if errors.Is(err, e.err) {
+			return e.outcome
+		}
 	}
+	return otherwise
+}
+
+// The outcomes of the errors of Once.claim, then of Lease.Complete.
+var (
+	claimOutcomes = errOutcomes{
+		{ErrMissingKey, OutcomeMissingKey},
+		{ErrCorruptRecord, OutcomeCorruptRecord},
+		{ErrTooManyAttempts, OutcomeTooManyAttempts},
+	}
+	completeOutcomes = errOutcomes{
+		{ErrLeaseLost, OutcomeLeaseLost},
+		{ErrCorruptRecord, OutcomeCorruptRecord},
+	}
+)
+
+// claimOutcome names the outcome of an error returned by Once.claim:
+// OutcomeStoreUnavailable unless claimOutcomes says otherwise.
+func claimOutcome(claimErr error) Outcome {
+	return claimOutcomes.of(claimErr, OutcomeStoreUnavailable)
 }
 
 // CompleteOutcome names the outcome of a run whose work succeeded, from the
@@ -374,16 +397,10 @@ func claimOutcome(claimErr error) Outcome {
 // Claim reports it (ReportOutcome), so that its outcomes mean what the
 // middleware's and Do's mean.
 func CompleteOutcome(completeErr error) Outcome {
-	switch {
-	case completeErr == nil:
+	if completeErr == nil {
 		return OutcomeProcessed
-	case errors.Is(completeErr, ErrLeaseLost):
-		return OutcomeLeaseLost
-	case errors.Is(completeErr, ErrCorruptRecord):
-		return OutcomeCorruptRecord
-	default:
-		return OutcomeCompleteFailed
 	}
+	return completeOutcomes.of(completeErr, OutcomeCompleteFailed)
 }
 
 // startTimer returns the start of a store call to observe, or the zero

@@ -34,11 +34,8 @@ var (
 // A store calls it before anything else, so that every implementation
 // rejects bad input the same way.
 func CheckClaim(key string, req ClaimRequest) error {
-	if key == "" {
-		return ErrEmptyKey
-	}
-	if req.Token == "" {
-		return ErrEmptyToken
+	if err := checkKeyToken(key, req.Token); err != nil {
+		return err
 	}
 	if err := checkTTL("lease", req.Lease); err != nil {
 		return err
@@ -50,11 +47,8 @@ func CheckClaim(key string, req ClaimRequest) error {
 // CheckClaim does for Claim; ttl is the lease of Renew, the TTL of Complete
 // and Fail.
 func CheckOwner(key, token string, ttl time.Duration) error {
-	if key == "" {
-		return ErrEmptyKey
-	}
-	if token == "" {
-		return ErrEmptyToken
+	if err := checkKeyToken(key, token); err != nil {
+		return err
 	}
 	return checkTTL("ttl", ttl)
 }
@@ -62,6 +56,12 @@ func CheckOwner(key, token string, ttl time.Duration) error {
 // CheckRelease validates the arguments of Store.Release, as CheckClaim does
 // for Claim.
 func CheckRelease(key, token string) error {
+	return checkKeyToken(key, token)
+}
+
+// checkKeyToken validates what every call of an owner names: ErrEmptyKey,
+// then ErrEmptyToken.
+func checkKeyToken(key, token string) error {
 	if key == "" {
 		return ErrEmptyKey
 	}
