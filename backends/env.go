@@ -103,7 +103,7 @@ func (p *envParser) int(name string, bits int) int64 {
 
 func splitList(v string) []string {
 	var out []string
-	for _, s := range strings.Split(v, ",") {
+	for s := range strings.SplitSeq(v, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			out = append(out, s)
 		}

@@ -20,11 +20,11 @@ const ScopeName = "github.com/idempotency/watermill-idempotency/middleware/idemo
 
 // The span attributes that Observer sets; see the package documentation.
 const (
-	AttrKeyHash  = attribute.Key("idempotency.key_hash")
-	AttrScope    = attribute.Key("idempotency.scope")
-	AttrOutcome  = attribute.Key("idempotency.outcome")
-	AttrAttempt  = attribute.Key("idempotency.attempt")
-	AttrReplayed = attribute.Key("idempotency.replayed")
+	AttrKeyHash  attribute.Key = "idempotency.key_hash"
+	AttrScope    attribute.Key = "idempotency.scope"
+	AttrOutcome  attribute.Key = "idempotency.outcome"
+	AttrAttempt  attribute.Key = "idempotency.attempt"
+	AttrReplayed attribute.Key = "idempotency.replayed"
 )
 
 // The metric names, without Config.Namespace, as in package idemprom.

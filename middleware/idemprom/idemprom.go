@@ -22,30 +22,37 @@ var (
 	_ prometheus.Collector      = (*Metrics)(nil)
 )
 
+// subsystem follows the namespace in every metric name.
+const subsystem = "idempotency"
+
 // New returns unregistered metrics whose names start with namespace (may be
 // empty).
 func New(namespace string) *Metrics {
 	return &Metrics{
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace,
-			Subsystem: "idempotency",
-			Name:      "outcomes_total",
-			Help:      "Deliveries handled by the idempotency middleware, by handler and outcome.",
-		}, []string{"handler", "outcome"}),
+		outcomes: newCounterVec(namespace, "outcomes_total",
+			"Deliveries handled by the idempotency middleware, by handler and outcome.",
+			"handler", "outcome"),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace,
-			Subsystem: "idempotency",
+			Subsystem: subsystem,
 			Name:      "store_duration_seconds",
 			Help:      "Latency of idempotency store calls, by operation and result.",
 			Buckets:   []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"op", "result"}),
-		cacheLookups: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace,
-			Subsystem: "idempotency",
-			Name:      "cache_lookups_total",
-			Help:      "Claims looked up in the cache of completed keys, by handler and result (hit or miss).",
-		}, []string{"handler", "result"}),
+		cacheLookups: newCounterVec(namespace, "cache_lookups_total",
+			"Claims looked up in the cache of completed keys, by handler and result (hit or miss).",
+			"handler", "result"),
 	}
+}
+
+// newCounterVec returns a counter of the idempotency subsystem.
+func newCounterVec(namespace, name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace,
+		Subsystem: subsystem,
+		Name:      name,
+		Help:      help,
+	}, labels)
 }
 
 // Outcome implements idempotency.Observer.

@@ -164,14 +164,10 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	if err := idempotency.CheckClaim(key, req); err != nil {
 		return idempotency.ClaimResult{}, fmt.Errorf("memstore: claim %q: %w", key, err)
 	}
-	if err := ctx.Err(); err != nil {
-		return idempotency.ClaimResult{}, fmt.Errorf("memstore: claim %q: %w", key, err)
+	if err := s.lock(ctx, "claim", key); err != nil {
+		return idempotency.ClaimResult{}, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return idempotency.ClaimResult{}, fmt.Errorf("memstore: claim %q: %w", key, ErrClosed)
-	}
 	now := s.clock()
 	s.reclaim(now)
 	i, h, ok := s.live(key, now)
@@ -248,14 +244,10 @@ func (s *Store) transition(ctx context.Context, o op, key, token string, d time.
 	if err := idempotency.CheckOwner(key, token, d); err != nil {
 		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, err)
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, err)
+	if err := s.lock(ctx, opNames[o], key); err != nil {
+		return err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, ErrClosed)
-	}
 	now := s.clock()
 	s.reclaim(now)
 	i, _, ok := s.live(key, now)
@@ -301,14 +293,10 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := idempotency.CheckRelease(key, token); err != nil {
 		return fmt.Errorf("memstore: release %q: %w", key, err)
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memstore: release %q: %w", key, err)
+	if err := s.lock(ctx, "release", key); err != nil {
+		return err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("memstore: release %q: %w", key, ErrClosed)
-	}
 	now := s.clock()
 	s.reclaim(now)
 	i, _, ok := s.live(key, now)
@@ -335,14 +323,10 @@ func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error)
 	if key == "" {
 		return idempotency.Record{}, fmt.Errorf("memstore: get: %w", idempotency.ErrEmptyKey)
 	}
-	if err := ctx.Err(); err != nil {
-		return idempotency.Record{}, fmt.Errorf("memstore: get %q: %w", key, err)
+	if err := s.lock(ctx, "get", key); err != nil {
+		return idempotency.Record{}, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return idempotency.Record{}, fmt.Errorf("memstore: get %q: %w", key, ErrClosed)
-	}
 	now := s.clock()
 	if i, _, ok := s.live(key, now); ok {
 		return s.record(i, now, true, ""), nil
@@ -355,16 +339,27 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if key == "" {
 		return fmt.Errorf("memstore: delete: %w", idempotency.ErrEmptyKey)
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memstore: delete %q: %w", key, err)
+	if err := s.lock(ctx, "delete", key); err != nil {
+		return err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("memstore: delete %q: %w", key, ErrClosed)
-	}
 	if i, _, ok := s.find(key); ok {
 		s.remove(i)
+	}
+	return nil
+}
+
+// lock starts a call of op (the method's name, as errors spell it) on key:
+// it fails if ctx is done or the store closed, with the error wrapped with
+// op and key, and otherwise returns with s.mu held for the caller to unlock.
+func (s *Store) lock(ctx context.Context, op, key string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: %s %q: %w", op, key, err)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return fmt.Errorf("memstore: %s %q: %w", op, key, ErrClosed)
 	}
 	return nil
 }
