@@ -62,10 +62,7 @@ func run(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, logger)
-	if err != nil {
-		return err
-	}
+	router := demo.NewRouter(logger)
 	router.AddMiddleware(idem.Middleware)
 
 	var mu sync.Mutex

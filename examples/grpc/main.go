@@ -4,9 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
-	"net"
-	"os"
 	"strings"
 	"sync"
 
@@ -24,35 +21,16 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "grpc example:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
-	logger := watermill.NewStdLogger(false, false)
-	store, closeStore, err := demo.OpenStore(os.Getenv("REDIS_URL"))
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	srv, err := newServer(store, logger)
-	if err != nil {
-		return err
-	}
-	addr := os.Getenv("ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:50051"
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	logger.Info("Payments service listening", watermill.LogFields{"addr": addr})
-	return demo.ServeUntilSignal(func() error { return srv.Serve(ln) }, func() error {
-		srv.GracefulStop() // waits for running calls, so that their outcome gets recorded
-		return nil
+	// The store is Redis at REDIS_URL, or in memory when it is unset.
+	demo.Main("grpc example", func(store idempotency.Store, logger watermill.LoggerAdapter) error {
+		srv, err := newServer(store, logger)
+		if err != nil {
+			return err
+		}
+		return demo.Serve(logger, "Payments service", "127.0.0.1:50051", srv.Serve, func() error {
+			srv.GracefulStop() // waits for running calls, so that their outcome gets recorded
+			return nil
+		})
 	})
 }
 

@@ -5,9 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -20,35 +18,20 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "http example:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
-	logger := watermill.NewStdLogger(false, false)
-	store, closeStore, err := demo.OpenStore(os.Getenv("REDIS_URL"))
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	api, err := newAPI(store, logger)
-	if err != nil {
-		return err
-	}
-	addr := os.Getenv("ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:8080"
-	}
-	srv := &http.Server{Addr: addr, Handler: api, ReadHeaderTimeout: 10 * time.Second}
-	logger.Info("Payments API listening", watermill.LogFields{"addr": addr})
-	return demo.ServeUntilSignal(srv.ListenAndServe, func() error {
-		// Shutdown waits for running requests, so that their outcome gets
-		// recorded.
-		ctx, cancel := context.WithTimeout(context.Background(), httpidem.DefaultLeaseTTL)
-		defer cancel()
-		return srv.Shutdown(ctx)
+	// The store is Redis at REDIS_URL, or in memory when it is unset.
+	demo.Main("http example", func(store idempotency.Store, logger watermill.LoggerAdapter) error {
+		api, err := newAPI(store, logger)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+		return demo.Serve(logger, "Payments API", "127.0.0.1:8080", srv.Serve, func() error {
+			// Shutdown waits for running requests, so that their outcome
+			// gets recorded.
+			ctx, cancel := context.WithTimeout(context.Background(), httpidem.DefaultLeaseTTL)
+			defer cancel()
+			return srv.Shutdown(ctx)
+		})
 	})
 }
 

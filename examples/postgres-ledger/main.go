@@ -218,10 +218,7 @@ func consume(ctx context.Context, w io.Writer, s settings, pool *pgxpool.Pool, s
 	if err != nil {
 		return err
 	}
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, logger)
-	if err != nil {
-		return err
-	}
+	router := demo.NewRouter(logger)
 	router.AddMiddleware(idem.Middleware)
 	router.AddConsumerHandler(handlerName, s.topic, b.Subscriber, book(pool, store, s.ledger))
 

@@ -1,9 +1,16 @@
 package testserver
 
 import (
-	"net"
-	"net/url"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
 	"testing"
+	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
@@ -14,24 +21,7 @@ import (
 // names: the server is shared. DeleteAMQP removes what a test declared.
 func RabbitMQURL(t testing.TB) string {
 	t.Helper()
-	raw := Env("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
-	requireService(t, "RabbitMQ", "AMQP_URL", hostPort(t, "AMQP_URL", raw, "5672"))
-	return raw
-}
-
-// hostPort returns the host:port that rawURL points at, with defPort when the
-// URL has none.
-func hostPort(t testing.TB, envVar, rawURL, defPort string) string {
-	t.Helper()
-	u, err := url.Parse(rawURL)
-	if err != nil || u.Hostname() == "" {
-		t.Fatalf("%s=%q is not a server URL: %v", envVar, rawURL, err)
-	}
-	port := u.Port()
-	if port == "" {
-		port = defPort
-	}
-	return net.JoinHostPort(u.Hostname(), port)
+	return serviceURL(t, "RabbitMQ", "AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", "5672")
 }
 
 // DeleteAMQP deletes the exchange of each topic and the queue topic_group of
@@ -70,5 +60,140 @@ func DeleteAMQP(t testing.TB, url string, topics, groups []string) {
 		if ch != nil {
 			retry(ch.ExchangeDelete(topic, false, false))
 		}
+	}
+}
+
+// RabbitMQNode is a private RabbitMQ node (a node name, AMQP port,
+// distribution port and data directory of its own) beside the shared one,
+// which it does not disturb.
+type RabbitMQNode struct {
+	// URL is the node's AMQP URL (guest/guest).
+	URL string
+
+	t    testing.TB
+	name string
+	env  []string
+	dir  string
+}
+
+// rabbitmqBin is where the Debian package keeps RabbitMQ's own scripts; the
+// wrappers on PATH switch to the rabbitmq user, who cannot write a test's
+// temporary directory.
+const rabbitmqBin = "/usr/lib/rabbitmq/bin"
+
+// StartRabbitMQ starts a private RabbitMQ node on free loopback ports and
+// stops it when the test ends. A node takes seconds to boot.
+func StartRabbitMQ(t testing.TB) *RabbitMQNode {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("test with a private RabbitMQ node left out by -short")
+	}
+	server := filepath.Join(rabbitmqBin, "rabbitmq-server")
+	if _, err := os.Stat(server); err != nil {
+		t.Fatalf("RabbitMQ is required at %s: %v", rabbitmqBin, err)
+	}
+	port, dist := FreePort(t), FreePort(t)
+	dir := t.TempDir()
+	n := &RabbitMQNode{
+		t:    t,
+		name: fmt.Sprintf("idemtest%d@localhost", port),
+		dir:  dir,
+		URL:  fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", port),
+	}
+	conf := fmt.Sprintf("listeners.tcp.1 = 127.0.0.1:%d\nloopback_users = none\n", port)
+	if err := os.WriteFile(filepath.Join(dir, "rabbitmq.conf"), []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "enabled_plugins"), []byte("[].\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n.env = append(os.Environ(),
+		"RABBITMQ_NODENAME="+n.name,
+		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
+		"RABBITMQ_NODE_PORT="+strconv.Itoa(port),
+		"RABBITMQ_DIST_PORT="+strconv.Itoa(dist),
+		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
+		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
+		"RABBITMQ_CONFIG_FILE="+filepath.Join(dir, "rabbitmq"),
+		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(dir, "enabled_plugins"),
+		"RABBITMQ_PID_FILE="+filepath.Join(dir, "rabbitmq.pid"),
+	)
+	cmd := exec.Command(server)
+	cmd.Env = n.env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a stray signal to the test does not reach it
+	out, err := os.Create(filepath.Join(dir, "server.out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start RabbitMQ node: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = out.Close(); close(exited) }()
+	t.Cleanup(func() {
+		_ = n.ctl(30*time.Second, "stop")
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+	})
+	// await_startup fails at once while the node has not yet registered
+	// with epmd: ask again until it waits and answers.
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		err := n.ctl(time.Until(deadline), "await_startup")
+		if err == nil {
+			break
+		}
+		select {
+		case <-exited:
+			err = errors.New("the node exited")
+		default:
+			if time.Now().Before(deadline) {
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+		}
+		log, _ := os.ReadFile(filepath.Join(dir, "server.out"))
+		t.Fatalf("RabbitMQ node %s did not start: %v\n%s", n.name, err, log)
+	}
+	if err := waitPort("127.0.0.1:"+strconv.Itoa(port), 30*time.Second); err != nil {
+		t.Fatalf("RabbitMQ node %s: %v", n.name, err)
+	}
+	return n
+}
+
+// ctl runs rabbitmqctl against the node.
+func (n *RabbitMQNode) ctl(timeout time.Duration, args ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	args = append([]string{"-n", n.name}, args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(rabbitmqBin, "rabbitmqctl"), args...)
+	cmd.Env = n.env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("rabbitmqctl %v: %w\n%s", args, err, out)
+	}
+	return nil
+}
+
+// Restart stops the RabbitMQ application of the node and starts it again
+// (rabbitmqctl stop_app, start_app): every connection is closed, the
+// listener goes away and comes back, durable queues and persistent messages
+// are recovered from disk. It reports a failure with t.Error, so it may
+// run on any goroutine.
+func (n *RabbitMQNode) Restart() { n.RestartAfter(0) }
+
+// RestartAfter is Restart with the application down for d.
+func (n *RabbitMQNode) RestartAfter(d time.Duration) {
+	if err := n.ctl(60*time.Second, "stop_app"); err != nil {
+		n.t.Error(err)
+		return
+	}
+	time.Sleep(d)
+	if err := n.ctl(60*time.Second, "start_app"); err != nil {
+		n.t.Error(err)
 	}
 }

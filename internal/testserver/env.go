@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"net"
+	"net/url"
 	"os"
 	"testing"
 	"time"
@@ -36,6 +37,25 @@ func requireService(t testing.TB, what, envVar, addr string) {
 	t.Fatalf("%s is required at %s (set %s to change it): %v", what, addr, envVar, err)
 }
 
+// serviceURL returns the URL of a shared server from envVar, or def when
+// it is unset, and, as requireService does, skips under -short and
+// otherwise fails the test unless the server answers (at defPort when the
+// URL names no port).
+func serviceURL(t testing.TB, what, envVar, def, defPort string) string {
+	t.Helper()
+	raw := Env(envVar, def)
+	u, err := url.Parse(raw)
+	if err != nil || u.Hostname() == "" {
+		t.Fatalf("%s=%q is not a server URL: %v", envVar, raw, err)
+	}
+	port := u.Port()
+	if port == "" {
+		port = defPort
+	}
+	requireService(t, what, envVar, net.JoinHostPort(u.Hostname(), port))
+	return raw
+}
+
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
@@ -45,4 +65,20 @@ func FreePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// waitPort waits until a TCP connection to addr succeeds.
+func waitPort(addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			_ = c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

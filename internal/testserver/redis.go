@@ -3,12 +3,10 @@ package testserver
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -95,54 +93,28 @@ func (s *RedisServer) Stop() {
 	s.cmd = nil
 }
 
-func waitRedis(t testing.TB, addr, dir string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			_ = c.Close()
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-	t.Fatalf("redis-server on %s did not start:\n%s", addr, log)
+// Restart kills the server (SIGKILL) and starts it again on its port with
+// the same arguments; started with persistence (appendonly yes, appendfsync
+// always), it comes back with every write it acknowledged.
+func (s *RedisServer) Restart() { s.RestartAfter(0) }
+
+// RestartAfter is Restart with the server down for d.
+func (s *RedisServer) RestartAfter(d time.Duration) {
+	s.restartMu.Lock()
+	defer s.restartMu.Unlock()
+	s.Stop()
+	time.Sleep(d)
+	s.Start()
 }
 
-// StartRedisCluster starts a Redis Cluster of three masters (no replicas) on
-// free loopback ports, waits until it serves all slots, and tears it down when
-// the test ends. It returns the seed addresses.
-func StartRedisCluster(t testing.TB) []string {
+// waitRedis waits until the redis-server at addr, logging in dir, accepts
+// connections, and fails the test with its log when it does not.
+func waitRedis(t testing.TB, addr, dir string) {
 	t.Helper()
-	var addrs []string
-	for range 3 {
-		s := StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
-		addrs = append(addrs, s.Addr)
+	if waitPort(addr, 10*time.Second) != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+		t.Fatalf("redis-server on %s did not start:\n%s", addr, log)
 	}
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
-	}
-	ctx := context.Background()
-	deadline := time.Now().Add(20 * time.Second)
-	for _, addr := range addrs {
-		c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: addr})
-		for {
-			info, err := c.ClusterInfo(ctx).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
-				break
-			}
-			if time.Now().After(deadline) {
-				_ = c.Close()
-				t.Fatalf("cluster node %s not ready: %v %s", addr, err, info)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		_ = c.Close()
-	}
-	return addrs
 }
 
 // String names the server for failure messages.

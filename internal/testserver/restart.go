@@ -7,6 +7,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // RestartCommand returns a shell command that runs restart in this test
@@ -62,4 +63,51 @@ status=$?
 rm -f "$d"
 exit $status`
 	return []string{"sh", "-c", script, req}
+}
+
+// lifecycle is the start and stop of a private broker that restarts in
+// this process (NATSServer, KafkaCluster) on the same ports and data, so
+// that restarting it disturbs no other test. Starts and stops run one at a
+// time; starting a running broker and stopping a stopped one do nothing.
+type lifecycle struct {
+	t    testing.TB
+	up   func() error // starts the broker; when it fails, nothing runs
+	down func()       // stops the running broker
+
+	mu      sync.Mutex
+	running bool
+}
+
+// start starts the broker unless it runs.
+func (l *lifecycle) start() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running {
+		return nil
+	}
+	if err := l.up(); err != nil {
+		return err
+	}
+	l.running = true
+	return nil
+}
+
+// stop stops the broker if it runs.
+func (l *lifecycle) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running {
+		l.down()
+		l.running = false
+	}
+}
+
+// restartAfter stops the broker, waits d and starts it again, reporting a
+// failed start with t.Error, so that it may run on any goroutine.
+func (l *lifecycle) restartAfter(d time.Duration) {
+	l.stop()
+	time.Sleep(d)
+	if err := l.start(); err != nil {
+		l.t.Error(err)
+	}
 }

@@ -1,11 +1,13 @@
 package testserver_test
 
 import (
+	"net"
 	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -37,4 +39,44 @@ func TestRestartCommand(t *testing.T) {
 	require.NoError(t, <-done)
 	assert.EqualValues(t, 3, runs.Load())
 	assert.Zero(t, overlaps.Load(), "restarts asked for together run one after the other")
+}
+
+// TestNATSServerRestart: a private nats-server comes back on its port with
+// the streams it had, and a second stop at the test's end does nothing.
+func TestNATSServerRestart(t *testing.T) {
+	t.Parallel()
+	s := testserver.StartNATS(t)
+	withJetStream := func(f func(js nats.JetStreamContext)) {
+		nc, err := nats.Connect(s.URL)
+		require.NoError(t, err)
+		defer nc.Close()
+		js, err := nc.JetStream()
+		require.NoError(t, err)
+		f(js)
+	}
+	withJetStream(func(js nats.JetStreamContext) {
+		_, err := js.AddStream(&nats.StreamConfig{Name: "restart", Subjects: []string{"restart"}, Storage: nats.FileStorage})
+		require.NoError(t, err)
+	})
+	s.RestartAfter(50 * time.Millisecond)
+	withJetStream(func(js nats.JetStreamContext) {
+		_, err := js.StreamInfo("restart")
+		assert.NoError(t, err, "the stream survives the restart")
+	})
+}
+
+// TestKafkaClusterRestart: a private Kafka cluster comes back on the same
+// addresses.
+func TestKafkaClusterRestart(t *testing.T) {
+	t.Parallel()
+	k := testserver.StartKafka(t, testserver.KafkaOptions{Brokers: 2})
+	addrs := k.Addrs()
+	require.Len(t, addrs, 2, "one address a broker")
+	k.Restart()
+	assert.Equal(t, addrs, k.Addrs())
+	for _, a := range addrs {
+		c, err := net.DialTimeout("tcp", a, time.Second)
+		require.NoError(t, err, "broker %s answers after the restart", a)
+		_ = c.Close()
+	}
 }

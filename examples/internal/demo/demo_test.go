@@ -3,10 +3,12 @@ package demo_test
 import (
 	"context"
 	"errors"
+	"net"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -103,4 +105,32 @@ func TestServeUntilSignal(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("SIGTERM did not stop the server")
 	}
+}
+
+// TestServe: the server gets a listener on ADDR, and a failure to listen
+// is returned.
+func TestServe(t *testing.T) {
+	t.Setenv("ADDR", "127.0.0.1:0")
+	served := errors.New("served")
+	err := demo.Serve(watermill.NopLogger{}, "test", "unused:1", func(ln net.Listener) error {
+		assert.Equal(t, "127.0.0.1", ln.Addr().(*net.TCPAddr).IP.String(), "listens on ADDR")
+		return served
+	}, func() error {
+		t.Error("no shutdown of a server that returned")
+		return nil
+	})
+	assert.Equal(t, served, err)
+
+	t.Setenv("ADDR", "")
+	err = demo.Serve(watermill.NopLogger{}, "test", "not an address", func(net.Listener) error {
+		t.Error("no serving without a listener")
+		return nil
+	}, func() error { return nil })
+	assert.Error(t, err, "without ADDR, the default address is used")
+}
+
+func TestNewRouter(t *testing.T) {
+	router := demo.NewRouter(watermill.NopLogger{})
+	require.NotNil(t, router)
+	require.NoError(t, router.Close())
 }
