@@ -3,6 +3,7 @@ package configerr
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // List collects the problems of one Config, in the order they are added.
@@ -36,3 +37,25 @@ type problem struct{ err, invalid error }
 
 func (p problem) Error() string   { return p.err.Error() }
 func (p problem) Unwrap() []error { return []error{p.err, p.invalid} }
+
+// NotNegative adds "name is v, must not be negative" when v is below zero:
+// the rule of every size, count and duration whose zero value stands for its
+// default.
+func NotNegative[T ~int | ~int64](l *List, name string, v T) {
+	if v < 0 {
+		l.Addf("%s is %v, must not be negative", name, v)
+	}
+}
+
+// MinLease is the shortest lease the owner protocol accepts: it renews
+// every third of the lease, so that a renewal is at least a millisecond
+// apart from the next.
+const MinLease = 3 * time.Millisecond
+
+// Renewable adds a problem when the setting LeaseTTL, set (not zero), is
+// shorter than MinLease.
+func Renewable(l *List, leaseTTL time.Duration) {
+	if leaseTTL > 0 && leaseTTL < MinLease {
+		l.Addf("LeaseTTL %v is too short to renew every LeaseTTL/3", leaseTTL)
+	}
+}

@@ -3,6 +3,7 @@ package configerr_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -39,4 +40,18 @@ func TestList(t *testing.T) {
 	}
 	assert.ErrorIs(t, problems[0], errNoStore)
 	assert.NotErrorIs(t, problems[1], errNoStore)
+}
+
+func TestRules(t *testing.T) {
+	l := configerr.New(errInvalid)
+	configerr.NotNegative(l, "Zero", 0)
+	configerr.NotNegative(l, "Size", -2)
+	configerr.NotNegative(l, "Timeout", -time.Second)
+	configerr.Renewable(l, 0)
+	configerr.Renewable(l, configerr.MinLease)
+	configerr.Renewable(l, configerr.MinLease-1)
+	assert.Equal(t, "pkg: invalid config: Size is -2, must not be negative\n"+
+		"pkg: invalid config: Timeout is -1s, must not be negative\n"+
+		"pkg: invalid config: LeaseTTL 2.999999ms is too short to renew every LeaseTTL/3",
+		l.Err().Error(), "zero (the default) and MinLease pass; below zero and below MinLease do not")
 }

@@ -230,9 +230,7 @@ func (c Config) Validate() error {
 		checkMetadataName(l, name)
 	}
 	checkFieldName(l, c.RequestField)
-	if c.MaxResponseSize < 0 {
-		l.Addf("MaxResponseSize is %d, must not be negative", c.MaxResponseSize)
-	}
+	configerr.NotNegative(l, "MaxResponseSize", c.MaxResponseSize)
 	return l.Err()
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idempotency/watermill-idempotency/internal/configerr"
+
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
@@ -227,12 +229,8 @@ func (c *Config) setDefaults() {
 // valid: they stand for their defaults. New calls it after filling the defaults.
 func (c Config) Validate() error {
 	l := c.common().Check()
-	if c.MaxRequestBody < 0 {
-		l.Addf("MaxRequestBody is %d, must not be negative", c.MaxRequestBody)
-	}
-	if c.MaxResponseBody < 0 {
-		l.Addf("MaxResponseBody is %d, must not be negative", c.MaxResponseBody)
-	}
+	configerr.NotNegative(l, "MaxRequestBody", c.MaxRequestBody)
+	configerr.NotNegative(l, "MaxResponseBody", c.MaxResponseBody)
 	if c.Header != "" && !isToken(c.Header) {
 		l.Addf("Header %q is not a header name", c.Header)
 	}

@@ -101,26 +101,16 @@ func (c OnceConfig) check(problems *configerr.List) {
 	if c.Store == nil {
 		problems.Addf("Store is required")
 	}
-	for _, f := range []struct {
-		name string
-		d    time.Duration
-	}{{"LeaseTTL", c.LeaseTTL}, {"CompletedTTL", c.CompletedTTL}, {"FailedTTL", c.FailedTTL}, {"StoreTimeout", c.StoreTimeout}} {
-		if f.d < 0 {
-			problems.Addf("%s is %v, must be positive", f.name, f.d)
-		}
-	}
-	if c.LeaseTTL > 0 && c.LeaseTTL < 3*time.Millisecond {
-		problems.Addf("LeaseTTL %v is too short to renew", c.LeaseTTL)
-	}
+	configerr.NotNegative(problems, "LeaseTTL", c.LeaseTTL)
+	configerr.NotNegative(problems, "CompletedTTL", c.CompletedTTL)
+	configerr.NotNegative(problems, "FailedTTL", c.FailedTTL)
+	configerr.NotNegative(problems, "StoreTimeout", c.StoreTimeout)
+	configerr.Renewable(problems, c.LeaseTTL)
 	if c.MaxAttempts < 0 {
 		problems.Addf("MaxAttempts is %d, must be 0 (unlimited) or more", c.MaxAttempts)
 	}
-	if c.CacheTTL < 0 {
-		problems.Addf("CacheTTL is %v, must not be negative", c.CacheTTL)
-	}
-	if c.CacheMaxBytes < 0 {
-		problems.Addf("CacheMaxBytes is %d, must not be negative", c.CacheMaxBytes)
-	}
+	configerr.NotNegative(problems, "CacheTTL", c.CacheTTL)
+	configerr.NotNegative(problems, "CacheMaxBytes", c.CacheMaxBytes)
 }
 
 // Once is the owner's side of the protocol, written once for every adapter:

@@ -81,23 +81,15 @@ func (c Common) Check() *configerr.List {
 	case c.Scoped && c.SingleTenant:
 		l.Addf("Scope and SingleTenant are both set; choose one")
 	}
-	for _, f := range []struct {
-		name string
-		d    time.Duration
-	}{{"LeaseTTL", c.LeaseTTL}, {"StoreTimeout", c.StoreTimeout}, {"CompletedTTL", c.CompletedTTL}, {"FailedTTL", c.FailedTTL}, {"RetryAfter", c.RetryAfter}, {"CacheTTL", c.CacheTTL}} {
-		if f.d < 0 {
-			l.Addf("%s is %v, must not be negative", f.name, f.d)
-		}
-	}
-	if c.LeaseTTL > 0 && c.LeaseTTL < 3*time.Millisecond {
-		l.Addf("LeaseTTL %v is too short to renew every LeaseTTL/3", c.LeaseTTL)
-	}
-	if c.MaxKeyLength < 0 {
-		l.Addf("MaxKeyLength is %d, must not be negative", c.MaxKeyLength)
-	}
-	if c.CacheMaxBytes < 0 {
-		l.Addf("CacheMaxBytes is %d, must not be negative", c.CacheMaxBytes)
-	}
+	configerr.NotNegative(l, "LeaseTTL", c.LeaseTTL)
+	configerr.NotNegative(l, "StoreTimeout", c.StoreTimeout)
+	configerr.NotNegative(l, "CompletedTTL", c.CompletedTTL)
+	configerr.NotNegative(l, "FailedTTL", c.FailedTTL)
+	configerr.NotNegative(l, "RetryAfter", c.RetryAfter)
+	configerr.NotNegative(l, "CacheTTL", c.CacheTTL)
+	configerr.Renewable(l, c.LeaseTTL)
+	configerr.NotNegative(l, "MaxKeyLength", c.MaxKeyLength)
+	configerr.NotNegative(l, "CacheMaxBytes", c.CacheMaxBytes)
 	return l
 }
 
