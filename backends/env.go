@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idempotency/watermill-idempotency/internal/commalist"
 )
 
 // The environment variables FromEnv reads, one per Config field.
@@ -58,7 +60,7 @@ func fromEnv(getenv func(string) string) (Config, error) {
 		},
 		AMQP: AMQPConfig{
 			Prefetch:      int(p.int(EnvAMQPPrefetch, 32)),
-			PublishGroups: splitList(getenv(EnvAMQPPublishGroups)),
+			PublishGroups: commalist.Split(getenv(EnvAMQPPublishGroups)),
 		},
 		NATS: NATSConfig{
 			AckWait:       p.duration(EnvNATSAckWait),
@@ -99,14 +101,4 @@ func (p *envParser) int(name string, bits int) int64 {
 		p.err = fmt.Errorf("%w: %s=%q is not a %d-bit integer", ErrInvalidConfig, name, v, bits)
 	}
 	return n
-}
-
-func splitList(v string) []string {
-	var out []string
-	for s := range strings.SplitSeq(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
 }

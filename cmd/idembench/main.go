@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idempotency/watermill-idempotency/internal/commalist"
+
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
 )
@@ -60,7 +62,7 @@ func main() {
 	flag.Parse()
 
 	o.sections = map[string]bool{}
-	for _, s := range splitList(*sections) {
+	for _, s := range commalist.Split(*sections) {
 		if !slices.Contains(allSections, s) {
 			log.Fatalf("-sections: unknown section %q (want %s)", s, strings.Join(allSections, ", "))
 		}
@@ -69,8 +71,8 @@ func main() {
 	if o.rounds < 1 {
 		log.Fatalf("-rounds: %d is not a positive number", o.rounds)
 	}
-	o.brokers = splitList(*brokers)
-	for _, s := range splitList(*conc) {
+	o.brokers = commalist.Split(*brokers)
+	for _, s := range commalist.Split(*conc) {
 		c, err := strconv.Atoi(s)
 		if err != nil || c < 1 {
 			log.Fatalf("-c: %q is not a positive number", s)
@@ -81,7 +83,7 @@ func main() {
 	redis.SetLogger(quietRedis{})
 
 	rep := &report{SchemaVersion: schemaVersion, Machine: machine(), Started: time.Now().UTC().Format(time.RFC3339), Prefix: o.prefix}
-	rep.Config = reportConfig{Sections: splitList(*sections), N: o.n, ChainSeconds: o.chainDur.Seconds(), CeilingSeconds: o.ceilingDur.Seconds(),
+	rep.Config = reportConfig{Sections: commalist.Split(*sections), N: o.n, ChainSeconds: o.chainDur.Seconds(), CeilingSeconds: o.ceilingDur.Seconds(),
 		Rounds: o.rounds, StatsMessages: o.statsKeys, Concurrency: o.concurrency, Brokers: o.brokers}
 
 	rc := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: o.redisAddr, PoolSize: 256})
@@ -155,16 +157,6 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
-}
-
-func splitList(s string) []string {
-	var out []string
-	for p := range strings.SplitSeq(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // allSections are the sections of a run, in the order they run.
