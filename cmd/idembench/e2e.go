@@ -11,10 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idempotency/watermill-idempotency/internal/brokeradmin"
+
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/nats-io/nats.go"
-	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -242,41 +242,20 @@ func publish(pub message.Publisher, topics, keys []string) error {
 
 // cleanupTopics deletes what a phase left on shared brokers: Redis streams,
 // RabbitMQ queues and exchanges, NATS streams. gochannel and the in-process
-// Kafka vanish with the process.
+// Kafka vanish with the process. A failure is logged: the run goes on.
 func (r e2eRun) cleanupTopics(topics []string) {
+	var err error
 	switch r.broker {
 	case "redis":
 		c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: r.o.redisAddr})
 		defer c.Close()
-		c.Unlink(context.Background(), topics...)
+		err = c.Unlink(context.Background(), topics...).Err()
 	case "amqp":
-		conn, err := amqp091.Dial(r.o.amqpURL)
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		ch, err := conn.Channel()
-		if err != nil {
-			return
-		}
-		for _, t := range topics {
-			_, _ = ch.QueueDelete(t+"_"+r.group, false, false, false)
-			_ = ch.ExchangeDelete(t, false, false)
-		}
+		err = brokeradmin.DeleteAMQP(r.o.amqpURL, topics, []string{r.group})
 	case "nats":
-		nc, err := nats.Connect(r.o.natsURL)
-		if err != nil {
-			return
-		}
-		defer nc.Close()
-		js, err := nc.JetStream()
-		if err != nil {
-			return
-		}
-		for _, t := range topics {
-			if name, err := js.StreamNameBySubject(t); err == nil {
-				_ = js.DeleteStream(name)
-			}
-		}
+		err = brokeradmin.DeleteNATSStreams(r.o.natsURL, topics...)
+	}
+	if err != nil {
+		log.Printf("clean up %s topics: %v", r.broker, err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/idempotency/watermill-idempotency/internal/brokeradmin"
 )
 
 // RabbitMQURL returns the shared RabbitMQ server's AMQP URL (AMQP_URL,
@@ -25,41 +25,11 @@ func RabbitMQURL(t testing.TB) string {
 }
 
 // DeleteAMQP deletes the exchange of each topic and the queue topic_group of
-// each topic and group, as the backends package names them. Deleting what
-// does not exist is not an error in RabbitMQ; a failed operation closes its
-// channel, so a new one is opened after it. Failures are logged, not fatal:
-// it is cleanup.
+// each topic and group, as the backends package names them
+// (brokeradmin.DeleteAMQP). Failures are logged, not fatal: it is cleanup.
 func DeleteAMQP(t testing.TB, url string, topics, groups []string) {
-	conn, err := amqp091.Dial(url)
-	if err != nil {
+	if err := brokeradmin.DeleteAMQP(url, topics, groups); err != nil {
 		t.Logf("cleanup: %v", err)
-		return
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		return
-	}
-	defer func() { _ = ch.Close() }()
-	retry := func(err error) {
-		if err != nil {
-			if ch, err = conn.Channel(); err != nil {
-				t.Logf("cleanup: %v", err)
-			}
-		}
-	}
-	seen := map[string]bool{}
-	for _, topic := range topics {
-		for _, g := range groups {
-			if q := topic + "_" + g; !seen[q] && ch != nil {
-				seen[q] = true
-				_, err := ch.QueueDelete(q, false, false, false)
-				retry(err)
-			}
-		}
-		if ch != nil {
-			retry(ch.ExchangeDelete(topic, false, false))
-		}
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idempotency/watermill-idempotency/internal/brokeradmin"
+
 	"github.com/nats-io/nats.go"
 )
 
@@ -24,33 +26,24 @@ func NATSURL(t testing.TB) string {
 }
 
 // DeleteNATSStreams deletes the JetStream stream that captures each topic,
-// and with it the stream's durable consumers. Failures are logged, not
-// fatal: it is cleanup.
+// and with it the stream's durable consumers (brokeradmin.DeleteNATSStreams).
+// Failures are logged, not fatal: it is cleanup.
 func DeleteNATSStreams(t testing.TB, url string, topics ...string) {
-	WithJetStream(t, url, func(js nats.JetStreamContext) {
-		for _, topic := range topics {
-			if stream, err := js.StreamNameBySubject(topic); err == nil {
-				_ = js.DeleteStream(stream)
-			}
-		}
-	})
+	if err := brokeradmin.DeleteNATSStreams(url, topics...); err != nil {
+		t.Logf("cleanup: %v", err)
+	}
 }
 
 // WithJetStream runs f on a JetStream context of the NATS server at url,
 // on a connection of its own, for cleanup: when connecting fails, it logs
 // why and does not run f.
 func WithJetStream(t testing.TB, url string, f func(js nats.JetStreamContext)) {
-	nc, err := nats.Connect(url)
+	js, closeConn, err := brokeradmin.JetStream(url)
 	if err != nil {
 		t.Logf("cleanup: %v", err)
 		return
 	}
-	defer nc.Close()
-	js, err := nc.JetStream()
-	if err != nil {
-		t.Logf("cleanup: %v", err)
-		return
-	}
+	defer closeConn()
 	f(js)
 }
 
