@@ -21,6 +21,7 @@ import (
 
 type options struct {
 	sections    map[string]bool
+	sectionList []string // -sections as given, for the report's config
 	brokers     []string
 	concurrency []int
 	n           int
@@ -34,6 +35,7 @@ type options struct {
 	statsKeys   int
 	rounds      int
 	jsonOut     bool
+	jsonFile    string
 	verbose     bool
 	prefix      string
 }
@@ -41,6 +43,32 @@ type options struct {
 func main() {
 	log.SetFlags(0)
 	log.SetPrefix("idembench: ")
+	o := parseFlags()
+	o.prefix = "idembench-" + watermill.NewShortUUID()
+	redis.SetLogger(quietRedis{})
+
+	rep := newReport(o)
+	rc := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: o.redisAddr, PoolSize: 256})
+	defer rc.Close()
+	defer cleanup(rc, o.prefix)
+
+	var pg *pgBench
+	if o.pgURL != "" && (o.sections["chain"] || o.sections["stats"]) {
+		// As many connections as goroutines at the highest concurrency, as
+		// the Redis pool has more than enough.
+		pg = openPG(o.pgURL, maxInt(o.concurrency))
+		defer pg.close()
+	}
+	runSections(o, rc, pg, rep)
+	rep.summarise()
+	if err := writeReport(rep, o); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// parseFlags defines the flags, parses the command line and checks the
+// lists; a bad value ends the process.
+func parseFlags() options {
 	var o options
 	sections := flag.String("sections", strings.Join(allSections, ","), "sections to run, comma-separated: "+strings.Join(allSections, ", "))
 	brokers := flag.String("brokers", "gochannel,kafka,redis,amqp,nats", "brokers of the e2e section, comma-separated")
@@ -57,12 +85,13 @@ func main() {
 	flag.IntVar(&o.statsKeys, "stats-n", 1000, "stats: messages per measurement")
 	flag.IntVar(&o.rounds, "rounds", 5, "latency: rounds of each setting (auto-pipelining off, on), alternating, -d each")
 	flag.BoolVar(&o.jsonOut, "json", false, "print the report as JSON instead of tables")
-	jsonFile := flag.String("o", "", "also write the report as JSON to this file")
+	flag.StringVar(&o.jsonFile, "o", "", "also write the report as JSON to this file")
 	flag.BoolVar(&o.verbose, "v", false, "log progress")
 	flag.Parse()
 
+	o.sectionList = commalist.Split(*sections)
 	o.sections = map[string]bool{}
-	for _, s := range commalist.Split(*sections) {
+	for _, s := range o.sectionList {
 		if !slices.Contains(allSections, s) {
 			log.Fatalf("-sections: unknown section %q (want %s)", s, strings.Join(allSections, ", "))
 		}
@@ -79,24 +108,21 @@ func main() {
 		}
 		o.concurrency = append(o.concurrency, c)
 	}
-	o.prefix = "idembench-" + watermill.NewShortUUID()
-	redis.SetLogger(quietRedis{})
+	return o
+}
 
+// newReport starts the report of a run: where it runs and with what
+// settings.
+func newReport(o options) *report {
 	rep := &report{SchemaVersion: schemaVersion, Machine: machine(), Started: time.Now().UTC().Format(time.RFC3339), Prefix: o.prefix}
-	rep.Config = reportConfig{Sections: commalist.Split(*sections), N: o.n, ChainSeconds: o.chainDur.Seconds(), CeilingSeconds: o.ceilingDur.Seconds(),
+	rep.Config = reportConfig{Sections: o.sectionList, N: o.n, ChainSeconds: o.chainDur.Seconds(), CeilingSeconds: o.ceilingDur.Seconds(),
 		Rounds: o.rounds, StatsMessages: o.statsKeys, Concurrency: o.concurrency, Brokers: o.brokers}
+	return rep
+}
 
-	rc := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: o.redisAddr, PoolSize: 256})
-	defer rc.Close()
-	defer cleanup(rc, o.prefix)
-
-	var pg *pgBench
-	if o.pgURL != "" && (o.sections["chain"] || o.sections["stats"]) {
-		// As many connections as goroutines at the highest concurrency, as
-		// the Redis pool has more than enough.
-		pg = openPG(o.pgURL, maxInt(o.concurrency))
-		defer pg.close()
-	}
+// runSections runs the chosen sections in the order of allSections and
+// puts their results into rep; pg is nil without PostgreSQL.
+func runSections(o options, rc *redis.Client, pg *pgBench, rep *report) {
 	if o.sections["chain"] {
 		o.logf("chain ...")
 		rep.Chain = runChain(o, rc, pg)
@@ -124,26 +150,27 @@ func main() {
 	if o.sections["e2e"] {
 		rep.E2E = runE2E(o, rc)
 	}
-	rep.summarise()
+}
 
-	if *jsonFile != "" {
+// writeReport writes rep as JSON to -o if set, then to stdout as JSON with
+// -json or as tables without.
+func writeReport(rep *report, o options) error {
+	if o.jsonFile != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
 		if err == nil {
-			err = os.WriteFile(*jsonFile, append(b, '\n'), 0o644)
+			err = os.WriteFile(o.jsonFile, append(b, '\n'), 0o644)
 		}
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
 	}
 	if o.jsonOut {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			log.Fatal(err)
-		}
-		return
+		return enc.Encode(rep)
 	}
 	rep.print(os.Stdout)
+	return nil
 }
 
 func (o options) logf(format string, args ...any) {
