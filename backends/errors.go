@@ -2,9 +2,8 @@ package backends
 
 import "errors"
 
-// Errors of a configuration that cannot be used, returned by ParseURL,
-// FromEnv, Config.Validate and New. They are wrapped with the offending
-// value; check them with errors.Is.
+// Errors returned by ParseURL, FromEnv, Config.Validate and New. They are
+// wrapped with the offending value; check them with errors.Is.
 var (
 	// ErrUnknownBroker is returned for a URL whose scheme names no supported
 	// broker.
@@ -20,10 +19,9 @@ var (
 	// Config.Validate reports matches it, beside its own sentinel if it has
 	// one.
 	ErrInvalidConfig = errors.New("backends: invalid config")
+	// ErrUnreachable is returned by New when the broker does not answer
+	// within Config.DialTimeout; the message names the address tried. It is
+	// about the broker, not the Config: the same Config may succeed once the
+	// broker is up.
+	ErrUnreachable = errors.New("backends: broker unreachable")
 )
-
-// ErrUnreachable is returned, wrapped, by New when the broker does not
-// answer within Config.DialTimeout; the message names the address tried.
-// Unlike the configuration errors it is about the broker, not the Config:
-// the same Config may succeed once the broker is up.
-var ErrUnreachable = errors.New("backends: broker unreachable")

@@ -1,7 +1,6 @@
 package pgstore
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -10,10 +9,6 @@ import (
 
 // DefaultTable is the table of a Config whose Table is empty.
 const DefaultTable = "idempotency_keys"
-
-// ErrInvalidTable is returned by New and Schema for a Config.Table that is
-// not a plain, optionally schema-qualified, identifier.
-var ErrInvalidTable = errors.New("pgstore: invalid table name")
 
 // indexSuffix makes the name of the table's expiry index from the table's.
 const indexSuffix = "_expires_at"

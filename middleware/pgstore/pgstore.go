@@ -14,8 +14,15 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// ErrNilPool is returned by New for a nil pool.
-var ErrNilPool = errors.New("pgstore: nil pgx pool")
+var (
+	// ErrNilPool is returned by New for a nil pool.
+	ErrNilPool = errors.New("pgstore: nil pgx pool")
+	// ErrInvalidTable is returned by New and Schema for a Config.Table that
+	// is not a plain, optionally schema-qualified, identifier.
+	ErrInvalidTable = errors.New("pgstore: invalid table name")
+	// ErrInvalidBatch is returned by Purge for a batch size below 1.
+	ErrInvalidBatch = errors.New("pgstore: purge batch must be positive")
+)
 
 // Store is a idempotency.Store on a PostgreSQL table. It is safe for
 // concurrent use and does not own the pool: closing it is the caller's

@@ -2,12 +2,8 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 )
-
-// ErrInvalidBatch is returned by Purge for a batch size below 1.
-var ErrInvalidBatch = errors.New("pgstore: purge batch must be positive")
 
 // Purge deletes up to batch expired records, in no particular order, and
 // returns how many it deleted. Expired records already count
