@@ -2,6 +2,7 @@ package brokeradmin
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/nats-io/nats.go"
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -28,7 +29,7 @@ func JetStream(url string) (nats.JetStreamContext, func(), error) {
 func DeleteNATSStreams(url string, topics ...string) error {
 	js, closeConn, err := JetStream(url)
 	if err != nil {
-		return err
+		return fmt.Errorf("brokeradmin: connect to NATS: %w", err)
 	}
 	defer closeConn()
 	var errs []error
@@ -40,43 +41,54 @@ func DeleteNATSStreams(url string, topics ...string) error {
 		if err == nil {
 			err = js.DeleteStream(stream)
 		}
-		errs = append(errs, err)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("brokeradmin: delete the stream of %s: %w", topic, err))
+		}
 	}
 	return errors.Join(errs...)
 }
 
 // DeleteAMQP deletes the queue topic_group of each topic and group, then
 // the topic's exchange. A failed operation closes its channel in RabbitMQ,
-// so the next one opens another.
+// so the next one opens another; when no channel opens, it stops there.
 func DeleteAMQP(url string, topics, groups []string) error {
 	conn, err := amqp091.Dial(url)
 	if err != nil {
-		return err
+		return fmt.Errorf("brokeradmin: connect to RabbitMQ: %w", err)
 	}
 	defer conn.Close()
 	var ch *amqp091.Channel
 	var errs []error
-	do := func(op func(ch *amqp091.Channel) error) {
+	// do runs op on a channel, opening one when the last op closed it; it
+	// returns false when no channel opens.
+	do := func(what string, op func(ch *amqp091.Channel) error) bool {
 		if ch == nil {
+			var err error
 			if ch, err = conn.Channel(); err != nil {
-				errs = append(errs, err)
-				return
+				errs = append(errs, fmt.Errorf("brokeradmin: open a channel: %w", err))
+				return false
 			}
 		}
 		if err := op(ch); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("brokeradmin: delete %s: %w", what, err))
 			ch = nil
 		}
+		return true
 	}
 	seen := map[string]bool{}
+deletions:
 	for _, topic := range topics {
 		for _, g := range groups {
 			if q := topic + "_" + g; !seen[q] {
 				seen[q] = true
-				do(func(ch *amqp091.Channel) error { _, err := ch.QueueDelete(q, false, false, false); return err })
+				if !do("queue "+q, func(ch *amqp091.Channel) error { _, err := ch.QueueDelete(q, false, false, false); return err }) {
+					break deletions
+				}
 			}
 		}
-		do(func(ch *amqp091.Channel) error { return ch.ExchangeDelete(topic, false, false) })
+		if !do("exchange "+topic, func(ch *amqp091.Channel) error { return ch.ExchangeDelete(topic, false, false) }) {
+			break
+		}
 	}
 	if ch != nil {
 		_ = ch.Close()
