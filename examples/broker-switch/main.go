@@ -62,8 +62,10 @@ func run(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	router := demo.NewRouter(logger)
-	router.AddMiddleware(idem.Middleware)
+	router, err := demo.NewRouter(logger, idem.Middleware)
+	if err != nil {
+		return err
+	}
 
 	var mu sync.Mutex
 	effects := map[string]int{}

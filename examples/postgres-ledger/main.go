@@ -218,8 +218,10 @@ func consume(ctx context.Context, w io.Writer, s settings, pool *pgxpool.Pool, s
 	if err != nil {
 		return err
 	}
-	router := demo.NewRouter(logger)
-	router.AddMiddleware(idem.Middleware)
+	router, err := demo.NewRouter(logger, idem.Middleware)
+	if err != nil {
+		return err
+	}
 	router.AddConsumerHandler(handlerName, s.topic, b.Subscriber, book(pool, store, s.ledger))
 
 	ctx, cancel := context.WithCancel(ctx)

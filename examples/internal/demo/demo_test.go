@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -114,6 +116,7 @@ func TestServe(t *testing.T) {
 	served := errors.New("served")
 	err := demo.Serve(watermill.NopLogger{}, "test", "unused:1", func(ln net.Listener) error {
 		assert.Equal(t, "127.0.0.1", ln.Addr().(*net.TCPAddr).IP.String(), "listens on ADDR")
+		_ = ln.Close()
 		return served
 	}, func() error {
 		t.Error("no shutdown of a server that returned")
@@ -129,8 +132,27 @@ func TestServe(t *testing.T) {
 	assert.Error(t, err, "without ADDR, the default address is used")
 }
 
+// TestNewRouter: the middlewares given run around every handler.
 func TestNewRouter(t *testing.T) {
-	router := demo.NewRouter(watermill.NopLogger{})
-	require.NotNil(t, router)
+	wrapped := make(chan string, 1)
+	mark := func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			wrapped <- msg.UUID
+			return h(msg)
+		}
+	}
+	router, err := demo.NewRouter(watermill.NopLogger{}, mark)
+	require.NoError(t, err)
+	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	router.AddConsumerHandler("h", "topic", pubSub, func(*message.Message) error { return nil })
+	go func() { _ = router.Run(context.Background()) }()
+	<-router.Running()
+	require.NoError(t, pubSub.Publish("topic", message.NewMessage("m1", nil)))
+	select {
+	case uuid := <-wrapped:
+		assert.Equal(t, "m1", uuid)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the middleware did not run")
+	}
 	require.NoError(t, router.Close())
 }

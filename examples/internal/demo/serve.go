@@ -11,7 +11,7 @@ import (
 )
 
 // Serve listens on ADDR, or on defaultAddr when ADDR is unset, logs that
-// what listens there, and runs serve on the listener until the process is
+// what (the example's server) listens there, and runs serve on the listener until the process is
 // told to stop (see ServeUntilSignal).
 func Serve(logger watermill.LoggerAdapter, what, defaultAddr string, serve func(net.Listener) error, shutdown func() error) error {
 	addr := os.Getenv("ADDR")
