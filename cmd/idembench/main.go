@@ -13,15 +13,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idempotency/watermill-idempotency/internal/commalist"
-
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idempotency/watermill-idempotency/internal/commalist"
 )
 
 type options struct {
 	sections    map[string]bool
-	sectionList []string // -sections as given, for the report's config
+	sectionList []string // -sections, split and trimmed, in the order given, for the report's config
 	brokers     []string
 	concurrency []int
 	n           int

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
-
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )

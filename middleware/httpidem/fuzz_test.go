@@ -10,9 +10,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/idempotency/watermill-idempotency/middleware/memstore"
-
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
 // errFuzzPanic is the only panic allowed out of the middleware: the

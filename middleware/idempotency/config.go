@@ -179,9 +179,8 @@ func (c Config) onceConfig() OnceConfig {
 func (c Config) Validate() error {
 	problems := configerr.New(ErrInvalidConfig)
 	c.onceConfig().check(problems)
-	if c.MaxKeyLength < 0 || c.MaxOutputSize < 0 {
-		problems.Addf("MaxKeyLength and MaxOutputSize must not be negative")
-	}
+	configerr.NotNegative(problems, "MaxKeyLength", c.MaxKeyLength)
+	configerr.NotNegative(problems, "MaxOutputSize", c.MaxOutputSize)
 	for _, f := range c.KeyMetadata {
 		if f == "" {
 			problems.Addf("KeyMetadata has an empty field name")

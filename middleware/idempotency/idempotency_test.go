@@ -413,6 +413,27 @@ func TestValidateAsWritten(t *testing.T) {
 	assert.EqualError(t, newErr, err.Error())
 }
 
+// TestValidateReportsEveryProblem: every problem, one per line, in the order
+// of the fields, each worded as in the adapters.
+func TestValidateReportsEveryProblem(t *testing.T) {
+	t.Parallel()
+	err := idempotency.Config{
+		LeaseTTL: 2 * time.Millisecond, CompletedTTL: -1, StoreTimeout: -time.Second, MaxAttempts: -1,
+		CacheTTL: -2, CacheMaxBytes: -3, MaxKeyLength: -4, MaxOutputSize: -5, KeyMetadata: []string{""},
+	}.Validate()
+	require.ErrorIs(t, err, idempotency.ErrInvalidConfig)
+	assert.EqualError(t, err, `idempotency: invalid config: Store is required
+idempotency: invalid config: CompletedTTL is -1ns, must not be negative
+idempotency: invalid config: StoreTimeout is -1s, must not be negative
+idempotency: invalid config: LeaseTTL 2ms is too short to renew every LeaseTTL/3
+idempotency: invalid config: MaxAttempts is -1, must be 0 (unlimited) or more
+idempotency: invalid config: CacheTTL is -2ns, must not be negative
+idempotency: invalid config: CacheMaxBytes is -3, must not be negative
+idempotency: invalid config: MaxKeyLength is -4, must not be negative
+idempotency: invalid config: MaxOutputSize is -5, must not be negative
+idempotency: invalid config: KeyMetadata has an empty field name`)
+}
+
 func TestDifferentPayloadWhileInProgressIsNackedNotPoisoned(t *testing.T) {
 	store := memstore.New(memstore.Config{})
 	idem, _ := newIdem(t, idempotency.Config{Store: store, CheckPayload: true})

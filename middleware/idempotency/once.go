@@ -352,7 +352,8 @@ type errOutcomes []struct {
 	outcome Outcome
 }
 
-// of returns the outcome of the first sentinel err matches, else otherwise.
+// of returns the outcome of the first sentinel err matches, or otherwise
+// when it matches none.
 func (t errOutcomes) of(err error, otherwise Outcome) Outcome {
 	for _, e := range t {
 		if errors.Is(err, e.err) {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
