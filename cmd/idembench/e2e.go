@@ -11,14 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idempotency/watermill-idempotency/internal/brokeradmin"
-
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/internal/brokeradmin"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
@@ -245,10 +244,11 @@ type phaseClock struct {
 // handled counts one handled message, from any handler goroutine.
 func (pc *phaseClock) handled() {
 	now := time.Now().UnixNano()
-	switch k := pc.count.Add(1); {
-	case k == 1:
+	k := pc.count.Add(1)
+	if k == 1 {
 		pc.first.Store(now)
-	case k == pc.n:
+	}
+	if k == pc.n { // also when the phase has one message
 		close(pc.all)
 	}
 	for {
