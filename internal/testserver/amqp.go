@@ -8,30 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/idempotency/watermill-idempotency/internal/brokeradmin"
 )
-
-// RabbitMQURL returns the shared RabbitMQ server's AMQP URL (AMQP_URL,
-// default amqp://guest:guest@127.0.0.1:5672/), failing the test when it does
-// not answer. Tests must isolate themselves with unique exchange and queue
-// names: the server is shared. DeleteAMQP removes what a test declared.
-func RabbitMQURL(t testing.TB) string {
-	t.Helper()
-	return serviceURL(t, "RabbitMQ", "AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/", "5672")
-}
-
-// DeleteAMQP deletes the exchange of each topic and the queue topic_group of
-// each topic and group, as the backends package names them
-// (brokeradmin.DeleteAMQP). Failures are logged, not fatal: it is cleanup.
-func DeleteAMQP(t testing.TB, url string, topics, groups []string) {
-	if err := brokeradmin.DeleteAMQP(url, topics, groups); err != nil {
-		t.Logf("cleanup: %v", err)
-	}
-}
 
 // RabbitMQNode is a private RabbitMQ node (a node name, AMQP port,
 // distribution port and data directory of its own) beside the shared one,
@@ -88,27 +67,20 @@ func StartRabbitMQ(t testing.TB) *RabbitMQNode {
 		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(dir, "enabled_plugins"),
 		"RABBITMQ_PID_FILE="+filepath.Join(dir, "rabbitmq.pid"),
 	)
-	cmd := exec.Command(server)
-	cmd.Env = n.env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a stray signal to the test does not reach it
-	out, err := os.Create(filepath.Join(dir, "server.out"))
+	p, err := processSpec{
+		what:      "RabbitMQ node " + n.name,
+		bin:       server,
+		env:       n.env,
+		log:       filepath.Join(dir, "server.out"),
+		logOutput: true,
+		ownGroup:  true, // a stray signal to the test does not reach it
+	}.start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start RabbitMQ node: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); _ = out.Close(); close(exited) }()
 	t.Cleanup(func() {
 		_ = n.ctl(30*time.Second, "stop")
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
+		p.waitExit(30 * time.Second)
 	})
 	// await_startup fails at once while the node has not yet registered
 	// with epmd: ask again until it waits and answers.
@@ -119,7 +91,7 @@ func StartRabbitMQ(t testing.TB) *RabbitMQNode {
 			break
 		}
 		select {
-		case <-exited:
+		case <-p.exited:
 			err = errors.New("the node exited")
 		default:
 			if time.Now().Before(deadline) {
@@ -127,11 +99,10 @@ func StartRabbitMQ(t testing.TB) *RabbitMQNode {
 				continue
 			}
 		}
-		log, _ := os.ReadFile(filepath.Join(dir, "server.out"))
-		t.Fatalf("RabbitMQ node %s did not start: %v\n%s", n.name, err, log)
+		t.Fatal(p.failed(err))
 	}
-	if err := waitPort("127.0.0.1:"+strconv.Itoa(port), 30*time.Second); err != nil {
-		t.Fatalf("RabbitMQ node %s: %v", n.name, err)
+	if err := p.listening("127.0.0.1:"+strconv.Itoa(port), 30*time.Second); err != nil {
+		t.Fatal(err)
 	}
 	return n
 }

@@ -2,50 +2,12 @@ package testserver
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/idempotency/watermill-idempotency/internal/brokeradmin"
-
-	"github.com/nats-io/nats.go"
 )
-
-// NATSURL returns the shared NATS server's URL (NATS_URL, default
-// nats://127.0.0.1:4222), failing the test when it does not answer. The server
-// must run with JetStream enabled. Tests must isolate themselves with unique
-// subjects, streams and durable names: the server is shared.
-// DeleteNATSStreams removes what a test created.
-func NATSURL(t testing.TB) string {
-	t.Helper()
-	return serviceURL(t, "NATS", "NATS_URL", "nats://127.0.0.1:4222", "4222")
-}
-
-// DeleteNATSStreams deletes the JetStream stream that captures each topic,
-// and with it the stream's durable consumers (brokeradmin.DeleteNATSStreams).
-// Failures are logged, not fatal: it is cleanup.
-func DeleteNATSStreams(t testing.TB, url string, topics ...string) {
-	if err := brokeradmin.DeleteNATSStreams(url, topics...); err != nil {
-		t.Logf("cleanup: %v", err)
-	}
-}
-
-// WithJetStream runs f on a JetStream context of the NATS server at url,
-// on a connection of its own, for cleanup: when connecting fails, it logs
-// why and does not run f.
-func WithJetStream(t testing.TB, url string, f func(js nats.JetStreamContext)) {
-	js, closeConn, err := brokeradmin.JetStream(url)
-	if err != nil {
-		t.Logf("cleanup: %v", err)
-		return
-	}
-	defer closeConn()
-	f(js)
-}
 
 // NATSServer is a private nats-server with JetStream, storing in a
 // directory of its own, so that it keeps its streams across a restart.
@@ -55,7 +17,7 @@ type NATSServer struct {
 
 	port int
 	dir  string
-	cmd  *exec.Cmd
+	proc *process
 	life lifecycle
 }
 
@@ -79,37 +41,37 @@ func StartNATS(t testing.TB) *NATSServer {
 // up starts nats-server on the server's port and store and waits until it
 // listens; when it does not, up stops it again.
 func (s *NATSServer) up() error {
-	bin, err := exec.LookPath("nats-server")
+	bin, err := lookPath("nats-server")
 	if err != nil {
-		return fmt.Errorf("nats-server is required on PATH: %w", err)
+		return err
 	}
 	logFile := filepath.Join(s.dir, "nats.log")
-	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", filepath.Join(s.dir, "store"), "-l", logFile)
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start nats-server: %w", err)
+	p, err := processSpec{
+		what: fmt.Sprintf("nats-server on port %d", s.port),
+		bin:  bin,
+		args: []string{"-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", filepath.Join(s.dir, "store"), "-l", logFile},
+		log:  logFile,
+	}.start()
+	if err != nil {
+		return err
 	}
-	s.cmd = cmd
-	if err := waitPort("127.0.0.1:"+strconv.Itoa(s.port), 10*time.Second); err != nil {
-		s.down()
-		log, _ := os.ReadFile(logFile)
-		return fmt.Errorf("nats-server on port %d did not start: %w\n%s", s.port, err, log)
+	if err := p.listening("127.0.0.1:"+strconv.Itoa(s.port), 10*time.Second); err != nil {
+		p.stop(syscall.SIGTERM, natsStopGrace)
+		return err
 	}
+	s.proc = p
 	return nil
 }
+
+// natsStopGrace is how long down waits for nats-server to exit after
+// SIGTERM before it kills it.
+const natsStopGrace = 10 * time.Second
 
 // down ends the server as an orderly shutdown does (SIGTERM), so that
 // JetStream writes what it holds, and waits for it to exit.
 func (s *NATSServer) down() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-done
-	}
-	s.cmd = nil
+	s.proc.stop(syscall.SIGTERM, natsStopGrace)
+	s.proc = nil
 }
 
 // Restart stops the server and starts it again on the same port and store.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -42,8 +41,7 @@ type SentinelSet struct {
 	// through it.
 	Link *FaultProxy
 
-	t         testing.TB
-	sentinels []*exec.Cmd
+	t testing.TB
 }
 
 // sentinelFailoverTimeout is the sentinels' failover-timeout. Besides
@@ -65,14 +63,15 @@ func StartSentinelSet(t testing.TB, opts SentinelOptions) *SentinelSet {
 	replica := StartRedis(t, "--replicaof", "127.0.0.1", linkPort)
 	s := &SentinelSet{MasterName: "idem-" + strconv.Itoa(master.port), Master: master, Replica: replica, Link: link, t: t}
 
-	bin, err := exec.LookPath("redis-server")
+	bin, err := lookPath("redis-server")
 	if err != nil {
-		t.Fatalf("redis-server is required on PATH: %v", err)
+		t.Fatal(err)
 	}
 	for i := range 3 {
 		port := FreePort(t)
+		addr := "127.0.0.1:" + strconv.Itoa(port)
 		dir := t.TempDir()
-		conf := filepath.Join(dir, "sentinel.conf")
+		conf, log := filepath.Join(dir, "sentinel.conf"), filepath.Join(dir, "sentinel.log")
 		text := fmt.Sprintf(`port %d
 bind 127.0.0.1
 dir %s
@@ -81,22 +80,19 @@ sentinel monitor %s 127.0.0.1 %d 2
 sentinel down-after-milliseconds %s 500
 sentinel failover-timeout %s %d
 sentinel parallel-syncs %s 1
-`, port, dir, filepath.Join(dir, "sentinel.log"), s.MasterName, master.port,
+`, port, dir, log, s.MasterName, master.port,
 			s.MasterName, s.MasterName, sentinelFailoverTimeout.Milliseconds(), s.MasterName)
 		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 			t.Fatalf("sentinel %d config: %v", i, err)
 		}
-		cmd := exec.Command(bin, conf, "--sentinel")
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("start sentinel %d: %v", i, err)
+		p, err := processSpec{what: fmt.Sprintf("sentinel %d on %s", i, addr), bin: bin, args: []string{conf, "--sentinel"}, log: log}.start()
+		if err != nil {
+			t.Fatal(err)
 		}
-		s.sentinels = append(s.sentinels, cmd)
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
-		addr := "127.0.0.1:" + strconv.Itoa(port)
-		waitRedis(t, addr, dir)
+		t.Cleanup(p.kill)
+		if err := p.listening(addr, redisStartTimeout); err != nil {
+			t.Fatal(err)
+		}
 		s.SentinelAddrs = append(s.SentinelAddrs, addr)
 	}
 	s.waitReady()
