@@ -56,11 +56,12 @@ func (c *tally[K]) all() map[K]int {
 	return all
 }
 
-// observer is the consumers' Observer: it counts the middleware's outcomes
-// and the store calls that succeeded.
+// observer is the consumers' Observer: it counts the middleware's outcomes,
+// the store calls that succeeded and those that failed.
 type observer struct {
 	outcomes tally[idempotency.Outcome]
 	ops      tally[idempotency.Op]
+	failed   tally[idempotency.Op]
 }
 
 func newObserver() *observer { return &observer{} }
@@ -70,13 +71,18 @@ func (o *observer) Outcome(_ string, outcome idempotency.Outcome) { o.outcomes.a
 func (o *observer) StoreLatency(op idempotency.Op, _ time.Duration, err error) {
 	if err == nil {
 		o.ops.add(op)
+		return
 	}
+	o.failed.add(op)
 }
 
 func (o *observer) get(outcome idempotency.Outcome) int { return o.outcomes.get(outcome) }
 
 // op is how many store calls of op succeeded.
 func (o *observer) op(op idempotency.Op) int { return o.ops.get(op) }
+
+// failedOps is how many store calls failed, by operation.
+func (o *observer) failedOps() map[idempotency.Op]int { return o.failed.all() }
 
 // tracker is the outermost middleware of every consumer: it counts
 // deliveries and watches each message until the router acks or nacks it.
