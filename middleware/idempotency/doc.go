@@ -214,10 +214,21 @@
 // store); NewToken makes owner tokens for code that calls a store
 // directly, as that suite does.
 //
+// Renew answers ErrCompletedByOwner, not ErrLeaseLost, when the key is
+// COMPLETED by the renewing token itself: the owner's lease then ends
+// without cancelling its work.
+//
 // A store whose transactions can hold the work's own effect (package
 // pgstore) may offer to write COMPLETED inside them: RunFromContext gives
 // it the run's key, token, TTL and encoded result, and
-// Run.CompletedInTransaction tells the owner that COMPLETED is written.
+// Run.CompletedInTransaction tells the owner that COMPLETED is written,
+// though not yet committed. The owner keeps renewing its lease, since the
+// transaction may still roll back (a failed COMMIT) while the work goes on
+// (a retry), and learns the outcome from the renewals: the store's Renew
+// must wait for the transaction that holds the completion, then answer
+// ErrCompletedByOwner if it committed, or renew if it rolled back (a row
+// lock does both). The handler's COMMIT result is the only other witness,
+// and it reaches only the handler.
 //
 // Every store call is bounded by Config.StoreTimeout, and an owner's calls
 // by what is left of its lease, through the call's context: a store must

@@ -13,6 +13,12 @@ var (
 	// (context.Cause) of a work's context cancelled because its lease was
 	// lost, so that the work can tell that from its own deadline.
 	ErrLeaseLost = errors.New("idempotency: lease lost")
+	// ErrCompletedByOwner is returned by Renew when the key is COMPLETED by
+	// the renewing token's own Complete: the lease ended because its owner
+	// completed the key (inside its own database transaction, typically,
+	// which committed while the renewal waited for it), not because anyone
+	// else took it. It does not match ErrLeaseLost.
+	ErrCompletedByOwner = errors.New("idempotency: key completed by the renewing owner")
 	// ErrCorruptRecord is returned, wrapped with the key, when the value
 	// under a key is not a well-formed record: a foreign value, a value of
 	// the wrong type, a damaged encoding. The store changes nothing; the

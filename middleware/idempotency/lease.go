@@ -40,18 +40,37 @@ type Lease struct {
 	mu      sync.Mutex
 	timer   *time.Timer
 	renewed time.Time // start of the claim, or of the last successful renewal
-	stopped bool      // Complete or Fail was called, or the lease was lost
+	stopped bool      // Complete or Fail was called, or the lease ended
 	lost    bool      // the store said the token no longer holds the key
-	// completedInTx: the work wrote COMPLETED in its own transaction
-	// (Run.CompletedInTransaction), so Complete has nothing to write.
-	completedInTx bool
-	inflight      sync.WaitGroup
+	// tx is what the lease knows of a COMPLETED that the work wrote in its
+	// own transaction (Run.CompletedInTransaction); txGen counts those
+	// writes, so that a renewal tells whether it was sent after the last.
+	tx       txCompletion
+	txGen    uint64
+	inflight sync.WaitGroup
 	// cancelRenewal cancels the renewal in flight, if any.
 	cancelRenewal context.CancelFunc
 	// ended: the lease's context is cancelled, or will be as soon as it is
 	// made (see leaseContext); endedLost: with ErrLeaseLost as its cause.
 	ended, endedLost bool
 }
+
+// txCompletion is what a lease knows of a COMPLETED written inside the
+// work's own transaction.
+type txCompletion uint8
+
+const (
+	// txNone: no such write, or its transaction is known to have rolled
+	// back (a renewal sent after it found the lease still held).
+	txNone txCompletion = iota
+	// txPending: the fenced write succeeded; whether its transaction
+	// commits is not known yet. The lease goes on being renewed.
+	txPending
+	// txCommitted: a renewal found the key COMPLETED under the lease's own
+	// token (ErrCompletedByOwner): the transaction committed and the lease
+	// has ended, quietly.
+	txCommitted
+)
 
 // leaseRecord is what Lease.Record returns, less what every claimed record
 // has alike (IN_PROGRESS, the owner's token, no result), so that a lease
@@ -172,8 +191,10 @@ func (l *Lease) Record() Record {
 // A failed call is retried with backoff while the lease lasts, with the same
 // token: a retry whose first try was applied but whose reply was lost
 // succeeds (the store's transitions are idempotent for their owner). When
-// the work already wrote COMPLETED in its own transaction
-// (Run.CompletedInTransaction), it writes nothing and returns nil. It
+// the work wrote COMPLETED in its own transaction
+// (Run.CompletedInTransaction) and no renewal since has found that
+// transaction rolled back, it writes nothing and returns nil: the work
+// succeeded, so its transaction committed. It
 // returns nil, an error matching ErrLeaseLost when the store says another
 // owner took the key (or it was deleted), ErrCorruptRecord when the value
 // under the key is not a record, or the last store error when the lease
@@ -181,7 +202,7 @@ func (l *Lease) Record() Record {
 func (l *Lease) Complete(result []byte) error {
 	l.stop()
 	defer l.end()
-	if l.isCompletedInTx() {
+	if l.txState() != txNone {
 		return nil
 	}
 	o := l.o
@@ -234,6 +255,10 @@ func (l *Lease) Fail() {
 	l.stop()
 	defer l.end()
 	o := l.o
+	if l.txState() == txCommitted {
+		o.logInfo("Failed attempt not recorded: the work's own transaction committed COMPLETED", l.dv, nil)
+		return
+	}
 	left := time.Until(l.expiry())
 	if l.isLost() || left <= 0 && !o.inProcess {
 		o.logInfo("Failed attempt not recorded: the lease is over; it counts as failed when it lapses", l.dv, nil)
@@ -256,6 +281,13 @@ func (l *Lease) Fail() {
 // failed renewal is retried after a tenth of the lease, and no call outlasts
 // the lease, so the work's context is cancelled before the store lets
 // another owner claim the key (see giveUp).
+//
+// Renewals go on after the work wrote COMPLETED in its own transaction, and
+// they are how the lease learns whether that transaction committed: the
+// store's row lock makes a renewal sent after the fenced write wait for the
+// transaction's end. ErrCompletedByOwner says it committed, and ends the
+// lease quietly; a renewal that succeeds says it rolled back, and the lease
+// goes on as if it had never been written.
 func (l *Lease) renew() {
 	o := l.o
 	ttl := o.cfg.LeaseTTL
@@ -273,6 +305,7 @@ func (l *Lease) renew() {
 	l.inflight.Add(1)
 	rctx, rcancel := context.WithTimeout(context.Background(), min(o.cfg.StoreTimeout, ttl/3, left))
 	l.cancelRenewal = rcancel
+	gen := l.txGen
 	l.mu.Unlock()
 	defer l.inflight.Done()
 
@@ -290,6 +323,18 @@ func (l *Lease) renew() {
 	switch {
 	case err == nil:
 		l.renewed = start
+		if l.tx == txPending && gen == l.txGen {
+			// Sent after the fenced write, it found the lease still held:
+			// that transaction rolled back.
+			l.tx = txNone
+			o.logInfo("The transaction that wrote COMPLETED did not commit; the lease goes on", l.dv, nil)
+		}
+	case errors.Is(err, ErrCompletedByOwner):
+		// The work's own transaction committed COMPLETED under this token:
+		// nobody can claim the key, and there is nothing left to renew.
+		l.tx = txCommitted
+		l.stopped = true
+		return
 	case errors.Is(err, ErrLeaseLost):
 		l.lose(err, true)
 		return
@@ -309,10 +354,10 @@ func (l *Lease) lose(err error, byStore bool) {
 	l.endLocked(true)
 }
 
-func (l *Lease) isCompletedInTx() bool {
+func (l *Lease) txState() txCompletion {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.completedInTx
+	return l.tx
 }
 
 func (l *Lease) isLost() bool {

@@ -10,8 +10,8 @@ import (
 // Run is one claimed run of a key, as the context of its work carries it
 // (RunFromContext): what a store needs to write COMPLETED inside the work's
 // own database transaction, so that the effect and COMPLETED commit
-// together or not at all (package pgstore's CompleteTx). Stores call it;
-// handlers rarely need it directly.
+// together or not at all (package pgstore's CompleteInTx, which a handler
+// calls). Stores use it; handlers rarely need it directly.
 type Run struct {
 	lease *Lease
 	// idem is the Watermill middleware running the handler, whose Config
@@ -64,17 +64,32 @@ func (r *Run) Result(out ...*message.Message) []byte {
 }
 
 // CompletedInTransaction tells the run that its work wrote COMPLETED inside
-// its own transaction (a store's transactional completion calls it once the
-// fenced write succeeded). The lease stops renewing: the store holds the
-// record locked until the transaction ends, and a renewal would wait for
-// it, then find the key COMPLETED. The adapter does not write COMPLETED
-// again when the work succeeds: Lease.Complete returns nil at once. The work
-// must return an error if that transaction does not commit; the adapter
-// then fails the key, which a committed COMPLETED fences off.
+// its own transaction: a store's transactional completion calls it once the
+// fenced write succeeded. Until that transaction is known to have committed,
+// the run keeps its lease: the renewals go on, and the work's context is
+// cancelled with ErrLeaseLost if the lease is lost, as before the write.
+// A renewal sent after the write waits for the transaction (the store holds
+// the record locked until it ends) and then tells which way it ended:
+//
+//   - committed: the store answers ErrCompletedByOwner; the lease ends
+//     quietly (no cancellation), and the adapter writes no second
+//     COMPLETED;
+//   - rolled back: the renewal succeeds and the run goes on as if nothing
+//     had been written, so that work which retries (Watermill's Retry
+//     inside the middleware, a loop in the handler) still holds the key,
+//     and a success without another transactional completion is written
+//     by the adapter as usual.
+//
+// When the work returns success before any renewal told, the adapter writes
+// nothing: the work must return an error unless the transaction of its last
+// transactional completion committed. It may be called once per
+// transaction.
 func (r *Run) CompletedInTransaction() {
 	l := r.lease
 	l.mu.Lock()
-	l.completedInTx = true
-	l.mu.Unlock()
-	l.stop()
+	defer l.mu.Unlock()
+	if l.tx != txCommitted {
+		l.tx = txPending
+	}
+	l.txGen++
 }

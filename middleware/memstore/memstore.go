@@ -264,6 +264,9 @@ func (s *Store) transition(ctx context.Context, o op, key, token string, d time.
 		if resent {
 			return nil
 		}
+		if o == opRenew && r.state == idempotency.StateCompleted && s.hasToken(i, token) {
+			return fmt.Errorf("memstore: renew %q: %w", key, idempotency.ErrCompletedByOwner)
+		}
 		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, idempotency.ErrLeaseLost)
 	}
 	switch o {

@@ -2,8 +2,8 @@
 // pgx v5 (a *pgxpool.Pool), for any number of processes sharing one
 // database. Keeping the idempotency records in the database that holds a
 // handler's effects lets the effect and its COMPLETED record commit in one
-// transaction (CompleteTx): the only way to exactly-once effects that are
-// not themselves idempotent.
+// transaction (CompleteInTx, in the handler): the only way to exactly-once
+// effects that are not themselves idempotent.
 //
 //	pool, err := pgxpool.New(ctx, "postgres://app@db/app")
 //	store, err := pgstore.New(pool, pgstore.Config{}) // table idempotency_keys
@@ -89,7 +89,7 @@
 // Every time is the server's: statement_timestamp(), read once per
 // statement, never the client's clock. For the store's own statements
 // (autocommit) it equals now(). Inside a longer transaction, as with
-// CompleteTx, now() would be the transaction's start, and a transaction
+// CompleteInTx, now() would be the transaction's start, and a transaction
 // begun while a lease was live could complete it after it lapsed;
 // statement_timestamp() is when the statement arrived, so the fence holds
 // at the time of the completion. A statement that waits for a row lock
@@ -148,21 +148,51 @@
 //   - the middleware writes no second COMPLETED: a fresh message costs the
 //     claim and the handler's own transaction;
 //   - the handler must return an error when the commit fails; the key is
-//     then failed and the message redelivered.
+//     then failed and the message redelivered;
+//   - until the completion is known to have committed, the run keeps its
+//     lease: a COMMIT that fails (a deferred constraint, a serialization
+//     failure, a dropped connection) leaves the run holding the key, so
+//     that work which goes on (Watermill's middleware.Retry inside this
+//     middleware, a retry loop in the handler) is never run beside a
+//     second consumer's copy, and its context is cancelled with
+//     idempotency.ErrLeaseLost if the lease is lost, as before the
+//     completion.
 //
 // Make it the last statement before COMMIT: from it until the commit the
-// row is locked, and any claim of the key waits for the commit (the run
-// stops renewing its lease once the fenced write succeeded). CompleteTx is
-// the same for callers that manage key, token and TTL themselves.
+// row is locked, and any claim of the key waits for the commit. CompleteTx
+// is the same for callers that manage key, token and TTL themselves (and
+// tell the run nothing).
+//
+// How the run learns that its transaction committed: pgx has no hook on a
+// transaction's end, and the COMMIT's answer reaches only the handler. The
+// run's lease renewals go on after CompleteInTx, and the row lock makes
+// the first renewal sent after it wait for the transaction to end. If the
+// transaction committed, the renewal finds the key COMPLETED under the
+// run's own token and Renew answers idempotency.ErrCompletedByOwner: the
+// lease ends quietly, the context is not cancelled, and the middleware
+// writes no second COMPLETED. If it rolled back, the renewal succeeds: the
+// run goes on holding its lease, and if the handler then succeeds without
+// another CompleteInTx, the middleware writes COMPLETED as for any other
+// handler. A handler that succeeds before a renewal told is trusted: it
+// must return an error unless the transaction of its last CompleteInTx
+// committed. Because a renewal waits while the transaction is open, a
+// transaction held open after CompleteInTx for most of a lease has its
+// context cancelled with ErrLeaseLost (and pgx then rolls it back), as a
+// handler whose renewals fail does.
 //
 // What to know before using it:
 //
 //   - Run the transaction at READ COMMITTED, PostgreSQL's default. Under
-//     REPEATABLE READ or SERIALIZABLE, the owner's own renewals and the
-//     claims of duplicates change the record's row while the transaction
-//     runs, and the completion then fails with a serialization error
-//     (SQLSTATE 40001) on every delivery of a handler longer than a third of
-//     the lease.
+//     REPEATABLE READ or SERIALIZABLE, the completion reads the record's
+//     row as the transaction's snapshot has it, while the owner's own
+//     renewals and the claims of duplicates change it. When the row changed
+//     since the snapshot, the completion fails with a serialization error
+//     (SQLSTATE 40001); when the transaction outlived the lease that its
+//     snapshot shows (the original lease, if no renewal came before the
+//     snapshot), the snapshot's row fails the fence and the completion
+//     answers idempotency.ErrLeaseLost, although the renewals kept the
+//     lease. Either way it fails on every delivery of a handler longer than
+//     a third of the lease.
 //   - A second transaction of the same run (a retry inside the handler
 //     after a COMMIT whose answer was lost) gets ErrAlreadyCompleted from
 //     its completion and must roll back: its effect is already committed.

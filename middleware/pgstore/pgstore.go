@@ -111,13 +111,36 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	return idempotency.ClaimResult{Record: r.record(false)}, nil
 }
 
-// Renew implements idempotency.Store with one UPDATE.
+// Renew implements idempotency.Store with one UPDATE. It answers
+// idempotency.ErrCompletedByOwner when the key is COMPLETED by token: a
+// renewal that waited for the row lock of the owner's own transactional
+// completion (CompleteInTx) tells so that its transaction committed. Such
+// a renewal sees the commit only in the UPDATE, which re-reads the row
+// after the wait, not in its fallback row, read from the statement's
+// snapshot: when the UPDATE refused a row that the snapshot shows as the
+// token's live lease, the row changed while the statement waited, and the
+// statement runs once more to read what it became (the one case of two
+// statements for a renewal).
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
 	if err := idempotency.CheckOwner(key, token, lease); err != nil {
 		return wrap("renew", key, err)
 	}
-	return s.owned(ctx, s.pool, "renew", key, token, s.sql.renew, micros(lease))
+	err := s.owned(ctx, s.pool, "renew", key, token, s.sql.renew, micros(lease))
+	if errors.Is(err, errRenewRaced) {
+		err = s.owned(ctx, s.pool, "renew", key, token, s.sql.renew, micros(lease))
+		if errors.Is(err, errRenewRaced) {
+			// Changed under it twice: whatever it became, the token does not
+			// hold it now.
+			err = wrap("renew", key, idempotency.ErrLeaseLost)
+		}
+	}
+	return err
 }
+
+// errRenewRaced is owned's answer to a renewal that was refused although
+// its snapshot shows the token's live lease: the row changed while the
+// statement waited for its lock. Renew never returns it.
+var errRenewRaced = errors.New("pgstore: the row changed while the renewal waited for it")
 
 // Complete implements idempotency.Store with one UPDATE.
 func (s *Store) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
@@ -144,7 +167,8 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 // owned runs an owner statement (sql.go) and reads its answer: nil when it
 // was applied; otherwise, from the row it returns, ErrCorruptRecord, nil for
 // the token's own resent Complete or Fail (and for any Release: there was
-// nothing of the token's to undo), or ErrLeaseLost.
+// nothing of the token's to undo), ErrCompletedByOwner or errRenewRaced for
+// a renewal (see Renew), or ErrLeaseLost.
 func (s *Store) owned(ctx context.Context, q Querier, op, key, token, stmt string, args ...any) error {
 	if err := ctx.Err(); err != nil {
 		return wrap(op, key, err)
@@ -171,6 +195,16 @@ func (s *Store) owned(ctx context.Context, q Querier, op, key, token, stmt strin
 			// Not a resend: another transaction of this run committed its
 			// effect and COMPLETED already; this one must not commit.
 			return wrap(op, key, ErrAlreadyCompleted)
+		}
+		if op == "renew" && !r.expired() && string(r.token) == token {
+			switch {
+			case *r.state == stateCompleted:
+				// The owner's own Complete, most often its transaction's,
+				// committed: the lease ended without anyone taking it.
+				return wrap(op, key, idempotency.ErrCompletedByOwner)
+			case r.live():
+				return errRenewRaced
+			}
 		}
 	}
 	if op == "release" {

@@ -26,9 +26,11 @@ type Querier interface {
 // in both cases the transaction must roll back, effect included. Once applied, the row stays locked until the
 // transaction ends, so no claim can take the key over in between; a claim of
 // the key waits for the commit and then finds it COMPLETED. Under REPEATABLE
-// READ or SERIALIZABLE, a concurrent change of the row is a serialization
-// failure (SQLSTATE 40001), returned as it is: roll back and let the message
-// be redelivered.
+// READ or SERIALIZABLE, the fence reads the row of the transaction's
+// snapshot: a change of the row since the snapshot is a serialization
+// failure (SQLSTATE 40001), returned as it is, and a transaction that
+// outlived the lease its snapshot shows gets ErrLeaseLost; either way, roll
+// back and let the message be redelivered.
 func (s *Store) CompleteTx(ctx context.Context, q Querier, key, token string, result []byte, ttl time.Duration) error {
 	return s.complete(ctx, q, opCompleteTx, key, token, result, ttl)
 }
@@ -92,9 +94,13 @@ var ErrNoRun = errors.New("pgstore: the context belongs to no idempotent run (us
 // The effect and COMPLETED then commit together or not at all. If the
 // lease was lost (another consumer took the key over), it returns an error
 // matching idempotency.ErrLeaseLost and the transaction must roll back,
-// effect included. Once it succeeded, the middleware does not write
-// COMPLETED again; the handler must return an error when the commit fails.
-// tx may be a pgx.Tx, or SQLTx of a *sql.Tx.
+// effect included. Once it succeeded, the run keeps renewing its lease
+// until a renewal finds the transaction committed (the key COMPLETED under
+// the run's token: the lease then ends quietly) or rolled back (the lease
+// goes on), so that a failed COMMIT followed by a retry never runs beside
+// another consumer's copy; see the package doc. The middleware does not
+// write COMPLETED again after a success; the handler must return an error
+// when the commit fails. tx may be a pgx.Tx, or SQLTx of a *sql.Tx.
 func (s *Store) CompleteInTx(ctx context.Context, tx Querier, out ...*message.Message) error {
 	run, ok := idempotency.RunFromContext(ctx)
 	if !ok {

@@ -3,10 +3,12 @@ package pgstore_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/stretchr/testify/assert"
@@ -179,3 +181,43 @@ func TestCompleteTxWithDatabaseSQL(t *testing.T) {
 }
 
 var _ pgstore.Querier = pgx.Tx(nil)
+
+// TestCompleteTxUnderRepeatableRead: a REPEATABLE READ transaction sees the
+// record as its snapshot has it. When the owner's renewal changed the row
+// since, the completion is a serialization failure (40001); when the
+// transaction outlived the lease its snapshot shows, the snapshot's row
+// fails the fence first, and the completion is ErrLeaseLost, although the
+// owner's renewals kept the lease alive.
+func TestCompleteTxUnderRepeatableRead(t *testing.T) {
+	pool := testPool(t)
+	ctx := context.Background()
+	s, _ := newTable(t, pool)
+	begin := func() pgx.Tx {
+		tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		// The snapshot is taken by the transaction's first statement.
+		_, err = tx.Exec(ctx, `SELECT 1`)
+		require.NoError(t, err)
+		return tx
+	}
+
+	tok := claim(t, s, "renewed", time.Minute, time.Minute)
+	tx := begin()
+	require.NoError(t, s.Renew(ctx, "renewed", tok, time.Minute))
+	err := s.CompleteTx(ctx, tx, "renewed", tok, nil, time.Minute)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr, "a row renewed since the snapshot")
+	assert.Equal(t, "40001", pgErr.Code)
+
+	tok = claim(t, s, "outlived", lease, time.Minute)
+	tx = begin()
+	require.NoError(t, s.Renew(ctx, "outlived", tok, time.Minute))
+	time.Sleep(lease + 100*time.Millisecond)
+	err = s.CompleteTx(ctx, tx, "outlived", tok, nil, time.Minute)
+	assert.ErrorIs(t, err, idempotency.ErrLeaseLost, "the snapshot's lease is over")
+	assert.False(t, errors.As(err, &pgErr), "not a serialization failure: %v", err)
+	rec, err := s.Get(ctx, "outlived")
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateInProgress, rec.State, "the renewed lease is live")
+}

@@ -164,17 +164,20 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 }
 
 // owned runs a script that answers 1 when the token owns the key (or its
-// own transition was already applied) and 0 when it does not.
+// own transition was already applied) and 0 when it does not; renew.lua
+// answers 2 for a key its token completed.
 func (s *Store) owned(ctx context.Context, op, key string, script *redis.Script, args ...any) error {
 	v, err := s.runScript(ctx, op, key, script, args...).Result()
 	if err != nil {
 		return scriptError(ctx, op, key, err)
 	}
-	switch v {
-	case int64(1):
+	switch {
+	case v == int64(1):
 		return nil
-	case int64(0):
+	case v == int64(0):
 		return wrap(op, key, idempotency.ErrLeaseLost)
+	case v == int64(2) && op == "renew": // renew.lua: COMPLETED by this token
+		return wrap(op, key, idempotency.ErrCompletedByOwner)
 	}
 	return wrap(op, key, malformed(fmt.Sprintf("owner reply %#v", v)))
 }

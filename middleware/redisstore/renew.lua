@@ -5,12 +5,15 @@
 -- ARGV[2]  lease, ms (> 0)
 --
 -- Reply: 1 when the token holds a live lease, now ending ARGV[2] from now
--- (the key then expires the record's retention after that); 0 otherwise
--- (absent, COMPLETED, FAILED, another owner, or a lapsed lease). A resent
--- Renew simply renews again. A corrupt value: the error reply
--- IDEMPOTENCY_CORRUPT, nothing written.
+-- (the key then expires the record's retention after that); 2 when the
+-- record is COMPLETED by this token (its owner completed it: the lease
+-- ended, nobody took it); 0 otherwise (absent, COMPLETED by another,
+-- FAILED, another owner, or a lapsed lease). A resent Renew simply renews
+-- again. A corrupt value: the error reply IDEMPOTENCY_CORRUPT, nothing
+-- written.
 local rec, bad = load(KEYS[1], false)
 if bad then return corrupt(bad) end
+if rec and rec.state == 'C' and rec.owner == short_hash(ARGV[1]) then return 2 end
 if not rec or rec.state ~= 'P' or rec.owner ~= ARGV[1] then return 0 end
 local now = now_ms()
 if lapsed(rec, now) then return 0 end

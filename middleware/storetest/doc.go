@@ -17,6 +17,9 @@
 //   - Fencing: Renew, Complete and Fail of any token but the holder's get
 //     idempotency.ErrLeaseLost and change nothing; so do those of an owner
 //     whose lease lapsed, whether or not someone claimed the key since.
+//     The completing owner's Renew of its COMPLETED key gets
+//     idempotency.ErrCompletedByOwner instead (not ErrLeaseLost), and
+//     changes nothing: its lease ended, nobody took it.
 //   - Lapsed leases: a lease not renewed in time reads as FAILED (no token,
 //     its attempts, LeaseExpiresAt the lapsed deadline, now past); the next
 //     claim acquires it as attempt n+1 with its creation time kept, so a
