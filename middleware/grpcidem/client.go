@@ -6,7 +6,9 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
@@ -17,7 +19,8 @@ import (
 type ClientConfig struct {
 	// Metadata is the metadata key the key is sent in, in lower case. Empty
 	// means DefaultMetadata ("idempotency-key"). It must be one of the
-	// server's Config.Metadata.
+	// server's Config.Metadata. A key set with WithKey is sent under it
+	// too.
 	Metadata string
 
 	// RequestField names the request message's string field that carries
@@ -26,9 +29,11 @@ type ClientConfig struct {
 	// DefaultRequestField ("request_id").
 	RequestField string
 
-	// Methods lists the full names of the unary methods that get a key.
-	// Nil or empty means every unary method: a server ignores a key it
-	// does not use.
+	// Methods lists the full names of the unary methods that get a fresh
+	// key. Nil or empty means every unary method: a server ignores a key
+	// it does not use. A key set with WithKey is sent for any method. As in
+	// Config.Methods, a streaming method, or one that its registered
+	// service does not have, is refused.
 	Methods []string
 
 	// NewKey returns a fresh key for one logical call. Nil means a random
@@ -41,13 +46,14 @@ type ClientConfig struct {
 //
 //	conn, err := grpc.NewClient(target, grpc.WithChainUnaryInterceptor(client.Unary), ...)
 //
-// A call whose outgoing metadata already carries the key (WithKey), or whose
-// request message sets Config.RequestField, keeps it; any other call gets a
-// fresh key. grpc-go's retry policy (a service config's retryPolicy) and
-// transparent retries resend the call below the interceptor, with the same
-// metadata, so every attempt of one call carries one key; an application
-// that retries a call itself passes the same key with WithKey, or the same
-// request_id in the message.
+// A call made with a context from WithKey is sent with that key under
+// ClientConfig.Metadata; a call whose outgoing metadata already carries
+// that name, or whose request message sets ClientConfig.RequestField, keeps
+// its key; any other call gets a fresh key. grpc-go's retry policy (a
+// service config's retryPolicy) and transparent retries resend the call
+// below the interceptor, with the same metadata, so every attempt of one
+// call carries one key; an application that retries a call itself passes
+// the same key with WithKey, or the same request_id in the message.
 type Client struct {
 	cfg     ClientConfig
 	methods map[string]bool
@@ -85,12 +91,27 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
-// Unary is the grpc.UnaryClientInterceptor.
+// Unary is the grpc.UnaryClientInterceptor. A call whose WithKey key
+// differs from a value the application put in the outgoing metadata under
+// ClientConfig.Metadata itself is refused with INVALID_ARGUMENT before it
+// is sent: the server would refuse it as well.
 func (c *Client) Unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	sent := md.Get(c.cfg.Metadata)
+	if key, ok := ctx.Value(keyContext{}).(string); ok {
+		switch {
+		case len(sent) == 0:
+			ctx = metadata.AppendToOutgoingContext(ctx, c.cfg.Metadata, key)
+		case len(sent) > 1 || sent[0] != key:
+			return status.Errorf(codes.InvalidArgument,
+				"grpcidem: the call's key from WithKey differs from its outgoing metadata %s", c.cfg.Metadata)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
 	if c.methods != nil && !c.methods[method] {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	if md, ok := metadata.FromOutgoingContext(ctx); ok && len(md.Get(c.cfg.Metadata)) > 0 {
+	if len(sent) > 0 {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	if m, ok := req.(proto.Message); ok {
@@ -102,13 +123,21 @@ func (c *Client) Unary(ctx context.Context, method string, req, reply any, cc *g
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
-// WithKey returns ctx carrying key in the metadata DefaultMetadata, for an
-// application that retries a logical call itself: every attempt made with
-// the returned context carries the same key, and a Client leaves it as it
-// is.
+// WithKey returns ctx carrying key as the idempotency key of the logical
+// call made with it, for an application that retries a call itself: every
+// attempt made with the returned context carries the same key. The key
+// travels in the context, not in the metadata: a Client's interceptor
+// (Client.Unary) sends it under the Client's own ClientConfig.Metadata, so
+// the name the key is sent under is always the one the Client and the
+// server were configured with. A connection without a Client's
+// interceptor sends no key for it (a method that requires one is then
+// answered INVALID_ARGUMENT). The last WithKey of a context wins.
 func WithKey(ctx context.Context, key string) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, DefaultMetadata, key)
+	return context.WithValue(ctx, keyContext{}, key)
 }
+
+// keyContext is the context key of WithKey's key.
+type keyContext struct{}
 
 // newUUID returns a random version 4 UUID.
 func newUUID() string {

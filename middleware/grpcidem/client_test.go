@@ -206,3 +206,114 @@ func (c *answerCut) afterHandler(ctx context.Context, req any, _ *grpc.UnaryServ
 	}
 	return resp, err
 }
+
+// namesSeen records, for every call that reaches the server, the values of
+// each metadata name in names.
+type namesSeen struct {
+	names []string
+	mu    sync.Mutex
+	calls []map[string][]string
+}
+
+func (n *namesSeen) record(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	seen := map[string][]string{}
+	for _, name := range n.names {
+		seen[name] = md.Get(name)
+	}
+	n.mu.Lock()
+	n.calls = append(n.calls, seen)
+	n.mu.Unlock()
+	return handler(ctx, req)
+}
+
+func (n *namesSeen) get() []map[string][]string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]map[string][]string(nil), n.calls...)
+}
+
+// TestWithKeyUnderCustomMetadata: the key an application sets with WithKey
+// is the key the server sees, under the metadata name the Client and the
+// server were configured with, whether the server reads that name alone or
+// the default name besides. Before, WithKey wrote idempotency-key whatever
+// the Client's name: a server reading only the custom name saw a fresh key
+// on every attempt of the application's retry (the effect ran twice), and
+// one reading both names refused every call (two keys that disagree).
+func TestWithKeyUnderCustomMetadata(t *testing.T) {
+	const custom = "x-request-key"
+	for _, tc := range []struct {
+		name   string
+		server []string
+	}{
+		{"server reads the custom name", []string{custom}},
+		{"server reads both names", []string{custom, grpcidem.DefaultMetadata}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eachStore(t, func(t *testing.T, kind storeKind) {
+				store, prefix := kind.New(t)
+				l := newLedger()
+				seen := &namesSeen{names: []string{custom, grpcidem.DefaultMetadata}}
+				addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *grpcidem.Config) { c.Metadata = tc.server }).Unary)
+				client, err := grpcidem.NewClient(grpcidem.ClientConfig{Metadata: custom, Methods: []string{methodCharge}})
+				require.NoError(t, err)
+				c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.Unary))
+
+				// The application retries one logical call itself.
+				ctx := grpcidem.WithKey(metadata.AppendToOutgoingContext(t.Context(), "tenant", "t"), "app-key")
+				req := &testpb.ChargeRequest{Amount: 5}
+				var h1, h2 metadata.MD
+				r1, err := c.Charge(ctx, req, grpc.Header(&h1))
+				require.NoError(t, err, "the first attempt")
+				r2, err := c.Charge(ctx, req, grpc.Header(&h2))
+				require.NoError(t, err, "the application's retry")
+				assert.True(t, proto.Equal(r1, r2), "the retry gets the first answer")
+				assert.Empty(t, h1.Get(grpcidem.ReplayedMetadata))
+				assert.Equal(t, []string{"true"}, h2.Get(grpcidem.ReplayedMetadata), "the retry is a replay")
+				assert.EqualValues(t, 1, l.runs.Load(), "the effect ran once")
+
+				calls := seen.get()
+				require.Len(t, calls, 2)
+				for i, call := range calls {
+					assert.Equal(t, []string{"app-key"}, call[custom], "attempt %d carries the application's key under %s", i+1, custom)
+					assert.Empty(t, call[grpcidem.DefaultMetadata], "attempt %d: nothing under the name the client was not configured with", i+1)
+				}
+
+				// A key set with WithKey is sent for a method outside the
+				// client's Methods as well: the application asked for it.
+				refundCtx := grpcidem.WithKey(metadata.AppendToOutgoingContext(t.Context(), "tenant", "t"), "refund-key")
+				_, err = c.Refund(refundCtx, req)
+				require.NoError(t, err)
+				_, err = c.Refund(refundCtx, req)
+				require.NoError(t, err)
+				assert.EqualValues(t, 2, l.runs.Load(), "the refund ran once")
+				calls = seen.get()
+				require.Len(t, calls, 4)
+				assert.Equal(t, []string{"refund-key"}, calls[3][custom])
+			})
+		})
+	}
+}
+
+// TestWithKeyConflictsWithOutgoingMetadata: a WithKey key that differs from
+// one the application put under the client's metadata name itself is
+// refused before the call is sent; the same key passes.
+func TestWithKeyConflictsWithOutgoingMetadata(t *testing.T) {
+	l := newLedger()
+	var seen attempts
+	store, prefix := storeKinds[0].New(t)
+	addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).Unary)
+	client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
+	require.NoError(t, err)
+	c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.Unary))
+	base := metadata.AppendToOutgoingContext(t.Context(), "tenant", "t", grpcidem.DefaultMetadata, "md-key")
+
+	_, err = c.Charge(grpcidem.WithKey(base, "other-key"), &testpb.ChargeRequest{Amount: 5})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	assert.Empty(t, seen.get(), "the conflicting call was not sent")
+
+	r, err := c.Charge(grpcidem.WithKey(base, "md-key"), &testpb.ChargeRequest{Amount: 5})
+	require.NoError(t, err)
+	assert.Equal(t, "md-key", r.Key)
+	require.Len(t, seen.get(), 1)
+}

@@ -76,7 +76,12 @@ type Config struct {
 	// applies to, as grpc.UnaryServerInfo.FullMethod spells them
 	// ("/payments.v1.Payments/CreatePayment"). Calls of any other method
 	// pass through untouched. Required: gRPC has no verb that says which
-	// calls have effects, so the service says it.
+	// calls have effects, so the service says it. Each is looked up in the
+	// protobuf registry (protoregistry.GlobalFiles, where generated code
+	// registers its services): a streaming method, or a method that its
+	// registered service does not have, is refused, since its calls would
+	// pass through unprotected; a method of a service the registry does not
+	// know (one served without generated code) is taken as written.
 	Methods []string
 
 	// Metadata lists the request metadata keys that may carry the key, in
@@ -216,7 +221,8 @@ func (c Config) common() adapter.Common {
 // Scope and SingleTenant (one of them, not both); LeaseTTL, StoreTimeout,
 // CompletedTTL, FailedTTL, RetryAfter and CacheTTL (none negative, LeaseTTL
 // at least 3 ms); MaxKeyLength and CacheMaxBytes (neither negative);
-// Methods (required, each a full method name); Metadata (each a usable
+// Methods (required, each a full method name of a unary method, as far as
+// the protobuf registry knows it); Metadata (each a usable
 // metadata key); RequestField (a protobuf field name); MaxResponseSize (not negative). Zero fields other
 // than Store, Methods, Scope and SingleTenant are valid: they stand for
 // their defaults. New calls it after filling the defaults.
@@ -252,11 +258,23 @@ func checkMetadataName(l *configerr.List, name string) {
 }
 
 // checkMethods adds a problem to l for each method that is not a full
-// method name.
+// method name, and for each that the protobuf registry shows is not a
+// unary method: a streaming one (no unary interceptor ever sees its
+// calls), or one its service does not have (a misspelt name, whose calls
+// would pass through). A method of a service that the registry does not
+// know is taken as written.
 func checkMethods(l *configerr.List, methods []string) {
 	for _, m := range methods {
 		if !isFullMethod(m) {
 			l.Addf("method %q is not a full method name such as /payments.v1.Payments/CreatePayment", m)
+			continue
+		}
+		md, known := lookupMethod(m)
+		switch {
+		case md != nil && (md.IsStreamingClient() || md.IsStreamingServer()):
+			l.Addf("method %q streams: only unary methods can be made idempotent, and its calls would pass through unprotected", m)
+		case md == nil && known:
+			l.Addf("method %q is not a method of its service, as its registered descriptor has it", m)
 		}
 	}
 }

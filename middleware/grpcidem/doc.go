@@ -26,7 +26,14 @@
 // streaming calls, always: the interceptor is a grpc.UnaryServerInterceptor,
 // which grpc-go never runs for a stream, and the package offers none for
 // streams (an effect spread over many messages has no one answer to
-// replay). For the methods listed:
+// replay). So that no listed method is silently left unprotected, New
+// looks every method of Config.Methods up in the protobuf registry
+// (protoregistry.GlobalFiles, where generated code registers its
+// services, as grpc.ServiceDesc's Metadata names their files) and refuses,
+// with ErrInvalidConfig, a streaming method and a method that its
+// registered service does not have (a misspelt name); a method of a
+// service the registry does not know (served without generated code) is
+// taken as written. For the methods listed:
 //
 //	case                                      answer
 //	first call with a key                     the handler runs; its answer is stored
@@ -143,7 +150,11 @@
 //
 // Client.Unary gives each logical call a fresh key (a random UUID) in the
 // metadata, unless the call already carries one (WithKey, or the request's
-// request_id). grpc-go resends a call for its retry policy below the
+// request_id). A key set with WithKey travels in the context and is
+// written by the Client under its own ClientConfig.Metadata, so that an
+// application's key always reaches the server under the name the Client
+// and the server were configured with; WithKey without a Client's
+// interceptor sends nothing. grpc-go resends a call for its retry policy below the
 // interceptors, with the same metadata, so all attempts of one call carry
 // one key: a response lost on the way back (the connection drops after the
 // server answered) is retried as UNAVAILABLE and answered with the replay.

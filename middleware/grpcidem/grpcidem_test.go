@@ -232,3 +232,26 @@ func TestObserver(t *testing.T) {
 		methodCharge + " missing_key", methodCharge + " handler_failed",
 	}, obs.outcomes)
 }
+
+// TestConfigRefusesStreamingMethods: a streaming method in Methods would
+// pass through unprotected (no unary interceptor sees its calls), and so
+// would a method its registered service does not have: New and NewClient
+// refuse both, as the protobuf registry describes the service. A method of
+// a service the registry does not know is taken as written.
+func TestConfigRefusesStreamingMethods(t *testing.T) {
+	const methodWatch = "/grpcidem.test.v1.Ledger/Watch"
+	ok := grpcidem.Config{Store: &struct{ idempotency.Store }{}, Scope: tenantScope}
+
+	cfg := ok
+	cfg.Methods = []string{methodCharge, methodWatch, "/grpcidem.test.v1.Ledger/Chrage", "/unknown.v1.Service/Call"}
+	_, err := grpcidem.New(cfg, nil)
+	adaptertest.RequireProblems(t, err, `grpcidem: invalid config: method "/grpcidem.test.v1.Ledger/Watch" streams: only unary methods can be made idempotent, and its calls would pass through unprotected
+grpcidem: invalid config: method "/grpcidem.test.v1.Ledger/Chrage" is not a method of its service, as its registered descriptor has it`, grpcidem.ErrInvalidConfig, nil)
+
+	_, err = grpcidem.NewClient(grpcidem.ClientConfig{Methods: []string{methodWatch}})
+	assert.ErrorIs(t, err, grpcidem.ErrInvalidConfig, "the client's Methods are unary methods too")
+
+	cfg.Methods = []string{methodCharge, "/unknown.v1.Service/Call"}
+	_, err = grpcidem.New(cfg, nil)
+	assert.NoError(t, err, "a service the registry does not know is taken as written")
+}

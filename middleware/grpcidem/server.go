@@ -330,23 +330,31 @@ func (i *Interceptor) run(ctx context.Context, req any, handler grpc.UnaryHandle
 // outputType returns the output type of the method fullMethod as the
 // protobuf registry knows it, or "" when it does not.
 func outputType(fullMethod string) protoreflect.FullName {
-	service, method, ok := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
-	if !ok {
-		return ""
-	}
-	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service))
-	if err != nil {
-		return ""
-	}
-	sd, ok := d.(protoreflect.ServiceDescriptor)
-	if !ok {
-		return ""
-	}
-	md := sd.Methods().ByName(protoreflect.Name(method))
+	md, _ := lookupMethod(fullMethod)
 	if md == nil {
 		return ""
 	}
 	return md.Output().FullName()
+}
+
+// lookupMethod returns the descriptor of the method fullMethod from the
+// protobuf registry (protoregistry.GlobalFiles, where generated code
+// registers its files), and whether the registry knows its service: a
+// known service without the method returns nil and true.
+func lookupMethod(fullMethod string) (protoreflect.MethodDescriptor, bool) {
+	service, method, ok := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
+	if !ok {
+		return nil, false
+	}
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service))
+	if err != nil {
+		return nil, false
+	}
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok {
+		return nil, false
+	}
+	return sd.Methods().ByName(protoreflect.Name(method)), true
 }
 
 // status builds one of the interceptor's own answers: code and message,
