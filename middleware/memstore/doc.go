@@ -24,8 +24,9 @@
 //     live lease acquires again without counting an attempt (the lease then
 //     counts from now); a COMPLETED or FAILED record keeps, unreported, the
 //     token whose Complete or Fail made it so, and that token's Complete (or
-//     Fail) again returns nil and changes nothing. Any other token gets
-//     ErrLeaseLost. COMPLETED is terminal: no Claim acquires it.
+//     Fail) again returns nil and changes nothing; its Renew of the
+//     COMPLETED record gets idempotency.ErrCompletedByOwner. Any other
+//     token gets ErrLeaseLost. COMPLETED is terminal: no Claim acquires it.
 //   - Release undoes a claim of token's while its lease is live: a first
 //     attempt's record is removed; a later attempt's is FAILED again with
 //     one attempt fewer, its creation time and fingerprint kept, no token

@@ -369,3 +369,63 @@ func waitFor(cond func() bool, within time.Duration) bool {
 	}
 	return true
 }
+
+// A transaction held open after CompleteInTx for most of a lease: the
+// renewals wait for it and cannot tell the lease is kept, so the handler's
+// context is cancelled with ErrLeaseLost before the lease can lapse, as for
+// a handler whose renewals fail; its COMMIT under that context does not
+// happen, and the second consumer's copy runs only after the first handler
+// returned. Before, the run stopped renewing at CompleteInTx and its
+// context was never cancelled.
+func TestTransactionHeldOpenPastTheLease(t *testing.T) {
+	pool := testPool(t)
+	store, _ := newTable(t, pool)
+	table := deferredEffects(t, pool)
+	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: commitLease, NackDelay: -1}, nil)
+	require.NoError(t, err)
+	const key = "order-held"
+
+	ov := &overlap{}
+	var cause, commitErr error
+	held := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			ctx := msg.Context()
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				return nil, err
+			}
+			defer func() { _ = tx.Rollback(context.Background()) }()
+			// Left before the rollback releases the row to the other copy.
+			defer ov.enter()()
+			if _, err := tx.Exec(ctx, "INSERT INTO "+quoted(table)+" (key) VALUES ($1)", key); err != nil {
+				return nil, err
+			}
+			if err := store.CompleteInTx(ctx, tx); err != nil {
+				return nil, err
+			}
+			close(held)
+			select {
+			case <-ctx.Done():
+				cause = context.Cause(ctx)
+			case <-time.After(10 * commitLease):
+			}
+			commitErr = tx.Commit(ctx)
+			return nil, commitErr
+		})(newMessage(key))
+	}()
+	select {
+	case <-held:
+	case <-done:
+		t.Fatal("the handler did not reach its COMMIT")
+	}
+	ranB := contend(t, pool, store, table, key, ov, done)
+
+	require.ErrorIs(t, cause, idempotency.ErrLeaseLost, "the held transaction's context is cancelled")
+	assert.Error(t, commitErr, "the COMMIT under the cancelled context does not happen")
+	assert.False(t, ov.seen.Load(), "the second consumer's handler ran beside the first one")
+	assert.EqualValues(t, 1, ranB.Load(), "the second consumer's copy ran, once")
+	assert.Equal(t, 1, effectsOf(t, pool, table, key), "one effect: the second consumer's")
+}

@@ -57,8 +57,10 @@
 //   - A claim resent by the token that holds a live lease acquires again
 //     without counting an attempt; its lease counts from now. A Complete or
 //     Fail resent by the token whose Complete or Fail was applied returns
-//     nil and changes nothing; any other token gets ErrLeaseLost. COMPLETED
-//     is terminal until it expires.
+//     nil and changes nothing; any other token gets ErrLeaseLost. The
+//     completing token's Renew of its COMPLETED row gets
+//     idempotency.ErrCompletedByOwner (see Transactional completion).
+//     COMPLETED is terminal until it expires.
 //   - A fingerprint that differs from a stored one never acquires.
 //   - Renew moves lease_until to lease from now and expires_at with it.
 //     Complete and Fail keep the row for their TTL from the transition.

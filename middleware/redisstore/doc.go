@@ -31,8 +31,10 @@
 // reads as FAILED, with LeaseExpiresAt the lapsed deadline and its attempts
 // kept, so the next Claim counts one more attempt and a message that kills
 // its consumer every time reaches MaxAttempts. The lapsed owner is fenced:
-// Renew, Complete and Fail answer idempotency.ErrLeaseLost. COMPLETED and
-// FAILED records expire the TTL given to Complete and Fail. Durations are
+// Renew, Complete and Fail answer idempotency.ErrLeaseLost. The completing
+// owner's Renew of its COMPLETED record answers
+// idempotency.ErrCompletedByOwner instead (renew.lua replies 2). COMPLETED
+// and FAILED records expire the TTL given to Complete and Fail. Durations are
 // rounded up to whole milliseconds.
 //
 // Release undoes a claim whose owner never learned its outcome, if the
