@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -70,4 +71,75 @@ func TestRunFromContextOnlyForWatermillAndDo(t *testing.T) {
 	_, ok := idempotency.RunFromContext(lease.Context())
 	assert.False(t, ok, "a lease claimed through Once.Claim")
 	lease.Fail()
+}
+
+// waitUntil polls cond until it holds or within has passed.
+func waitUntil(cond func() bool, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return true
+}
+
+// A transactional completion that did not commit (nothing reached the
+// store) leaves the run holding its lease: the renewals go on past the
+// completion, another claim is refused, and the handler's success is then
+// written by the middleware. Before, the renewals stopped at
+// CompletedInTransaction and the middleware wrote nothing.
+func TestRunCompletedInTransactionRolledBack(t *testing.T) {
+	const lease = 150 * time.Millisecond
+	store := memstore.New(memstore.Config{})
+	idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease})
+	var refused bool
+	out, err := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		run, ok := idempotency.RunFromContext(msg.Context())
+		require.True(t, ok)
+		run.CompletedInTransaction() // its transaction then rolled back
+		before := obs.op(idempotency.OpRenew)
+		if !waitUntil(func() bool { return obs.op(idempotency.OpRenew) >= before+3 }, 20*lease) {
+			return nil, errors.New("the renewals stopped at the transactional completion")
+		}
+		res, err := store.Claim(context.Background(), run.Key(), idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: lease, TTL: time.Minute})
+		require.NoError(t, err)
+		refused = !res.Acquired
+		return []*message.Message{message.NewMessage("receipt-2", []byte("booked"))}, msg.Context().Err()
+	})(newMsg("tx-2", "p"))
+	require.NoError(t, err)
+	require.Len(t, out, 1)
+	assert.True(t, refused, "the run still holds its key after a lease and more")
+	assert.Equal(t, 1, obs.op(idempotency.OpComplete), "the middleware wrote COMPLETED")
+	rec, err := store.Get(context.Background(), "idem::tx-2")
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateCompleted, rec.State)
+}
+
+// A transactional completion that committed ends the lease quietly: the
+// next renewal finds the key completed by the run's own token, the renewals
+// stop, and the handler's context is not cancelled though it runs past the
+// lease.
+func TestRunCompletedInTransactionCommitted(t *testing.T) {
+	const lease = 150 * time.Millisecond
+	store := memstore.New(memstore.Config{})
+	idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease})
+	var renewals int
+	_, err := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		run, ok := idempotency.RunFromContext(msg.Context())
+		require.True(t, ok)
+		require.NoError(t, store.Complete(context.Background(), run.Key(), run.Token(), run.Result(), run.CompletedTTL()))
+		run.CompletedInTransaction()
+		if !waitUntil(func() bool { return obs.op(idempotency.OpRenew) >= 1 }, 20*lease) {
+			return nil, errors.New("no renewal after the transactional completion")
+		}
+		time.Sleep(2 * lease)
+		renewals = obs.op(idempotency.OpRenew)
+		return nil, msg.Context().Err()
+	})(newMsg("tx-3", "p"))
+	require.NoError(t, err, "the committed run's context is not cancelled")
+	assert.Equal(t, 1, renewals, "the renewals ended at the one that found the key completed")
+	assert.Equal(t, 0, obs.op(idempotency.OpComplete))
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed))
 }
