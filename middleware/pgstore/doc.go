@@ -179,8 +179,8 @@
 // must return an error unless the transaction of its last CompleteInTx
 // committed. Because a renewal waits while the transaction is open, a
 // transaction held open after CompleteInTx for most of a lease has its
-// context cancelled with ErrLeaseLost (and pgx then rolls it back), as a
-// handler whose renewals fail does.
+// context cancelled with ErrLeaseLost (a COMMIT under that context does
+// not happen), as a handler whose renewals fail does.
 //
 // What to know before using it:
 //
@@ -200,8 +200,9 @@
 //     its completion and must roll back: its effect is already committed.
 //   - The handler must return the error of its COMMIT: a handler that
 //     reports success although its transaction rolled back has its message
-//     acked with no effect; the key is left to lapse, and nothing redelivers
-//     it. pgx.BeginFunc returns that error.
+//     acked with no effect, and nothing redelivers it (the key is completed
+//     by the middleware if a renewal saw the rollback, else left to lapse).
+//     pgx.BeginFunc returns that error.
 //   - A consumer that stalls (or is cut off) between the completion and its
 //     COMMIT holds the record's row lock until PostgreSQL ends its session;
 //     until then every copy of the key waits. Set
