@@ -429,3 +429,67 @@ func TestTransactionHeldOpenPastTheLease(t *testing.T) {
 	assert.EqualValues(t, 1, ranB.Load(), "the second consumer's copy ran, once")
 	assert.Equal(t, 1, effectsOf(t, pool, table, key), "one effect: the second consumer's")
 }
+
+// A COMMIT whose answer was lost (it committed; the handler saw an error),
+// with Retry inside: the retry's completion says ErrAlreadyCompleted and
+// rolls back, the renewals have ended quietly (the key is COMPLETED under
+// the run's token), the retry's context is not cancelled, and a second
+// consumer's copy is a duplicate. One effect.
+func TestLostCommitAnswerWithRetryInside(t *testing.T) {
+	pool := testPool(t)
+	store, _ := newTable(t, pool)
+	table := deferredEffects(t, pool)
+	obs := &renewals{}
+	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: commitLease, NackDelay: -1, Observer: obs}, nil)
+	require.NoError(t, err)
+	const key = "order-lost-answer"
+
+	ov := &overlap{}
+	var attempts atomic.Int32
+	var secondErr, ctxErr error
+	retrying := make(chan struct{})
+	h := idem.Middleware(middleware.Retry{MaxRetries: 1, InitialInterval: 10 * time.Millisecond}.Middleware(
+		func(msg *message.Message) ([]*message.Message, error) {
+			defer ov.enter()()
+			ctx := msg.Context()
+			if attempts.Add(1) == 1 {
+				if err := book(ctx, pool, store, table, key, false); err != nil {
+					return nil, err
+				}
+				return nil, errors.New("the COMMIT's answer was lost")
+			}
+			close(retrying)
+			select {
+			case <-time.After(2 * commitLease):
+			case <-ctx.Done():
+			}
+			secondErr = book(ctx, pool, store, table, key, false)
+			ctxErr = ctx.Err()
+			if errors.Is(secondErr, pgstore.ErrAlreadyCompleted) {
+				return nil, nil // the first transaction's effect stands
+			}
+			return nil, secondErr
+		}))
+
+	done := make(chan struct{})
+	var aErr error
+	go func() {
+		defer close(done)
+		_, aErr = h(newMessage(key))
+	}()
+	select {
+	case <-retrying:
+	case <-done:
+		t.Fatalf("the retry did not run: %v", aErr)
+	}
+	ranB := contend(t, pool, store, table, key, ov, done)
+
+	require.NoError(t, aErr)
+	require.ErrorIs(t, secondErr, pgstore.ErrAlreadyCompleted)
+	assert.NoError(t, ctxErr, "the retry's context is not cancelled")
+	assert.False(t, ov.seen.Load())
+	assert.Zero(t, ranB.Load(), "the second consumer's copy is a duplicate")
+	assert.Zero(t, obs.lost.Load())
+	assert.Equal(t, int32(1), obs.completedByOwner.Load(), "a renewal found the key completed by the run")
+	assert.Equal(t, 1, effectsOf(t, pool, table, key))
+}
