@@ -142,6 +142,9 @@
 //     store, the handler writes its effect and COMPLETED in one transaction
 //     (pgstore's CompleteInTx, through RunFromContext), so they commit
 //     together or not at all, and a stale owner's transaction rolls back.
+//     Until that commit is known (Run.CompletedInTransaction), the run keeps
+//     its lease: a failed COMMIT followed by a retry inside the handler, or
+//     by Watermill's Retry inside this middleware, still holds the key.
 //   - A process answers a key it saw COMPLETED from memory for up to
 //     CacheTTL (1 min), without a store call; see "Cache of completed keys".
 //     The one exception to the guarantee above: after an operator deletes a
