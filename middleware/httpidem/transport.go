@@ -297,6 +297,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
+// CloseIdleConnections closes the idle connections of the base transport,
+// when it has such a method (http.Transport does), so that
+// http.Client.CloseIdleConnections reaches them through a Transport.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.cfg.Base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // call is what RoundTrip knows of one call across its attempts.
 type call struct {
 	mayRetry bool // it carries a key, or its method is idempotent

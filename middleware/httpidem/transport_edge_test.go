@@ -153,7 +153,9 @@ func TestTransportRetryAfter(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s, url := startScripted(t, c.first, reply{status: 201})
-			tr, rec := newTransport(t, func(cfg *httpidem.TransportConfig) { cfg.BackoffBase, cfg.BackoffMax = 100*time.Millisecond, time.Second })
+			tr, rec := newTransport(t, func(cfg *httpidem.TransportConfig) {
+				cfg.BackoffBase, cfg.BackoffMax = 100*time.Millisecond, time.Second
+			})
 			// The pauses are checked, not taken: the context ends as soon
 			// as the Transport has decided.
 			ctx, cancel := context.WithCancel(context.Background())
