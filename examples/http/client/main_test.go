@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -100,8 +101,8 @@ func startAPI(t *testing.T, bin string, env []string) string {
 	addr := "127.0.0.1:" + strconv.Itoa(testserver.FreePort(t))
 	cmd := exec.Command(bin)
 	cmd.Env = append(append(os.Environ(), "ADDR="+addr, "REDIS_URL="), env...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
@@ -113,9 +114,29 @@ func startAPI(t *testing.T, bin string, env []string) string {
 			_ = c.Close()
 			return "http://" + addr
 		}
-		require.Less(t, i, 100, "the API did not start: %v\n%s", err, stderr.String())
+		if i == 100 {
+			t.Fatalf("the API did not start: %v\n%s", err, stderr.String())
+		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// syncBuffer is a bytes.Buffer that a process writes while the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // deleteKeysOf deletes, when the test ends, the records the API keeps in
