@@ -3,11 +3,13 @@ package httpidem
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptrace"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -253,6 +255,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		trace := &httptrace.ClientTrace{GetConn: func(string) { reached.Store(true) }}
 		sent := out.WithContext(httptrace.WithClientTrace(ctx, trace))
 		resp, err := t.cfg.Base.RoundTrip(sent)
+		if resp == nil && err == nil { // a RoundTripper's contract forbids it
+			err = errNoResponse
+		}
 		if resp != nil && resp.Request == nil {
 			resp.Request = sent
 		}
@@ -317,7 +322,7 @@ type call struct {
 // when it has a key of its own or gets none, else a copy with the key of
 // its context or a fresh one.
 func (t *Transport) withKey(req *http.Request) (*http.Request, string) {
-	if key := req.Header.Get(t.cfg.Header); key != "" {
+	if key := headerValue(req.Header, t.cfg.Header); key != "" {
 		return req, key
 	}
 	if !t.methods[cmp.Or(req.Method, http.MethodGet)] {
@@ -328,8 +333,31 @@ func (t *Transport) withKey(req *http.Request) (*http.Request, string) {
 		key = t.cfg.NewKey()
 	}
 	out := req.Clone(req.Context())
+	if out.Header == nil {
+		out.Header = http.Header{}
+	}
 	out.Header.Set(t.cfg.Header, key)
 	return out, key
+}
+
+// errNoResponse stands for the error of a base RoundTripper that returned
+// neither a response nor an error.
+var errNoResponse = errors.New("httpidem: the base RoundTripper returned no response and no error")
+
+// headerValue returns the first value of the header name in h, also when
+// h holds it under a spelling that is not canonical (set directly in the
+// map): HTTP header names are case-insensitive, and a second key header
+// would make the request invalid.
+func headerValue(h http.Header, name string) string {
+	if v := h.Get(name); v != "" {
+		return v
+	}
+	for k, vs := range h {
+		if len(vs) > 0 && vs[0] != "" && strings.EqualFold(k, name) {
+			return vs[0]
+		}
+	}
+	return ""
 }
 
 func (t *Transport) report(a Attempt) {

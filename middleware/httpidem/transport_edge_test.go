@@ -343,3 +343,57 @@ func TestNewTransportRefusesBadConfig(t *testing.T) {
 	}, "\n")
 	adaptertest.RequireProblems(t, err, want, httpidem.ErrInvalidConfig, nil)
 }
+
+// roundTripperFunc is a RoundTripper that breaks its contract on purpose.
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestTransportOddRequestsAndBases: requests built by hand, and base
+// RoundTrippers that break their contract, get an answer, not a panic.
+func TestTransportOddRequestsAndBases(t *testing.T) {
+	t.Run("nil Header", func(t *testing.T) {
+		s, url := startScripted(t, reply{status: 201})
+		tr, _ := newTransport(t, nil)
+		req := newPost(t, context.Background(), url, "{}")
+		req.Header = nil
+		resp, _, err := do(t, tr, req)
+		require.NoError(t, err)
+		assert.Equal(t, 201, resp.StatusCode)
+		keys, _ := s.requests()
+		assert.Len(t, keys[0], 36)
+		assert.Nil(t, req.Header, "the caller's request is left as it was")
+	})
+	t.Run("key under a spelling not canonical", func(t *testing.T) {
+		s, url := startScripted(t, reply{status: 201})
+		tr, rec := newTransport(t, nil)
+		req := newPost(t, context.Background(), url, "{}")
+		req.Header["idempotency-key"] = []string{"mine"}
+		_, _, err := do(t, tr, req)
+		require.NoError(t, err)
+		keys, _ := s.requests()
+		assert.Equal(t, []string{"mine"}, keys, "the caller's key is the only one sent")
+		assert.Equal(t, "mine", rec.all()[0].Key)
+	})
+	t.Run("base returns nothing", func(t *testing.T) {
+		tr, rec := newTransport(t, func(c *httpidem.TransportConfig) {
+			c.Base = roundTripperFunc(func(*http.Request) (*http.Response, error) { return nil, nil })
+		})
+		_, _, err := do(t, tr, newPost(t, context.Background(), "http://127.0.0.1:1/", "{}"))
+		require.Error(t, err)
+		assert.Equal(t, []httpidem.Verdict{httpidem.VerdictDone}, rec.verdicts())
+	})
+	t.Run("base returns a response and an error", func(t *testing.T) {
+		body := &trackedBody{ReadCloser: io.NopCloser(strings.NewReader("x"))}
+		tr, rec := newTransport(t, func(c *httpidem.TransportConfig) {
+			c.Base = roundTripperFunc(func(*http.Request) (*http.Response, error) {
+				return &http.Response{StatusCode: 200, Body: body, Header: http.Header{}}, errBodyGone
+			})
+		})
+		resp, _, err := do(t, tr, newPost(t, context.Background(), "http://127.0.0.1:1/", "{}"))
+		require.ErrorIs(t, err, errBodyGone)
+		assert.Nil(t, resp)
+		assert.True(t, body.closed.Load(), "the response beside the error is closed")
+		assert.Equal(t, []httpidem.Verdict{httpidem.VerdictDone}, rec.verdicts())
+	})
+}
