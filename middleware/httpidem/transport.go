@@ -83,11 +83,24 @@ type TransportConfig struct {
 // has no Idempotency-Key gets one, a fresh UUID or the key of its context
 // (WithKey), and every retry of that call sends the same key, so a server
 // running the Middleware runs the call's effect once and answers the
-// retries with its stored response. See the package documentation for
-// what is retried and what never is.
+// retries with its stored response.
 //
 //	t, err := httpidem.NewTransport(httpidem.TransportConfig{}, logger)
 //	client := &http.Client{Transport: t}
+//
+// Retried, with the same key: no response (a network error, or the
+// connection broke after the request was sent); 409 with Retry-After; 429;
+// every 5xx but 501 and 505. The pause is the Retry-After (seconds or an
+// HTTP-date), else exponential backoff with jitter, BackoffBase·2^(n−1)
+// capped at BackoffMax, each pause in the upper half of its step. At most
+// MaxAttempts attempts, and never past the request's context.
+//
+// Never retried: 2xx, 3xx, and 4xx other than 409 with Retry-After and 429
+// (400 and 422 are final); a request with no key whose method is not
+// idempotent; a request whose body has no GetBody (it is sent once); a
+// Retry-After over MaxRetryAfter, or a pause that would end after the
+// context's deadline (the response is returned at once). The package
+// documentation, "The client side", has the details.
 //
 // A Transport is safe for concurrent use.
 type Transport struct {

@@ -366,3 +366,36 @@ func TestTransportConcurrentLossyLink(t *testing.T) {
 		t.Logf("%d attempts, %d retries, %d replays", len(rec.all()), retries, replays)
 	})
 }
+
+// TestTransportBodyCutAfterHeaders: an answer cut after its headers
+// arrived is the caller's, as the Transport has returned it by then:
+// reading its body fails. The caller retries the call itself with the key
+// read back from the response's request, and gets the replay; the handler
+// ran once.
+func TestTransportBodyCutAfterHeaders(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		api, _, proxy := paymentsServer(t, kind)
+		tr, rec := newTransport(t, nil)
+		client := &http.Client{Transport: tr}
+		proxy.ResetMidReply() // half of a 2 KiB answer: its headers and part of its body
+
+		req := newPost(t, context.Background(), "http://"+proxy.Addr+"/big", `{"amount":1}`)
+		req.Header.Set("X-Tenant", "tenant-a")
+		resp, err := client.Do(req)
+		require.NoError(t, err, "the headers arrived")
+		assert.Equal(t, http.StatusCreated, resp.StatusCode)
+		_, err = io.ReadAll(resp.Body)
+		require.Error(t, err, "the body was cut")
+		_ = resp.Body.Close()
+		assert.Equal(t, []httpidem.Verdict{httpidem.VerdictDone}, rec.verdicts())
+		key := resp.Request.Header.Get(httpidem.DefaultHeader)
+
+		got, again, err := call(t, tr, newPost(t, httpidem.WithKey(context.Background(), key), "http://"+proxy.Addr+"/big", `{"amount":1}`))
+		require.NoError(t, err)
+		assert.Equal(t, key, again.Request.Header.Get(httpidem.DefaultHeader))
+		assert.Equal(t, http.StatusCreated, got.status)
+		assert.Equal(t, "true", got.header.Get(httpidem.ReplayedHeader))
+		assert.Len(t, got.body, 2048)
+		assert.EqualValues(t, 1, api.runs.Load(), "handler runs")
+	})
+}
