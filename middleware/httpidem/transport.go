@@ -73,8 +73,9 @@ type TransportConfig struct {
 
 	// OnAttempt, when set, is called after every attempt, with what the
 	// Transport decided to do next (Attempt.Verdict): for logs, metrics or
-	// traces. It runs on the caller's goroutine, must be fast, and must
-	// not read or close a response body. Nil means none.
+	// traces. It runs on the goroutine of the call, concurrently for
+	// concurrent calls, must be fast, and must not read or close a
+	// response body. Nil means none.
 	OnAttempt func(Attempt)
 }
 
@@ -230,6 +231,14 @@ func (e *CallError) Error() string {
 }
 
 func (e *CallError) Unwrap() error { return e.Err }
+
+// Timeout reports whether Err is a timeout (a context deadline, a network
+// timeout), so that url.Error.Timeout and net.Error checks, which do not
+// unwrap, see through a CallError.
+func (e *CallError) Timeout() bool {
+	var t interface{ Timeout() bool }
+	return errors.As(e.Err, &t) && t.Timeout()
+}
 
 type ctxKey struct{}
 

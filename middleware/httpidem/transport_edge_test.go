@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -396,4 +397,31 @@ func TestTransportOddRequestsAndBases(t *testing.T) {
 		assert.True(t, body.closed.Load(), "the response beside the error is closed")
 		assert.Equal(t, []httpidem.Verdict{httpidem.VerdictDone}, rec.verdicts())
 	})
+}
+
+// TestTransportTimeoutSeenThrough: a call that ends with its context's
+// deadline is a timeout to url.Error.Timeout, as without the Transport,
+// and names its key.
+func TestTransportTimeoutSeenThrough(t *testing.T) {
+	done := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-done:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(done) }) // before srv.Close
+	tr, rec := newTransport(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := (&http.Client{Transport: tr}).Do(newPost(t, ctx, srv.URL, "{}"))
+	var uerr *url.Error
+	require.ErrorAs(t, err, &uerr)
+	assert.True(t, uerr.Timeout(), "%v", err)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	var ce *httpidem.CallError
+	require.ErrorAs(t, err, &ce)
+	assert.Len(t, ce.Key, 36)
+	assert.Equal(t, []httpidem.Verdict{httpidem.VerdictDone}, rec.verdicts())
 }
