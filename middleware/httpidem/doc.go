@@ -236,7 +236,8 @@
 // random point in the upper half of its step (defaults 200 ms and 10 s:
 // 100–200 ms, 200–400 ms, 400–800 ms, ...). A call makes at most
 // MaxAttempts attempts (5), and ends as soon as its context does, during a
-// pause too, with the context's cause. This middleware answers 409 with
+// pause too, with the context's cause (http.Client.Timeout is such a
+// deadline). This middleware answers 409 with
 // Retry-After: 1, so with the defaults a call waits about four seconds for
 // a first request that still runs, then gets the 409: raise MaxAttempts
 // for handlers that take longer.
@@ -256,7 +257,11 @@
 //     returned at once rather than waited for, or retried early;
 //   - errors that no retry cures: the context ended, a certificate was
 //     refused, the request was refused before it reached the network
-//     (an unsupported scheme, an invalid header).
+//     (an unsupported scheme, an invalid header). The Transport tells the
+//     last from a network failure by whether the base asked for a
+//     connection (net/http/httptrace's GetConn); a base not built on
+//     http.Transport never does, and then only network errors are retried
+//     (a net.Error, a syscall error, io.EOF, io.ErrUnexpectedEOF).
 //
 // A retried response is closed unread. A response whose headers arrived
 // and whose body was then cut is returned (reading its body fails): retry
