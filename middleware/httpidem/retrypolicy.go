@@ -142,6 +142,14 @@ func allDigits(s string) bool {
 // refused, which a retry does not cure. The request may have reached the
 // server (its response was lost): a retry is then safe only with the key,
 // which is for decide to say.
+//
+// Why the connection request counts, not only the error's type: an answer
+// cut in its headers surfaces from net/http as "HTTP/1.x transport
+// connection broken: malformed MIME header", neither a net.Error nor EOF
+// (TestTransportLostResponse fails without it), and HTTP/2's lost
+// connections are plain errors too; while the errors of a request refused
+// before any connection (an unsupported scheme, an invalid header value)
+// are plain errors that no retry cures.
 func retryableError(ctx context.Context, err error, reached bool) bool {
 	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false

@@ -320,6 +320,16 @@ func TestTransportErrors(t *testing.T) {
 		require.Error(t, err)
 		assert.Equal(t, []httpidem.Verdict{httpidem.VerdictDone}, rec.verdicts())
 	})
+	t.Run("a key that would split the header", func(t *testing.T) {
+		s, url := startScripted(t, reply{status: 201})
+		tr, rec := newTransport(t, nil)
+		ctx := httpidem.WithKey(context.Background(), "k\r\nX-Injected: 1")
+		_, _, err := do(t, tr, newPost(t, ctx, url, "{}"))
+		require.Error(t, err)
+		assert.Equal(t, []httpidem.Verdict{httpidem.VerdictDone}, rec.verdicts(), "net/http refuses it before the network")
+		keys, _ := s.requests()
+		assert.Empty(t, keys)
+	})
 	t.Run("context already ended", func(t *testing.T) {
 		_, url := startScripted(t, reply{status: 201})
 		tr, rec := newTransport(t, nil)

@@ -136,6 +136,7 @@ func TestTransportLostResponse(t *testing.T) {
 		all := rec.all()
 		require.GreaterOrEqual(t, len(all), 2)
 		assert.Error(t, all[0].Err, "the first attempt lost its answer")
+		t.Logf("attempt 1: %v", all[0].Err)
 		assert.Equal(t, httpidem.VerdictRetry, all[0].Verdict)
 		last := all[len(all)-1]
 		assert.Equal(t, httpidem.VerdictDone, last.Verdict)
