@@ -2,6 +2,7 @@ package httpidem_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net/http"
@@ -329,6 +330,15 @@ func TestTransportErrors(t *testing.T) {
 		assert.Equal(t, []httpidem.Verdict{httpidem.VerdictDone}, rec.verdicts(), "net/http refuses it before the network")
 		keys, _ := s.requests()
 		assert.Empty(t, keys)
+	})
+	t.Run("certificate refused", func(t *testing.T) {
+		srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+		t.Cleanup(srv.Close)
+		tr, rec := newTransport(t, nil) // its base does not trust the test server's certificate
+		_, _, err := do(t, tr, newPost(t, context.Background(), srv.URL, "{}"))
+		var verr *tls.CertificateVerificationError
+		require.ErrorAs(t, err, &verr)
+		assert.Equal(t, []httpidem.Verdict{httpidem.VerdictDone}, rec.verdicts())
 	})
 	t.Run("context already ended", func(t *testing.T) {
 		_, url := startScripted(t, reply{status: 201})
