@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
@@ -19,15 +20,15 @@ func ExampleTransport() {
 	if err != nil {
 		panic(err)
 	}
-	runs := 0
+	var runs atomic.Int32
 	srv := httptest.NewServer(idem.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs++
-		if runs == 1 { // the bank is down: 503, the key is FAILED, a retry may run again
+		run := runs.Add(1)
+		if run == 1 { // the bank is down: 503, the key is FAILED, a retry may run again
 			http.Error(w, "bank unavailable", http.StatusServiceUnavailable)
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
-		fmt.Fprintf(w, "paid, run %d", runs)
+		fmt.Fprintf(w, "paid, run %d", run)
 	})))
 	defer srv.Close()
 
