@@ -61,7 +61,8 @@ var (
 	// ErrInvalidConfig is matched by every problem that Config.Validate and
 	// New report: a negative duration or size, a malformed header name or
 	// method, a Config that sets neither Scope nor SingleTenant, or both,
-	// and a missing Store.
+	// and a missing Store; and by every problem of a TransportConfig that
+	// NewTransport reports.
 	ErrInvalidConfig = errors.New("httpidem: invalid config")
 	// ErrNilStore is matched, beside ErrInvalidConfig, by the problem of a
 	// Config without a Store.

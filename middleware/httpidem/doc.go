@@ -4,7 +4,9 @@
 // keeps its state in the same idempotency.Store as the Watermill middleware
 // (Redis in production, memstore for tests and demos), and runs on the same
 // owner protocol (idempotency.Once), so any number of server processes
-// sharing that store behave as one.
+// sharing that store behave as one. For the caller, Transport is an
+// http.RoundTripper that sends each POST and PATCH with a key and retries it
+// safely (see The client side).
 //
 //	idem, err := httpidem.New(httpidem.Config{
 //		Store: store,
@@ -12,6 +14,9 @@
 //	}, logger)
 //	...
 //	mux.Handle("POST /payments", idem.Handler(payments))
+//
+//	t, err := httpidem.NewTransport(httpidem.TransportConfig{}, logger)
+//	client := &http.Client{Transport: t, Timeout: 30 * time.Second}
 //
 // # What a request gets
 //
@@ -202,6 +207,84 @@
 // span, the stored key (which holds the scope's hash, never the scope), the
 // attempt and whether the response was replayed; idemotel's Observer puts
 // them on that span.
+//
+// # The client side
+//
+// Transport makes a caller's retries safe and automatic. A POST or PATCH
+// (TransportConfig.Methods) without an Idempotency-Key gets one, a fresh
+// UUID, or the key that WithKey put in its context; a request that has one
+// keeps it. Every attempt of the call sends that key, so a server running
+// this middleware runs the effect once and answers the other attempts with
+// the stored response (Idempotent-Replayed: true). The key a call used is
+// on the request of its response, resp.Request.Header.Get("Idempotency-Key"),
+// and on the *CallError of a call that got no response.
+//
+// An attempt is retried when its failure may be transient:
+//
+//	no response: a network error, or       the connection failed, or broke after
+//	the answer was lost                    the request was sent (the server may
+//	                                       have run it: the key makes it safe)
+//	409 with Retry-After                   the first request with the key still runs
+//	429                                    rate limited
+//	500, 502, 503, 504, every other 5xx    the server failed (a handler's 5xx leaves
+//	but 501 and 505                        the key FAILED here: the retry runs again)
+//
+// The pause before a retry is the response's Retry-After, in seconds or as
+// an HTTP-date (a date in the past means at once); without one, or when it
+// is unreadable or negative, it is exponential backoff with jitter:
+// BackoffBase·2^(n−1) before retry n, capped at BackoffMax, each pause a
+// random point in the upper half of its step (defaults 200 ms and 10 s:
+// 100–200 ms, 200–400 ms, 400–800 ms, ...). A call makes at most
+// MaxAttempts attempts (5), and ends as soon as its context does, during a
+// pause too, with the context's cause (http.Client.Timeout is such a
+// deadline). This middleware answers 409 with
+// Retry-After: 1, so with the defaults a call waits about four seconds for
+// a first request that still runs, then gets the 409: raise MaxAttempts
+// for handlers that take longer.
+//
+// Never retried, the answer goes to the caller as it is:
+//
+//   - 2xx and 3xx, and every 4xx but 409 with Retry-After and 429: 400, 422
+//     and the others are final (fix the request, and use a new key);
+//   - a request that carries no key and whose method is not idempotent
+//     (RFC 9110: GET, HEAD, OPTIONS, TRACE, PUT and DELETE are): a custom
+//     method, or POST when Methods leaves it out;
+//   - a request whose body cannot be rewound: a body without GetBody
+//     (http.NewRequest sets GetBody for *bytes.Buffer, *bytes.Reader and
+//     *strings.Reader) is sent once, and so is a call whose GetBody fails;
+//   - a Retry-After longer than MaxRetryAfter (30 s), and a pause that
+//     would end after the context's deadline: the last response is
+//     returned at once rather than waited for, or retried early;
+//   - errors that no retry cures: the context ended, a certificate was
+//     refused, the request was refused before it reached the network
+//     (an unsupported scheme, an invalid header). The Transport tells the
+//     last from a network failure by whether the base asked for a
+//     connection (net/http/httptrace's GetConn); a base not built on
+//     http.Transport never does, and then only network errors are retried
+//     (a net.Error, a syscall error, io.EOF, io.ErrUnexpectedEOF).
+//
+// A retried response is closed unread. A response whose headers arrived
+// and whose body was then cut is returned (reading its body fails): retry
+// the call with WithKey(ctx, resp.Request.Header.Get("Idempotency-Key")) to
+// get the replay. TransportConfig.OnAttempt sees every attempt: its key,
+// status or error, whether it was a replay, and what the Transport does
+// next (a Verdict, a label for metrics); retries are logged at Debug.
+//
+// Why not github.com/hashicorp/go-retryablehttp (v0.7.8): its backoff and
+// CheckRetry hook would cover part of this, but not as an http.RoundTripper
+// that wraps another. Its RoundTripper reads the whole request body into
+// memory (FromRequest) instead of using GetBody, so a body that cannot be
+// rewound is buffered and retried rather than sent once, and it sets
+// Body on the caller's request, which a RoundTripper must not change. It
+// sends each attempt through an inner http.Client (redirects, connection
+// pool and all), not through the RoundTripper given. CheckRetry does not
+// see the request, so "no key and not idempotent: never retry" would need
+// the request smuggled through its context; its backoff honours
+// Retry-After for 429 and 503 only (not 409), with no cap, reading RFC 1123
+// dates only, and without jitter; when retries run out it drains the last
+// response and returns an error instead. Replacing CheckRetry, Backoff,
+// ErrorHandler, the logger, the inner client and the body handling would
+// leave only its loop, for two more modules.
 //
 // # Guarantees
 //

@@ -126,3 +126,18 @@ func RequireQuoted(t testing.TB, root, kind, path string) string {
 	}
 	return block
 }
+
+// Output returns the lines of the "```text" block that follows the comment
+// "<!-- output: command -->" in the README at path: what command prints,
+// as the README shows it.
+func Output(t testing.TB, path, command string) []string {
+	t.Helper()
+	readme, err := os.ReadFile(path)
+	require.NoError(t, err)
+	marker := "<!-- output: " + command + " -->\n```text\n"
+	_, after, found := strings.Cut(string(readme), marker)
+	require.True(t, found, "%s shows no output of %s (%q)", path, command, marker)
+	block, _, found := strings.Cut(after, "```\n")
+	require.True(t, found, "the output of %s in %s does not end", command, path)
+	return strings.Split(strings.TrimSuffix(block, "\n"), "\n")
+}
