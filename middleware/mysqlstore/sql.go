@@ -29,8 +29,8 @@ import (
 // both read the same statement the same way.
 type statements struct {
 	claim, get, renew, complete, fail, releaseDelete, releaseUpdate string
-	fallback, fallbackLocked, del, purge                          string
-	schema                                                        string
+	fallback, fallbackLocked, del, purge                            string
+	schema                                                          string
 }
 
 // micros is the expression of a DATETIME(6) as BIGINT microseconds since the
