@@ -42,3 +42,9 @@ func dropTable(t testing.TB, db *sql.DB, table string) {
 
 // quoted returns table as an SQL identifier (tests' names need no escaping).
 func quoted(table string) string { return "`" + table + "`" }
+
+// tableOf returns the table of a store made by newTable.
+func tableOf(t testing.TB, s *mysqlstore.Store) string {
+	t.Helper()
+	return mysqlstore.TableOf(s)
+}

@@ -86,8 +86,17 @@ func valid(prefix string) string {
 // with parameters key_hash then token: a valid IN_PROGRESS record whose live
 // lease the token holds. A lapsed lease is held by nobody, even when nobody
 // claimed the key since (a strict fence).
+//
+// The expiry is tested through TIMESTAMPDIFF, which no index can serve, on
+// purpose: written as expires_at > UTC_TIMESTAMP(6), MariaDB's optimizer
+// (its rowid filter) scans the expires_at index from now to its end to
+// narrow the primary key's single row, and under REPEATABLE READ that scan
+// locks the index's last gap until the transaction ends, so an in-transaction
+// completion made every concurrent claim of every key wait for its COMMIT
+// (TestCompletionLocks). The primary key alone finds the row.
 const heldSQL = `key_hash = ? AND state = 'in_progress' AND token = ?
-	AND lease_until > UTC_TIMESTAMP(6) AND expires_at > UTC_TIMESTAMP(6) AND `
+	AND TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until) > 0
+	AND TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) > 0 AND `
 
 func buildStatements(table, constraint string) statements {
 	r := strings.NewReplacer(
