@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-		"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
