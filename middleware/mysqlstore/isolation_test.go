@@ -140,3 +140,38 @@ func TestCompletionLocks(t *testing.T) {
 		})
 	}
 }
+
+// TestIdleTransactionTimeoutEndsAStalledCompletion: a consumer that stalls
+// between its in-transaction completion and its COMMIT holds the record's
+// row lock, and every claim of the key waits for it. MariaDB's
+// idle_write_transaction_timeout (set here through the DSN, in
+// seconds) ends such a session: its transaction rolls back, effect and
+// completion included, the lock goes, and the COMMIT fails, so the
+// consumer's handler returns an error and nothing is acked. This is the
+// setting that plays PostgreSQL's idle_in_transaction_session_timeout.
+func TestIdleTransactionTimeoutEndsAStalledCompletion(t *testing.T) {
+	db := dbWith(t, map[string]string{"idle_write_transaction_timeout": "1"})
+	ctx := context.Background()
+	if err := db.PingContext(ctx); mysqlErrno(err) == 1193 {
+		t.Skipf("this server has no idle_write_transaction_timeout (MySQL): %v", err)
+	}
+	s, table := newTable(t, testDB(t))
+	stalled, err := mysqlstore.New(db, mysqlstore.Config{Table: table})
+	require.NoError(t, err)
+	fx := effects(t, testDB(t))
+	tok := claim(t, s, "k", time.Minute, time.Minute)
+
+	tx := begin(t, db, sql.LevelReadCommitted)
+	_, err = tx.ExecContext(ctx, `INSERT INTO `+quoted(fx)+` VALUES ('k')`)
+	require.NoError(t, err)
+	require.NoError(t, stalled.CompleteTx(ctx, tx, "k", tok, []byte("r"), time.Minute))
+	start := time.Now()
+	res, err := s.Claim(ctx, "k", idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute})
+	require.NoError(t, err, "the claim waited for the stalled session's end, not for its lock wait timeout")
+	waited := time.Since(start)
+	assert.False(t, res.Acquired)
+	assert.Equal(t, idempotency.StateInProgress, res.Record.State, "the completion rolled back with the session")
+	assert.Error(t, tx.Commit(), "the stalled consumer's COMMIT fails")
+	assert.Zero(t, rows(t, testDB(t), fx), "its effect rolled back")
+	t.Logf("the claim waited %v for the stalled transaction", waited.Round(10*time.Millisecond))
+}
