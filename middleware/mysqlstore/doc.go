@@ -167,7 +167,10 @@
 // (TestCompleteTxReadsTheStatementsClock). It is UTC rather than NOW(6): a
 // session's time_zone would otherwise move every deadline, and a DST change
 // repeat an hour. Times are microseconds (DATETIME(6)), as PostgreSQL's
-// timestamptz. A server clock that steps forward ends leases early, one that
+// timestamptz. A statement that waits for a row lock judges leases by the
+// time it started; a lease that lapses during such a wait is therefore
+// still honoured by it, but only if nobody claimed the key in between,
+// since the owner's token is checked on the row as it is after the wait. A server clock that steps forward ends leases early, one that
 // steps back lengthens them.
 //
 // # Corrupt records
