@@ -73,3 +73,24 @@ func putForeign(db *sql.DB, table, key string, kind storetest.Foreign) error {
 		[]byte(key), []byte(key))
 	return err
 }
+
+// TestConformanceUnderSQLModes runs the suite again on sessions whose
+// sql_mode differs from the server's default: no strict mode, and ANSI
+// (double quotes quote identifiers, || concatenates) with MariaDB's
+// SIMULTANEOUS_ASSIGNMENT (an UPDATE's SET list reads the old row
+// throughout). The statements must mean the same under each.
+func TestConformanceUnderSQLModes(t *testing.T) {
+	for name, mode := range map[string]string{
+		"non-strict":        "''",
+		"ansi-simultaneous": "'ANSI,SIMULTANEOUS_ASSIGNMENT'",
+	} {
+		t.Run(name, func(t *testing.T) {
+			db := dbWith(t, map[string]string{"sql_mode": mode})
+			if err := db.PingContext(context.Background()); mysqlErrno(err) == 1231 { // ER_WRONG_VALUE_FOR_VAR
+				t.Skipf("this server has no sql_mode %s: %v", mode, err)
+			}
+			s, _ := newTable(t, db)
+			storetest.Run(t, func(t *testing.T) storetest.Subject { return storetest.Subject{Store: s} })
+		})
+	}
+}
