@@ -61,8 +61,9 @@ const logicalState = `(CASE WHEN r.state = 'in_progress' AND r.lease_until <= UT
 // rowBytes is the size of the row r's values: its variable columns'
 // lengths and its fixed ones' sizes (BINARY(32), two BIGINTs, four
 // DATETIME(6) of 8 bytes).
-const rowBytes = "(32 + LENGTH(r.`key`) + LENGTH(r.state) + COALESCE(LENGTH(r.token), 0) + COALESCE(LENGTH(r.fingerprint), 0)" +
-	" + COALESCE(LENGTH(r.result), 0) + 2*8 + 4*8)"
+// A corrupt row's NULLs count as empty.
+const rowBytes = "(32 + COALESCE(LENGTH(r.`key`), 0) + COALESCE(LENGTH(r.state), 0) + COALESCE(LENGTH(r.token), 0)" +
+	" + COALESCE(LENGTH(r.fingerprint), 0) + COALESCE(LENGTH(r.result), 0) + 2*8 + 4*8)"
 
 // prefixSQL selects the rows whose key starts with the bytes of the
 // parameters (the prefix, twice).
@@ -247,9 +248,12 @@ func (s *Store) DeleteIf(ctx context.Context, key string, states ...idempotency.
 		return 0, false, s.queryError(ctx, "delete if", key, err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	var isValid, expired bool
-	var state string
-	err = tx.QueryRowContext(ctx, stmts.lock, hash[:]).Scan(&isValid, &expired, &state)
+	// A corrupt row may have NULLs where a record has none.
+	var isValid bool
+	var expiredOrNull sql.NullBool
+	var stateOrNull sql.NullString
+	err = tx.QueryRowContext(ctx, stmts.lock, hash[:]).Scan(&isValid, &expiredOrNull, &stateOrNull)
+	expired, state := expiredOrNull.Bool, stateOrNull.String
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return idempotency.StateAbsent, false, nil

@@ -132,3 +132,31 @@ func putCorrupt(t *testing.T, db *sql.DB, table, key string) {
 	require.NoError(t, err)
 	require.NoError(t, putForeign(db, table, key, storetest.ForeignBadFields))
 }
+
+// A table made by hand may lack the NOT NULL constraints: a row with no
+// state and no expiry is corrupt for DeleteIf, Inspect and Get alike, and
+// DeleteIf keeps it.
+func TestNullColumnsAreCorrupt(t *testing.T) {
+	t.Parallel()
+	db := testDB(t)
+	ctx := context.Background()
+	s, table := newTable(t, db)
+	for _, ddl := range []string{
+		"ALTER TABLE " + quoted(table) + " DROP CONSTRAINT " + quoted(table+"_record_valid"),
+		"ALTER TABLE " + quoted(table) + " MODIFY state VARBINARY(255) NULL, MODIFY expires_at DATETIME(6) NULL",
+	} {
+		_, err := db.ExecContext(ctx, ddl)
+		require.NoError(t, err)
+	}
+	_, err := db.ExecContext(ctx, "INSERT INTO "+quoted(table)+" (key_hash, `key`, attempts, created_at, updated_at) VALUES (UNHEX(SHA2('k', 256)), 'k', 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))")
+	require.NoError(t, err)
+	_, _, err = s.DeleteIf(ctx, "k", idempotency.StateFailed, idempotency.StateInProgress, idempotency.StateCompleted)
+	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
+	_, _, _, err = s.Inspect(ctx, "k")
+	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
+	_, err = s.Get(ctx, "k")
+	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
+	_, err = s.Claim(ctx, "k", idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute})
+	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
+	assert.Equal(t, 1, rows(t, db, table), "the corrupt row is kept")
+}

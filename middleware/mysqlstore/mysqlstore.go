@@ -107,11 +107,16 @@ const maxClaimReads = 4
 // lock, and a SELECT of the row it left.
 //
 // MySQL cannot return the row from the write, so the read decides what the
-// write did: the claim acquired iff the row holds a live lease of the
+// write did: the claim acquired iff the row is IN_PROGRESS under the
 // request's token (tokens are unique to their claim, so only this claim or
-// a resend of it can have written it), unless the stored fingerprint
+// a resend of it can have written it; no other claim can have taken it
+// since, or the token would be another's), unless the stored fingerprint
 // differs (a refusal that keeps a row a resend may have left under this
-// token). Between the two statements the row can only move on: the holder
+// token). That holds even when the lease lapsed between the two statements
+// (a lease shorter than a round trip, or a stalled connection): the claim
+// is then reported acquired with its lapsed deadline, and the owner's first
+// renewal or completion finds the lease lost, rather than the claim being
+// run again and counting an attempt per try. Between the two statements the row can only move on: the holder
 // may complete or fail it, or its lease may lapse or the record expire.
 // When the read finds a record that this claim would have acquired (absent,
 // expired, FAILED, a lapsed lease), the claim is run again, so that no
@@ -154,9 +159,9 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 			return idempotency.ClaimResult{}, wrap("claim", key, err)
 		}
 		refusedFP := fp != nil && len(r.fingerprint) > 0 && string(req.Fingerprint) != string(r.fingerprint)
-		if !r.expired() && r.holds(req.Token) && !refusedFP {
+		if !r.expired() && r.claimedBy(req.Token) && !refusedFP {
 			s.prepareCompletion(ctx)
-			return idempotency.ClaimResult{Acquired: true, Record: r.record(true)}, nil
+			return idempotency.ClaimResult{Acquired: true, Record: r.claimedRecord()}, nil
 		}
 		claimable := r.expired() || *r.state == stateFailed || (*r.state == stateInProgress && !r.live())
 		if claimable && !refusedFP && i < maxClaimReads {

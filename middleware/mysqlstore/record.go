@@ -154,3 +154,20 @@ func timeOf(us int64) time.Time { return time.UnixMicro(us).UTC() }
 func (r *row) ttl() time.Duration {
 	return time.Duration(*r.expiresAt-r.now) * time.Microsecond
 }
+
+// claimedBy reports whether the (checked) record is IN_PROGRESS under
+// token, its lease live or not: the row a claim of token left, which no
+// other claim has taken over since.
+func (r *row) claimedBy(token string) bool {
+	return *r.state == stateInProgress && string(r.token) == token
+}
+
+// claimedRecord is the record of a claim that acquired the (checked) row:
+// IN_PROGRESS with its token, also when its lease lapsed since the claim
+// wrote it.
+func (r *row) claimedRecord() idempotency.Record {
+	rec := r.record(true)
+	rec.State = idempotency.StateInProgress
+	rec.Token = string(r.token)
+	return rec
+}

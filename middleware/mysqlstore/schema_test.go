@@ -173,3 +173,24 @@ func TestConstraintRefusesForeignRows(t *testing.T) {
 		assert.Contains(t, []uint16{3819, 4025}, mysqlErrno(err), "%v: a CHECK violation: %v", kind, err)
 	}
 }
+
+// A lease shorter than the time between the claim's write and its read
+// (here 1 µs) lapses before the read: the claim still acquired, and says
+// so, once, with one attempt; it does not write again and count more.
+func TestClaimWhoseLeaseLapsedBeforeItsRead(t *testing.T) {
+	db := testDB(t)
+	ctx := context.Background()
+	s, _ := newTable(t, db)
+	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Microsecond, TTL: time.Minute}
+	res, err := s.Claim(ctx, "k", req)
+	require.NoError(t, err)
+	assert.True(t, res.Acquired, "the claim wrote its token")
+	assert.Equal(t, idempotency.StateInProgress, res.Record.State)
+	assert.Equal(t, req.Token, res.Record.Token)
+	assert.Equal(t, 1, res.Record.Attempts, "one claim, one attempt")
+	assert.ErrorIs(t, s.Renew(ctx, "k", req.Token, time.Minute), idempotency.ErrLeaseLost, "the lapsed lease is nobody's")
+	rec, err := s.Get(ctx, "k")
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateFailed, rec.State)
+	assert.Equal(t, 1, rec.Attempts)
+}
