@@ -107,11 +107,6 @@ func (r *row) live() bool {
 	return *r.state == stateInProgress && r.now < *r.leaseUntil
 }
 
-// holds reports whether token holds the (checked) record's live lease.
-func (r *row) holds(token string) bool {
-	return r.live() && string(r.token) == token
-}
-
 // record returns the (checked, unexpired) row as a Record; its token only if
 // withToken and the lease is live. A lapsed lease reads as FAILED with its
 // deadline.
