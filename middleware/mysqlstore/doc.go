@@ -140,10 +140,12 @@
 //   - Claim: two statements. An INSERT … ON DUPLICATE KEY UPDATE decides
 //     and writes under the row's exclusive lock; MySQL has no RETURNING
 //     (MariaDB none on this path), so a SELECT then reads the row, and the
-//     claim acquired iff the row holds a live lease of the request's token.
-//     A record that moved on between the two (its holder completed or
-//     failed it, its lease lapsed) is claimed again, so no caller is refused
-//     by a record that no longer refuses it (see Store.Claim).
+//     claim acquired iff the row is IN_PROGRESS under the request's token
+//     (reported with its deadline even if the lease lapsed in between). A
+//     record of another owner that moved on between the two (its holder
+//     completed or failed it, its lease lapsed) is claimed again, so no
+//     caller is refused by a record that no longer refuses it (see
+//     Store.Claim).
 //   - Renew, Complete, Fail: one UPDATE whose WHERE is the fence; when it
 //     changes nothing, a second statement reads the row to tell a resent
 //     transition (nil), a corrupt row and a lost lease apart.
