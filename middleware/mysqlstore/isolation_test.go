@@ -97,8 +97,8 @@ func TestSnapshotIsolationRefusesRepeatableRead(t *testing.T) {
 // on a session that waits one second for a lock, can do meanwhile:
 //
 //   - applied, at any level: an exclusive lock on the record's row; a claim
-//     of the key waits (and here times out), a claim of any other key does
-//     not;
+//     or a renewal of the key waits (and here times out), a claim or a
+//     renewal of any other key does not;
 //   - refused because the row is gone (an operator deleted it), under
 //     REPEATABLE READ: a gap lock where the row would be, so a claim of that
 //     key (or of any key whose hash falls in the same gap) waits until the
@@ -118,12 +118,16 @@ func TestCompletionLocks(t *testing.T) {
 			require.NoError(t, err)
 
 			tok := claim(t, s, "held", time.Minute, time.Minute)
+			neighbour := claim(t, s, "renewed", time.Minute, time.Minute)
 			tx := begin(t, db, il.level)
 			require.NoError(t, s.CompleteTx(ctx, tx, "held", tok, []byte("r"), time.Minute))
 			assert.Equal(t, uint16(1205), mysqlErrno(claimOn(w, "held")), "a claim of the completed key waits for the commit")
+			assert.Equal(t, uint16(1205), mysqlErrno(w.Renew(ctx, "held", tok, time.Minute)),
+				"so does a renewal of it (the run stops renewing once its completion is written)")
 			for _, other := range []string{"other-1", "other-2", "other-3"} {
 				assert.NoError(t, claimOn(w, other), "a claim of another key does not wait")
 			}
+			assert.NoError(t, w.Renew(ctx, "renewed", neighbour, time.Minute), "nor does a renewal of another key")
 			require.NoError(t, tx.Commit())
 
 			gone := claim(t, s, "gone", time.Minute, time.Minute)
