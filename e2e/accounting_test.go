@@ -186,7 +186,10 @@ func (e *env) noteText() string {
 	if e.note != nil {
 		s = ", " + e.note()
 	}
-	if e.fxTable != "" {
+	switch {
+	case e.fxTable != "" && e.b.mysql:
+		s += ", effects and COMPLETED in one MySQL transaction"
+	case e.fxTable != "":
 		s += ", effects and COMPLETED in one PostgreSQL transaction"
 	}
 	return s

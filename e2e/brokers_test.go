@@ -54,10 +54,15 @@ type broker struct {
 	// cleanup deletes what one scenario created on a shared server.
 	cleanup func(t *testing.T, url string, topics []string, group string)
 	// pg: the column keeps the idempotency records in PostgreSQL (pgstore)
-	// instead of Redis; base is then the name of the broker it runs on.
-	pg   bool
-	base string
+	// instead of Redis; mysql: in MySQL or MariaDB (mysqlstore). base is
+	// then the name of the broker it runs on.
+	pg, mysql bool
+	base      string
 }
+
+// sqlStore reports whether the column keeps its records in a database
+// table (pgstore or mysqlstore) rather than in Redis.
+func (b *broker) sqlStore() bool { return b.pg || b.mysql }
 
 // kind is the broker the column runs on, whatever its store: the name a
 // scenario's na is keyed by.
@@ -74,14 +79,21 @@ func (b *broker) kind() string {
 // table checks there is the store's state machine under a broker's
 // redeliveries, which the Redis store's columns already check on every
 // broker.
-var pgColumns = []*broker{pgColumn("gochannel"), pgColumn("nats")}
+var pgColumns = []*broker{sqlColumn("pg", "gochannel"), sqlColumn("pg", "nats")}
 
-// pgColumn is the broker named name, with pgstore as its store.
-func pgColumn(name string) *broker {
+// mysqlColumns are the brokers the scenario table runs on with mysqlstore
+// as the store, as mysql-<broker>: NATS, the one network broker, for the
+// same reason.
+var mysqlColumns = []*broker{sqlColumn("mysql", "nats")}
+
+// sqlColumn is the broker named name, with pgstore (db "pg") or mysqlstore
+// (db "mysql") as its store.
+func sqlColumn(db, name string) *broker {
 	for _, b := range brokers {
 		if b.name == name {
 			c := *b
-			c.name, c.base, c.pg = "pg-"+name, name, true
+			c.name, c.base = db+"-"+name, name
+			c.pg, c.mysql = db == "pg", db == "mysql"
 			return &c
 		}
 	}

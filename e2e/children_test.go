@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
@@ -33,8 +35,12 @@ const (
 	// pgstore table on the shared PostgreSQL (PG_URL) instead of in the
 	// Redis at E2E_STORE_ADDR: a pg- column.
 	childPGTableVar = "E2E_PG_TABLE"
-	childPrefixVar  = "E2E_KEY_PREFIX"
-	childLedgerVar  = "E2E_LEDGER_ADDR"
+	// childMySQLTableVar, when set, makes the child keep its records in
+	// this mysqlstore table on the shared MySQL (MYSQL_DSN): a mysql-
+	// column.
+	childMySQLTableVar = "E2E_MYSQL_TABLE"
+	childPrefixVar     = "E2E_KEY_PREFIX"
+	childLedgerVar     = "E2E_LEDGER_ADDR"
 	// childLedgerPrefixVar is the prefix of the scenario's ledger hashes,
 	// as ledgerKey makes them.
 	childLedgerPrefixVar = "E2E_LEDGER_PREFIX"
@@ -86,8 +92,8 @@ func (k *childKit) ledgerKey(hash string) string { return os.Getenv(childLedgerP
 
 // idempotency is the child's middleware, configured as the scenario's
 // consumers are, with obs and maxAttempts, on the store that its variables
-// name: a pgstore on the table E2E_PG_TABLE names, or a redisstore on
-// E2E_STORE_ADDR.
+// name: a pgstore on the table E2E_PG_TABLE names, a mysqlstore on the
+// table E2E_MYSQL_TABLE names, or a redisstore on E2E_STORE_ADDR.
 func (k *childKit) idempotency(maxAttempts int, obs idempotency.Observer) (*idempotency.Idempotency, error) {
 	var store idempotency.Store
 	var err error
@@ -97,6 +103,12 @@ func (k *childKit) idempotency(maxAttempts int, obs idempotency.Observer) (*idem
 			return nil, err
 		}
 		store, err = pgstore.New(pool, pgstore.Config{Table: table})
+	} else if table := os.Getenv(childMySQLTableVar); table != "" {
+		var db *sql.DB
+		if db, err = sql.Open("mysql", testserver.MySQLDSN()); err != nil {
+			return nil, err
+		}
+		store, err = mysqlstore.New(db, mysqlstore.Config{Table: table})
 	} else {
 		store, err = redisstore.New(redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: os.Getenv(childStoreVar)}))
 	}
@@ -132,7 +144,8 @@ func (e *env) startChild(role string, cfg backends.Config, vars ...string) *chil
 		childRoleVar + "=" + role,
 		childTopicVar + "=" + e.topic,
 		childStoreVar + "=" + e.storeURL,
-		childPGTableVar + "=" + e.pgTable,
+		childPGTableVar + "=" + e.sqlTableOf(e.b.pg),
+		childMySQLTableVar + "=" + e.sqlTableOf(e.b.mysql),
 		childPrefixVar + "=" + e.prefix,
 		childLedgerVar + "=" + e.ledger.Options().Addr,
 		childLedgerPrefixVar + "=" + e.id,

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"io/fs"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
@@ -40,6 +42,7 @@ var composeDefaults = []struct {
 	{"rabbitmq", "rabbitmq", 5672, []string{"amqp", "amqps"}},
 	{"nats", "nats", 4222, []string{"nats"}},
 	{"postgres", "postgres", 5432, []string{"postgres", "postgresql"}},
+	{"mariadb", "mariadb", 3306, []string{"mysql", "mariadb", "MYSQL_DSN"}},
 }
 
 func readCompose(t *testing.T) composeFile {
@@ -71,7 +74,7 @@ func published(ports []string) []int {
 
 // docker-compose.yml must start, on the default ports, every server that the
 // tests and examples use: Redis, Kafka in KRaft mode, RabbitMQ, NATS with
-// JetStream, and PostgreSQL.
+// JetStream, PostgreSQL and MariaDB.
 func TestComposeServicesMatchDefaults(t *testing.T) {
 	c := readCompose(t)
 	for _, d := range composeDefaults {
@@ -112,13 +115,35 @@ func TestComposeServicesMatchDefaults(t *testing.T) {
 	} else {
 		assert.Equal(t, "postgres", pgURL.User.Username(), "PG_URL's user is the image's default superuser")
 	}
+
+	// MYSQL_DSN's default logs in as root without a password, to a database
+	// that must exist: the image allows the empty root password and creates
+	// the database.
+	my, err := mysql.ParseDSN(testserver.DefaultMySQLDSN)
+	require.NoError(t, err)
+	assert.Equal(t, "root", my.User, "MYSQL_DSN's default logs in as the image's root")
+	assert.Empty(t, my.Passwd, "MYSQL_DSN's default has no password")
+	maria := c.Services["mariadb"].Environment
+	assert.Equal(t, "1", maria["MARIADB_ALLOW_EMPTY_ROOT_PASSWORD"], "MYSQL_DSN's default (%s) logs in without a password", testserver.DefaultMySQLDSN)
+	assert.Equal(t, my.DBName, maria["MARIADB_DATABASE"], "the image creates MYSQL_DSN's database")
+	_, port, err := net.SplitHostPort(my.Addr)
+	require.NoError(t, err)
+	assert.Contains(t, published(c.Services["mariadb"].Ports), mustAtoi(t, port), "MYSQL_DSN's default port is published")
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	require.NoError(t, err)
+	return n
 }
 
 // brokerAddr matches a loopback broker or database address in code and
 // docs: scheme://[user[:pass]@]host:port, or VAR=host:port and "VAR",
 // "host:port" for REDIS_ADDR and KAFKA_BROKERS.
-var brokerAddr = regexp.MustCompile(`\b(kafka|rediss?|amqps?|nats|postgres(?:ql)?)://(?:[^@/\s"]*@)?(?:localhost|127\.0\.0\.1):(\d+)` +
-	`|\b(REDIS_ADDR|KAFKA_BROKERS)(?:=|", ")(?:localhost|127\.0\.0\.1):(\d+)`)
+var brokerAddr = regexp.MustCompile(`\b(kafka|rediss?|amqps?|nats|postgres(?:ql)?|mysql|mariadb)://(?:[^@/\s"]*@)?(?:localhost|127\.0\.0\.1):(\d+)` +
+	`|\b(REDIS_ADDR|KAFKA_BROKERS)(?:=|", ")(?:localhost|127\.0\.0\.1):(\d+)` +
+	`|@(tcp)\((?:localhost|127\.0\.0\.1):(\d+)\)`)
 
 // Every loopback broker or PostgreSQL address written in the repository's
 // code and docs
@@ -150,8 +175,11 @@ func TestComposePortsMatchDocsAndExamples(t *testing.T) {
 		}
 		for _, m := range brokerAddr.FindAllStringSubmatch(string(raw), -1) {
 			scheme, port := m[1], m[2]
-			if scheme == "" {
+			switch {
+			case m[3] != "":
 				scheme, port = m[3], m[4]
+			case m[5] != "":
+				scheme, port = "MYSQL_DSN", m[6] // a go-sql-driver DSN
 			}
 			p, _ := strconv.Atoi(port)
 			found[scheme+":"+port] = true
@@ -162,7 +190,7 @@ func TestComposePortsMatchDocsAndExamples(t *testing.T) {
 	})
 	require.NoError(t, err)
 	// The walk must have seen the defaults, or it checked nothing.
-	for _, want := range []string{"REDIS_ADDR:6379", "amqp:5672", "nats:4222", "kafka:9092", "postgres:5432"} {
+	for _, want := range []string{"REDIS_ADDR:6379", "amqp:5672", "nats:4222", "kafka:9092", "postgres:5432", "mysql:3306", "MYSQL_DSN:3306"} {
 		assert.True(t, found[want], "no file mentions %s; the scan is looking in the wrong place", want)
 	}
 }

@@ -90,10 +90,21 @@
 // table. store-outage does not apply: it kills the store's server, and the
 // PostgreSQL server is shared; nor, to keep the run short, does crash-loop.
 //
+// # MySQL store
+//
+// The table runs once more on NATS with mysqlstore as the store, on the
+// shared MariaDB (or MySQL): TestE2E/mysql-nats/<scenario>, with the pg-
+// columns' key counts, and the effects of duplicate-storm, flaky-handler
+// and output-replay made in MySQL, each in a READ COMMITTED transaction
+// with its COMPLETED (mysqlstore.CompleteInTx). The crash and crash-loop
+// children keep their records in the column's table. store-outage and
+// broker-restart do not apply, as on the pg- columns.
+//
 // Servers: Redis (REDIS_ADDR, 127.0.0.1:6379), RabbitMQ (AMQP_URL,
 // amqp://guest:guest@127.0.0.1:5672/), NATS with JetStream (NATS_URL,
 // nats://127.0.0.1:4222), PostgreSQL (PG_URL,
-// postgres://postgres@127.0.0.1:5432/test?sslmode=disable), and Kafka: an in-process kfake cluster of three
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable), MariaDB or
+// MySQL (MYSQL_DSN, root@tcp(127.0.0.1:3306)/test), and Kafka: an in-process kfake cluster of three
 // brokers, or the cluster named by KAFKA_BROKERS. redis-server must be on
 // PATH for the private store and ledger servers. docker-compose.yml at the
 // root of the repository starts all of them on those ports. Everything a run

@@ -20,35 +20,38 @@ type scenario struct {
 	budget time.Duration
 	run    func(e *env)
 	// na names the brokers the scenario does not apply to, and why; it
-	// holds for their pg- columns too.
+	// holds for their pg- and mysql- columns too.
 	na map[string]string
-	// pgNA, when set, says why the scenario does not apply with pgstore.
-	pgNA string
-	// pgInTx: on the pg- columns, the handlers make their effects in
-	// PostgreSQL and write COMPLETED in the same transaction
-	// (pgstore.CompleteInTx), instead of in the Redis ledger.
-	pgInTx bool
+	// sqlNA, when set, says why the scenario does not apply with pgstore
+	// and mysqlstore.
+	sqlNA string
+	// inTx: on the pg- and mysql- columns, the handlers make their effects
+	// in the store's database and write COMPLETED in the same transaction
+	// (pgstore.CompleteInTx, mysqlstore.CompleteInTx), instead of in the
+	// Redis ledger.
+	inTx bool
 }
 
 var scenarios = []scenario{
-	{name: "duplicate-storm", budget: 4 * time.Minute, run: duplicateStorm, pgInTx: true},
-	{name: "flaky-handler", budget: 2 * time.Minute, run: flakyHandler, pgInTx: true},
+	{name: "duplicate-storm", budget: 4 * time.Minute, run: duplicateStorm, inTx: true},
+	{name: "flaky-handler", budget: 2 * time.Minute, run: flakyHandler, inTx: true},
 	{name: "concurrent-copies", budget: 2 * time.Minute, run: concurrentCopies},
 	{name: "crash", budget: 2 * time.Minute, run: crash, na: map[string]string{
 		"gochannel": "n/a: the killed process would take the in-process channel, and every message in it, " +
 			"down with it; nothing is left to redeliver",
 	}},
 	{name: "store-outage", budget: 2 * time.Minute, run: storeOutage,
-		pgNA: "n/a with pgstore: the scenario kills and restarts the store's server, a private redis-server; " +
-			"the PostgreSQL server is shared and not the test's to kill"},
+		sqlNA: "n/a with pgstore and mysqlstore: the scenario kills and restarts the store's server, a private " +
+			"redis-server; the PostgreSQL and MySQL servers are shared and not the test's to kill"},
 	{name: "slow-handler", budget: 2 * time.Minute, run: slowHandler},
-	{name: "output-replay", budget: 2 * time.Minute, run: outputReplay, pgInTx: true},
+	{name: "output-replay", budget: 2 * time.Minute, run: outputReplay, inTx: true},
 	{name: "crash-loop", budget: 2 * time.Minute, run: crashLoop, na: map[string]string{
 		"gochannel": "n/a: each death of the consumer process would take the in-process channel, and the poison " +
 			"message in it, down with it; nothing is left to redeliver",
 	}},
 	{name: "broker-restart", budget: 2 * time.Minute, run: brokerRestart, na: brokerRestartNA,
-		pgNA: "n/a with pgstore: what it checks is the broker's restart, which the redisstore columns check on every broker"},
+		sqlNA: "n/a with pgstore and mysqlstore: what it checks is the broker's restart, which the redisstore columns " +
+			"check on every broker"},
 	{name: "stuck-partition", budget: time.Minute, run: stuckPartition, na: map[string]string{
 		"redis": "n/a: a Kafka scenario; a stream has no partitions, and a nacked message holds back only the " +
 			"consumer it was delivered to",
@@ -62,12 +65,13 @@ var scenarios = []scenario{
 }
 
 // columns are the table's columns: every broker with redisstore, then the
-// pg- columns with pgstore.
-var columns = append(append([]*broker(nil), brokers...), pgColumns...)
+// pg- columns with pgstore and the mysql- column with mysqlstore.
+var columns = append(append(append([]*broker(nil), brokers...), pgColumns...), mysqlColumns...)
 
 // TestE2E runs every scenario on every broker: TestE2E/<broker>/<scenario>,
-// with redisstore as the store, and again on gochannel and NATS with pgstore:
-// TestE2E/pg-<broker>/<scenario>. Columns run in parallel, the scenarios
+// with redisstore as the store, and again on gochannel and NATS with pgstore
+// (TestE2E/pg-<broker>/<scenario>) and on NATS with mysqlstore
+// (TestE2E/mysql-nats/<scenario>). Columns run in parallel, the scenarios
 // of one column one after another.
 func TestE2E(t *testing.T) {
 	if testing.Short() {
@@ -88,8 +92,8 @@ func TestE2E(t *testing.T) {
 			url := b.start(t)
 			for _, s := range scenarios {
 				why := s.na[b.kind()]
-				if why == "" && b.pg {
-					why = s.pgNA
+				if why == "" && b.sqlStore() {
+					why = s.sqlNA
 				}
 				if why != "" {
 					// Not a skip: the scenario does not exist for this broker.
@@ -98,8 +102,8 @@ func TestE2E(t *testing.T) {
 				}
 				t.Run(s.name, func(t *testing.T) {
 					e := newEnv(t, b, url, s.name, ledger, s.budget)
-					if s.pgInTx {
-						e.effectsInPostgres()
+					if s.inTx {
+						e.effectsInDatabase()
 					}
 					s.run(e)
 				})

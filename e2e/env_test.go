@@ -119,16 +119,16 @@ func (e *env) deleteKeys(c *redis.Client, pattern string) {
 	}
 }
 
-// pgScale divides the key counts of the heaviest scenarios on the pg-
-// columns: every claim there is a statement on the one shared PostgreSQL,
-// and the columns run beside all the others, two at a time on a two-CPU
-// machine. A quarter of the keys still makes thousands of deliveries race
+// pgScale divides the key counts of the heaviest scenarios on the pg- and
+// mysql- columns: every claim there is a statement on the one shared
+// PostgreSQL or MySQL, and the columns run beside all the others, two at a
+// time on a two-CPU machine. A quarter of the keys still makes thousands of deliveries race
 // for them.
 const pgScale = 4
 
-// size is n keys, or n/pgDiv on a pg- column.
+// size is n keys, or n/pgDiv on a pg- or mysql- column.
 func (e *env) size(n, pgDiv int) int {
-	if e.b.pg {
+	if e.b.sqlStore() {
 		return n / pgDiv
 	}
 	return n

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sort"
 	"strconv"
@@ -16,13 +17,14 @@ import (
 
 // effectLedger is where the handlers make their effects, the one thing
 // that must happen exactly once per key: hashes (HINCRBY per key) in a
-// private redis-server, separate from the store, or on a pg- column after
-// effectsInPostgres, the rows of a PostgreSQL table.
+// private redis-server, separate from the store, or on a pg- or mysql-
+// column after effectsInDatabase, the rows of a table in the store's
+// database.
 type effectLedger struct {
 	ledger *redis.Client
-	// fxTable, when set (effectsInPostgres), is the PostgreSQL table that
-	// holds the effects in place of the ledger: each is made in the
-	// handler's transaction, which also writes COMPLETED.
+	// fxTable, when set (effectsInDatabase), is the table that holds the
+	// effects in place of the ledger: each is made in the handler's
+	// transaction, which also writes COMPLETED.
 	fxTable string
 	effects sync.Map // "hash/key" once the effect is in the ledger
 	// wantEffects lists, per ledger hash, the keys whose effect must happen
@@ -34,17 +36,18 @@ func newEffectLedger(ledger *redis.Client) effectLedger {
 	return effectLedger{ledger: ledger, wantEffects: map[string][]string{}}
 }
 
-// effectsInPostgres moves the scenario's effects, on a pg- column, from the
-// ledger to a PostgreSQL table of its own, each made in the handler's
-// transaction together with COMPLETED (pgstore.CompleteInTx): the
-// transactional path under a real broker's redeliveries. Elsewhere it does
-// nothing.
-func (e *env) effectsInPostgres() {
-	if e.pgStore == nil {
+// effectsInDatabase moves the scenario's effects, on a pg- or mysql- column,
+// from the ledger to a table of its own in the store's database, each made
+// in the handler's transaction together with COMPLETED
+// (pgstore.CompleteInTx, mysqlstore.CompleteInTx): the transactional path
+// under a real broker's redeliveries. Elsewhere it does nothing.
+func (e *env) effectsInDatabase() {
+	if !e.b.sqlStore() {
 		return
 	}
 	// No unique key on (hash, key): a double must show as a second row.
-	e.fxTable = e.createTable("e2e_fx_", "id bigserial PRIMARY KEY, hash text NOT NULL, key text NOT NULL")
+	e.fxTable = e.createTable("e2e_fx_", "id bigserial PRIMARY KEY, hash text NOT NULL, key text NOT NULL",
+		"id BIGINT AUTO_INCREMENT PRIMARY KEY, hash VARCHAR(255) NOT NULL, `key` VARCHAR(255) NOT NULL")
 }
 
 // expectEffects says that each of keys must have its effect in hash once.
@@ -55,7 +58,7 @@ func (e *env) expectEffects(hash string, keys []string) {
 func (e *env) ledgerKey(hash string) string { return e.id + ":" + hash }
 
 // effect records the side effect of msg's key in the ledger hash. After
-// effectsInPostgres it is a row of the effects table instead, see
+// effectsInDatabase it is a row of the effects table instead, see
 // effectInTx.
 func (e *env) effect(msg *message.Message, hash, key string) error {
 	return e.effectOut(msg, hash, key, nil)
@@ -81,6 +84,9 @@ func (e *env) effectOut(msg *message.Message, hash, key string, out []*message.M
 // database would. With fail set, it fails after the INSERT instead: the
 // rollback must take the effect with it.
 func (e *env) effectInTx(msg *message.Message, hash, key string, out []*message.Message, fail error) error {
+	if e.b.mysql {
+		return e.effectInMySQLTx(msg, hash, key, out, fail)
+	}
 	ctx := msg.Context()
 	err := pgx.BeginFunc(ctx, e.pgPool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{e.fxTable}.Sanitize()+" (hash, key) VALUES ($1, $2)", hash, key); err != nil {
@@ -102,6 +108,35 @@ func (e *env) effectInTx(msg *message.Message, hash, key string, out []*message.
 	})
 	if err != nil {
 		return fmt.Errorf("effect in PostgreSQL: %w", err)
+	}
+	return nil
+}
+
+// effectInMySQLTx is effectInTx on a mysql- column: the transaction runs at
+// READ COMMITTED, as mysqlstore asks.
+func (e *env) effectInMySQLTx(msg *message.Message, hash, key string, out []*message.Message, fail error) error {
+	ctx := msg.Context()
+	err := func() error {
+		tx, err := e.myDB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback() }()
+		if _, err := tx.ExecContext(ctx, "INSERT INTO `"+e.fxTable+"` (hash, `key`) VALUES (?, ?)", hash, key); err != nil {
+			return err
+		}
+		if fail != nil {
+			return fail
+		}
+		if err := e.myStore.CompleteInTx(ctx, tx, out...); err != nil {
+			return err
+		}
+		// Marked before the commit, as in effectInTx.
+		e.effects.Store(hash+"/"+key, true)
+		return tx.Commit()
+	}()
+	if err != nil {
+		return fmt.Errorf("effect in MySQL: %w", err)
 	}
 	return nil
 }
@@ -158,7 +193,7 @@ func (e *env) countEffects() (counts []hashCount, total int) {
 }
 
 // effectCounts is, per key, how many effects hash holds: from the ledger,
-// or from the effects table after effectsInPostgres.
+// or from the effects table after effectsInDatabase.
 func (e *env) effectCounts(hash string) map[string]string {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -166,6 +201,20 @@ func (e *env) effectCounts(hash string) map[string]string {
 	if e.fxTable == "" {
 		got, err := e.ledger.HGetAll(ctx, e.ledgerKey(hash)).Result()
 		require.NoError(e.t, err)
+		return got
+	}
+	if e.b.mysql {
+		rows, err := e.myDB.QueryContext(ctx, "SELECT `key`, count(*) FROM `"+e.fxTable+"` WHERE hash = ? GROUP BY `key`", hash)
+		require.NoError(e.t, err)
+		defer rows.Close()
+		got := map[string]string{}
+		for rows.Next() {
+			var key string
+			var n int64
+			require.NoError(e.t, rows.Scan(&key, &n))
+			got[key] = strconv.FormatInt(n, 10)
+		}
+		require.NoError(e.t, rows.Err())
 		return got
 	}
 	rows, err := e.pgPool.Query(ctx, "SELECT key, count(*) FROM "+pgx.Identifier{e.fxTable}.Sanitize()+

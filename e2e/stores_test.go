@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,47 +12,66 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
 // stores is where the consumers keep their idempotency records: the
-// shared Redis, or on a pg- column a table of the scenario's own on the
-// shared PostgreSQL.
+// shared Redis, or on a pg- or mysql- column a table of the scenario's own
+// on the shared PostgreSQL or MySQL.
 type stores struct {
 	storeURL string // the shared Redis the store lives in
 	// newStore builds the store of one consumer; by default a redisstore
-	// with its own client of the shared Redis, on a pg- column the
-	// scenario's pgStore.
+	// with its own client of the shared Redis, on a pg- or mysql- column
+	// the scenario's pgStore or myStore.
 	newStore func() idempotency.Store
-	// On a pg- column: the pool of the shared PostgreSQL, the store on a
-	// table of the scenario's own (pgTable), and the tables to drop at the
-	// end. Nil and empty otherwise.
-	pgPool   *pgxpool.Pool
-	pgStore  *pgstore.Store
-	pgTable  string
-	pgTables []string
+	// On a pg- column: the pool of the shared PostgreSQL and the store on a
+	// table of the scenario's own. Nil otherwise.
+	pgPool  *pgxpool.Pool
+	pgStore *pgstore.Store
+	// On a mysql- column: the shared MySQL and the store on a table of the
+	// scenario's own. Nil otherwise.
+	myDB    *sql.DB
+	myStore *mysqlstore.Store
+	// sqlTable is the store's table on a pg- or mysql- column, and tables
+	// every table to drop at the end.
+	sqlTable string
+	tables   []string
 }
 
 // openStores sets the consumers' store up: a redisstore on the shared
-// Redis, or on a pg- column a pgstore on a new table.
+// Redis, or on a pg- or mysql- column a pgstore or mysqlstore on a new
+// table.
 func (e *env) openStores() {
 	e.storeURL = testserver.RedisAddr(e.t)
 	e.newStore = func() idempotency.Store {
 		return e.redisStore(&redis.Options{ContextTimeoutEnabled: true, Addr: e.storeURL})
 	}
-	if !e.b.pg {
+	if !e.b.sqlStore() {
 		return
 	}
-	e.pgPool = testserver.PostgresPool(e.t)
-	e.pgTable = testserver.UniqueName("e2e_idem_")
-	e.pgTables = append(e.pgTables, e.pgTable)
-	s, err := pgstore.New(e.pgPool, pgstore.Config{Table: e.pgTable})
-	require.NoError(e.t, err)
+	e.sqlTable = testserver.UniqueName("e2e_idem_")
+	e.tables = append(e.tables, e.sqlTable)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var s interface {
+		idempotency.Store
+		Migrate(context.Context) error
+	}
+	if e.b.pg {
+		e.pgPool = testserver.PostgresPool(e.t)
+		ps, err := pgstore.New(e.pgPool, pgstore.Config{Table: e.sqlTable})
+		require.NoError(e.t, err)
+		e.pgStore, s = ps, ps
+	} else {
+		e.myDB = testserver.MySQLDB(e.t)
+		ms, err := mysqlstore.New(e.myDB, mysqlstore.Config{Table: e.sqlTable})
+		require.NoError(e.t, err)
+		e.t.Cleanup(func() { _ = ms.Close() })
+		e.myStore, s = ms, ms
+	}
 	require.NoError(e.t, s.Migrate(ctx))
-	e.pgStore = s
 	// One store for every consumer: it holds no state but the pool.
 	e.newStore = func() idempotency.Store { return s }
 }
@@ -65,13 +85,20 @@ func (e *env) redisStore(opts *redis.Options) idempotency.Store {
 	return s
 }
 
-// createTable creates a table of the scenario's own, dropped at the end.
-func (e *env) createTable(prefix, columns string) string {
+// createTable creates a table of the scenario's own in the column's
+// database, with columns in PostgreSQL's or MySQL's syntax, dropped at the
+// end.
+func (e *env) createTable(prefix, pgColumns, mysqlColumns string) string {
 	table := testserver.UniqueName(prefix)
-	e.pgTables = append(e.pgTables, table)
+	e.tables = append(e.tables, table)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := e.pgPool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{table}.Sanitize()+" ("+columns+")")
+	var err error
+	if e.b.pg {
+		_, err = e.pgPool.Exec(ctx, "CREATE TABLE "+pgx.Identifier{table}.Sanitize()+" ("+pgColumns+")")
+	} else {
+		_, err = e.myDB.ExecContext(ctx, "CREATE TABLE `"+table+"` ("+mysqlColumns+") ENGINE=InnoDB")
+	}
 	require.NoError(e.t, err)
 	return table
 }
@@ -82,9 +109,24 @@ func (e *env) deleteStoreState() {
 	store := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: e.storeURL})
 	defer store.Close()
 	e.deleteKeys(store, e.prefix+":*")
-	for _, table := range e.pgTables {
-		if _, err := e.pgPool.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()); err != nil {
+	for _, table := range e.tables {
+		var err error
+		if e.b.pg {
+			_, err = e.pgPool.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
+		} else {
+			_, err = e.myDB.ExecContext(context.Background(), "DROP TABLE IF EXISTS `"+table+"`")
+		}
+		if err != nil {
 			e.t.Errorf("drop table %s: %v", table, err)
 		}
 	}
+}
+
+// sqlTableOf is the store's table when on is set (the column's database is
+// the one asked about), else "".
+func (e *env) sqlTableOf(on bool) string {
+	if on {
+		return e.sqlTable
+	}
+	return ""
 }

@@ -39,12 +39,17 @@ func noop(*message.Message) ([]*message.Message, error) { return nil, nil }
 // on); redisstore-nopipeline and redisstore-nocache turn one of them off.
 // pgstore-tx is ours on PostgreSQL with a handler that books a row and
 // completes in its own transaction (BEGIN, INSERT, CompleteInTx, COMMIT):
-// it does work the others' handlers do not.
+// it does work the others' handlers do not. mysqlstore and mysqlstore-tx
+// are the same on MySQL.
 var chainDedups = []string{"none", "watermill", "memstore", "redisstore", "redisstore-nopipeline", "redisstore-nocache",
-	"pgstore", "pgstore-tx", "naiveredis"}
+	"pgstore", "pgstore-tx", "mysqlstore", "mysqlstore-tx", "naiveredis"}
 
-// needsPG says which chains run on PostgreSQL, left out without -pg.
-var needsPG = map[string]bool{"pgstore": true, "pgstore-tx": true}
+// needsPG says which chains run on PostgreSQL, left out without -pg;
+// needsMySQL those on MySQL, left out without -mysql.
+var (
+	needsPG    = map[string]bool{"pgstore": true, "pgstore-tx": true}
+	needsMySQL = map[string]bool{"mysqlstore": true, "mysqlstore-tx": true}
+)
 
 // chainCase is one middleware of the chain section around a handler that
 // does nothing (pgstore-tx's books a row).
@@ -55,7 +60,7 @@ type chainCase struct {
 	close func()
 }
 
-func buildChain(name string, rc *redis.Client, pg *pgBench, prefix string) chainCase {
+func buildChain(name string, rc *redis.Client, pg *pgBench, my *mysqlBench, prefix string) chainCase {
 	ours := func(s idempotency.Store, noCache bool, h message.HandlerFunc, closeFn func()) chainCase {
 		idem := newIdempotency(idempotency.Config{Store: s, KeyPrefix: prefix, CompletedTTL: time.Hour}, noCache)
 		return chainCase{handler: idem.Middleware(h), idem: idem, close: closeFn}
@@ -85,6 +90,11 @@ func buildChain(name string, rc *redis.Client, pg *pgBench, prefix string) chain
 	case "pgstore-tx":
 		s := pg.store()
 		return ours(s, false, pg.bookingHandler(s), pg.purge)
+	case "mysqlstore":
+		return ours(my.store(), false, noop, my.purge)
+	case "mysqlstore-tx":
+		s := my.store()
+		return ours(s, false, my.bookingHandler(s), my.purge)
 	case "naiveredis":
 		return chainCase{handler: benchref.NaiveRedis{Client: rc, Prefix: prefix + ":", TTL: time.Hour}.Middleware(noop), close: func() {}}
 	}
@@ -99,15 +109,15 @@ const chainDupKeys = 1024
 // keys and then with duplicates of chainDupKeys completed keys. Before the
 // duplicates are measured, each of those keys goes through the chain once
 // more, unmeasured, so that ours meets them with its local cache warm.
-func runChain(o options, rc *redis.Client, pg *pgBench) []Rate {
+func runChain(o options, rc *redis.Client, pg *pgBench, my *mysqlBench) []Rate {
 	var out []Rate
 	warmPool(rc, 2*maxInt(o.concurrency))
 	for i, name := range chainDedups {
-		if needsPG[name] && pg == nil {
+		if needsPG[name] && pg == nil || needsMySQL[name] && my == nil {
 			continue
 		}
 		prefix := o.prefix + ":chain" + strconv.Itoa(i)
-		cc := buildChain(name, rc, pg, prefix)
+		cc := buildChain(name, rc, pg, my, prefix)
 		call := func(key string) {
 			if _, err := cc.handler(message.NewMessage(key, nil)); err != nil {
 				log.Fatalf("chain %s: %v", name, err)

@@ -10,8 +10,9 @@
 //     on), the same with auto-pipelining off (redisstore-nopipeline) and
 //     with the cache off (redisstore-nocache), ours on PostgreSQL (pgstore,
 //     and pgstore-tx whose handler books a row and completes in its own
-//     transaction: BEGIN, INSERT, CompleteInTx, COMMIT), and a naive Redis
-//     GET-then-SET reference. Duplicates cycle through 1024 completed keys,
+//     transaction: BEGIN, INSERT, CompleteInTx, COMMIT), ours on MySQL or
+//     MariaDB (mysqlstore, and mysqlstore-tx, the same in a READ COMMITTED
+//     transaction), and a naive Redis GET-then-SET reference. Duplicates cycle through 1024 completed keys,
 //     each sent once more unmeasured first, so that a cache meets them warm;
 //   - latency: the fresh c=1 redisstore cell, -rounds times with
 //     auto-pipelining off and as many with it on, alternating (off, on,
@@ -31,7 +32,9 @@
 //     memory per COMPLETED key (MEMORY USAGE); and for pgstore, with the
 //     cache off, statements sent per fresh message, per duplicate and per
 //     fresh message completed in the handler's transaction (a pgx tracer on
-//     the pool: each statement is one round trip);
+//     the pool: each statement is one round trip); and the same for
+//     mysqlstore (its connections wrapped to count every statement sent and
+//     every statement prepared: each is one round trip);
 //   - e2e: messages per second through a real Watermill router for each
 //     broker (gochannel, Kafka on an in-process kfake broker, Redis Streams,
 //     RabbitMQ, NATS JetStream), with and without the middleware (on Redis,
@@ -66,7 +69,8 @@
 // cell; a handler shorter than lease/3 sends no renewal; a COMPLETED key
 // without output takes less than 150 bytes; pgstore sends 2 statements per
 // fresh message, 1 per duplicate, and 1 outside the handler's transaction
-// when the completion rides in it.
+// when the completion rides in it; mysqlstore, whose claim is a write and a
+// read, 3, 2 and 2.
 //
 // # JSON
 //
@@ -95,9 +99,11 @@
 //	                 output_bytes, encoding, note}
 //	pg_stats        {fresh, duplicate, fresh_tx, tx_handler, tx_store,
 //	                 prepares, messages}
+//	mysql_stats     {fresh, duplicate, fresh_tx, tx_handler, tx_store,
+//	                 prepares, messages}
 //	ratios          [{load, concurrency, memstore_vs_watermill,
 //	                 redis_vs_watermill, redis_vs_none, redis_vs_naive,
-//	                 pg_vs_redis, redis_vs_ceiling,
+//	                 pg_vs_redis, mysql_vs_redis, redis_vs_ceiling,
 //	                 redis_vs_pipelined_ceiling}]
 //	targets         [target]
 //
@@ -113,7 +119,8 @@
 // Rates are messages per second; ratios are of rates (below 1 is slower)
 // and 0 where not measured; counts are per message. A rate's dedup is a
 // chain name (none, watermill, memstore, redisstore, redisstore-nopipeline,
-// redisstore-nocache, pgstore, pgstore-tx, naiveredis) or, end to end, none
+// redisstore-nocache, pgstore, pgstore-tx, mysqlstore, mysqlstore-tx,
+// naiveredis) or, end to end, none
 // or idem; its load is fresh or duplicate; broker is set end to end only;
 // cache_hits, cache_misses and every note are left out when zero or empty. A
 // cost's load is fresh, duplicate-nocache or duplicate-warm. A target's id
@@ -123,7 +130,8 @@
 // memstore_fresh_seq_vs_watermill, e2e_c64_{fresh,duplicate}_{redis,amqp,nats},
 // fresh_redis_commands, dup_nocache_redis_commands, renewals,
 // completed_key_bytes, fresh_c64_vs_ceiling, pg_fresh_statements,
-// pg_duplicate_statements, pg_fresh_tx_statements); its result is "met",
+// pg_duplicate_statements, pg_fresh_tx_statements, mysql_fresh_statements,
+// mysql_duplicate_statements, mysql_fresh_tx_statements); its result is "met",
 // "missed" or "not measured"; value is the number compared with bound by
 // compare ("<", "<=", ">=", or "==" within 0.005), 0 when not measured.
 //
@@ -131,10 +139,12 @@
 //
 // PostgreSQL is PG_URL or -pg (default
 // postgres://postgres@127.0.0.1:5432/test?sslmode=disable; an empty -pg leaves it
-// out); the pool has as many connections as the highest concurrency.
+// out); the pool has as many connections as the highest concurrency. MySQL
+// or MariaDB is MYSQL_URL or -mysql (default mysql://root@127.0.0.1:3306/test;
+// an empty -mysql leaves it out), with as many connections.
 //
 // Every key it writes starts with a unique prefix and is deleted at the end,
-// and its PostgreSQL tables (idembench_*) are its own and dropped at the end;
+// and its PostgreSQL and MySQL tables (idembench_*) are its own and dropped at the end;
 // it never flushes a database. Usage:
 //
 //	go run ./cmd/idembench -n 3000 -d 2s   # everything, about three minutes

@@ -32,6 +32,7 @@ type options struct {
 	amqpURL     string
 	natsURL     string
 	pgURL       string
+	mysqlURL    string
 	statsKeys   int
 	rounds      int
 	jsonOut     bool
@@ -59,7 +60,12 @@ func main() {
 		pg = openPG(o.pgURL, maxInt(o.concurrency))
 		defer pg.close()
 	}
-	runSections(o, rc, pg, rep)
+	var my *mysqlBench
+	if o.mysqlURL != "" && (o.sections["chain"] || o.sections["stats"]) {
+		my = openMySQL(o.mysqlURL, maxInt(o.concurrency))
+		defer my.close()
+	}
+	runSections(o, rc, pg, my, rep)
 	rep.summarise()
 	if err := writeReport(rep, o); err != nil {
 		log.Fatal(err)
@@ -82,6 +88,8 @@ func parseFlags() options {
 	flag.StringVar(&o.natsURL, "nats", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS JetStream URL")
 	flag.StringVar(&o.pgURL, "pg", envOr("PG_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
 		"PostgreSQL: pgstore in the chain and stats sections (empty: leave it out)")
+	flag.StringVar(&o.mysqlURL, "mysql", envOr("MYSQL_URL", "mysql://root@127.0.0.1:3306/test"),
+		"MySQL or MariaDB: mysqlstore in the chain and stats sections (empty: leave it out)")
 	flag.IntVar(&o.statsKeys, "stats-n", 1000, "stats: messages per measurement")
 	flag.IntVar(&o.rounds, "rounds", 5, "latency: rounds of each setting (auto-pipelining off, on), alternating, -d each")
 	flag.BoolVar(&o.jsonOut, "json", false, "print the report as JSON instead of tables")
@@ -121,11 +129,12 @@ func newReport(o options) *report {
 }
 
 // runSections runs the chosen sections in the order of allSections and
-// puts their results into rep; pg is nil without PostgreSQL.
-func runSections(o options, rc *redis.Client, pg *pgBench, rep *report) {
+// puts their results into rep; pg is nil without PostgreSQL, my without
+// MySQL.
+func runSections(o options, rc *redis.Client, pg *pgBench, my *mysqlBench, rep *report) {
 	if o.sections["chain"] {
 		o.logf("chain ...")
-		rep.Chain = runChain(o, rc, pg)
+		rep.Chain = runChain(o, rc, pg, my)
 	}
 	if o.sections["latency"] {
 		o.logf("latency ...")
@@ -145,6 +154,11 @@ func runSections(o options, rc *redis.Client, pg *pgBench, rep *report) {
 			o.logf("pgstats ...")
 			ps := runPGStats(pg, o.statsKeys)
 			rep.PGStats = &ps
+		}
+		if my != nil {
+			o.logf("mysqlstats ...")
+			ms := runMySQLStats(my, o.statsKeys)
+			rep.MySQLStats = &ms
 		}
 	}
 	if o.sections["e2e"] {

@@ -23,6 +23,7 @@ type report struct {
 	Ceiling       *Ceiling     `json:"ceiling,omitempty"`
 	Stats         *Stats       `json:"stats,omitempty"`
 	PGStats       *PGStats     `json:"pg_stats,omitempty"`
+	MySQLStats    *MySQLStats  `json:"mysql_stats,omitempty"`
 	E2E           []Rate       `json:"e2e,omitempty"`
 	Ratios        []Ratios     `json:"ratios,omitempty"`
 	Targets       []Target     `json:"targets"`
@@ -56,6 +57,8 @@ type Ratios struct {
 	RedisVsNaive float64 `json:"redis_vs_naive"`
 	// Ours on PostgreSQL / ours on Redis (0 without -pg).
 	PGVsRedis float64 `json:"pg_vs_redis"`
+	// Ours on MySQL / ours on Redis (0 without -mysql).
+	MySQLVsRedis float64 `json:"mysql_vs_redis"`
 	// Ours on Redis / the Redis message ceiling (script rate/2: a fresh
 	// message costs two scripts), without and with pipelining (-P 1,
 	// -P 16); fresh messages at the ceiling's concurrency only (duplicates
@@ -94,6 +97,7 @@ func (r *report) summarise() {
 				RedisVsNone:         div(ours, r.find(r.Chain, "", "none", load, c)),
 				RedisVsNaive:        div(ours, r.find(r.Chain, "", "naiveredis", load, c)),
 				PGVsRedis:           div(r.find(r.Chain, "", "pgstore", load, c), ours),
+				MySQLVsRedis:        div(r.find(r.Chain, "", "mysqlstore", load, c), ours),
 			}
 			if r.Ceiling != nil && c == r.Ceiling.Clients && load == "fresh" {
 				x.RedisVsCeiling = div(ours, r.Ceiling.MessageCeiling)
@@ -121,6 +125,9 @@ func (r *report) print(w io.Writer) {
 	if r.PGStats != nil {
 		r.PGStats.print(w)
 	}
+	if r.MySQLStats != nil {
+		r.MySQLStats.print(w)
+	}
 	r.printE2E(w)
 	r.printTargets(w)
 }
@@ -138,7 +145,7 @@ func (r *report) printChain(w io.Writer) {
 	}
 	fmt.Fprintln(tw, head+"dup cache hits\t")
 	for _, d := range chainDedups {
-		if needsPG[d] && r.find(r.Chain, "", d, "fresh", r.Config.Concurrency[0]) == 0 {
+		if (needsPG[d] || needsMySQL[d]) && r.find(r.Chain, "", d, "fresh", r.Config.Concurrency[0]) == 0 {
 			continue
 		}
 		row := d + "\t"
@@ -156,10 +163,10 @@ func (r *report) printChain(w io.Writer) {
 	tw.Flush()
 	fmt.Fprintf(w, "\n## Ratios (rate of ours / rate of the other; 1.00 = as fast; redis = redisstore with the defaults)\n\n")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "load\tc\tmemstore/watermill\tredis/watermill\tredis/none\tredis/naive\tredis/ceiling P1\tredis/ceiling P16\tpg/redis\t")
+	fmt.Fprintln(tw, "load\tc\tmemstore/watermill\tredis/watermill\tredis/none\tredis/naive\tredis/ceiling P1\tredis/ceiling P16\tpg/redis\tmysql/redis\t")
 	for _, x := range r.Ratios {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Load, x.Concurrency, f2(x.MemstoreVsWatermill), f2(x.RedisVsWatermill),
-			f3(x.RedisVsNone), f2(x.RedisVsNaive), f2(x.RedisVsCeiling), f2(x.RedisVsPipelinedCeiling), f2(x.PGVsRedis))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", x.Load, x.Concurrency, f2(x.MemstoreVsWatermill), f2(x.RedisVsWatermill),
+			f3(x.RedisVsNone), f2(x.RedisVsNaive), f2(x.RedisVsCeiling), f2(x.RedisVsPipelinedCeiling), f2(x.PGVsRedis), f2(x.MySQLVsRedis))
 	}
 	tw.Flush()
 }
@@ -224,6 +231,16 @@ func (p *PGStats) print(w io.Writer) {
 	fmt.Fprintf(w, "fresh, completion in the handler's tx:  %.2f  outside the handler's transaction (the claim)\n", p.FreshTx)
 	fmt.Fprintf(w, "                                        + %.2f statements in the handler's transaction (BEGIN, INSERT, CompleteInTx, COMMIT), %.2f of them the store's\n", p.TxHandler, p.TxStore)
 	fmt.Fprintf(w, "statements prepared while measuring:    %d (pgx prepares each once per connection)\n", p.Prepares)
+}
+
+// print prints the MySQL round trips per message.
+func (p *MySQLStats) print(w io.Writer) {
+	fmt.Fprintf(w, "\n## MySQL round trips per message (mysqlstore, local cache off; counted on the driver's connections; %d messages each)\n\n", p.Messages)
+	fmt.Fprintf(w, "fresh message:                          %.2f  (claim: write + read; complete)\n", p.Fresh)
+	fmt.Fprintf(w, "duplicate:                              %.2f  (the claim, write + read, finds it COMPLETED)\n", p.Duplicate)
+	fmt.Fprintf(w, "fresh, completion in the handler's tx:  %.2f  outside the handler's transaction (the claim)\n", p.FreshTx)
+	fmt.Fprintf(w, "                                        + %.2f in the handler's transaction (SET TRANSACTION ISOLATION LEVEL, START TRANSACTION, INSERT prepared and run, CompleteInTx, COMMIT), %.2f of them the store's\n", p.TxHandler, p.TxStore)
+	fmt.Fprintf(w, "statements prepared while measuring:    %d (the store's once per connection; the handler's INSERT each time)\n", p.Prepares)
 }
 
 // printE2E prints the end-to-end section, if it ran.

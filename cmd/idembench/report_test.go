@@ -88,6 +88,7 @@ var targetIDs = []string{
 	"completed_key_bytes",
 	"fresh_c64_vs_ceiling",
 	"pg_fresh_statements", "pg_duplicate_statements", "pg_fresh_tx_statements",
+	"mysql_fresh_statements", "mysql_duplicate_statements", "mysql_fresh_tx_statements",
 }
 
 func ids(ts []Target) []string {
@@ -149,6 +150,7 @@ func fullReport() *report {
 		}
 	}
 	r.PGStats = &PGStats{Fresh: 2, Duplicate: 1, FreshTx: 1, TxHandler: 4, TxStore: 1, Messages: 1000}
+	r.MySQLStats = &MySQLStats{Fresh: 3, Duplicate: 2, FreshTx: 2, TxHandler: 6, TxStore: 1, Messages: 1000}
 	for _, b := range []string{"gochannel", "redis", "amqp", "nats"} {
 		for _, load := range []string{"fresh", "duplicate"} {
 			r.E2E = append(r.E2E,
@@ -188,6 +190,7 @@ func TestTargetsMetAndMissed(t *testing.T) {
 	r.Stats.FastHandler.CommandsPerMessage = 4
 	r.Stats.MemoryNoOutput = 150
 	r.PGStats = &PGStats{Fresh: 3, Duplicate: 0, FreshTx: 2}
+	r.MySQLStats = &MySQLStats{Fresh: 4, Duplicate: 1, FreshTx: 3}
 	for i := range r.E2E {
 		if r.E2E[i].Dedup == "idem" {
 			r.E2E[i].PerSecond = 15e3
@@ -237,7 +240,7 @@ func TestPrintEndsWithTheTargetsTable(t *testing.T) {
 	r.print(&buf)
 	out := buf.String()
 	for _, section := range []string{"## Middleware chain", "## Ratios", "## Fresh messages at c=1", "## Redis ceiling",
-		"## Redis cost per message", "## PostgreSQL round trips", "## End to end", "## Targets (20 met, 0 missed, 0 not measured)"} {
+		"## Redis cost per message", "## PostgreSQL round trips", "## End to end", "## Targets (23 met, 0 missed, 0 not measured)"} {
 		assert.Contains(t, out, section)
 	}
 	targets := out[strings.Index(out, "## Targets"):]
@@ -262,7 +265,7 @@ func TestJSONSchema(t *testing.T) {
 	var doc map[string]any
 	require.NoError(t, json.Unmarshal(b, &doc))
 	assert.ElementsMatch(t, []string{"schema_version", "machine", "started", "prefix", "config", "chain", "latency", "ceiling",
-		"stats", "pg_stats", "e2e", "ratios", "targets"}, keys(doc))
+		"stats", "pg_stats", "mysql_stats", "e2e", "ratios", "targets"}, keys(doc))
 	assert.Equal(t, float64(schemaVersion), doc["schema_version"])
 	targets := doc["targets"].([]any)
 	require.Len(t, targets, len(targetIDs))
@@ -280,7 +283,7 @@ func TestJSONSchema(t *testing.T) {
 	assert.ElementsMatch(t, []string{"section", "dedup", "load", "concurrency", "messages", "seconds", "per_second"},
 		keys(doc["chain"].([]any)[0].(map[string]any)), "omitempty fields left out when empty")
 	assert.ElementsMatch(t, []string{"load", "concurrency", "memstore_vs_watermill", "redis_vs_watermill", "redis_vs_none", "redis_vs_naive",
-		"pg_vs_redis", "redis_vs_ceiling", "redis_vs_pipelined_ceiling"}, keys(doc["ratios"].([]any)[0].(map[string]any)))
+		"pg_vs_redis", "mysql_vs_redis", "redis_vs_ceiling", "redis_vs_pipelined_ceiling"}, keys(doc["ratios"].([]any)[0].(map[string]any)))
 
 	// Without its sections, a report still has its targets.
 	empty := &report{}

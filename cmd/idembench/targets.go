@@ -97,6 +97,7 @@ func (r *report) targets() []Target {
 	ts = append(ts, r.ceilingTarget("fresh_c64_vs_ceiling", fmt.Sprintf("fresh messages at c=%d: rate ÷ redis-benchmark -P 1 message ceiling", ceilingClients),
 		false, ceilingMin))
 	ts = append(ts, r.pgTargets()...)
+	ts = append(ts, r.mysqlTargets()...)
 	return ts
 }
 
@@ -241,6 +242,28 @@ func (r *report) pgTargets() []Target {
 	for i, v := range []float64{p.Fresh, p.Duplicate, p.FreshTx} {
 		ts[i].Measured = fmt.Sprintf("%.2f", v)
 		ts[i] = ts[i].check(v, "==", []float64{2, 1, 1}[i])
+	}
+	return ts
+}
+
+// mysqlTargets are pgTargets for mysqlstore, whose claim is two statements
+// (MySQL cannot return the row it wrote).
+func (r *report) mysqlTargets() []Target {
+	ts := []Target{
+		{ID: "mysql_fresh_statements", Figure: "mysqlstore fresh message: round trips", Target: "3"},
+		{ID: "mysql_duplicate_statements", Figure: "mysqlstore duplicate, cache off: round trips", Target: "2"},
+		{ID: "mysql_fresh_tx_statements", Figure: "mysqlstore fresh, completion in the handler's transaction: round trips outside it", Target: "2"},
+	}
+	p := r.MySQLStats
+	if p == nil {
+		for i := range ts {
+			ts[i] = notMeasured(ts[i], "needs section stats and -mysql")
+		}
+		return ts
+	}
+	for i, v := range []float64{p.Fresh, p.Duplicate, p.FreshTx} {
+		ts[i].Measured = fmt.Sprintf("%.2f", v)
+		ts[i] = ts[i].check(v, "==", []float64{3, 2, 2}[i])
 	}
 	return ts
 }

@@ -1,12 +1,14 @@
 // Command idemctl inspects and repairs the keys of watermill-idempotency
-// stores, Redis (redisstore) and PostgreSQL (pgstore), for the questions an
-// operator has during an incident: why is this message never processed,
-// which keys are stuck IN_PROGRESS and for how long, how many failed five
-// times, can this one key run again, how much memory do completed keys take.
+// stores, Redis (redisstore), PostgreSQL (pgstore) and MySQL or MariaDB
+// (mysqlstore), for the questions an operator has during an incident: why
+// is this message never processed, which keys are stuck IN_PROGRESS and for
+// how long, how many failed five times, can this one key run again, how
+// much memory do completed keys take.
 //
 //	idemctl get     --store redis://localhost:6379/0 'idem:orders:req-42'
 //	idemctl list    --store redis://localhost:6379/0 --prefix idem:orders: --state in_progress --age 5m
 //	idemctl release --store postgres://app@db/app 'idem:orders:req-42'
+//	idemctl get     --store mysql://app@db:3306/app 'idem:orders:req-42'
 //	idemctl purge   --store redis://localhost:6379/0 --prefix idem:old-handler: --apply
 //	idemctl stats   --store redis://localhost:6379/0 --prefix idem: --json
 //

@@ -41,13 +41,15 @@ Commands:
                confirmation unless --yes)
   stats        count the keys under --prefix per state, with the mean bytes
                per record (Redis: MEMORY USAGE of up to --sample keys per
-               state; PostgreSQL: every row's stored size)
+               state; PostgreSQL: every row's stored size; MySQL: every
+               row's values)
 
 Flags of every command:
   --store URL     the store: redis://[user:pass@]host:port/db, rediss://… (TLS),
-                  or postgres://user@host:port/db?sslmode=…; default
-                  $IDEMCTL_STORE
-  --table NAME    the pgstore table (default idempotency_keys)
+                  postgres://user@host:port/db?sslmode=…, or
+                  mysql://user:pass@host:port/db (MySQL or MariaDB);
+                  default $IDEMCTL_STORE
+  --table NAME    the pgstore or mysqlstore table (default idempotency_keys)
   --json          machine-readable output on stdout (list: one JSON object
                   per line); errors as {"error": …, "code": …}
   --timeout D     give up after D (0, the default, means never; connecting
@@ -78,8 +80,8 @@ type options struct {
 }
 
 func (o *options) register(fs *flag.FlagSet) {
-	fs.StringVar(&o.store, "store", os.Getenv("IDEMCTL_STORE"), "store URL: redis://, rediss:// or postgres:// (default $IDEMCTL_STORE)")
-	fs.StringVar(&o.table, "table", "", "pgstore table (default idempotency_keys)")
+	fs.StringVar(&o.store, "store", os.Getenv("IDEMCTL_STORE"), "store URL: redis://, rediss://, postgres:// or mysql:// (default $IDEMCTL_STORE)")
+	fs.StringVar(&o.table, "table", "", "pgstore or mysqlstore table (default idempotency_keys)")
 	fs.BoolVar(&o.json, "json", false, "machine-readable output")
 	fs.DurationVar(&o.timeout, "timeout", 0, "give up after this long (0: never)")
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,12 +16,14 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
@@ -35,7 +38,8 @@ type env struct {
 	corrupt func(t *testing.T, key string)
 }
 
-// eachStore runs f against real Redis and real PostgreSQL, in parallel.
+// eachStore runs f against real Redis, real PostgreSQL and real MySQL (or
+// MariaDB), in parallel.
 func eachStore(t *testing.T, f func(t *testing.T, e env)) {
 	t.Helper()
 	t.Run("redis", func(t *testing.T) {
@@ -86,6 +90,47 @@ func eachStore(t *testing.T, f func(t *testing.T, e env)) {
 		}
 		f(t, e)
 	})
+	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
+		db := testserver.MySQLDB(t)
+		table := testserver.UniqueName("idemctl_test_")
+		store, err := mysqlstore.New(db, mysqlstore.Config{Table: table})
+		require.NoError(t, err)
+		require.NoError(t, store.Migrate(context.Background()))
+		t.Cleanup(func() {
+			_ = store.Close()
+			_, _ = db.ExecContext(context.Background(), "DROP TABLE IF EXISTS `"+table+"`")
+		})
+		e := env{kind: "mysql", store: store, prefix: testserver.UniqueName("idemctltest"),
+			flags: []string{"--store", mysqlTestURL(t), "--table", table}}
+		e.corrupt = func(t *testing.T, key string) {
+			// The table's CHECK would refuse the row: drop it, as a table
+			// made by hand without it would be.
+			_, err := db.ExecContext(context.Background(), "ALTER TABLE `"+table+"` DROP CONSTRAINT IF EXISTS `"+table+"_record_valid`")
+			require.NoError(t, err)
+			_, err = db.ExecContext(context.Background(), "INSERT INTO `"+table+"`"+
+				" (key_hash, `key`, state, attempts, created_at, updated_at, expires_at) VALUES (?, ?, 'bogus', 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL 1 MINUTE)",
+				sha256sum(key), []byte(key))
+			require.NoError(t, err)
+		}
+		f(t, e)
+	})
+}
+
+// mysqlTestURL is the shared MySQL server (MYSQL_DSN) as the mysql:// URL
+// an operator gives idemctl.
+func mysqlTestURL(t *testing.T) string {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(testserver.MySQLDSN())
+	require.NoError(t, err)
+	u := url.URL{Scheme: "mysql", Host: cfg.Addr, Path: "/" + cfg.DBName}
+	switch {
+	case cfg.Passwd != "":
+		u.User = url.UserPassword(cfg.User, cfg.Passwd)
+	case cfg.User != "":
+		u.User = url.User(cfg.User)
+	}
+	return u.String()
 }
 
 // result is one run of idemctl.
@@ -418,7 +463,8 @@ func TestStats(t *testing.T) {
 func TestStoreDown(t *testing.T) {
 	t.Parallel()
 	port := strconv.Itoa(testserver.FreePort(t))
-	for _, url := range []string{"redis://127.0.0.1:" + port + "/0", "postgres://postgres@127.0.0.1:" + port + "/test?sslmode=disable&connect_timeout=2"} {
+	for _, url := range []string{"redis://127.0.0.1:" + port + "/0", "postgres://postgres@127.0.0.1:" + port + "/test?sslmode=disable&connect_timeout=2",
+		"mysql://root@127.0.0.1:" + port + "/test?timeout=2s"} {
 		for _, args := range [][]string{{"get", "k"}, {"list"}, {"release", "k", "--yes"}, {"purge", "--prefix", "x"}, {"stats"}} {
 			r := idemctl(t, "", append(args, "--json", "--store", url)...)
 			assert.Equal(t, exitStoreDown, r.code, "%s %v: %s", url, args, r.stderr)
@@ -442,7 +488,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"frobnicate"}, exitUsage, "unknown command"},
 		{[]string{"get"}, exitUsage, "takes 1 argument"},
 		{[]string{"get", "k"}, exitUsage, "no store"},
-		{[]string{"get", "k", "--store", "mysql://x"}, exitUsage, "redis://"},
+		{[]string{"get", "k", "--store", "memcached://x"}, exitUsage, "mysql://"},
+		{[]string{"list", "--store", "mysql://x/y", "--table", "Bad-Name"}, exitUsage, "table"},
 		{[]string{"list", "--store", "postgres://x/y", "--table", "Bad-Name"}, exitUsage, "table"},
 		{[]string{"release", "--help"}, exitOK, "attempt 1"},
 	} {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"iter"
@@ -9,10 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
@@ -56,7 +59,7 @@ var errUsage = errors.New("usage")
 func open(ctx context.Context, rawURL, table string) (backend, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
-		return nil, fmt.Errorf("%w: --store %q is not a URL such as redis://localhost:6379/0 or postgres://user@host/db", errUsage, rawURL)
+		return nil, fmt.Errorf("%w: --store %q is not a URL such as redis://localhost:6379/0, postgres://user@host/db or mysql://user@host/db", errUsage, rawURL)
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "redis", "rediss":
@@ -99,8 +102,32 @@ func open(ctx context.Context, rawURL, table string) (backend, error) {
 			return nil, storeDown(fmt.Errorf("postgres at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err))
 		}
 		return &pgBackend{pool: pool, store: store}, nil
+	case "mysql", "mariadb":
+		cfg, err := mysqlstore.ParseURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --store: %v", errUsage, err)
+		}
+		if cfg.Timeout == 0 {
+			cfg.Timeout = 5 * time.Second // the dial, as for the other stores
+		}
+		connector, err := mysql.NewConnector(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --store: %v", errUsage, err)
+		}
+		db := sql.OpenDB(connector)
+		db.SetMaxOpenConns(2)
+		store, err := mysqlstore.New(db, mysqlstore.Config{Table: table})
+		if err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("%w: --table: %v", errUsage, err)
+		}
+		if err := db.PingContext(ctx); err != nil {
+			_ = db.Close()
+			return nil, storeDown(fmt.Errorf("mysql at %s: %w", cfg.Addr, err))
+		}
+		return &mysqlBackend{db: db, store: store}, nil
 	}
-	return nil, fmt.Errorf("%w: --store scheme %q: use redis://, rediss:// or postgres://", errUsage, u.Scheme)
+	return nil, fmt.Errorf("%w: --store scheme %q: use redis://, rediss://, postgres:// or mysql://", errUsage, u.Scheme)
 }
 
 func init() {
@@ -229,6 +256,53 @@ func (b *pgBackend) deleteIf(ctx context.Context, key string, states ...idempote
 func (b *pgBackend) remove(ctx context.Context, key string) error { return b.store.Delete(ctx, key) }
 
 func (b *pgBackend) stats(ctx context.Context, prefix string, _, _ int, _ func(int, int)) (map[string]stateCount, int, bool, bool, error) {
+	counts, err := b.store.Counts(ctx, prefix)
+	if err != nil {
+		return nil, 0, false, false, err
+	}
+	out := map[string]stateCount{}
+	total := 0
+	for s, c := range counts {
+		out[s] = stateCount{Records: c.Records, Sampled: c.Records, MeanBytes: c.MeanBytes}
+		total += int(c.Records)
+	}
+	return out, total, true, false, nil
+}
+
+type mysqlBackend struct {
+	db    *sql.DB
+	store *mysqlstore.Store
+}
+
+func (b *mysqlBackend) kind() string { return "mysql" }
+func (b *mysqlBackend) close() {
+	_ = b.store.Close()
+	_ = b.db.Close()
+}
+
+func (b *mysqlBackend) now(ctx context.Context) (time.Time, error) { return b.store.Now(ctx) }
+
+func (b *mysqlBackend) inspect(ctx context.Context, key string) (idempotency.Record, time.Duration, int64, error) {
+	return b.store.Inspect(ctx, key)
+}
+
+func (b *mysqlBackend) walk(ctx context.Context, prefix string) iter.Seq2[entry, error] {
+	return func(yield func(entry, error) bool) {
+		for e, err := range b.store.Records(ctx, prefix, 0) {
+			if !yield(entry{Key: e.Key, Record: e.Record, TTL: e.TTL, Bytes: e.Bytes, Err: e.Err}, err) {
+				return
+			}
+		}
+	}
+}
+
+func (b *mysqlBackend) deleteIf(ctx context.Context, key string, states ...idempotency.State) (idempotency.State, bool, error) {
+	return b.store.DeleteIf(ctx, key, states...)
+}
+
+func (b *mysqlBackend) remove(ctx context.Context, key string) error { return b.store.Delete(ctx, key) }
+
+func (b *mysqlBackend) stats(ctx context.Context, prefix string, _, _ int, _ func(int, int)) (map[string]stateCount, int, bool, bool, error) {
 	counts, err := b.store.Counts(ctx, prefix)
 	if err != nil {
 		return nil, 0, false, false, err

@@ -1,0 +1,162 @@
+package mysqlstore_test
+
+import (
+	"context"
+	"database/sql"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
+	"github.com/idempotency/watermill-idempotency/middleware/storetest"
+)
+
+// Records pages through every live record under its prefix, whatever the
+// page size; expired rows are skipped and corrupt rows carry their Err.
+// Counts agrees with it.
+func TestRecordsAndCounts(t *testing.T) {
+	t.Parallel()
+	db := testDB(t)
+	ctx := context.Background()
+	s, table := newTable(t, db)
+	want := map[string]idempotency.State{}
+	for i := range 7 {
+		key := "p:done:" + strconv.Itoa(i)
+		tok := claim(t, s, key, time.Minute, time.Minute)
+		require.NoError(t, s.Complete(ctx, key, tok, []byte("result"), time.Hour))
+		want[key] = idempotency.StateCompleted
+	}
+	claim(t, s, "p:busy", time.Minute, time.Minute)
+	want["p:busy"] = idempotency.StateInProgress
+	claim(t, s, "p:lapsed", 5*time.Millisecond, time.Minute)
+	want["p:lapsed"] = idempotency.StateFailed
+	claim(t, s, "p:gone", 5*time.Millisecond, 5*time.Millisecond) // expires at once
+	claim(t, s, "other:x", time.Minute, time.Minute)
+	putCorrupt(t, db, table, "p:bad")
+	time.Sleep(30 * time.Millisecond)
+
+	for _, batch := range []int{1, 3, 0} {
+		got := map[string]idempotency.State{}
+		corrupt := 0
+		for e, err := range s.Records(ctx, "p:", batch) {
+			require.NoError(t, err)
+			if e.Err != nil {
+				assert.ErrorIs(t, e.Err, idempotency.ErrCorruptRecord)
+				assert.Equal(t, "p:bad", e.Key)
+				corrupt++
+				continue
+			}
+			got[e.Key] = e.Record.State
+			assert.Greater(t, e.Bytes, int64(0))
+			assert.Greater(t, e.TTL, time.Duration(0))
+		}
+		assert.Equal(t, want, got, "batch %d", batch)
+		assert.Equal(t, 1, corrupt, "batch %d", batch)
+	}
+
+	counts, err := s.Counts(ctx, "p:")
+	require.NoError(t, err)
+	assert.Equal(t, int64(7), counts["completed"].Records)
+	assert.Equal(t, int64(1), counts["in_progress"].Records)
+	assert.Equal(t, int64(1), counts["failed"].Records, "the lapsed lease")
+	assert.Equal(t, int64(1), counts[mysqlstore.CountCorrupt].Records)
+	assert.Greater(t, counts["completed"].MeanBytes, int64(0))
+	assert.Len(t, counts, 4)
+}
+
+// DeleteIf deletes only in the states named and reports what it found; a
+// lapsed lease is FAILED; a corrupt row is kept.
+func TestDeleteIf(t *testing.T) {
+	t.Parallel()
+	db := testDB(t)
+	ctx := context.Background()
+	s, table := newTable(t, db)
+	both := []idempotency.State{idempotency.StateInProgress, idempotency.StateFailed}
+
+	claim(t, s, "busy", time.Minute, time.Minute)
+	found, deleted, err := s.DeleteIf(ctx, "busy", idempotency.StateFailed)
+	require.NoError(t, err)
+	assert.False(t, deleted, "a live lease is not FAILED")
+	assert.Equal(t, idempotency.StateInProgress, found)
+	found, deleted, err = s.DeleteIf(ctx, "busy", both...)
+	require.NoError(t, err)
+	assert.True(t, deleted)
+	assert.Equal(t, idempotency.StateInProgress, found)
+	assert.Equal(t, 0, rows(t, db, table))
+
+	claim(t, s, "lapsed", 5*time.Millisecond, time.Minute)
+	time.Sleep(20 * time.Millisecond)
+	found, deleted, err = s.DeleteIf(ctx, "lapsed", idempotency.StateFailed)
+	require.NoError(t, err)
+	assert.True(t, deleted)
+	assert.Equal(t, idempotency.StateFailed, found)
+
+	tok := claim(t, s, "done", time.Minute, time.Minute)
+	require.NoError(t, s.Complete(ctx, "done", tok, nil, time.Minute))
+	found, deleted, err = s.DeleteIf(ctx, "done", both...)
+	require.NoError(t, err)
+	assert.False(t, deleted)
+	assert.Equal(t, idempotency.StateCompleted, found)
+
+	found, deleted, err = s.DeleteIf(ctx, "absent", both...)
+	require.NoError(t, err)
+	assert.False(t, deleted)
+	assert.Equal(t, idempotency.StateAbsent, found)
+
+	putCorrupt(t, db, table, "bad")
+	_, _, err = s.DeleteIf(ctx, "bad", idempotency.StateFailed, idempotency.StateCompleted, idempotency.StateInProgress)
+	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
+	assert.Equal(t, 2, rows(t, db, table), "the corrupt row is kept")
+
+	rec, ttl, bytes, err := s.Inspect(ctx, "done")
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateCompleted, rec.State)
+	assert.Greater(t, ttl, 50*time.Second)
+	assert.Greater(t, bytes, int64(0))
+	rec, _, _, err = s.Inspect(ctx, "absent")
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateAbsent, rec.State)
+	_, _, _, err = s.Inspect(ctx, "bad")
+	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
+}
+
+// putCorrupt writes a row that is not a record under key, as a table without
+// the CHECK constraint (older, or made by hand) may hold.
+func putCorrupt(t *testing.T, db *sql.DB, table, key string) {
+	t.Helper()
+	_, err := db.ExecContext(context.Background(), "ALTER TABLE "+quoted(table)+" DROP CONSTRAINT IF EXISTS "+quoted(table+"_record_valid"))
+	require.NoError(t, err)
+	require.NoError(t, putForeign(db, table, key, storetest.ForeignBadFields))
+}
+
+// A table made by hand may lack the NOT NULL constraints: a row with no
+// state and no expiry is corrupt for DeleteIf, Inspect and Get alike, and
+// DeleteIf keeps it.
+func TestNullColumnsAreCorrupt(t *testing.T) {
+	t.Parallel()
+	db := testDB(t)
+	ctx := context.Background()
+	s, table := newTable(t, db)
+	for _, ddl := range []string{
+		"ALTER TABLE " + quoted(table) + " DROP CONSTRAINT " + quoted(table+"_record_valid"),
+		"ALTER TABLE " + quoted(table) + " MODIFY state VARBINARY(255) NULL, MODIFY expires_at DATETIME(6) NULL",
+	} {
+		_, err := db.ExecContext(ctx, ddl)
+		require.NoError(t, err)
+	}
+	_, err := db.ExecContext(ctx, "INSERT INTO "+quoted(table)+" (key_hash, `key`, attempts, created_at, updated_at) VALUES (UNHEX(SHA2('k', 256)), 'k', 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))")
+	require.NoError(t, err)
+	_, _, err = s.DeleteIf(ctx, "k", idempotency.StateFailed, idempotency.StateInProgress, idempotency.StateCompleted)
+	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
+	_, _, _, err = s.Inspect(ctx, "k")
+	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
+	_, err = s.Get(ctx, "k")
+	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
+	_, err = s.Claim(ctx, "k", idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute})
+	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
+	assert.Equal(t, 1, rows(t, db, table), "the corrupt row is kept")
+}

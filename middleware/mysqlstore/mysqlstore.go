@@ -1,0 +1,396 @@
+package mysqlstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+)
+
+var (
+	// ErrNilDB is returned by New for a nil *sql.DB.
+	ErrNilDB = errors.New("mysqlstore: nil *sql.DB")
+	// ErrInvalidTable is returned by New and Schema for a Config.Table that
+	// is not a plain, optionally database-qualified, identifier.
+	ErrInvalidTable = errors.New("mysqlstore: invalid table name")
+	// ErrInvalidBatch is returned by Purge for a batch size below 1.
+	ErrInvalidBatch = errors.New("mysqlstore: purge batch must be positive")
+	// ErrTooLong is returned for a token longer than MaxTokenBytes or a
+	// fingerprint longer than MaxFingerprintBytes: their columns are
+	// bounded, and a server outside strict SQL mode would silently cut them.
+	ErrTooLong = errors.New("mysqlstore: value longer than its column")
+)
+
+// The bounds of the bounded columns.
+const (
+	// MaxTokenBytes is the longest owner token (VARBINARY(255));
+	// idempotency.NewToken makes 32-byte tokens.
+	MaxTokenBytes = 255
+	// MaxFingerprintBytes is the longest fingerprint (BLOB).
+	MaxFingerprintBytes = 65535
+)
+
+// Store is an idempotency.Store on a MySQL or MariaDB (InnoDB) table. It is
+// safe for concurrent use and does not own the *sql.DB: closing it is the
+// caller's business. It prepares each of its statements once, on first
+// use; Close releases them.
+type Store struct {
+	db    *sql.DB
+	table string // as configured, for messages
+	sql   statements
+
+	mu       sync.Mutex
+	prepared map[string]*sql.Stmt
+}
+
+var _ idempotency.Store = (*Store)(nil)
+
+// New returns a store on db, keeping its records in cfg.Table. db must use
+// github.com/go-sql-driver/mysql (driver name "mysql"); no DSN option is
+// required, and none changes what the store reads. New does not contact the
+// server and creates nothing: create the table once with Migrate, or with
+// the DDL that Schema returns.
+func New(db *sql.DB, cfg Config) (*Store, error) {
+	if db == nil {
+		return nil, ErrNilDB
+	}
+	cfg = cfg.withDefaults()
+	st, err := cfg.statements()
+	if err != nil {
+		return nil, err
+	}
+	return &Store{db: db, table: cfg.Table, sql: st, prepared: map[string]*sql.Stmt{}}, nil
+}
+
+// Close releases the store's prepared statements. It does not close the
+// *sql.DB. The store prepares them again if it is used after Close.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for q, st := range s.prepared {
+		errs = append(errs, st.Close())
+		delete(s.prepared, q)
+	}
+	return errors.Join(errs...)
+}
+
+// Schema returns the DDL of the store's table: what Migrate runs.
+func (s *Store) Schema() string { return s.sql.schema }
+
+// Migrate creates the store's table, with its index and CHECK constraint,
+// unless it exists. It is one CREATE TABLE IF NOT EXISTS, which MySQL and
+// MariaDB run under a metadata lock on the table's name, so it is safe to
+// run at every start, from any number of processes at once. It never alters
+// an existing table. Like every DDL statement it commits implicitly: run it
+// outside a transaction.
+func (s *Store) Migrate(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, s.sql.schema); err != nil {
+		return fmt.Errorf("mysqlstore: migrate %s: %w", s.table, withContext(ctx, err))
+	}
+	return nil
+}
+
+// maxClaimReads bounds how often Claim writes again when its read found the
+// row changed by someone else in between (see Claim).
+const maxClaimReads = 4
+
+// Claim implements idempotency.Store with two statements: an INSERT … ON
+// DUPLICATE KEY UPDATE that decides and writes, atomically under the row's
+// lock, and a SELECT of the row it left.
+//
+// MySQL cannot return the row from the write, so the read decides what the
+// write did: the claim acquired iff the row is IN_PROGRESS under the
+// request's token (tokens are unique to their claim, so only this claim or
+// a resend of it can have written it; no other claim can have taken it
+// since, or the token would be another's), unless the stored fingerprint
+// differs (a refusal that keeps a row a resend may have left under this
+// token). That holds even when the lease lapsed between the two statements
+// (a lease shorter than a round trip, or a stalled connection): the claim
+// is then reported acquired with its lapsed deadline, and the owner's first
+// renewal or completion finds the lease lost, rather than the claim being
+// run again and counting an attempt per try. Between the two statements the row can only move on: the holder
+// may complete or fail it, or its lease may lapse or the record expire.
+// When the read finds a record that this claim would have acquired (absent,
+// expired, FAILED, a lapsed lease), the claim is run again, so that no
+// caller is refused by a record that no longer refuses it.
+func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
+	if err := idempotency.CheckClaim(key, req); err != nil {
+		return idempotency.ClaimResult{}, wrap("claim", key, err)
+	}
+	if err := checkLengths(req.Token, req.Fingerprint); err != nil {
+		return idempotency.ClaimResult{}, wrap("claim", key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return idempotency.ClaimResult{}, wrap("claim", key, err)
+	}
+	var fp any // NULL for none
+	if len(req.Fingerprint) > 0 {
+		fp = req.Fingerprint
+	}
+	hash := keyHash(key)
+	tok := []byte(req.Token)
+	lease, ttl := durationMicros(req.Lease), durationMicros(req.TTL)
+	db := dbRunner{s}
+	for i := 1; ; i++ {
+		if _, err := db.exec(ctx, s.sql.claim, hash[:], []byte(key), tok, fp, lease, ttl, lease+ttl,
+			fp, fp, tok, tok, fp, fp, lease, ttl, lease+ttl); err != nil {
+			return idempotency.ClaimResult{}, s.queryError(ctx, "claim", key, err)
+		}
+		var r row
+		err := db.queryRow(ctx, s.sql.get, hash[:]).Scan(r.dest()...)
+		if errors.Is(err, sql.ErrNoRows) {
+			if i < maxClaimReads {
+				continue // deleted since the write
+			}
+			return idempotency.ClaimResult{Record: idempotency.Record{State: idempotency.StateAbsent}}, nil
+		}
+		if err != nil {
+			return idempotency.ClaimResult{}, s.queryError(ctx, "claim", key, err)
+		}
+		if err := r.check(); err != nil {
+			return idempotency.ClaimResult{}, wrap("claim", key, err)
+		}
+		refusedFP := fp != nil && len(r.fingerprint) > 0 && string(req.Fingerprint) != string(r.fingerprint)
+		if !r.expired() && r.claimedBy(req.Token) && !refusedFP {
+			s.prepareCompletion(ctx)
+			return idempotency.ClaimResult{Acquired: true, Record: r.claimedRecord()}, nil
+		}
+		claimable := r.expired() || *r.state == stateFailed || (*r.state == stateInProgress && !r.live())
+		if claimable && !refusedFP && i < maxClaimReads {
+			continue // the record moved on since the write
+		}
+		if r.expired() {
+			return idempotency.ClaimResult{Record: idempotency.Record{State: idempotency.StateAbsent}}, nil
+		}
+		return idempotency.ClaimResult{Record: r.record(false)}, nil
+	}
+}
+
+// prepareCompletion prepares the completion's statement on the pool once,
+// before a run needs it: CompleteTx runs it on the transaction's connection
+// and can prepare it there (once per connection) only from a statement of
+// the pool's, which it must not take a connection to make. A failure is left
+// for the next claim.
+func (s *Store) prepareCompletion(ctx context.Context) {
+	if s.preparedStmt(s.sql.complete) == nil {
+		_, _ = s.stmt(ctx, s.sql.complete)
+	}
+}
+
+// Renew implements idempotency.Store with one UPDATE.
+func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
+	if err := idempotency.CheckOwner(key, token, lease); err != nil {
+		return wrap("renew", key, err)
+	}
+	l := durationMicros(lease)
+	return s.owned(ctx, dbRunner{s}, "renew", key, token, s.sql.renew, l, l)
+}
+
+// Complete implements idempotency.Store with one UPDATE.
+func (s *Store) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
+	return s.complete(ctx, dbRunner{s}, "complete", key, token, result, ttl)
+}
+
+// Fail implements idempotency.Store with one UPDATE.
+func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) error {
+	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
+		return wrap("fail", key, err)
+	}
+	return s.owned(ctx, dbRunner{s}, "fail", key, token, s.sql.fail, durationMicros(ttl))
+}
+
+// Release implements idempotency.Store with a DELETE (a first attempt's
+// claim), and when that deleted nothing an UPDATE (a later attempt's).
+func (s *Store) Release(ctx context.Context, key, token string) error {
+	if err := idempotency.CheckRelease(key, token); err != nil {
+		return wrap("release", key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return wrap("release", key, err)
+	}
+	hash := keyHash(key)
+	res, err := dbRunner{s}.exec(ctx, s.sql.releaseDelete, hash[:], []byte(token))
+	if err != nil {
+		return s.queryError(ctx, "release", key, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n > 0 {
+		return nil
+	}
+	return s.owned(ctx, dbRunner{s}, "release", key, token, s.sql.releaseUpdate)
+}
+
+// owned runs an owner statement (sql.go), whose last parameters are the key's
+// hash and token, and reads its answer: nil when it changed the row;
+// otherwise, from the row as a second statement reads it, ErrCorruptRecord,
+// nil for the token's own resent Complete or Fail (and for any Release:
+// there was nothing of the token's to undo), or ErrLeaseLost.
+func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string, args ...any) error {
+	if err := ctx.Err(); err != nil {
+		return wrap(op, key, err)
+	}
+	hash := keyHash(key)
+	res, err := q.exec(ctx, stmt, append(args, hash[:], []byte(token))...)
+	if err != nil {
+		return s.queryError(ctx, op, key, err)
+	}
+	// Without the DSN option clientFoundRows, MySQL counts the rows the
+	// statement changed, with it the rows it matched; every row the WHERE
+	// matches is changed, but for a renewal in the microsecond of the last.
+	if n, err := res.RowsAffected(); err == nil && n > 0 {
+		return nil
+	}
+	var r row
+	err = q.queryRow(ctx, q.fallback(), hash[:]).Scan(r.dest()...)
+	found := true
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		found = false
+	case err != nil:
+		return s.queryError(ctx, op, key, err)
+	}
+	if found {
+		if err := r.check(); err != nil {
+			return wrap(op, key, err)
+		}
+		own := !r.expired() && string(r.token) == token
+		switch {
+		case own && op == "renew" && r.live():
+			return nil // matched, but nothing changed within the microsecond
+		case own && (op == "complete" && *r.state == stateCompleted || op == "fail" && *r.state == stateFailed):
+			return nil // the token's own transition, resent
+		case own && op == opCompleteTx && *r.state == stateCompleted:
+			// Not a resend: another transaction of this run committed its
+			// effect and COMPLETED already; this one must not commit.
+			return wrap(op, key, ErrAlreadyCompleted)
+		}
+	}
+	if op == "release" {
+		return nil
+	}
+	return wrap(op, key, idempotency.ErrLeaseLost)
+}
+
+// Get implements idempotency.Store with one SELECT.
+func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error) {
+	if key == "" {
+		return idempotency.Record{}, wrap("get", key, idempotency.ErrEmptyKey)
+	}
+	if err := ctx.Err(); err != nil {
+		return idempotency.Record{}, wrap("get", key, err)
+	}
+	hash := keyHash(key)
+	var r row
+	err := dbRunner{s}.queryRow(ctx, s.sql.get, hash[:]).Scan(r.dest()...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return idempotency.Record{State: idempotency.StateAbsent}, nil
+	}
+	if err != nil {
+		return idempotency.Record{}, s.queryError(ctx, "get", key, err)
+	}
+	if err := r.check(); err != nil {
+		return idempotency.Record{}, wrap("get", key, err)
+	}
+	if r.expired() {
+		return idempotency.Record{State: idempotency.StateAbsent}, nil
+	}
+	return r.record(true), nil
+}
+
+// Delete implements idempotency.Store with one DELETE, which removes any row,
+// a corrupt one included.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if key == "" {
+		return wrap("delete", key, idempotency.ErrEmptyKey)
+	}
+	if err := ctx.Err(); err != nil {
+		return wrap("delete", key, err)
+	}
+	hash := keyHash(key)
+	if _, err := (dbRunner{s}).exec(ctx, s.sql.del, hash[:]); err != nil {
+		return s.queryError(ctx, "delete", key, err)
+	}
+	return nil
+}
+
+// checkLengths refuses a token or fingerprint longer than its column.
+func checkLengths(token string, fingerprint []byte) error {
+	if len(token) > MaxTokenBytes {
+		return fmt.Errorf("%w: the token has %d bytes, at most %d fit", ErrTooLong, len(token), MaxTokenBytes)
+	}
+	if len(fingerprint) > MaxFingerprintBytes {
+		return fmt.Errorf("%w: the fingerprint has %d bytes, at most %d fit", ErrTooLong, len(fingerprint), MaxFingerprintBytes)
+	}
+	return nil
+}
+
+// keyHash is the primary key of key's row.
+func keyHash(key string) [sha256.Size]byte {
+	return sha256.Sum256([]byte(key))
+}
+
+// durationMicros returns d in whole microseconds, rounded up so that a
+// positive duration stays positive.
+func durationMicros(d time.Duration) int64 {
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+// MySQL and MariaDB error numbers the store translates or retries.
+const (
+	errNoSuchTable         = 1146 // ER_NO_SUCH_TABLE
+	errDeadlock            = 1213 // ER_LOCK_DEADLOCK
+	errCheckMySQL          = 3819 // ER_CHECK_CONSTRAINT_VIOLATED (MySQL)
+	errCheckMariaDB        = 4025 // ER_CONSTRAINT_FAILED (MariaDB)
+	maxDeadlockRetries     = 5
+	deadlockRetryBaseDelay = time.Millisecond
+)
+
+// queryError translates an error of the driver: a CHECK constraint that
+// refuses to write a row back is a corrupt record; a missing table says how
+// to create it; an error caused by the context's end matches its error.
+func (s *Store) queryError(ctx context.Context, op, key string, err error) error {
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) {
+		switch myErr.Number {
+		case errCheckMySQL, errCheckMariaDB:
+			return wrap(op, key, fmt.Errorf("%w: %w", idempotency.ErrCorruptRecord, err))
+		case errNoSuchTable:
+			return wrap(op, key, fmt.Errorf("table %s does not exist (create it with Migrate or Schema): %w", s.table, err))
+		}
+	}
+	return wrap(op, key, withContext(ctx, err))
+}
+
+// isDeadlock reports whether err is InnoDB's deadlock error, after which
+// the server has rolled the statement's transaction back.
+func isDeadlock(err error) bool {
+	var myErr *mysql.MySQLError
+	return errors.As(err, &myErr) && myErr.Number == errDeadlock
+}
+
+// withContext adds the context's error to err when the context has ended and
+// err does not already match it, so that callers can test for
+// context.DeadlineExceeded or context.Canceled.
+func withContext(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w: %w", cerr, err)
+	}
+	return err
+}
+
+// maxKeyInError bounds how much of a key an error message quotes.
+const maxKeyInError = 64
+
+func wrap(op, key string, err error) error {
+	if len(key) > maxKeyInError {
+		return fmt.Errorf("mysqlstore: %s %q… (%d bytes): %w", op, key[:maxKeyInError], len(key), err)
+	}
+	return fmt.Errorf("mysqlstore: %s %q: %w", op, key, err)
+}

@@ -1,0 +1,120 @@
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+)
+
+// CompleteTx is Complete run in tx, typically the transaction in which the
+// handler made its effect: the effect and the COMPLETED record then commit
+// together, or not at all. The fence is Complete's, but stricter: it
+// returns idempotency.ErrLeaseLost unless token holds a lease that has not
+// lapsed, and ErrAlreadyCompleted when token's own COMPLETED was committed
+// before; in both cases the transaction must roll back, effect included.
+// Once applied, the row stays locked (an exclusive record lock) until the
+// transaction ends, so no claim can take the key over in between; a claim
+// of the key waits for the commit and then finds it COMPLETED.
+//
+// It is one UPDATE, a locking read in InnoDB: at every isolation level it
+// judges the fence on the latest committed version of the row, never on
+// the transaction's snapshot. Under REPEATABLE READ with MariaDB's
+// innodb_snapshot_isolation=ON (MariaDB 11.8's default), a row changed since
+// the transaction's snapshot (the owner's own renewals do that) makes it
+// fail with error 1020 "Record has changed since last read": run the
+// transaction at READ COMMITTED (see the package documentation).
+func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, key, token string, result []byte, ttl time.Duration) error {
+	if tx == nil {
+		return wrap(opCompleteTx, key, ErrNilTx)
+	}
+	return s.complete(ctx, txRunner{s: s, tx: tx}, opCompleteTx, key, token, result, ttl)
+}
+
+// complete is Complete (op "complete": a resend by the owner succeeds) and
+// CompleteTx (opCompleteTx: it does not).
+func (s *Store) complete(ctx context.Context, q runner, op, key, token string, result []byte, ttl time.Duration) error {
+	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
+		return wrap(op, key, err)
+	}
+	if result == nil {
+		result = []byte{} // NULL is the absence of a result; an empty one is a value
+	}
+	return s.owned(ctx, q, op, key, token, s.sql.complete, result, durationMicros(ttl))
+}
+
+// opCompleteTx names CompleteTx in errors and tells owned that a COMPLETED
+// record of the same token is not a resend.
+const opCompleteTx = "complete in transaction"
+
+// ErrNilTx is returned by CompleteTx, CompleteInTx and CompleteValueInTx for
+// a nil transaction.
+var ErrNilTx = errors.New("mysqlstore: nil *sql.Tx")
+
+// ErrAlreadyCompleted is returned by CompleteTx, CompleteInTx and
+// CompleteValueInTx when the run's own COMPLETED record was committed
+// before, by an earlier transaction of the same run: its COMMIT succeeded
+// though the caller saw an error, and the work was tried again (Watermill's
+// Retry inside this middleware, say). Roll the transaction back: its effect
+// is already in the database. Unlike Complete, which a client resends with
+// nothing else in it, a transaction that completes carries an effect, and
+// committing it twice would double the effect.
+var ErrAlreadyCompleted = errors.New("mysqlstore: the run already committed its COMPLETED record and its effect")
+
+// ErrNoRun is returned by CompleteInTx and CompleteValueInTx for a context
+// that belongs to no run of the idempotency middleware or of Once.Do.
+var ErrNoRun = errors.New("mysqlstore: the context belongs to no idempotent run (use the handler's msg.Context() or Do's work context)")
+
+// CompleteInTx writes COMPLETED for the Watermill handler whose context ctx
+// is (msg.Context()), inside tx, the transaction that made the handler's
+// effect, with the messages the handler will return as the stored output
+// (replayed for duplicates, as the middleware stores it). Call it last,
+// right before committing tx:
+//
+//	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+//	if err != nil {
+//		return nil, err
+//	}
+//	defer tx.Rollback()
+//	if _, err := tx.ExecContext(ctx, "INSERT INTO ledger …", …); err != nil {
+//		return nil, err
+//	}
+//	if err := store.CompleteInTx(ctx, tx, out...); err != nil {
+//		return nil, err
+//	}
+//	return out, tx.Commit()
+//
+// The effect and COMPLETED then commit together or not at all. If the
+// lease was lost (another consumer took the key over), it returns an error
+// matching idempotency.ErrLeaseLost and the transaction must roll back,
+// effect included. Once it succeeded, the middleware does not write
+// COMPLETED again; the handler must return an error when the commit fails.
+func (s *Store) CompleteInTx(ctx context.Context, tx *sql.Tx, out ...*message.Message) error {
+	run, ok := idempotency.RunFromContext(ctx)
+	if !ok {
+		return ErrNoRun
+	}
+	return s.completeRun(ctx, tx, run, run.Result(out...))
+}
+
+// CompleteValueInTx is CompleteInTx for the work of Once.Do: value, what the
+// work returns, is stored as its result and replayed to later callers.
+func (s *Store) CompleteValueInTx(ctx context.Context, tx *sql.Tx, value []byte) error {
+	run, ok := idempotency.RunFromContext(ctx)
+	if !ok {
+		return ErrNoRun
+	}
+	return s.completeRun(ctx, tx, run, value)
+}
+
+func (s *Store) completeRun(ctx context.Context, tx *sql.Tx, run *idempotency.Run, result []byte) error {
+	if err := s.CompleteTx(ctx, tx, run.Key(), run.Token(), result, run.CompletedTTL()); err != nil {
+		return err
+	}
+	run.CompletedInTransaction()
+	return nil
+}
