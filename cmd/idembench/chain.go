@@ -106,7 +106,7 @@ func runChain(o options, rc *redis.Client, pg *pgBench) []Rate {
 		if needsPG[name] && pg == nil {
 			continue
 		}
-		prefix := o.prefix + ":chain" + strconv.Itoa(i)
+		prefix := o.prefix + "-chain" + strconv.Itoa(i)
 		cc := buildChain(name, rc, pg, prefix)
 		call := func(key string) {
 			if _, err := cc.handler(message.NewMessage(key, nil)); err != nil {
