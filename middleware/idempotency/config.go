@@ -112,9 +112,12 @@ type Config struct {
 	// the handler's produced messages and returns them for every duplicate,
 	// so a publish that failed after completion is retried by redelivery.
 	DisableOutputReplay bool
-	// MaxOutputSize bounds the stored output in bytes; a larger output is
-	// not stored (the key is still completed, the event is logged and
-	// counted) and duplicates are acked without it. Zero means
+	// MaxOutputSize bounds the stored output in bytes (encoded: UUIDs,
+	// metadata and payloads); a larger output is not stored: the key is
+	// still COMPLETED, the run is logged at Error and counted as
+	// OutcomeOutputNotStored, and duplicates are acked without it. Such an
+	// output is at most once: if the router's publish of it fails, the
+	// redelivery is acked as a duplicate and the output is lost. Zero means
 	// DefaultMaxOutputSize (1 MiB).
 	MaxOutputSize int
 	// CheckPayload stores the SHA-256 of the payload with the key; a copy

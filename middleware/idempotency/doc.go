@@ -85,6 +85,7 @@
 //
 //	claim result            middleware does                               router then
 //	acquired, success       store COMPLETED with the produced messages    publishes them, acks
+//	  output too large      store COMPLETED without them (counted)        publishes them, acks
 //	acquired, error/panic   store FAILED, return the error               nacks: redelivery (attempts+1)
 //	COMPLETED               skip the handler, return the stored messages  republishes them (same UUIDs), acks
 //	IN_PROGRESS elsewhere   wait NackDelay, return ErrInProgress          nacks: redelivery later
@@ -138,6 +139,17 @@
 //     returned again for every duplicate, so outputs are at-least-once with
 //     stable UUIDs: a publish that failed after completion is retried by the
 //     redelivery, and the next hop deduplicates by the same UUIDs.
+//   - Outputs larger than MaxOutputSize (1 MiB, encoded) are at most once:
+//     the key is COMPLETED without them and the router publishes them once.
+//     Should that publish fail, the redelivery is acked as a duplicate
+//     without them, and they are lost. Such a run is counted as
+//     OutcomeOutputNotStored (not OutcomeProcessed) and logged at Error
+//     with ErrOutputNotStored and the output's size, so that an operator
+//     raises MaxOutputSize or shrinks the output before a publish fails.
+//     The middleware cannot keep the message unacked until its output is
+//     published: it returns before the router publishes, and the effect has
+//     happened by then, so failing or releasing the key would run it again.
+//     (DisableOutputReplay makes every output at most once, by choice.)
 //   - Leases and TTLs are bounded by MaxTTL (100 years): a longer one, such
 //     as time.Duration(math.MaxInt64) for "forever", is an invalid config,
 //     never an expiry in the past that would let a second owner claim a
