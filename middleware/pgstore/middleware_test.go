@@ -227,3 +227,43 @@ func TestCompleteValueInTx(t *testing.T) {
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	assert.ErrorIs(t, store.CompleteInTx(context.Background(), tx), pgstore.ErrNoRun)
 }
+
+// TestMaxTTLMiddleware: the middleware with a lease and TTLs of
+// idempotency.MaxTTL on PostgreSQL: a running key refuses a second copy
+// and a completed one is a duplicate, for 100 years.
+func TestMaxTTLMiddleware(t *testing.T) {
+	store, _ := newTable(t, testPool(t))
+	obs := newObserved()
+	idem, err := idempotency.New(idempotency.Config{Store: store, Observer: obs, NackDelay: -1,
+		LeaseTTL: idempotency.MaxTTL, CompletedTTL: idempotency.MaxTTL, FailedTTL: idempotency.MaxTTL}, watermill.NopLogger{})
+	require.NoError(t, err)
+	var runs atomic.Int32
+	release := make(chan struct{})
+	handler := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		runs.Add(1)
+		<-release
+		return nil, nil
+	})
+	newMsg := func() *message.Message { return message.NewMessage(watermill.NewUUID(), []byte("p")) }
+	first := newMsg()
+	first.Metadata.Set("requestId", "forever")
+	done := make(chan error, 1)
+	go func() { _, err := handler(first); done <- err }()
+	require.Eventually(t, func() bool { return runs.Load() == 1 }, 10*time.Second, time.Millisecond)
+	rec, err := store.Get(context.Background(), "idem::forever") // prefix:scope:key, no handler name
+
+	require.NoError(t, err)
+	assert.Greater(t, time.Until(rec.LeaseExpiresAt), idempotency.MaxTTL-time.Hour, "the lease runs for MaxTTL")
+
+	copyOf := func() *message.Message { m := newMsg(); m.Metadata.Set("requestId", "forever"); return m }
+	_, err = handler(copyOf())
+	assert.ErrorIs(t, err, idempotency.ErrInProgress, "a live MaxTTL lease is not claimable")
+	close(release)
+	require.NoError(t, <-done)
+	_, err = handler(copyOf())
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, runs.Load())
+	assert.EqualValues(t, 1, obs.outcomes[idempotency.OutcomeProcessed].Load())
+	assert.EqualValues(t, 1, obs.outcomes[idempotency.OutcomeDuplicate].Load())
+	assert.EqualValues(t, 1, obs.outcomes[idempotency.OutcomeInProgress].Load())
+}
