@@ -66,12 +66,12 @@
 // not "shop:billing"), so that no prefix, scope and key store under
 // another's key: prefix "shop:billing" with scope "charge" and key
 // "order-7" would otherwise be prefix "shop" with scope "billing" and key
-// "charge:order-7". Within one prefix that is a proof, not a hope (a test
-// tries every short prefix, scope and key of separators and escapes);
-// across adapters it rests on their prefixes: httpidem and grpcidem store
-// prefix:hash(scope):key under prefixes of their own ("httpidem",
-// "grpcidem"), and Once.Do stores the key it is given as it is, so give
-// each its own prefix where they share a store. Keys
+// "charge:order-7" (a test tries every short prefix, scope and key made of
+// separators and the bytes of their escapes). Across adapters it rests on
+// their prefixes: httpidem and grpcidem store prefix:hash(scope):key under
+// prefixes of their own ("httpidem", "grpcidem"), and Once.Do stores the
+// key it is given unchanged, so keep each adapter's prefix, and such keys,
+// apart where they share a store. Keys
 // longer than Config.MaxKeyLength (200 bytes) are replaced by "sha256:" and
 // their hex SHA-256, and so is a key that starts with "sha256:", so that it
 // cannot take a long key's place. Keys may hold any bytes. An operator
