@@ -27,11 +27,11 @@ func bigOutput(payload int) func(*message.Message) []*message.Message {
 
 // encodedSize is the size of out as COMPLETED stores it: the length of the
 // result stored by a middleware whose bound it does not reach.
-func encodedSize(t *testing.T, out func(*message.Message) []*message.Message) int {
+func encodedSize(t *testing.T, requestID string, out func(*message.Message) []*message.Message) int {
 	t.Helper()
 	store := memstore.New(memstore.Config{})
 	idem, _ := newIdem(t, idempotency.Config{Store: store, MaxOutputSize: 1 << 30})
-	msg := newMsg("k", "p")
+	msg := newMsg(requestID, "p")
 	_, err := idem.Middleware((&counter{outputs: out}).handle)(msg)
 	require.NoError(t, err)
 	key, err := idem.StoreKey(msg)
@@ -47,7 +47,7 @@ func encodedSize(t *testing.T, out func(*message.Message) []*message.Message) in
 func TestOutputAtTheBound(t *testing.T) {
 	t.Parallel()
 	out := bigOutput(1000)
-	size := encodedSize(t, out)
+	size := encodedSize(t, "k", out)
 	for _, tc := range []struct {
 		max     int
 		stored  bool
@@ -145,13 +145,17 @@ func (p *failFirst) result() (calls int, published []string) {
 // (at most once), as documented, counted output_not_stored beforehand.
 func TestFailedPublishOfAnOutput(t *testing.T) {
 	t.Parallel()
+	atBound := encodedSize(t, "order-1", bigOutput(1000))
 	for _, tc := range []struct {
 		name      string
 		payload   int
+		max       int
 		published bool
 	}{
-		{"within MaxOutputSize", 100, true},
-		{"over MaxOutputSize", 5000, false},
+		{"within MaxOutputSize", 100, 1000, true},
+		{"over MaxOutputSize", 5000, 1000, false},
+		{"exactly MaxOutputSize", 1000, atBound, true},
+		{"one byte over MaxOutputSize", 1000, atBound - 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -159,7 +163,7 @@ func TestFailedPublishOfAnOutput(t *testing.T) {
 			// the failed publish, the redelivery, and its publish.
 			in := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 			t.Cleanup(func() { _ = in.Close() })
-			idem, obs := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{}), MaxOutputSize: 1000})
+			idem, obs := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{}), MaxOutputSize: tc.max})
 			h := &counter{outputs: bigOutput(tc.payload)}
 			pub := &failFirst{}
 			startRouter(t, func(r *message.Router) {

@@ -45,7 +45,8 @@ type observed struct {
 
 func newObserved() *observed {
 	o := &observed{outcomes: map[idempotency.Outcome]*atomic.Int32{}}
-	for _, oc := range []idempotency.Outcome{idempotency.OutcomeProcessed, idempotency.OutcomeDuplicate, idempotency.OutcomeHandlerFailed, idempotency.OutcomeInProgress} {
+	for _, oc := range []idempotency.Outcome{idempotency.OutcomeProcessed, idempotency.OutcomeDuplicate, idempotency.OutcomeHandlerFailed, idempotency.OutcomeInProgress,
+		idempotency.OutcomeOutputNotStored} {
 		o.outcomes[oc] = &atomic.Int32{}
 	}
 	return o
@@ -106,6 +107,31 @@ func TestMiddlewareCompletesInTheHandlersTransaction(t *testing.T) {
 	assert.Equal(t, 1, effectsOf(t, pool, effects, "order-1"))
 	assert.EqualValues(t, 0, obs.completes.Load(), "COMPLETED rode in the handler's transaction: no Complete call")
 	assert.EqualValues(t, 1, obs.outcomes[idempotency.OutcomeProcessed].Load())
+	assert.EqualValues(t, 1, obs.outcomes[idempotency.OutcomeDuplicate].Load())
+}
+
+// An output over MaxOutputSize committed with the effect is not stored
+// there either (Run.Result leaves it out), and the run counts as
+// output_not_stored, as with a Complete after the handler.
+func TestOutputNotStoredInTheHandlersTransaction(t *testing.T) {
+	pool := testPool(t)
+	store, _ := newTable(t, pool)
+	effects := effectsTable(t, pool)
+	obs := newObserved()
+	idem, err := idempotency.New(idempotency.Config{Store: store, Observer: obs, NackDelay: -1, MaxOutputSize: 10}, nil)
+	require.NoError(t, err)
+	h := idem.Middleware(bookingHandler(pool, store, effects))
+
+	out, err := h(newMessage("order-1"))
+	require.NoError(t, err)
+	require.Len(t, out, 1, "the router still gets the output to publish once")
+	dup, err := h(newMessage("order-1"))
+	require.NoError(t, err)
+	assert.Empty(t, dup, "the duplicate has no stored output")
+	assert.Equal(t, 1, effectsOf(t, pool, effects, "order-1"))
+	assert.EqualValues(t, 0, obs.completes.Load(), "COMPLETED rode in the handler's transaction")
+	assert.EqualValues(t, 0, obs.outcomes[idempotency.OutcomeProcessed].Load())
+	assert.EqualValues(t, 1, obs.outcomes[idempotency.OutcomeOutputNotStored].Load())
 	assert.EqualValues(t, 1, obs.outcomes[idempotency.OutcomeDuplicate].Load())
 }
 
