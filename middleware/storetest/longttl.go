@@ -34,9 +34,18 @@ func testLongTTLs(h *harness) {
 		k := keys{lease: h.key(fmt.Sprintf("lease%d", i)), claimTTL: h.key(fmt.Sprintf("claimttl%d", i)),
 			completed: h.key(fmt.Sprintf("completed%d", i)), failed: h.key(fmt.Sprintf("failed%d", i))}
 
+		// The claim's TTL first: a store that overflows it deletes or
+		// expires the key while its owner still holds it.
 		req := request(nil)
+		req.TTL = d
+		require.True(t, h.claimWith(k.claimTTL, req).Acquired)
+		res := h.claim(k.claimTTL, nil)
+		assert.False(t, res.Acquired, "claim TTL %v: a second claim while the first holds the key", d)
+		assert.Equal(t, idempotency.StateInProgress, res.Record.State, "claim TTL %v", d)
+
+		req = request(nil)
 		req.Lease, req.TTL = d, d
-		res := h.claimWith(k.lease, req)
+		res = h.claimWith(k.lease, req)
 		require.True(t, res.Acquired, "lease %v: a fresh key is acquired", d)
 		k.leaseTok = req.Token
 		// A store may hold a lease beyond MaxTTL for longer (ours clamp it
@@ -44,10 +53,6 @@ func testLongTTLs(h *harness) {
 		held := res.Record.LeaseExpiresAt.Sub(res.Record.UpdatedAt)
 		assert.GreaterOrEqual(t, held, idempotency.ClampTTL(d)-time.Millisecond,
 			"lease %v: the claim holds the key for %v", d, held)
-
-		req = request(nil)
-		req.TTL = d
-		require.True(t, h.claimWith(k.claimTTL, req).Acquired)
 
 		tok := h.mustAcquire(k.completed)
 		require.NoError(t, h.Store.Complete(h.ctx, k.completed, tok, []byte("done"), d), "complete with TTL %v", d)
