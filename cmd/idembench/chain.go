@@ -116,7 +116,7 @@ func runChain(o options, rc *redis.Client, pg *pgBench, my *mysqlBench) []Rate {
 		if needsPG[name] && pg == nil || needsMySQL[name] && my == nil {
 			continue
 		}
-		prefix := o.prefix + ":chain" + strconv.Itoa(i)
+		prefix := o.prefix + "-chain" + strconv.Itoa(i)
 		cc := buildChain(name, rc, pg, my, prefix)
 		call := func(key string) {
 			if _, err := cc.handler(message.NewMessage(key, nil)); err != nil {

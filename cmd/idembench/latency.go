@@ -68,7 +68,7 @@ func runLatency(o options, rc *redis.Client) Latency {
 	warmPool(rc, 4)
 	chains := make([]message.HandlerFunc, 2) // [0]: auto-pipelining off, [1]: on
 	var seq atomic.Uint64
-	prefix := o.prefix + ":lat"
+	prefix := o.prefix + "-lat"
 	for i := range chains {
 		idem := newIdempotency(idempotency.Config{Store: newRedisStore(rc, i == 0), KeyPrefix: prefix + strconv.Itoa(i),
 			CompletedTTL: time.Hour}, false)

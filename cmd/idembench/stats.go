@@ -84,7 +84,7 @@ func runStats(o options) Stats {
 	// Keys as a service would have them on its own server: idem:orders:<uuid>.
 	prefix := "idem"
 	if st.Note != "" {
-		prefix = o.prefix + ":st"
+		prefix = o.prefix + "-st"
 	}
 	poolSize := max(8, 2*maxInt(o.concurrency))
 	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: addr, PoolSize: poolSize})

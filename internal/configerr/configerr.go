@@ -3,6 +3,7 @@ package configerr
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -57,5 +58,38 @@ const MinLease = 3 * time.Millisecond
 func Renewable(l *List, leaseTTL time.Duration) {
 	if leaseTTL > 0 && leaseTTL < MinLease {
 		l.Addf("LeaseTTL %v is too short to renew every LeaseTTL/3", leaseTTL)
+	}
+}
+
+// MaxTTL is the longest lease or TTL a Config accepts: 100 years (365-day
+// years), "forever" for any record. Every store can hold it, and twice it,
+// without overflow: Redis PX takes up to 2^63-1 ms less the server's clock,
+// a PostgreSQL timestamp reaches the year 294276, and a Go time.Duration
+// (what a store adds to its own clock) spans 292 years.
+const MaxTTL = 100 * 365 * 24 * time.Hour
+
+// TTL adds "name is v, must not be negative" when v is below zero, and
+// "name is v, longer than MaxTTL" when v is above MaxTTL: a lease or a
+// TTL, whose zero value stands for its default.
+func TTL(l *List, name string, v time.Duration) {
+	switch {
+	case v < 0:
+		NotNegative(l, name, v)
+	case v > MaxTTL:
+		l.Addf("%s is %v, must be at most %v (100 years; there is no \"no expiry\")", name, v, MaxTTL)
+	}
+}
+
+// KeySeparator ends the prefix of every stored key, and its scope.
+const KeySeparator = ':'
+
+// KeyPrefix adds a problem when prefix holds KeySeparator: the stored key
+// is prefix:scope:key, and a colon in the prefix would let one prefix,
+// scope and key pair store under the key of another ("a:b", "c", "k" and
+// "a", "b", "c:k" are both "a:b:c:k").
+func KeyPrefix(l *List, prefix string) {
+	if strings.IndexByte(prefix, KeySeparator) >= 0 {
+		l.Addf("KeyPrefix %q holds %q, the separator of prefix:scope:key; use another character (%q, say)",
+			prefix, string(KeySeparator), strings.ReplaceAll(prefix, string(KeySeparator), "."))
 	}
 }

@@ -2,6 +2,7 @@ package configerr_test
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -54,4 +55,24 @@ func TestRules(t *testing.T) {
 		"pkg: invalid config: Timeout is -1s, must not be negative\n"+
 		"pkg: invalid config: LeaseTTL 2.999999ms is too short to renew every LeaseTTL/3",
 		l.Err().Error(), "zero (the default) and MinLease pass; below zero and below MinLease do not")
+}
+
+func TestTTLAndKeyPrefix(t *testing.T) {
+	l := configerr.New(errInvalid)
+	configerr.TTL(l, "Zero", 0)
+	configerr.TTL(l, "Max", configerr.MaxTTL)
+	configerr.TTL(l, "Negative", -time.Second)
+	configerr.TTL(l, "Over", configerr.MaxTTL+time.Nanosecond)
+	configerr.TTL(l, "Forever", time.Duration(math.MaxInt64))
+	configerr.KeyPrefix(l, "")
+	configerr.KeyPrefix(l, "shop.billing")
+	configerr.KeyPrefix(l, "{idem}/%20 \x00")
+	configerr.KeyPrefix(l, "shop:billing")
+	configerr.KeyPrefix(l, ":")
+	assert.Equal(t, "pkg: invalid config: Negative is -1s, must not be negative\n"+
+		"pkg: invalid config: Over is 876000h0m0.000000001s, must be at most 876000h0m0s (100 years; there is no \"no expiry\")\n"+
+		"pkg: invalid config: Forever is 2562047h47m16.854775807s, must be at most 876000h0m0s (100 years; there is no \"no expiry\")\n"+
+		"pkg: invalid config: KeyPrefix \"shop:billing\" holds \":\", the separator of prefix:scope:key; use another character (\"shop.billing\", say)\n"+
+		"pkg: invalid config: KeyPrefix \":\" holds \":\", the separator of prefix:scope:key; use another character (\".\", say)",
+		l.Err().Error(), "zero and MaxTTL pass, and so does a prefix of any bytes but a colon")
 }

@@ -96,8 +96,9 @@ type Config struct {
 	RequestField string
 
 	// KeyPrefix starts every stored key; the interceptor adds a colon after
-	// it, as the Watermill middleware does after its Config.KeyPrefix.
-	// Empty means DefaultKeyPrefix ("grpcidem").
+	// it, as the Watermill middleware does after its Config.KeyPrefix. It
+	// must not hold a colon itself. Empty means DefaultKeyPrefix
+	// ("grpcidem").
 	KeyPrefix string
 
 	// KeyOptional lets calls without a key pass through without

@@ -97,6 +97,10 @@
 //
 //	grpcidem:2bd806c97f0e00af1a1fc3328fa763a9:8e03978e   scope "alice", key "8e03978e"
 //
+// A KeyPrefix holding a colon is an invalid config, so that no prefix,
+// scope and key share a stored key with another; LeaseTTL, CompletedTTL,
+// FailedTTL and CacheTTL are at most idempotency.MaxTTL (100 years).
+//
 // A call's fingerprint is SHA-256 over its full method name and its request
 // message's deterministic wire encoding (proto.MarshalOptions{Deterministic:
 // true}, which sorts map entries). It is stored with the key; a repeat whose

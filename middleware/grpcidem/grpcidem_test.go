@@ -2,6 +2,7 @@ package grpcidem_test
 
 import (
 	"io"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -158,6 +159,10 @@ func TestConfig(t *testing.T) {
 		"negative max size": func(c *grpcidem.Config) { c.MaxResponseSize = -1 },
 		"negative key len":  func(c *grpcidem.Config) { c.MaxKeyLength = -1 },
 		"negative retry":    func(c *grpcidem.Config) { c.RetryAfter = -1 },
+		"forever completed": func(c *grpcidem.Config) { c.CompletedTTL = time.Duration(math.MaxInt64) },
+		"forever failed":    func(c *grpcidem.Config) { c.FailedTTL = idempotency.MaxTTL + 1 },
+		"forever lease":     func(c *grpcidem.Config) { c.LeaseTTL = time.Duration(math.MaxInt64) },
+		"prefix separator":  func(c *grpcidem.Config) { c.KeyPrefix = "shop:billing" },
 	} {
 		cfg := ok
 		adjust(&cfg)

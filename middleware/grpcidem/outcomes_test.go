@@ -182,7 +182,7 @@ func TestCorruptRecord(t *testing.T) {
 		client := testserver.RedisClient(t)
 		store, err := redisstore.New(client)
 		require.NoError(t, err)
-		prefix := "grpcidemtest:" + adaptertest.RandomHex(t)
+		prefix := "grpcidemtest-" + adaptertest.RandomHex(t)
 		skey := grpcidem.StoreKey(prefix, "t", "k1")
 		ctx := context.Background()
 		t.Cleanup(func() { _ = client.Del(ctx, skey).Err() })

@@ -113,8 +113,9 @@ type Config struct {
 	SingleTenant bool
 
 	// KeyPrefix starts every stored key; the middleware adds a colon after
-	// it, as the Watermill middleware does after its Config.KeyPrefix.
-	// Empty means DefaultKeyPrefix ("httpidem").
+	// it, as the Watermill middleware does after its Config.KeyPrefix. It
+	// must not hold a colon itself. Empty means DefaultKeyPrefix
+	// ("httpidem").
 	KeyPrefix string
 
 	// LeaseTTL is how long a claim holds a key while the handler runs

@@ -31,7 +31,7 @@ func TestCorruptRedisRecord(t *testing.T) {
 	require.NoError(t, err)
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	prefix := "httpidemtest:" + hex.EncodeToString(b[:])
+	prefix := "httpidemtest-" + hex.EncodeToString(b[:])
 	ctx := context.Background()
 	t.Cleanup(func() {
 		keys, _ := client.Keys(ctx, prefix+":*").Result()

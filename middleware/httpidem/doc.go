@@ -74,8 +74,12 @@
 //
 //	httpidem:2bd806c97f0e00af1a1fc3328fa763a9:8e03978e   scope "alice", key "8e03978e"
 //
-// so no secret used as a scope appears in a key name, and no two (scope,
-// key) pairs share a stored key. Under SingleTenant the scope is empty.
+// so no secret used as a scope appears in a key name, and no two (prefix,
+// scope, key) triples share a stored key: a KeyPrefix holding a colon is
+// an invalid config, since prefix "a:<hash>" would otherwise meet prefix
+// "a" with a scope hashing to <hash>. Under SingleTenant the scope is
+// empty. LeaseTTL, CompletedTTL, FailedTTL and CacheTTL are at most
+// idempotency.MaxTTL (100 years).
 //
 // The request's fingerprint is SHA-256 over its method, path, raw query and
 // the SHA-256 of its body. It is given to Store.Claim and kept with the key;

@@ -2,6 +2,7 @@ package httpidem_test
 
 import (
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -270,6 +271,10 @@ func TestNew(t *testing.T) {
 		"negative key len":   {Store: store, SingleTenant: true, MaxKeyLength: -1},
 		"negative req body":  {Store: store, SingleTenant: true, MaxRequestBody: -1},
 		"negative resp body": {Store: store, SingleTenant: true, MaxResponseBody: -1},
+		"forever TTL":        {Store: store, SingleTenant: true, CompletedTTL: time.Duration(math.MaxInt64)},
+		"forever failed":     {Store: store, SingleTenant: true, FailedTTL: time.Duration(math.MaxInt64)},
+		"forever lease":      {Store: store, SingleTenant: true, LeaseTTL: time.Duration(math.MaxInt64)},
+		"prefix separator":   {Store: store, SingleTenant: true, KeyPrefix: "shop:billing"},
 		"bad header":         {Store: store, SingleTenant: true, Header: "Idempotency Key"},
 		"bad method":         {Store: store, SingleTenant: true, Methods: []string{"PO ST"}},
 		"no scope":           {Store: store},

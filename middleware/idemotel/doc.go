@@ -70,6 +70,8 @@
 // or type suffixes may rename them; configure it not to.
 //
 // Alert on complete_failed and lease_lost (a handler may run twice),
-// store_unavailable (messages are nacked), and a growing rate of
-// in_progress (handlers slower than the broker's redelivery).
+// output_not_stored (an output larger than MaxOutputSize was not stored,
+// and is lost if its publish fails), store_unavailable (messages are
+// nacked), and a growing rate of in_progress (handlers slower than the
+// broker's redelivery).
 package idemotel

@@ -121,7 +121,7 @@ func BenchmarkChain(b *testing.B) {
 		b.Run(cc.name, func(b *testing.B) {
 			var client *redis.Client
 			commands := &commandCounter{}
-			prefix := "bench:" + watermill.NewShortUUID()
+			prefix := "bench-" + watermill.NewShortUUID()
 			if cc.redis {
 				client = benchRedis(b)
 				b.Cleanup(func() { unlinkPrefix(b, client, prefix) })

@@ -101,7 +101,7 @@ func producing(c *counter) message.HandlerFunc {
 // and not one command reaches Redis.
 func TestCacheDuplicateSendsNoRedisCommand(t *testing.T) {
 	store, commands := countedRedisStore(t)
-	idem, obs := newIdem(t, idempotency.Config{Store: store, KeyPrefix: "test:" + watermill.NewShortUUID()})
+	idem, obs := newIdem(t, idempotency.Config{Store: store, KeyPrefix: "test-" + watermill.NewShortUUID()})
 	h := &counter{}
 	chain := idem.Middleware(producing(h))
 
@@ -129,7 +129,7 @@ func TestCacheDuplicateSendsNoRedisCommand(t *testing.T) {
 // COMPLETED by another one keeps the record, and answers the next copy
 // from memory, fingerprint comparison included.
 func TestCacheLearnsCompletedFromAClaim(t *testing.T) {
-	prefix := "test:" + watermill.NewShortUUID()
+	prefix := "test-" + watermill.NewShortUUID()
 	storeA, _ := countedRedisStore(t)
 	storeB, commandsB := countedRedisStore(t)
 	a, _ := newIdem(t, idempotency.Config{Store: storeA, KeyPrefix: prefix, CheckPayload: true})
@@ -164,7 +164,7 @@ func TestCacheLearnsCompletedFromAClaim(t *testing.T) {
 func TestCacheCountsHitsAndMisses(t *testing.T) {
 	store, _ := sharedRedisStore(t)
 	obs := newCacheObs()
-	idem, _ := newIdem(t, idempotency.Config{Store: store, KeyPrefix: "test:" + watermill.NewShortUUID(), Observer: obs,
+	idem, _ := newIdem(t, idempotency.Config{Store: store, KeyPrefix: "test-" + watermill.NewShortUUID(), Observer: obs,
 		Scope: func(*message.Message) string { return "orders" }})
 	chain := idem.Middleware((&counter{}).handle)
 	for _, key := range []string{"a", "b", "a", "a", "b", "c"} {
@@ -183,7 +183,7 @@ func TestCacheCountsHitsAndMisses(t *testing.T) {
 
 	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Name: "invoices", Observer: obs}, nil)
 	require.NoError(t, err)
-	key := "test:" + watermill.NewShortUUID()
+	key := "test-" + watermill.NewShortUUID()
 	for range 2 {
 		_, err := once.Do(context.Background(), key, func(context.Context) ([]byte, error) { return []byte("v"), nil })
 		require.NoError(t, err)
@@ -200,7 +200,7 @@ func TestCacheCountsHitsAndMisses(t *testing.T) {
 // cache's, an entry ends with the record, for a key completed here and for
 // one read from a claim, and the next delivery runs the handler again.
 func TestCacheNeverOutlivesCompletedTTL(t *testing.T) {
-	prefix := "test:" + watermill.NewShortUUID()
+	prefix := "test-" + watermill.NewShortUUID()
 	storeA, _ := countedRedisStore(t)
 	storeB, _ := countedRedisStore(t)
 	// B reads the record from a claim: its entry ends a clock margin (1 s)
@@ -247,7 +247,7 @@ func TestCacheOperatorDeleteIsSeenAfterCacheTTL(t *testing.T) {
 	require.NoError(t, err)
 	b, err := idempotency.NewOnce(idempotency.OnceConfig{Store: storeB, CacheTTL: cacheTTL}, nil)
 	require.NoError(t, err)
-	key := "test:" + watermill.NewShortUUID()
+	key := "test-" + watermill.NewShortUUID()
 	var runs atomic.Int32
 	succeed := func(context.Context) ([]byte, error) { runs.Add(1); return []byte("v"), nil }
 	fail := func(context.Context) ([]byte, error) { runs.Add(1); return nil, errHandler }
@@ -278,7 +278,7 @@ func TestCacheEvictsWithinMaxBytes(t *testing.T) {
 	const maxBytes = 64 << 10
 	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, CacheMaxBytes: maxBytes}, nil)
 	require.NoError(t, err)
-	prefix := "test:" + watermill.NewShortUUID()
+	prefix := "test-" + watermill.NewShortUUID()
 	value := []byte(strings.Repeat("x", 1000))
 	for i := range 200 { // 200 kB of results
 		_, err := once.Do(context.Background(), fmt.Sprintf("%s:%d", prefix, i), func(context.Context) ([]byte, error) { return value, nil })
@@ -313,7 +313,7 @@ func TestCacheEvictsWithinMaxBytes(t *testing.T) {
 func TestCacheDisabledGoesToTheStoreEveryTime(t *testing.T) {
 	store, commands := countedRedisStore(t)
 	obs := newCacheObs()
-	idem, _ := newIdem(t, idempotency.Config{Store: store, KeyPrefix: "test:" + watermill.NewShortUUID(), DisableCache: true, Observer: obs})
+	idem, _ := newIdem(t, idempotency.Config{Store: store, KeyPrefix: "test-" + watermill.NewShortUUID(), DisableCache: true, Observer: obs})
 	h := &counter{}
 	chain := idem.Middleware(h.handle)
 	msg := newMsg("req-1", "p")
@@ -354,7 +354,7 @@ func TestCacheSkipsInProcessStores(t *testing.T) {
 // changes nothing for the next duplicate.
 func TestCachedResultIsNeverChangedByCallers(t *testing.T) {
 	store, _ := sharedRedisStore(t)
-	idem, _ := newIdem(t, idempotency.Config{Store: store, KeyPrefix: "test:" + watermill.NewShortUUID()})
+	idem, _ := newIdem(t, idempotency.Config{Store: store, KeyPrefix: "test-" + watermill.NewShortUUID()})
 	chain := idem.Middleware(producing(&counter{}))
 	first, err := chain(newMsg("req-1", "p"))
 	require.NoError(t, err)
@@ -370,7 +370,7 @@ func TestCachedResultIsNeverChangedByCallers(t *testing.T) {
 
 	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store}, nil)
 	require.NoError(t, err)
-	key := "test:" + watermill.NewShortUUID()
+	key := "test-" + watermill.NewShortUUID()
 	value := []byte("value")
 	_, err = once.Do(context.Background(), key, func(context.Context) ([]byte, error) { return value, nil })
 	require.NoError(t, err)
@@ -395,7 +395,7 @@ func TestCacheConcurrentDuplicates(t *testing.T) {
 	store, _ := sharedRedisStore(t)
 	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, CacheMaxBytes: 64 << 10}, nil)
 	require.NoError(t, err)
-	prefix := "test:" + watermill.NewShortUUID()
+	prefix := "test-" + watermill.NewShortUUID()
 	effects := newLedger()
 	const keys, goroutines, rounds = 16, 64, 50
 	var wg sync.WaitGroup
@@ -516,7 +516,7 @@ func TestCacheNotWrittenWhenCompleteFails(t *testing.T) {
 	store, _ := sharedRedisStore(t)
 	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store}, nil)
 	require.NoError(t, err)
-	key := "test:" + watermill.NewShortUUID()
+	key := "test-" + watermill.NewShortUUID()
 	res, err := once.Do(context.Background(), key, func(ctx context.Context) ([]byte, error) {
 		require.NoError(t, store.Delete(ctx, key)) // an operator deletes it under the running work
 		return []byte("v"), nil
@@ -557,7 +557,7 @@ func TestCacheConfig(t *testing.T) {
 // ErrKeyReused from memory, as from the store.
 func TestCacheOwnCompletionKeepsFingerprint(t *testing.T) {
 	store, commands := countedRedisStore(t)
-	idem, obs := newIdem(t, idempotency.Config{Store: store, KeyPrefix: "test:" + watermill.NewShortUUID(), CheckPayload: true})
+	idem, obs := newIdem(t, idempotency.Config{Store: store, KeyPrefix: "test-" + watermill.NewShortUUID(), CheckPayload: true})
 	chain := idem.Middleware((&counter{}).handle)
 	_, err := chain(newMsg("req-1", "pay 10"))
 	require.NoError(t, err)

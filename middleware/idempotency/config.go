@@ -26,6 +26,15 @@ const (
 	DefaultMaxKeyLength  = 200
 )
 
+// MaxTTL is the longest lease or TTL that Config, OnceConfig and the
+// adapters' configs accept: 100 years (of 365 days), as good as "forever"
+// for a record, and short enough that every store holds it, and twice it,
+// without overflow (Redis PX, PostgreSQL timestamps, a store's own clock
+// arithmetic). A longer one is an invalid config: a TTL has no "no expiry"
+// value. A store given a longer TTL directly holds the key for MaxTTL
+// (ClampTTL).
+const MaxTTL = configerr.MaxTTL
+
 // DefaultKeyMetadata returns the metadata fields a key is read from when
 // Config.KeyMetadata is nil, in order: "requestId", then "Idempotency-Key".
 // It returns a new slice on every call, so that a config can add a field
@@ -36,7 +45,8 @@ const (
 func DefaultKeyMetadata() []string { return []string{"requestId", "Idempotency-Key"} }
 
 // Config configures an Idempotency middleware. A zero field means its
-// documented default; only Store is required.
+// documented default; only Store is required. LeaseTTL and the TTLs are at
+// most MaxTTL.
 type Config struct {
 	// Store keeps the state of every key. Required: redisstore for
 	// production, memstore for tests and single-process demos.
@@ -54,8 +64,11 @@ type Config struct {
 	// handler's name (message.HandlerNameFromCtx), which the router puts in
 	// the message's context.
 	Scope func(msg *message.Message) string
-	// KeyPrefix starts every stored key: prefix:scope:key. Empty means
-	// DefaultKeyPrefix ("idem").
+	// KeyPrefix starts every stored key: prefix:scope:key. It must not hold
+	// a colon, so that no prefix, scope and key store under the key of
+	// another ("shop:billing", "charge", "order-7" would be "shop",
+	// "billing", "charge:order-7"): use another separator ("shop.billing").
+	// Empty means DefaultKeyPrefix ("idem").
 	KeyPrefix string
 	// MaxKeyLength bounds the key part in bytes; a longer key is replaced by
 	// "sha256:" and its hex SHA-256. Zero means DefaultMaxKeyLength (200).
@@ -66,16 +79,16 @@ type Config struct {
 	// a consumer that stopped (crashed, partitioned) loses it. Keep it well
 	// above a store round trip and below the broker's redelivery timer (AMQP
 	// consumer timeout, NATS AckWait, Redis Streams MaxIdleTime) where
-	// possible. Zero means DefaultLeaseTTL (40 s).
+	// possible. Zero means DefaultLeaseTTL (40 s); at most MaxTTL.
 	LeaseTTL time.Duration
 	// CompletedTTL is how long a completed key is remembered: duplicates
 	// arriving later run the handler again. Zero means DefaultCompletedTTL
-	// (24 h).
+	// (24 h); at most MaxTTL (100 years), there is no "never expires".
 	CompletedTTL time.Duration
 	// FailedTTL is how long a failed key keeps its attempt count, and how
 	// long the record of a consumer that died mid-handler outlives its lapsed
 	// lease, so that crash loops count towards MaxAttempts. Zero means
-	// DefaultFailedTTL (24 h).
+	// DefaultFailedTTL (24 h); at most MaxTTL.
 	FailedTTL time.Duration
 	// NackDelay is how long the middleware waits before it nacks a copy
 	// whose key another consumer holds (ErrInProgress) or that it could not
@@ -99,9 +112,12 @@ type Config struct {
 	// the handler's produced messages and returns them for every duplicate,
 	// so a publish that failed after completion is retried by redelivery.
 	DisableOutputReplay bool
-	// MaxOutputSize bounds the stored output in bytes; a larger output is
-	// not stored (the key is still completed, the event is logged and
-	// counted) and duplicates are acked without it. Zero means
+	// MaxOutputSize bounds the stored output in bytes (encoded: UUIDs,
+	// metadata and payloads); a larger output is not stored: the key is
+	// still COMPLETED, the run is logged at Error and counted as
+	// OutcomeOutputNotStored, and duplicates are acked without it. Such an
+	// output is at most once: if the router's publish of it fails, the
+	// redelivery is acked as a duplicate and the output is lost. Zero means
 	// DefaultMaxOutputSize (1 MiB).
 	MaxOutputSize int
 	// CheckPayload stores the SHA-256 of the payload with the key; a copy
@@ -179,6 +195,7 @@ func (c Config) onceConfig() OnceConfig {
 func (c Config) Validate() error {
 	problems := configerr.New(ErrInvalidConfig)
 	c.onceConfig().check(problems)
+	configerr.KeyPrefix(problems, c.KeyPrefix)
 	configerr.NotNegative(problems, "MaxKeyLength", c.MaxKeyLength)
 	configerr.NotNegative(problems, "MaxOutputSize", c.MaxOutputSize)
 	for _, f := range c.KeyMetadata {

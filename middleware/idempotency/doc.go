@@ -62,7 +62,16 @@
 // the prefix is Config.KeyPrefix ("idem") and the scope defaults to the
 // handler's name, so that two handlers consuming one topic each process a
 // message once. Colons and percent signs in the scope are escaped (%3A,
-// %25), so that no scope and key pair stores under another's key. Keys
+// %25), and a prefix holding a colon is an invalid config (use "shop.billing",
+// not "shop:billing"), so that no prefix, scope and key store under
+// another's key: prefix "shop:billing" with scope "charge" and key
+// "order-7" would otherwise be prefix "shop" with scope "billing" and key
+// "charge:order-7" (a test tries every short prefix, scope and key made of
+// separators and the bytes of their escapes). Across adapters it rests on
+// their prefixes: httpidem and grpcidem store prefix:hash(scope):key under
+// prefixes of their own ("httpidem", "grpcidem"), and Once.Do stores the
+// key it is given unchanged, so keep each adapter's prefix, and such keys,
+// apart where they share a store. Keys
 // longer than Config.MaxKeyLength (200 bytes) are replaced by "sha256:" and
 // their hex SHA-256, and so is a key that starts with "sha256:", so that it
 // cannot take a long key's place. Keys may hold any bytes. An operator
@@ -81,6 +90,7 @@
 //
 //	claim result            middleware does                               router then
 //	acquired, success       store COMPLETED with the produced messages    publishes them, acks
+//	  output too large      store COMPLETED without them (counted)        publishes them, acks
 //	acquired, error/panic   store FAILED, return the error               nacks: redelivery (attempts+1)
 //	COMPLETED               skip the handler, return the stored messages  republishes them (same UUIDs), acks
 //	IN_PROGRESS elsewhere   wait NackDelay, return ErrInProgress          nacks: redelivery later
@@ -134,6 +144,21 @@
 //     returned again for every duplicate, so outputs are at-least-once with
 //     stable UUIDs: a publish that failed after completion is retried by the
 //     redelivery, and the next hop deduplicates by the same UUIDs.
+//   - Outputs larger than MaxOutputSize (1 MiB, encoded) are at most once:
+//     the key is COMPLETED without them and the router publishes them once.
+//     Should that publish fail, the redelivery is acked as a duplicate
+//     without them, and they are lost. Such a run is counted as
+//     OutcomeOutputNotStored (not OutcomeProcessed) and logged at Error
+//     with ErrOutputNotStored and the output's size, so that an operator
+//     raises MaxOutputSize or shrinks the output before a publish fails.
+//     The middleware cannot keep the message unacked until its output is
+//     published: it returns before the router publishes, and the effect has
+//     happened by then, so failing or releasing the key would run it again.
+//     (DisableOutputReplay makes every output at most once, by choice.)
+//   - Leases and TTLs are bounded by MaxTTL (100 years): a longer one, such
+//     as time.Duration(math.MaxInt64) for "forever", is an invalid config,
+//     never an expiry in the past that would let a second owner claim a
+//     live key.
 //   - Side effects outside the store are exactly once only if they are
 //     idempotent or transactional themselves: a handler that charged a card
 //     and then crashed before COMPLETED was written runs again after its
@@ -211,7 +236,9 @@
 // clock. It calls CheckClaim, CheckOwner or CheckRelease before anything
 // else, so that an empty key or token, or a lease or TTL that is not
 // positive, is refused with ErrEmptyKey, ErrEmptyToken or ErrInvalidTTL by
-// every store alike. It returns ErrLeaseLost and ErrCorruptRecord wrapped
+// every store alike, and passes every lease and TTL through ClampTTL before
+// its arithmetic, so that one beyond MaxTTL holds the key for MaxTTL
+// instead of overflowing into an expiry in the past. It returns ErrLeaseLost and ErrCorruptRecord wrapped
 // with the key, and passes storetest.Run, the conformance suite that every
 // store of this module passes (against a real server for a networked
 // store); NewToken makes owner tokens for code that calls a store

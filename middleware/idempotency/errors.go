@@ -55,6 +55,14 @@ var (
 	ErrStoreUnavailable = errors.New("idempotency: store unavailable")
 )
 
+// ErrOutputNotStored is the error reported with OutcomeOutputNotStored, to
+// the log and to a ContextObserver (OutcomeDetails.Err), wrapped with the
+// output's size: a handler's output was larger than Config.MaxOutputSize,
+// so its key is COMPLETED without it. It is never returned to the router:
+// the handler succeeded, and the message is acked once its output is
+// published.
+var ErrOutputNotStored = errors.New("idempotency: output too large to store; a duplicate will not republish it")
+
 // IsPermanent reports whether err means that redelivery cannot help
 // (ErrMissingKey, ErrTooManyAttempts or ErrKeyReused). Pass it to Watermill's
 // PoisonQueueWithFilter, added before this middleware:

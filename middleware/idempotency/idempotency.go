@@ -150,23 +150,32 @@ func (d *Idempotency) run(msg *message.Message, h message.HandlerFunc, lease *Le
 	}
 	// Nacking after a failed Complete would run the effect again: ack, and
 	// the outcome says so.
-	cerr := lease.Complete(d.encodeResult(out, dv))
+	result, tooLarge := d.encodeResult(out)
+	cerr := lease.Complete(result)
+	if cerr == nil && tooLarge > 0 {
+		// COMPLETED holds no output: the router's publish of out is its only
+		// one. Counted apart from processed, since a failed publish loses it.
+		d.once.done(OutcomeOutputNotStored, dv, fmt.Errorf("%w: %d bytes of output, MaxOutputSize is %d", ErrOutputNotStored, tooLarge, d.cfg.MaxOutputSize))
+		return out, nil
+	}
 	d.once.done(CompleteOutcome(cerr), dv, cerr)
 	return out, nil
 }
 
-func (d *Idempotency) encodeResult(out []*message.Message, dv delivery) []byte {
+// encodeResult returns what COMPLETED stores for out: its encoding, or the
+// mark of an output not stored, when output replay is disabled or when the
+// encoding is larger than MaxOutputSize; tooLarge is then that size (else
+// 0).
+func (d *Idempotency) encodeResult(out []*message.Message) (result []byte, tooLarge int) {
 	if d.cfg.DisableOutputReplay {
-		return []byte{outputOmitted}
+		return []byte{outputOmitted}, 0
 	}
 	if len(out) == 0 {
-		return nil
+		return nil, 0
 	}
 	b := encodeOutput(out)
 	if len(b) > d.cfg.MaxOutputSize {
-		d.once.logInfo("Output larger than MaxOutputSize is not stored; duplicates will not republish it", dv,
-			watermill.LogFields{"output_bytes": len(b), "max_output_bytes": d.cfg.MaxOutputSize})
-		return []byte{outputOmitted}
+		return []byte{outputOmitted}, len(b)
 	}
-	return b
+	return b, 0
 }

@@ -356,6 +356,8 @@ func TestOversizedOutputIsNotStored(t *testing.T) {
 	assert.Empty(t, dup, "without the output that was too large to store")
 	assert.EqualValues(t, 1, h.runs.Load())
 	assert.Equal(t, 1, obs.get(idempotency.OutcomeDuplicate))
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeOutputNotStored), "the output that was not stored is counted")
+	assert.Equal(t, 0, obs.get(idempotency.OutcomeProcessed), "and not as processed")
 }
 
 func TestDisableOutputReplay(t *testing.T) {

@@ -13,6 +13,13 @@ type Outcome string
 const (
 	// OutcomeProcessed: the handler ran and succeeded; the key is COMPLETED.
 	OutcomeProcessed Outcome = "processed"
+	// OutcomeOutputNotStored: the handler ran and succeeded, and the key is
+	// COMPLETED, but its output was larger than Config.MaxOutputSize and
+	// was not stored (ErrOutputNotStored). The router publishes it, then
+	// acks; should that publish fail, the redelivery is acked as a
+	// duplicate without the output, which is then lost: outputs over
+	// MaxOutputSize are at most once.
+	OutcomeOutputNotStored Outcome = "output_not_stored"
 	// OutcomeHandlerFailed: the handler ran and returned an error (or
 	// panicked); the key is FAILED and the message nacked.
 	OutcomeHandlerFailed Outcome = "handler_failed"

@@ -18,7 +18,7 @@ import (
 const defaultOnceName = "once"
 
 // OnceConfig configures a Once. A zero field means its documented default;
-// only Store is required.
+// only Store is required. LeaseTTL and the TTLs are at most MaxTTL.
 type OnceConfig struct {
 	// Store keeps the state of every key. Required.
 	Store Store
@@ -101,15 +101,15 @@ func (c OnceConfig) check(problems *configerr.List) {
 	if c.Store == nil {
 		problems.Addf("Store is required")
 	}
-	configerr.NotNegative(problems, "LeaseTTL", c.LeaseTTL)
-	configerr.NotNegative(problems, "CompletedTTL", c.CompletedTTL)
-	configerr.NotNegative(problems, "FailedTTL", c.FailedTTL)
+	configerr.TTL(problems, "LeaseTTL", c.LeaseTTL)
+	configerr.TTL(problems, "CompletedTTL", c.CompletedTTL)
+	configerr.TTL(problems, "FailedTTL", c.FailedTTL)
 	configerr.NotNegative(problems, "StoreTimeout", c.StoreTimeout)
 	configerr.Renewable(problems, c.LeaseTTL)
 	if c.MaxAttempts < 0 {
 		problems.Addf("MaxAttempts is %d, must be 0 (unlimited) or more", c.MaxAttempts)
 	}
-	configerr.NotNegative(problems, "CacheTTL", c.CacheTTL)
+	configerr.TTL(problems, "CacheTTL", c.CacheTTL)
 	configerr.NotNegative(problems, "CacheMaxBytes", c.CacheMaxBytes)
 }
 

@@ -27,7 +27,7 @@ func sharedRedisStore(t *testing.T) (idempotency.Store, string) {
 	t.Helper()
 	s, err := redisstore.New(testserver.RedisClient(t))
 	require.NoError(t, err)
-	return s, "test:" + watermill.NewShortUUID()
+	return s, "test-" + watermill.NewShortUUID()
 }
 
 // ledger records each key's side effect, separately from the store.
@@ -351,7 +351,7 @@ func TestLeaseRecordIsTheClaimedRecord(t *testing.T) {
 	store, _ := sharedRedisStore(t)
 	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store}, nil)
 	require.NoError(t, err)
-	key := "test:" + watermill.NewShortUUID()
+	key := "test-" + watermill.NewShortUUID()
 	lease, claim, err := once.Claim(context.Background(), key, idempotency.ClaimOptions{Fingerprint: []byte("fp")})
 	require.NoError(t, err)
 	require.NotNil(t, lease)

@@ -55,7 +55,8 @@ func (r *Run) CompletedTTL() time.Duration { return r.lease.o.cfg.CompletedTTL }
 // such work passes its value to the store instead.
 func (r *Run) Result(out ...*message.Message) []byte {
 	if r.idem != nil {
-		return r.idem.encodeResult(out, r.lease.dv)
+		result, _ := r.idem.encodeResult(out)
+		return result
 	}
 	if len(out) == 0 {
 		return nil

@@ -29,6 +29,14 @@ var (
 	ErrEmptyToken = errors.New("idempotency: empty owner token")
 )
 
+// ClampTTL returns d, or MaxTTL when d is longer. A store passes every
+// lease and TTL it is given through it, before any arithmetic: no Config
+// accepts a longer one, but a direct caller may pass one
+// (time.Duration(math.MaxInt64) for "forever"), and the store must then
+// hold the key for MaxTTL, not overflow into a deadline in the past (which
+// would let a second owner claim a live key) or a negative expiry.
+func ClampTTL(d time.Duration) time.Duration { return min(d, MaxTTL) }
+
 // CheckClaim validates the arguments of Store.Claim: ErrEmptyKey,
 // ErrEmptyToken, or ErrInvalidTTL for a lease or TTL that is not positive.
 // A store calls it before anything else, so that every implementation

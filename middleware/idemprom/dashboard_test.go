@@ -67,7 +67,7 @@ func init() {
 		idempotency.OutcomeDuplicate, idempotency.OutcomeInProgress, idempotency.OutcomeMissingKey,
 		idempotency.OutcomeTooManyAttempts, idempotency.OutcomeKeyReused, idempotency.OutcomeStoreUnavailable,
 		idempotency.OutcomeFailOpen, idempotency.OutcomeCompleteFailed, idempotency.OutcomeLeaseLost,
-		idempotency.OutcomeCorruptRecord} {
+		idempotency.OutcomeCorruptRecord, idempotency.OutcomeOutputNotStored} {
 		outcomes[string(o)] = true
 	}
 }
@@ -172,8 +172,8 @@ func TestDashboardQueriesExportedSeries(t *testing.T) {
 	}
 }
 
-// The alert rules parse, and alert on complete_failed and lease_lost with
-// exported series only.
+// The alert rules parse, and alert on complete_failed, lease_lost and
+// output_not_stored with exported series only.
 func TestAlertRulesQueryExportedSeries(t *testing.T) {
 	raw, err := os.ReadFile(alertsFile)
 	require.NoError(t, err)
@@ -198,4 +198,5 @@ func TestAlertRulesQueryExportedSeries(t *testing.T) {
 	}
 	assert.True(t, used["complete_failed"], "an alert on complete_failed")
 	assert.True(t, used["lease_lost"], "an alert on lease_lost")
+	assert.True(t, used["output_not_stored"], "an alert on output_not_stored: an output that may be lost")
 }

@@ -18,12 +18,15 @@
 //     result is hit (answered from memory, no store call) or miss.
 //
 // Alert on complete_failed and lease_lost (a handler may run twice),
-// store_unavailable (messages are nacked), and a growing rate of
-// in_progress (handlers slower than the broker's redelivery).
+// output_not_stored (an output larger than MaxOutputSize was not stored,
+// and is lost if its publish fails), store_unavailable (messages are
+// nacked), and a growing rate of in_progress (handlers slower than the
+// broker's redelivery).
 //
 // The repository's dashboards/idempotency.json is a Grafana dashboard of
 // these series (outcomes per second by handler, duplicate ratio, in-progress
-// nacks, store latency p50 and p99, complete_failed and lease_lost), and
+// nacks, store latency p50 and p99, complete_failed, lease_lost and
+// output_not_stored), and
 // dashboards/idempotency-alerts.yml holds Prometheus alert rules for them; a
 // test keeps both in step with the names and labels here. Package idemotel
 // records the same names and labels through OpenTelemetry.

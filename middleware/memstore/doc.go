@@ -36,6 +36,10 @@
 //     as it is, and Release returns nil.
 //   - A COMPLETED record is kept for the Complete's TTL, a FAILED one for the
 //     Fail's, from the transition.
+//   - A lease or TTL longer than idempotency.MaxTTL (100 years) holds the
+//     key for MaxTTL (idempotency.ClampTTL), and deadlines saturate: a
+//     "forever" of time.Duration(math.MaxInt64) never overflows into a
+//     deadline in the past.
 //   - There is no foreign encoding anyone could write into the store, so
 //     idempotency.ErrCorruptRecord never occurs (storetest's corrupt-record
 //     case does not apply).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"sync"
 	"time"
 
@@ -130,6 +131,17 @@ func (s *Store) clock() int64 {
 	return int64(s.now().Sub(s.base))
 }
 
+// after returns the offset d after t, saturating at the largest offset: a
+// deadline that overflowed would lie in the past, and a live key would be
+// claimable at once. Leases and TTLs are clamped to idempotency.MaxTTL
+// already; this keeps a clock far from the store's base safe too.
+func after(t, d int64) int64 {
+	if t > math.MaxInt64-d {
+		return math.MaxInt64
+	}
+	return t + d
+}
+
 // at returns the wall time of the offset t.
 func (s *Store) at(t int64) time.Time {
 	return s.wallBase.Add(time.Duration(t))
@@ -164,6 +176,7 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	if err := idempotency.CheckClaim(key, req); err != nil {
 		return idempotency.ClaimResult{}, fmt.Errorf("memstore: claim %q: %w", key, err)
 	}
+	req.Lease, req.TTL = idempotency.ClampTTL(req.Lease), idempotency.ClampTTL(req.TTL)
 	if err := s.lock(ctx, "claim", key); err != nil {
 		return idempotency.ClaimResult{}, err
 	}
@@ -185,8 +198,8 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 		// acquired, no new attempt, no new transition; only the lease counts
 		// from now.
 		r := s.rec(i)
-		r.deadline = now + int64(req.Lease)
-		s.extend(i, r.deadline+int64(req.TTL))
+		r.deadline = after(now, int64(req.Lease))
+		s.extend(i, after(r.deadline, int64(req.TTL)))
 		return idempotency.ClaimResult{Acquired: true, Record: s.record(i, now, true, req.Token)}, nil
 	case s.rec(i).state == idempotency.StateFailed || s.rec(i).lapsed(now):
 		// A new attempt of the same record: a lapsed lease counts as a failed
@@ -205,8 +218,8 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	r := s.rec(i)
 	r.state = idempotency.StateInProgress
 	r.updated = now
-	r.deadline = now + int64(req.Lease)
-	s.queue(i, now, r.deadline+int64(req.TTL))
+	r.deadline = after(now, int64(req.Lease))
+	s.queue(i, now, after(r.deadline, int64(req.TTL)))
 	return idempotency.ClaimResult{Acquired: true, Record: s.record(i, now, true, req.Token)}, nil
 }
 
@@ -244,6 +257,7 @@ func (s *Store) transition(ctx context.Context, o op, key, token string, d time.
 	if err := idempotency.CheckOwner(key, token, d); err != nil {
 		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, err)
 	}
+	d = idempotency.ClampTTL(d)
 	if err := s.lock(ctx, opNames[o], key); err != nil {
 		return err
 	}
@@ -272,8 +286,8 @@ func (s *Store) transition(ctx context.Context, o op, key, token string, d time.
 	switch o {
 	case opRenew:
 		ttl := r.expireAt - r.deadline
-		r.deadline = now + int64(d)
-		s.extend(i, r.deadline+ttl)
+		r.deadline = after(now, int64(d))
+		s.extend(i, after(r.deadline, ttl))
 		return nil
 	case opComplete:
 		r.state = idempotency.StateCompleted
@@ -282,7 +296,7 @@ func (s *Store) transition(ctx context.Context, o op, key, token string, d time.
 		r.state = idempotency.StateFailed
 	}
 	r.updated = now
-	s.queue(i, now, now+int64(d))
+	s.queue(i, now, after(now, int64(d)))
 	return nil
 }
 
@@ -317,7 +331,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	r.deadline = 0
 	r.updated = now
 	s.setData(i, "", s.fingerprint(i), nil)
-	s.queue(i, now, now+ttl)
+	s.queue(i, now, after(now, ttl))
 	return nil
 }
 

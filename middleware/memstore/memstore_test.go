@@ -371,3 +371,30 @@ func TestReclaimedAtExpiry(t *testing.T) {
 	}
 	require.Equal(t, 0, s.Len())
 }
+
+// TestLongTTLsAfterALongUptime: on a clock 150 years past the store's
+// start, a lease and TTL of MaxTTL (and "forever") still hold the key:
+// deadlines saturate instead of overflowing into the past.
+func TestLongTTLsAfterALongUptime(t *testing.T) {
+	clock := newFakeClock()
+	s := memstore.New(memstore.Config{Now: clock.Now})
+	ctx := context.Background()
+	clock.Advance(150 * 365 * 24 * time.Hour)
+	for _, d := range []time.Duration{idempotency.MaxTTL, time.Duration(1<<63 - 1)} {
+		key := "k" + d.String()
+		req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: d, TTL: d}
+		res, err := s.Claim(ctx, key, req)
+		require.NoError(t, err)
+		require.True(t, res.Acquired)
+		clock.Advance(time.Hour)
+		res, err = s.Claim(ctx, key, claim(time.Second))
+		require.NoError(t, err)
+		assert.False(t, res.Acquired, "lease %v: a live lease is not claimable", d)
+		require.NoError(t, s.Renew(ctx, key, req.Token, d))
+		require.NoError(t, s.Complete(ctx, key, req.Token, []byte("r"), d))
+		clock.Advance(time.Hour)
+		rec, err := s.Get(ctx, key)
+		require.NoError(t, err)
+		assert.Equal(t, idempotency.StateCompleted, rec.State, "completed for %v", d)
+	}
+}

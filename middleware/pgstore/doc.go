@@ -68,7 +68,11 @@
 //     deleted, a later attempt's is FAILED again with one attempt fewer, no
 //     token, and the claim's TTL from now.
 //   - Get of an expired row reads absent; Delete removes any row.
-//   - Durations are stored in whole microseconds, rounded up.
+//   - Durations are stored in whole microseconds, rounded up, after a lease
+//     or TTL longer than idempotency.MaxTTL (100 years) is clamped to it
+//     (idempotency.ClampTTL): "forever" (time.Duration(math.MaxInt64))
+//     would otherwise round over into a negative interval, a lease already
+//     over, or past PostgreSQL's last timestamp.
 //
 // # One statement per transition
 //

@@ -45,7 +45,8 @@ type observed struct {
 
 func newObserved() *observed {
 	o := &observed{outcomes: map[idempotency.Outcome]*atomic.Int32{}}
-	for _, oc := range []idempotency.Outcome{idempotency.OutcomeProcessed, idempotency.OutcomeDuplicate, idempotency.OutcomeHandlerFailed, idempotency.OutcomeInProgress} {
+	for _, oc := range []idempotency.Outcome{idempotency.OutcomeProcessed, idempotency.OutcomeDuplicate, idempotency.OutcomeHandlerFailed, idempotency.OutcomeInProgress,
+		idempotency.OutcomeOutputNotStored} {
 		o.outcomes[oc] = &atomic.Int32{}
 	}
 	return o
@@ -106,6 +107,31 @@ func TestMiddlewareCompletesInTheHandlersTransaction(t *testing.T) {
 	assert.Equal(t, 1, effectsOf(t, pool, effects, "order-1"))
 	assert.EqualValues(t, 0, obs.completes.Load(), "COMPLETED rode in the handler's transaction: no Complete call")
 	assert.EqualValues(t, 1, obs.outcomes[idempotency.OutcomeProcessed].Load())
+	assert.EqualValues(t, 1, obs.outcomes[idempotency.OutcomeDuplicate].Load())
+}
+
+// An output over MaxOutputSize committed with the effect is not stored
+// there either (Run.Result leaves it out), and the run counts as
+// output_not_stored, as with a Complete after the handler.
+func TestOutputNotStoredInTheHandlersTransaction(t *testing.T) {
+	pool := testPool(t)
+	store, _ := newTable(t, pool)
+	effects := effectsTable(t, pool)
+	obs := newObserved()
+	idem, err := idempotency.New(idempotency.Config{Store: store, Observer: obs, NackDelay: -1, MaxOutputSize: 10}, nil)
+	require.NoError(t, err)
+	h := idem.Middleware(bookingHandler(pool, store, effects))
+
+	out, err := h(newMessage("order-1"))
+	require.NoError(t, err)
+	require.Len(t, out, 1, "the router still gets the output to publish once")
+	dup, err := h(newMessage("order-1"))
+	require.NoError(t, err)
+	assert.Empty(t, dup, "the duplicate has no stored output")
+	assert.Equal(t, 1, effectsOf(t, pool, effects, "order-1"))
+	assert.EqualValues(t, 0, obs.completes.Load(), "COMPLETED rode in the handler's transaction")
+	assert.EqualValues(t, 0, obs.outcomes[idempotency.OutcomeProcessed].Load())
+	assert.EqualValues(t, 1, obs.outcomes[idempotency.OutcomeOutputNotStored].Load())
 	assert.EqualValues(t, 1, obs.outcomes[idempotency.OutcomeDuplicate].Load())
 }
 
@@ -226,4 +252,44 @@ func TestCompleteValueInTx(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(context.Background()) }()
 	assert.ErrorIs(t, store.CompleteInTx(context.Background(), tx), pgstore.ErrNoRun)
+}
+
+// TestMaxTTLMiddleware: the middleware with a lease and TTLs of
+// idempotency.MaxTTL on PostgreSQL: a running key refuses a second copy
+// and a completed one is a duplicate, for 100 years.
+func TestMaxTTLMiddleware(t *testing.T) {
+	store, _ := newTable(t, testPool(t))
+	obs := newObserved()
+	idem, err := idempotency.New(idempotency.Config{Store: store, Observer: obs, NackDelay: -1,
+		LeaseTTL: idempotency.MaxTTL, CompletedTTL: idempotency.MaxTTL, FailedTTL: idempotency.MaxTTL}, watermill.NopLogger{})
+	require.NoError(t, err)
+	var runs atomic.Int32
+	release := make(chan struct{})
+	handler := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		runs.Add(1)
+		<-release
+		return nil, nil
+	})
+	newMsg := func() *message.Message { return message.NewMessage(watermill.NewUUID(), []byte("p")) }
+	first := newMsg()
+	first.Metadata.Set("requestId", "forever")
+	done := make(chan error, 1)
+	go func() { _, err := handler(first); done <- err }()
+	require.Eventually(t, func() bool { return runs.Load() == 1 }, 10*time.Second, time.Millisecond)
+	rec, err := store.Get(context.Background(), "idem::forever") // prefix:scope:key, no handler name
+
+	require.NoError(t, err)
+	assert.Greater(t, time.Until(rec.LeaseExpiresAt), idempotency.MaxTTL-time.Hour, "the lease runs for MaxTTL")
+
+	copyOf := func() *message.Message { m := newMsg(); m.Metadata.Set("requestId", "forever"); return m }
+	_, err = handler(copyOf())
+	assert.ErrorIs(t, err, idempotency.ErrInProgress, "a live MaxTTL lease is not claimable")
+	close(release)
+	require.NoError(t, <-done)
+	_, err = handler(copyOf())
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, runs.Load())
+	assert.EqualValues(t, 1, obs.outcomes[idempotency.OutcomeProcessed].Load())
+	assert.EqualValues(t, 1, obs.outcomes[idempotency.OutcomeDuplicate].Load())
+	assert.EqualValues(t, 1, obs.outcomes[idempotency.OutcomeInProgress].Load())
 }

@@ -261,9 +261,16 @@ func keyHash(key string) [sha256.Size]byte {
 }
 
 // micros returns d in whole microseconds, rounded up so that a positive
-// duration stays positive.
+// duration stays positive, after clamping it to idempotency.MaxTTL: the
+// rounding must not overflow into a negative interval (a lease already
+// over), and a timestamp must stay within PostgreSQL's range.
 func micros(d time.Duration) int64 {
-	return int64((d + time.Microsecond - 1) / time.Microsecond)
+	d = idempotency.ClampTTL(d)
+	us := d / time.Microsecond
+	if d%time.Microsecond != 0 {
+		us++
+	}
+	return int64(us)
 }
 
 // queryError translates an error of pgx: a CHECK constraint that refuses to

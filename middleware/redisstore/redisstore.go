@@ -224,7 +224,14 @@ func wrap(op, key string, err error) error {
 	return fmt.Errorf("redisstore: %s %q: %w", op, key, err)
 }
 
-// millis rounds d up to whole milliseconds, the unit of PEXPIRE.
+// millis rounds d up to whole milliseconds, the unit of PEXPIRE, after
+// clamping it to idempotency.MaxTTL: the rounding must not overflow into a
+// negative PEXPIRE (which deletes the key) or a SET PX error.
 func millis(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
+	d = idempotency.ClampTTL(d)
+	ms := d / time.Millisecond
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return int64(ms)
 }

@@ -49,6 +49,12 @@
 //   - Attempts counted across failures and kept by completion; expiry of
 //     COMPLETED and FAILED records after their TTL; LeaseExpiresAt zero on
 //     records completed or failed by their owner.
+//   - Long leases and TTLs: idempotency.MaxTTL, just below and above it, and
+//     time.Duration(math.MaxInt64) ("forever") for the lease, the claim's
+//     TTL, Renew, Complete and Fail each hold the key (a lease beyond
+//     MaxTTL for MaxTTL): a live lease stays unclaimable, a completed key
+//     is not run again, a failed or lapsed attempt keeps counting. No
+//     rounding overflows into an expiry in the past.
 //   - Exact round trips of empty, nil, odd and 1 MiB results; keys of any
 //     bytes (1 MiB long, NUL, newlines, quotes, braces, Lua metacharacters,
 //     invalid UTF-8); fingerprints (a different one never acquires, the first

@@ -115,6 +115,7 @@ var cases = []struct {
 	{"ReleaseUndoesAClaim", testRelease},
 	{"CompletedExpires", testCompletedExpires},
 	{"FailedExpires", testFailedExpires},
+	{"LongTTLsHold", testLongTTLs},
 	{"OddKeys", testOddKeys},
 	{"Fingerprint", testFingerprint},
 	{"CorruptRecords", testCorrupt},

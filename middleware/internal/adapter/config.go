@@ -67,9 +67,11 @@ func (c Common) WithDefaults(keyPrefix string) Common {
 // Check returns a configerr.List holding the problems of the shared
 // settings, in this order: Store (NilStore), Scope and SingleTenant (one of
 // them, not both), LeaseTTL, StoreTimeout, CompletedTTL, FailedTTL,
-// RetryAfter and CacheTTL (none negative; LeaseTTL long enough to renew),
-// MaxKeyLength and CacheMaxBytes (neither negative). The adapter adds the problems of its own fields after
-// these. Zero settings are valid: they stand for their defaults.
+// RetryAfter and CacheTTL (none negative; LeaseTTL long enough to renew;
+// the lease and the TTLs at most idempotency.MaxTTL), KeyPrefix (no
+// colon), MaxKeyLength and CacheMaxBytes (neither negative). The adapter
+// adds the problems of its own fields after these. Zero settings are
+// valid: they stand for their defaults.
 func (c Common) Check() *configerr.List {
 	l := configerr.New(c.Invalid)
 	if c.Store == nil {
@@ -81,13 +83,14 @@ func (c Common) Check() *configerr.List {
 	case c.Scoped && c.SingleTenant:
 		l.Addf("Scope and SingleTenant are both set; choose one")
 	}
-	configerr.NotNegative(l, "LeaseTTL", c.LeaseTTL)
+	configerr.TTL(l, "LeaseTTL", c.LeaseTTL)
 	configerr.NotNegative(l, "StoreTimeout", c.StoreTimeout)
-	configerr.NotNegative(l, "CompletedTTL", c.CompletedTTL)
-	configerr.NotNegative(l, "FailedTTL", c.FailedTTL)
+	configerr.TTL(l, "CompletedTTL", c.CompletedTTL)
+	configerr.TTL(l, "FailedTTL", c.FailedTTL)
 	configerr.NotNegative(l, "RetryAfter", c.RetryAfter)
-	configerr.NotNegative(l, "CacheTTL", c.CacheTTL)
+	configerr.TTL(l, "CacheTTL", c.CacheTTL)
 	configerr.Renewable(l, c.LeaseTTL)
+	configerr.KeyPrefix(l, c.KeyPrefix)
 	configerr.NotNegative(l, "MaxKeyLength", c.MaxKeyLength)
 	configerr.NotNegative(l, "CacheMaxBytes", c.CacheMaxBytes)
 	return l

@@ -3,6 +3,7 @@ package adapter_test
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -89,4 +90,23 @@ func TestNewOncePassesTheCacheSettings(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestCheckBoundsTTLsAndPrefix: a lease or TTL beyond idempotency.MaxTTL
+// ("forever") and a prefix holding the key separator are invalid: the
+// first would overflow a store's expiry into the past, the second would
+// let prefix "a:b" with scope "s" store under the key of prefix "a" with a
+// scope hashing to "b" (a stored key is prefix:hex(scope):key).
+func TestCheckBoundsTTLsAndPrefix(t *testing.T) {
+	forever := time.Duration(math.MaxInt64)
+	c := adapter.Common{Invalid: errInvalid, NilStore: errNilStore, Store: &struct{ idempotency.Store }{}, Scoped: true,
+		LeaseTTL: forever, CompletedTTL: idempotency.MaxTTL + 1, FailedTTL: forever, CacheTTL: forever, KeyPrefix: "tenant:2bd806c97f0e00af1a1fc3328fa763a9"}
+	adaptertest.RequireProblems(t, c.Check().Err(), `pkg: invalid config: LeaseTTL is 2562047h47m16.854775807s, must be at most 876000h0m0s (100 years; there is no "no expiry")
+pkg: invalid config: CompletedTTL is 876000h0m0.000000001s, must be at most 876000h0m0s (100 years; there is no "no expiry")
+pkg: invalid config: FailedTTL is 2562047h47m16.854775807s, must be at most 876000h0m0s (100 years; there is no "no expiry")
+pkg: invalid config: CacheTTL is 2562047h47m16.854775807s, must be at most 876000h0m0s (100 years; there is no "no expiry")
+pkg: invalid config: KeyPrefix "tenant:2bd806c97f0e00af1a1fc3328fa763a9" holds ":", the separator of prefix:scope:key; use another character ("tenant.2bd806c97f0e00af1a1fc3328fa763a9", say)`, errInvalid, nil)
+
+	c.LeaseTTL, c.CompletedTTL, c.FailedTTL, c.CacheTTL, c.KeyPrefix = idempotency.MaxTTL, idempotency.MaxTTL, idempotency.MaxTTL, idempotency.MaxTTL, "tenant.a/b{c}"
+	assert.NoError(t, c.Check().Err(), "MaxTTL and a prefix without a colon are valid")
 }

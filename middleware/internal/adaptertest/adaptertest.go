@@ -26,8 +26,9 @@ type StoreKind struct {
 
 // StoreKinds returns the stores every adapter test runs against: a
 // memstore of the test's own with the adapter's defaultPrefix, and a
-// redisstore on the test server with the prefix testPrefix, a colon and
-// random hex, whose keys are deleted when the test ends.
+// redisstore on the test server with the prefix testPrefix, a hyphen and
+// random hex (a prefix holds no colon), whose keys are deleted when the
+// test ends.
 func StoreKinds(defaultPrefix, testPrefix string) []StoreKind {
 	return []StoreKind{
 		{Name: "memstore", New: func(t *testing.T) (idempotency.Store, string) {
@@ -39,7 +40,7 @@ func StoreKinds(defaultPrefix, testPrefix string) []StoreKind {
 			client := testserver.RedisClient(t)
 			s, err := redisstore.New(client)
 			require.NoError(t, err)
-			prefix := testPrefix + ":" + RandomHex(t)
+			prefix := testPrefix + "-" + RandomHex(t)
 			t.Cleanup(func() {
 				ctx := context.Background()
 				iter := client.Scan(ctx, 0, prefix+":*", 100).Iterator()
