@@ -29,7 +29,9 @@ func newRedisStreams(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*
 	newClient := func() (*redis.Client, error) {
 		opts, err := redis.ParseURL(ep.url)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
+			// parseEndpoint parsed it already; the parser's text may quote
+			// the password.
+			return nil, invalidURL(ep.url, "go-redis cannot parse it")
 		}
 		if opts.ClientName == "" {
 			opts.ClientName = cfg.Consumer
