@@ -38,10 +38,6 @@ type broker struct {
 	name string
 	// start finds (or starts) the server and returns the backends URL.
 	start func(t *testing.T) string
-	// dedupsUUID: the broker drops a message whose UUID it has already
-	// stored (NATS JetStream's Nats-Msg-Id duplicate window), so a
-	// republished copy with the same UUID is never delivered.
-	dedupsUUID bool
 	// inProcess: one in-process instance carries every message (gochannel);
 	// consumers must share it, and it has no consumer groups: each consumer
 	// receives every message.
@@ -148,10 +144,9 @@ var brokers = []*broker{
 		cleanup: cleanupAMQP,
 	},
 	{
-		name:       "nats",
-		start:      func(t *testing.T) string { return testserver.NATSURL(t) },
-		dedupsUUID: true,
-		cleanup:    cleanupNATS,
+		name:    "nats",
+		start:   func(t *testing.T) string { return testserver.NATSURL(t) },
+		cleanup: cleanupNATS,
 	},
 	{
 		name:      "gochannel",
