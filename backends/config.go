@@ -130,10 +130,16 @@ type AMQPConfig struct {
 	// PublishGroups lists the consumer groups whose durable queues the
 	// publisher declares and binds before its first publish to a topic, so
 	// that messages published before those groups first subscribe wait in
-	// their queues instead of being dropped by the exchange. Zero means
-	// Config.Group alone. A group listed here that never consumes collects
-	// messages without bound: a publish-only service should list the groups
-	// that consume its topics.
+	// their queues instead of being refused. When a publish comes back
+	// unroutable (a listed group's queue was deleted), the publisher
+	// declares them again and retries once.
+	//
+	// Zero means none: a group's queue then exists from the first time one
+	// of its subscribers subscribes (or calls SubscribeInitialize), and a
+	// publish to a topic that no queue is bound to returns ErrUnroutable
+	// instead of being dropped. List only groups that consume the topics
+	// this process publishes to: a listed group's queue of a topic it never
+	// consumes collects messages without bound.
 	PublishGroups []string
 }
 
