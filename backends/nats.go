@@ -76,25 +76,29 @@ func newNATS(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend,
 	}
 	pub := &natsPublisher{conn: pubConn, js: pubJS, streams: streams, logger: logger}
 
-	subConn, subJS, err := connect("sub")
-	if err != nil {
-		return nil, errors.Join(err, pub.Close())
-	}
-	return &Backend{
-		Publisher: pub,
-		Subscriber: &natsSubscriber{
-			conn:          subConn,
-			js:            subJS,
+	newSubscriber := func(group string) (message.Subscriber, error) {
+		conn, js, err := connect("sub")
+		if err != nil {
+			return nil, err
+		}
+		return &natsSubscriber{
+			conn:          conn,
+			js:            js,
 			streams:       streams,
-			group:         cfg.Group,
+			group:         group,
 			ackWait:       cfg.NATS.AckWait,
 			maxAckPending: cfg.NATS.MaxAckPending,
 			nakDelay:      cfg.NackResendSleep,
 			logger:        logger,
 			closer:        newCloser(),
 			consumers:     map[string]bool{},
-		},
-	}, nil
+		}, nil
+	}
+	sub, err := newSubscriber(cfg.Group)
+	if err != nil {
+		return nil, errors.Join(err, pub.Close())
+	}
+	return &Backend{Publisher: pub, Subscriber: sub, newSubscriber: newSubscriber}, nil
 }
 
 var invalidNATSNameChars = regexp.MustCompile(`[^A-Za-z0-9_-]`)

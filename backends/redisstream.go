@@ -7,6 +7,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -59,24 +60,30 @@ func newRedisStreams(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*
 		return nil, fmt.Errorf("backends: redis streams publisher: %w", err)
 	}
 
-	subClient, err := newClient()
-	if err != nil {
-		_ = pub.Close()
-		return nil, err
+	newSubscriber := func(group string) (message.Subscriber, error) {
+		subClient, err := newClient()
+		if err != nil {
+			return nil, err
+		}
+		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
+			Client:                        subClient,
+			Consumer:                      cfg.Consumer,
+			ConsumerGroup:                 group,
+			NackResendSleep:               cfg.NackResendSleep,
+			MaxIdleTime:                   cfg.Redis.MaxIdleTime,
+			ClaimInterval:                 cfg.Redis.ClaimInterval,
+			OldestId:                      "0",
+			DisableIndefiniteInitialBlock: true,
+		}, logger)
+		if err != nil {
+			_ = subClient.Close()
+			return nil, fmt.Errorf("backends: redis streams subscriber: %w", err)
+		}
+		return sub, nil
 	}
-	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-		Client:                        subClient,
-		Consumer:                      cfg.Consumer,
-		ConsumerGroup:                 cfg.Group,
-		NackResendSleep:               cfg.NackResendSleep,
-		MaxIdleTime:                   cfg.Redis.MaxIdleTime,
-		ClaimInterval:                 cfg.Redis.ClaimInterval,
-		OldestId:                      "0",
-		DisableIndefiniteInitialBlock: true,
-	}, logger)
+	sub, err := newSubscriber(cfg.Group)
 	if err != nil {
-		_ = subClient.Close()
-		return nil, errors.Join(fmt.Errorf("backends: redis streams subscriber: %w", err), pub.Close())
+		return nil, errors.Join(err, pub.Close())
 	}
-	return &Backend{Publisher: pub, Subscriber: sub}, nil
+	return &Backend{Publisher: pub, Subscriber: sub, newSubscriber: newSubscriber}, nil
 }
