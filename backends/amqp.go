@@ -44,6 +44,7 @@ func newAMQP(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend,
 			Locale:     "en_US",
 		}
 		c.Connection.Reconnect = amqp.DefaultReconnectConfig()
+		c.Marshaler = amqpMarshaler{}
 		c.Publish.ConfirmDelivery = true
 		c.Publish.Mandatory = true
 		c.Consume.Qos.PrefetchCount = cfg.AMQP.Prefetch

@@ -77,6 +77,7 @@ func newRedisStreams(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*
 			NackResendSleep:               cfg.NackResendSleep,
 			MaxIdleTime:                   cfg.Redis.MaxIdleTime,
 			ClaimInterval:                 cfg.Redis.ClaimInterval,
+			Unmarshaller:                  redisUnmarshaller{},
 			OldestId:                      "0",
 			DisableIndefiniteInitialBlock: true,
 		}, logger)
