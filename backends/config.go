@@ -107,8 +107,9 @@ type RedisConfig struct {
 	// the idempotency lease (40 s): a message claimed from a live consumer
 	// then finds its key IN_PROGRESS and the middleware nacks it until the
 	// first handler completes, and one claimed from a dead consumer finds
-	// the lease already expired and runs at once. Zero means 60 s; negative
-	// is an error.
+	// the lease already expired and runs at once. A nacked message is not
+	// idle: each nack refreshes it, so a message that keeps failing stays
+	// with its consumer. Zero means 60 s; negative is an error.
 	MaxIdleTime time.Duration
 
 	// ClaimInterval is how often a subscriber looks for messages idle longer
@@ -147,9 +148,10 @@ type AMQPConfig struct {
 type NATSConfig struct {
 	// AckWait is how long the server waits for an ack, or for a progress
 	// ack, before it redelivers a message (the durable consumer's AckWait).
-	// The subscriber sends progress acks every AckWait/3 while a handler
-	// runs, so only a message whose consumer died, or that no handler took,
-	// is redelivered. Keep it above the idempotency lease (40 s), so that a
+	// The subscriber sends a progress ack when a handler receives a message
+	// and every AckWait/3 while it runs, so only a message whose consumer
+	// died, or that waited in the client longer than AckWait before a
+	// handler took it, is redelivered. Keep it above the idempotency lease (40 s), so that a
 	// dead consumer's key is free when its message comes back. Zero means
 	// 60 s; negative is an error.
 	AckWait time.Duration

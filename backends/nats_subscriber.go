@@ -24,8 +24,10 @@ import (
 // "send on closed channel" panic when the timing is unlucky). Messages are
 // handled as there: one at a time per subscription, acked with AckSync after
 // the handler acks, NakWithDelay(NackResendSleep) after it nacks, with
-// progress acks (InProgress) every AckWait/3 while the handler runs, so the
-// server redelivers only what a dead consumer held. A message held when the
+// progress acks (InProgress) when the handler receives it and every
+// AckWait/3 while the handler runs, so the server redelivers only what a
+// dead consumer held, or what waited in the client longer than AckWait.
+// Headers are read by natsUnmarshal, which never fails. A message held when the
 // subscriber closes is nacked without delay, so another member of the group
 // gets it at once.
 type natsSubscriber struct {
