@@ -135,6 +135,11 @@ func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) (err err
 			err = p.publish(ch, returns, topic, msg)
 		}
 		if err != nil {
+			if !errors.Is(err, ErrUnroutable) {
+				// The exchange may be gone (RabbitMQ closes the channel
+				// with 404): declare it again on the next publish.
+				p.declared.forget(topic)
+			}
 			return err
 		}
 	}

@@ -108,3 +108,29 @@ func TestAMQP_NoQueueForATopicTheGroupDoesNotConsume(t *testing.T) {
 	exists, n := queueExists(t, url, invoices+"_"+billing)
 	assert.False(t, exists, "a queue of the publisher's group on a topic it does not consume (%d messages)", n)
 }
+
+// A topic's exchange deleted while the publisher runs: the publish that
+// meets the deleted exchange fails, and the next declares it again and
+// succeeds, where the per-process declaration cache kept every later
+// publish failing.
+func TestAMQP_DeletedExchangeIsDeclaredAgain(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	topic := uniqueTopic("exchange")
+	group := "billing-" + runID
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
+
+	b := newBackend(t, backends.Config{URL: url, Group: group, AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
+	publish(t, b.Publisher, topic, "one")
+	amqpAdmin(t, url, func(ch *amqp091.Channel) {
+		require.NoError(t, ch.ExchangeDelete(topic, false, false))
+	})
+	// The first publish after the deletion may fail; one must then succeed.
+	if err := b.Publisher.Publish(topic, newMessage("two")); err != nil {
+		t.Logf("first publish after the exchange was deleted: %v", err)
+		publish(t, b.Publisher, topic, "two")
+	}
+	msgs := subscribe(t, b, topic)
+	assert.Equal(t, "one", receive(t, msgs))
+	assert.Equal(t, "two", receive(t, msgs))
+}
