@@ -79,7 +79,8 @@
 //     ", "; AMQP formats a header that is not a string with %v; a Redis
 //     Streams entry without a UUID comes with an empty UUID, one with
 //     unreadable metadata with MetadataUndecodable instead; Kafka's and
-//     gochannel's messages always decode.
+//     gochannel's messages always decode (a repeated Kafka header keeps its
+//     last value).
 //   - A slow handler: Kafka keeps its message while the consumer stays in
 //     the group (a rebalance waits for it up to sarama's rebalance timeout);
 //     Redis Streams lets another consumer claim it after
@@ -89,11 +90,14 @@
 //     it; gochannel waits.
 //   - A failing message (the handler keeps returning an error): redelivered
 //     after NackResendSleep, for ever, on every broker. Kafka holds back its
-//     partition meanwhile; Redis Streams keeps it with the consumer that
-//     holds it, which handles nothing else, while the others go on; RabbitMQ
-//     and NATS go on with the messages behind it. Set the idempotency
-//     middleware's MaxAttempts and put Watermill's PoisonQueue outside it:
-//     the message then leaves the topic after MaxAttempts attempts.
+//     partition meanwhile, and the other partitions go on. Redis Streams
+//     keeps it with the consumer that holds it, which handles nothing else,
+//     while the others go on; RabbitMQ requeues it at the head of the queue,
+//     where the consumer that nacked it takes it again: with a single
+//     consumer in the group, both wait for it. NATS and gochannel go on with
+//     the messages behind it. Set the idempotency middleware's MaxAttempts
+//     and put Watermill's PoisonQueue outside it: the message then leaves
+//     the topic after MaxAttempts attempts.
 //
 // The Publisher and the Subscriber each own their connection and close it in
 // Close, which a Watermill router calls on both when it stops; Backend.Close
