@@ -94,6 +94,10 @@ func (b *broker) config(url, group, consumer string) backends.Config {
 		Kafka:           backends.KafkaConfig{Partitions: kafkaPartitions, Tune: kafkaTune},
 		Redis:           backends.RedisConfig{MaxIdleTime: redeliverAfter, ClaimInterval: 500 * time.Millisecond},
 		NATS:            backends.NATSConfig{AckWait: redeliverAfter},
+		// The scenarios publish before the group's consumers (children
+		// among them) first subscribe: on RabbitMQ the group's queue must
+		// exist first, or the publish is ErrUnroutable.
+		AMQP: backends.AMQPConfig{PublishGroups: []string{group}},
 	}
 }
 
