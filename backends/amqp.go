@@ -54,7 +54,7 @@ func newAMQP(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend,
 	pubConfig := amqpConfig(cfg.Group)
 	conn, err := amqp.NewConnection(pubConfig.Connection, logger)
 	if err != nil {
-		return nil, unreachable(AMQP, ep.addrs, cfg.DialTimeout, err)
+		return nil, unreachable(ep, cfg.DialTimeout, err)
 	}
 	pub := &amqpPublisher{
 		conn:     conn,
@@ -66,7 +66,7 @@ func newAMQP(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend,
 	newSubscriber := func(group string) (message.Subscriber, error) {
 		sub, err := amqp.NewSubscriber(amqpConfig(group), logger)
 		if err != nil {
-			return nil, unreachable(AMQP, ep.addrs, cfg.DialTimeout, err)
+			return nil, unreachable(ep, cfg.DialTimeout, err)
 		}
 		return newNackDelaySubscriber(sub, cfg.NackResendSleep), nil
 	}

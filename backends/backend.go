@@ -125,7 +125,7 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 	}
 	logger = logger.With(watermill.LogFields{"broker": string(ep.broker), "consumer_group": cfg.Group})
 	if ep.broker != GoChannel {
-		if err := dialAny(ep.broker, ep.addrs, cfg.DialTimeout); err != nil {
+		if err := dialAny(ep, cfg.DialTimeout); err != nil {
 			return nil, err
 		}
 	}
@@ -157,12 +157,12 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 // otherwise an ErrUnreachable naming every address, after at most timeout.
 // Client libraries retry and back off on their own, some for minutes; this
 // check lets New fail fast and say where it looked.
-func dialAny(b Broker, addrs []string, timeout time.Duration) error {
+func dialAny(ep endpoint, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var d net.Dialer
 	var errs []string
-	for _, addr := range addrs {
+	for _, addr := range ep.addrs {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			_ = c.Close()
@@ -170,9 +170,13 @@ func dialAny(b Broker, addrs []string, timeout time.Duration) error {
 		}
 		errs = append(errs, err.Error())
 	}
-	return unreachable(b, addrs, timeout, errors.New(strings.Join(errs, "; ")))
+	return unreachable(ep, timeout, errors.New(strings.Join(errs, "; ")))
 }
 
-func unreachable(b Broker, addrs []string, timeout time.Duration, err error) error {
-	return fmt.Errorf("%w: %s at %s (within %v): %v", ErrUnreachable, b, strings.Join(addrs, ","), timeout, err)
+// unreachable is an ErrUnreachable naming ep's addresses, with the client
+// library's error text scrubbed of ep's user information: a library that
+// parses the URL again (nats.go does, per server) may quote it.
+func unreachable(ep endpoint, timeout time.Duration, err error) error {
+	return fmt.Errorf("%w: %s at %s (within %v): %s", ErrUnreachable, ep.broker, strings.Join(ep.addrs, ","), timeout,
+		scrubUserinfo(err.Error(), ep.url))
 }

@@ -67,7 +67,7 @@ func newKafka(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend
 		OverwriteSaramaConfig: pubConf,
 	}, logger)
 	if err != nil {
-		return nil, unreachable(Kafka, ep.addrs, cfg.DialTimeout, err)
+		return nil, unreachable(ep, cfg.DialTimeout, err)
 	}
 	newSubscriber := func(group string) (message.Subscriber, error) {
 		// A copy of the config per subscriber: nothing is shared but the

@@ -55,7 +55,7 @@ func newNATS(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend,
 			nats.MaxReconnects(-1),
 		)
 		if err != nil {
-			return nil, nil, unreachable(NATS, ep.addrs, cfg.DialTimeout, err)
+			return nil, nil, unreachable(ep, cfg.DialTimeout, err)
 		}
 		js, err := conn.JetStream(nats.MaxWait(cfg.DialTimeout))
 		if err == nil {

@@ -47,7 +47,7 @@ func newRedisStreams(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*
 		defer cancel()
 		if err := c.Ping(ctx).Err(); err != nil {
 			_ = c.Close()
-			return nil, unreachable(RedisStreams, ep.addrs, cfg.DialTimeout, err)
+			return nil, unreachable(ep, cfg.DialTimeout, err)
 		}
 		return c, nil
 	}

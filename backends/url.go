@@ -3,7 +3,9 @@ package backends
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -109,6 +111,11 @@ func parseHostList(b Broker, raw, defPort string) (endpoint, error) {
 		if b == Kafka {
 			return endpoint{}, invalidURL(raw, "put Kafka credentials in KafkaConfig.Tune (SASL), not in the URL")
 		}
+		if strings.Contains(userinfo, ",") {
+			// nats.Connect splits its URL at every ',' and would read part
+			// of the password as a server.
+			return endpoint{}, invalidURL(raw, "a ',' in the user name or password: percent-encode it (%2C)")
+		}
 	}
 	authority, tail := rest, ""
 	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
@@ -204,4 +211,34 @@ func where(raw string) string {
 		hosts = append(hosts, host)
 	}
 	return strconv.Quote(strings.ToLower(scheme) + "://" + strings.Join(hosts, ","))
+}
+
+// scrubUserinfo replaces in text every occurrence of the user information
+// of the URL (or URLs, comma-separated) raw, whole and split at ':', as
+// written and percent-decoded, with "xxxxx".
+func scrubUserinfo(text, raw string) string {
+	var secrets []string
+	for _, u := range strings.Split(raw, ",") {
+		_, rest, ok := strings.Cut(u, "://")
+		at := strings.LastIndex(rest, "@")
+		if !ok || at < 0 {
+			continue
+		}
+		userinfo := rest[:at]
+		parts := append([]string{userinfo}, strings.Split(userinfo, ":")...)
+		for _, p := range parts {
+			secrets = append(secrets, p)
+			if d, err := url.PathUnescape(p); err == nil {
+				secrets = append(secrets, d)
+			}
+		}
+	}
+	// Longest first, so that a part does not break up its whole.
+	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
+	for _, s := range secrets {
+		if s != "" {
+			text = strings.ReplaceAll(text, s, "xxxxx")
+		}
+	}
+	return text
 }

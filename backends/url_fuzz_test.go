@@ -4,8 +4,13 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
 // secretURL builds a broker URL with secret planted in one position of its
@@ -109,4 +114,24 @@ func unescaped(s string) string {
 		return u
 	}
 	return s
+}
+
+// New's errors, which quote what the client libraries say, show no secret
+// either: nats.go parses each server URL again and quotes the one it
+// rejects, so a ',' in a password (which it splits at) is refused before.
+func TestNew_ErrorHidesSecrets(t *testing.T) {
+	t.Parallel()
+	natsAddr := strings.TrimPrefix(testserver.NATSURL(t), "nats://")
+	amqpURL := testserver.RabbitMQURL(t)
+	amqpHost := amqpURL[strings.LastIndex(amqpURL, "@")+1:]
+	for _, raw := range []string{
+		"nats://user:s3cr3t,pw@" + natsAddr,
+		"nats://s3cr3t-token,x@" + natsAddr,
+		"amqp://guest:s3cr3t-pw@" + amqpHost,
+		"nats://user:s3cr3t@127.0.0.1:1",
+	} {
+		_, err := backends.New(backends.Config{URL: raw, Group: "g", DialTimeout: 3 * time.Second}, nil)
+		require.Error(t, err, raw)
+		assert.NotContains(t, err.Error(), "s3cr3t", raw)
+	}
 }
