@@ -2,6 +2,7 @@ package backends_test
 
 import (
 	"testing"
+	"time"
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
@@ -133,4 +134,37 @@ func TestAMQP_DeletedExchangeIsDeclaredAgain(t *testing.T) {
 	msgs := subscribe(t, b, topic)
 	assert.Equal(t, "one", receive(t, msgs))
 	assert.Equal(t, "two", receive(t, msgs))
+}
+
+// A group's queue deleted under its running consumer: the consumer gets no
+// empty phantom message (watermill-amqp read the zero Delivery of the
+// closed deliveries channel and handed it on), subscribes again, declaring
+// the queue anew, and receives what is published once the queue is back;
+// publishes in between are ErrUnroutable.
+func TestAMQP_QueueDeletedUnderItsConsumer(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	topic := uniqueTopic("cancelled")
+	group := "billing-" + runID
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
+	b := newBackend(t, backends.Config{URL: url, Group: group})
+	msgs := subscribe(t, b, topic)
+	publish(t, b.Publisher, topic, "one")
+	assert.Equal(t, "one", receive(t, msgs))
+
+	amqpAdmin(t, url, func(ch *amqp091.Channel) {
+		_, err := ch.QueueDelete(topic+"_"+group, false, false, false)
+		require.NoError(t, err)
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := b.Publisher.Publish(topic, newMessage("two"))
+		if err == nil {
+			break
+		}
+		require.ErrorIs(t, err, backends.ErrUnroutable)
+		require.True(t, time.Now().Before(deadline), "the consumer did not declare its queue again within 15 s")
+		time.Sleep(100 * time.Millisecond)
+	}
+	assert.Equal(t, "two", receive(t, msgs), "the next message, not an empty one")
 }

@@ -1,6 +1,7 @@
 package backends
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
@@ -91,12 +92,22 @@ func redisString(v any) string {
 // message), and watermill-amqp then nacks it with requeue at once, before
 // any handler or nack delay sees it: RabbitMQ hands it straight back, in a
 // loop without end. Here such a header becomes its value formatted with
-// fmt's %v.
+// fmt's %v. It also refuses the zero Delivery that watermill-amqp reads
+// from a closed deliveries channel when its consumer was cancelled.
 type amqpMarshaler struct{ amqp.DefaultMarshaler }
 
 var _ amqp.Marshaler = amqpMarshaler{}
 
 func (m amqpMarshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
+	if d.Acknowledger == nil {
+		// Not a delivery: watermill-amqp reads its deliveries channel
+		// without checking that it is open, and amqp091 closes it when
+		// RabbitMQ cancels the consumer (its queue was deleted). The zero
+		// Delivery would reach the handler as an empty message; the error
+		// makes watermill-amqp subscribe again instead, declaring the
+		// queue anew.
+		return nil, errors.New("backends: amqp: the consumer was cancelled (its queue deleted?); subscribing again")
+	}
 	uuidKey := m.MessageUUIDHeaderKey
 	if uuidKey == "" {
 		uuidKey = amqp.DefaultMessageUUIDHeaderKey
