@@ -168,3 +168,28 @@ func TestAMQP_QueueDeletedUnderItsConsumer(t *testing.T) {
 	}
 	assert.Equal(t, "two", receive(t, msgs), "the next message, not an empty one")
 }
+
+// A listed group's queue deleted while another group's queue still takes
+// the topic's messages: mandatory cannot notice (the message is routed), so
+// the publisher declares the listed queues at every publish, and the listed
+// group still receives.
+func TestAMQP_ListedQueueDeletedBesideAnother(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	topic := uniqueTopic("beside")
+	billing, audit := "billing-"+runID, "audit-"+runID
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{billing, audit}) })
+
+	producer := newBackend(t, backends.Config{URL: url, Group: "producer-" + runID,
+		AMQP: backends.AMQPConfig{PublishGroups: []string{billing, audit}}})
+	publish(t, producer.Publisher, topic, "one")
+	amqpAdmin(t, url, func(ch *amqp091.Channel) {
+		_, err := ch.QueueDelete(topic+"_"+billing, false, false, false)
+		require.NoError(t, err)
+	})
+	publish(t, producer.Publisher, topic, "two")
+
+	consumer := newBackend(t, backends.Config{URL: url, Group: billing})
+	msgs := subscribe(t, consumer, topic)
+	assert.Equal(t, "two", receive(t, msgs))
+}

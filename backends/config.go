@@ -129,11 +129,12 @@ type AMQPConfig struct {
 	Prefetch int
 
 	// PublishGroups lists the consumer groups whose durable queues the
-	// publisher declares and binds before its first publish to a topic, so
-	// that messages published before those groups first subscribe wait in
-	// their queues instead of being refused. When a publish comes back
-	// unroutable (a listed group's queue was deleted), the publisher
-	// declares them again and retries once.
+	// publisher declares and binds at every publish to a topic, so that
+	// messages published before those groups first subscribe, or after a
+	// listed group's queue was deleted, wait in their queues instead of
+	// being refused or missed. (RabbitMQ's mandatory flag, which the
+	// publisher sets, catches a message that no queue receives, not one
+	// that misses one group's queue while another group's receives it.)
 	//
 	// Zero means none: a group's queue then exists from the first time one
 	// of its subscribers subscribes (or calls SubscribeInitialize), and a

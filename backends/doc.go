@@ -195,8 +195,13 @@
 // from the first time one of its subscribers subscribes (or calls
 // SubscribeInitialize). A service that publishes before its consumers first
 // start lists their groups in AMQP.PublishGroups: the publisher declares and
-// binds their queues before its first publish to a topic, and again (with
-// one retry) when a publish comes back unroutable. By default it declares
+// binds their queues at every publish (about 8% of a confirmed publish's
+// time), so a listed group's deleted queue is back before the next message,
+// even while another group's queue would have taken it and kept mandatory
+// from noticing. A group that is not listed and whose queue is deleted while
+// none of its consumers runs misses what other groups receive meanwhile; a
+// running consumer whose queue is deleted subscribes again at once,
+// declaring it anew. By default it declares
 // none: it used to declare its own group's queue for every topic it
 // published to, and a queue of an output topic that the group never
 // consumed filled without bound.
