@@ -197,14 +197,17 @@
 // start lists their groups in AMQP.PublishGroups: the publisher declares and
 // binds their queues at every publish (about 8% of a confirmed publish's
 // time), so a listed group's deleted queue is back before the next message,
-// even while another group's queue would have taken it and kept mandatory
-// from noticing. A group that is not listed and whose queue is deleted while
-// none of its consumers runs misses what other groups receive meanwhile; a
-// running consumer whose queue is deleted subscribes again at once,
-// declaring it anew. By default it declares
-// none: it used to declare its own group's queue for every topic it
-// published to, and a queue of an output topic that the group never
-// consumed filled without bound.
+// even while another group's queue takes the message and keeps mandatory
+// from noticing. By default the publisher declares no queue: it used to
+// declare its own group's queue for every topic it published to, and the
+// queue of an output topic that the group never consumed filled without
+// bound.
+//
+// A running consumer whose queue is deleted subscribes again at once,
+// declaring the queue anew (watermill-amqp handed the handler an empty
+// message first; the backend stops that). A group that is not listed in
+// PublishGroups and whose queue is deleted while none of its consumers runs
+// misses what is published meanwhile if another group's queue receives it.
 //
 // RabbitMQ requeues a nacked message to the head of the queue at once; the
 // subscriber holds the nack for NackResendSleep first. A message held by a
