@@ -6,6 +6,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
@@ -16,12 +17,14 @@ import (
 // every message. Messages are published persistent.
 //
 // Choices over watermill-amqp's durable pub/sub config:
-//   - publisher confirms: Publish returns only once RabbitMQ has taken
-//     responsibility for the message;
-//   - before its first publish to a topic the publisher declares and binds
-//     the queues of AMQP.PublishGroups (default: Group), because a fanout
-//     exchange drops what it cannot route, and until a group's subscriber
-//     first starts its queue does not exist;
+//   - the publisher is the backend's own (amqpPublisher), on a
+//     watermill-amqp connection: every publish is mandatory and confirmed,
+//     and a message RabbitMQ returns as unroutable (no queue bound to the
+//     exchange) is an ErrUnroutable, where watermill-amqp's publisher
+//     returned nil for a message the exchange discarded;
+//   - at every publish the publisher declares and binds the queues of
+//     AMQP.PublishGroups (none by default), and declares them again and
+//     retries once when a publish comes back unroutable;
 //   - Prefetch as configured (1 by default);
 //   - a nack is held for NackResendSleep before RabbitMQ requeues the
 //     message, since RabbitMQ would otherwise hand it straight back;
@@ -30,8 +33,8 @@ import (
 // Each side owns its connection; a dropped connection is redialled with
 // Watermill's exponential backoff.
 func newAMQP(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend, error) {
-	amqpConfig := func() amqp.Config {
-		c := amqp.NewDurablePubSubConfig(ep.url, amqp.GenerateQueueNameTopicNameWithSuffix(cfg.Group))
+	amqpConfig := func(group string) amqp.Config {
+		c := amqp.NewDurablePubSubConfig(ep.url, amqp.GenerateQueueNameTopicNameWithSuffix(group))
 		props := amqp091.NewConnectionProperties()
 		props.SetClientConnectionName(cfg.Consumer)
 		c.Connection.AmqpConfig = &amqp091.Config{
@@ -40,77 +43,176 @@ func newAMQP(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend,
 			Locale:     "en_US",
 		}
 		c.Connection.Reconnect = amqp.DefaultReconnectConfig()
+		c.Marshaler = amqpMarshaler{}
 		c.Publish.ConfirmDelivery = true
+		c.Publish.Mandatory = true
 		c.Consume.Qos.PrefetchCount = cfg.AMQP.Prefetch
 		return c
 	}
 
-	pubConfig := amqpConfig()
-	pub, err := amqp.NewPublisher(pubConfig, logger)
+	pubConfig := amqpConfig(cfg.Group)
+	conn, err := amqp.NewConnection(pubConfig.Connection, logger)
 	if err != nil {
-		return nil, unreachable(AMQP, ep.addrs, cfg.DialTimeout, err)
+		return nil, unreachable(ep, cfg.DialTimeout, err)
 	}
-	sub, err := amqp.NewSubscriber(amqpConfig(), logger)
+	pub := &amqpPublisher{
+		conn:     conn,
+		config:   pubConfig,
+		groups:   cfg.AMQP.PublishGroups,
+		logger:   logger,
+		declared: newTopicSet[struct{}](),
+	}
+	newSubscriber := func(group string) (message.Subscriber, error) {
+		sub, err := amqp.NewSubscriber(amqpConfig(group), logger)
+		if err != nil {
+			return nil, unreachable(ep, cfg.DialTimeout, err)
+		}
+		return newNackDelaySubscriber(sub, cfg.NackResendSleep), nil
+	}
+	sub, err := newSubscriber(cfg.Group)
 	if err != nil {
-		return nil, errors.Join(unreachable(AMQP, ep.addrs, cfg.DialTimeout, err), pub.Close())
+		return nil, errors.Join(err, pub.Close())
 	}
-	return &Backend{
-		Publisher: ensuringPublisher{Publisher: pub, ensure: (&amqpQueues{
-			pub:      pub,
-			config:   pubConfig,
-			groups:   cfg.AMQP.PublishGroups,
-			logger:   logger,
-			declared: newTopicSet[struct{}](),
-		}).ensure},
-		Subscriber: newNackDelaySubscriber(sub, cfg.NackResendSleep),
-	}, nil
+	return &Backend{Publisher: pub, Subscriber: sub, newSubscriber: newSubscriber}, nil
 }
 
-// amqpQueues declares the queues of the configured groups before the first
-// publish to each topic, so that messages published before any subscriber
-// started wait in the groups' queues instead of being dropped by the
-// exchange.
-type amqpQueues struct {
-	pub      *amqp.Publisher
+// amqpPublisher publishes each message mandatory and with a publisher
+// confirm, and reads RabbitMQ's returns: a fanout exchange with no queue
+// bound confirms a message and discards it, which without mandatory looks
+// like a success. Before the first publish to a topic it declares the
+// topic's exchange and the queues of the configured groups, so that
+// messages published before those groups first subscribe wait in their
+// queues.
+type amqpPublisher struct {
+	conn     *amqp.ConnectionWrapper
 	config   amqp.Config
 	groups   []string
 	logger   watermill.LoggerAdapter
 	declared *topicSet[struct{}]
 }
 
-// ensure declares the topic's exchange and the groups' queues once per
-// process.
-func (q *amqpQueues) ensure(topic string) error {
-	_, err := q.declared.ensure(topic, func(topic string) (struct{}, error) { return struct{}{}, q.declare(topic) })
-	return err
-}
+var _ message.Publisher = (*amqpPublisher)(nil)
 
-func (q *amqpQueues) declare(topic string) (err error) {
-	if len(q.groups) == 0 {
-		return nil
+// Publish publishes msgs to topic's exchange one after another, each
+// confirmed before the next, and returns at the first that RabbitMQ did not
+// take: an error, or an ErrUnroutable for one that no queue was bound to
+// receive. When PublishGroups lists groups, their queues are declared and
+// bound at every Publish (so a listed group's deleted queue is back before
+// the message goes out), and an unroutable message is retried once after
+// declaring them again.
+func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) (err error) {
+	if p.conn.Closed() {
+		return errors.New("backends: amqp: publisher closed")
 	}
-	if !q.pub.IsConnected() {
+	if !p.conn.IsConnected() {
 		return errors.New("backends: amqp: not connected")
 	}
-	ch, err := q.pub.Connection().Channel()
+	ch, err := p.conn.Connection().Channel()
 	if err != nil {
 		return fmt.Errorf("backends: amqp: open channel: %w", err)
 	}
 	defer func() {
-		if cerr := ch.Close(); cerr != nil && err == nil {
+		if cerr := ch.Close(); cerr != nil && err == nil && !errors.Is(cerr, amqp091.ErrClosed) {
 			err = fmt.Errorf("backends: amqp: close channel: %w", cerr)
 		}
 	}()
-	for _, group := range q.groups {
+	if len(p.groups) > 0 {
+		// Every Publish, not once per process: mandatory catches a message
+		// that no queue receives, not one that misses a listed group's
+		// deleted queue while another group's queue receives it. The
+		// declarations cost about 8% of a confirmed publish here (0.8 ms
+		// against 9.6 ms, RabbitMQ on the same host).
+		if err := p.declare(ch, topic); err != nil {
+			return err
+		}
+	} else if err := p.ensure(ch, topic); err != nil {
+		return err
+	}
+	if err := ch.Confirm(false); err != nil {
+		return fmt.Errorf("backends: amqp: confirm mode: %w", err)
+	}
+	// One return at most per message, drained after each: the buffer never
+	// fills, so the connection's reader never blocks on it.
+	returns := ch.NotifyReturn(make(chan amqp091.Return, 1))
+	for _, msg := range msgs {
+		err := p.publish(ch, returns, topic, msg)
+		if errors.Is(err, ErrUnroutable) && len(p.groups) > 0 {
+			// A listed group's queue is gone: declare it again, and retry.
+			p.declared.forget(topic)
+			if derr := p.ensure(ch, topic); derr != nil {
+				return errors.Join(err, derr)
+			}
+			err = p.publish(ch, returns, topic, msg)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrUnroutable) {
+				// The exchange may be gone (RabbitMQ closes the channel
+				// with 404): declare it again on the next publish.
+				p.declared.forget(topic)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *amqpPublisher) publish(ch *amqp091.Channel, returns <-chan amqp091.Return, topic string, msg *message.Message) error {
+	body, err := p.config.Marshaler.Marshal(msg)
+	if err != nil {
+		return fmt.Errorf("backends: amqp: marshal message %s: %w", msg.UUID, err)
+	}
+	exchange := p.config.Exchange.GenerateName(topic)
+	ctx := msg.Context()
+	confirm, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, p.config.Publish.GenerateRoutingKey(topic),
+		true, false, body)
+	if err != nil {
+		return fmt.Errorf("backends: amqp: publish message %s to %q: %w", msg.UUID, exchange, err)
+	}
+	acked, err := confirm.WaitContext(ctx)
+	if err != nil {
+		return fmt.Errorf("backends: amqp: confirm of message %s: %w", msg.UUID, err)
+	}
+	if !acked {
+		return fmt.Errorf("backends: amqp: RabbitMQ did not confirm message %s", msg.UUID)
+	}
+	// RabbitMQ sends basic.return before the confirm, and amqp091 hands
+	// both on from one goroutine in that order: a return of this message
+	// is in the buffer by now.
+	select {
+	case r := <-returns:
+		return fmt.Errorf("%w: RabbitMQ returned message %s published to exchange %q (%d %s): no queue is bound to it; "+
+			"a group's queue exists from its first subscribe, or list the group in %s",
+			ErrUnroutable, msg.UUID, exchange, r.ReplyCode, r.ReplyText, EnvAMQPPublishGroups)
+	default:
+		return nil
+	}
+}
+
+// ensure declares the topic's exchange and the groups' queues once per
+// process (again after forget).
+func (p *amqpPublisher) ensure(ch *amqp091.Channel, topic string) error {
+	_, err := p.declared.ensure(topic, func(topic string) (struct{}, error) { return struct{}{}, p.declare(ch, topic) })
+	return err
+}
+
+func (p *amqpPublisher) declare(ch *amqp091.Channel, topic string) error {
+	exchange := p.config.Exchange.GenerateName(topic)
+	if err := p.config.TopologyBuilder.ExchangeDeclare(ch, exchange, p.config); err != nil {
+		return fmt.Errorf("backends: amqp: declare exchange %q: %w", exchange, err)
+	}
+	for _, group := range p.groups {
 		params := amqp.BuildTopologyParams{
 			Topic:        topic,
 			QueueName:    amqp.GenerateQueueNameTopicNameWithSuffix(group)(topic),
-			ExchangeName: q.config.Exchange.GenerateName(topic),
-			RoutingKey:   q.config.QueueBind.GenerateRoutingKey(topic),
+			ExchangeName: exchange,
+			RoutingKey:   p.config.QueueBind.GenerateRoutingKey(topic),
 		}
-		if err := q.config.TopologyBuilder.BuildTopology(ch, params, q.config, q.logger); err != nil {
+		if err := p.config.TopologyBuilder.BuildTopology(ch, params, p.config, p.logger); err != nil {
 			return fmt.Errorf("backends: amqp: declare queue %q: %w", params.QueueName, err)
 		}
 	}
 	return nil
 }
+
+// Close closes the publisher's connection. It is idempotent.
+func (p *amqpPublisher) Close() error { return p.conn.Close() }

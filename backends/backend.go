@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -23,15 +24,73 @@ type Backend struct {
 	Broker Broker
 	// Publisher publishes to the broker.
 	Publisher message.Publisher
-	// Subscriber consumes as Config.Group.
+	// Subscriber consumes as Config.Group. Every handler that subscribes
+	// through it is a member of that one group: two handlers on one topic
+	// would divide the topic's messages between them. Give each handler of
+	// a topic its own group with SubscriberForGroup.
 	Subscriber message.Subscriber
+
+	// newSubscriber builds a Subscriber of the broker for a group.
+	newSubscriber func(group string) (message.Subscriber, error)
+
+	mu     sync.Mutex
+	others []message.Subscriber // built by SubscriberForGroup, closed by Close
 }
 
-// Close closes the Subscriber, then the Publisher, and returns their errors
+// SubscriberForGroup returns a new Subscriber of the same broker, with the
+// same settings, that consumes as group instead of Config.Group: a group of
+// its own, which receives every message of a topic whatever other groups do.
+//
+// Use one for each handler of a topic beyond the first. Handlers that share
+// a Subscriber share its group and divide the topic's messages between them
+// (Kafka, Redis Streams, RabbitMQ and NATS all deliver each message to one
+// member of a group), so the idempotency middleware's per-handler scope
+// would see each message in one handler only:
+//
+//	router.AddConsumerHandler("charge", "orders", b.Subscriber, charge)
+//	notify, err := b.SubscriberForGroup(cfg.Group + ".notify")
+//	if err != nil { ... }
+//	router.AddConsumerHandler("notify", "orders", notify, sendMail)
+//
+// The group is named as Config.Group is (the Kafka and Redis Streams
+// consumer group, the AMQP queue topic_group, the NATS durable group_topic);
+// keep it stable across restarts, as a group's position lives under its
+// name. Empty is an ErrMissingGroup. gochannel has no groups: its
+// subscribers each receive every message, and the group is ignored.
+//
+// The Subscriber owns its own connection. A router closes it when it stops,
+// as it closes the others; Backend.Close closes it too.
+func (b *Backend) SubscriberForGroup(group string) (message.Subscriber, error) {
+	group = strings.TrimSpace(group)
+	if group == "" && b.Broker != GoChannel {
+		return nil, fmt.Errorf("%w: SubscriberForGroup needs one", ErrMissingGroup)
+	}
+	if b.newSubscriber == nil {
+		return nil, errors.New("backends: SubscriberForGroup on a Backend not built by New")
+	}
+	sub, err := b.newSubscriber(group)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.others = append(b.others, sub)
+	b.mu.Unlock()
+	return sub, nil
+}
+
+// Close closes the Subscribers (those of SubscriberForGroup too), then the Publisher, and returns their errors
 // joined. Closing what a router already closed is harmless: every backend's
 // Close is idempotent.
 func (b *Backend) Close() error {
 	var errs []error
+	b.mu.Lock()
+	others := b.others
+	b.mu.Unlock()
+	for _, sub := range others {
+		if err := sub.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("backends: close %s subscriber: %w", b.Broker, err))
+		}
+	}
 	if b.Subscriber != nil {
 		if err := b.Subscriber.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("backends: close %s subscriber: %w", b.Broker, err))
@@ -66,7 +125,7 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 	}
 	logger = logger.With(watermill.LogFields{"broker": string(ep.broker), "consumer_group": cfg.Group})
 	if ep.broker != GoChannel {
-		if err := dialAny(ep.broker, ep.addrs, cfg.DialTimeout); err != nil {
+		if err := dialAny(ep, cfg.DialTimeout); err != nil {
 			return nil, err
 		}
 	}
@@ -98,12 +157,12 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 // otherwise an ErrUnreachable naming every address, after at most timeout.
 // Client libraries retry and back off on their own, some for minutes; this
 // check lets New fail fast and say where it looked.
-func dialAny(b Broker, addrs []string, timeout time.Duration) error {
+func dialAny(ep endpoint, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var d net.Dialer
 	var errs []string
-	for _, addr := range addrs {
+	for _, addr := range ep.addrs {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			_ = c.Close()
@@ -111,9 +170,13 @@ func dialAny(b Broker, addrs []string, timeout time.Duration) error {
 		}
 		errs = append(errs, err.Error())
 	}
-	return unreachable(b, addrs, timeout, errors.New(strings.Join(errs, "; ")))
+	return unreachable(ep, timeout, errors.New(strings.Join(errs, "; ")))
 }
 
-func unreachable(b Broker, addrs []string, timeout time.Duration, err error) error {
-	return fmt.Errorf("%w: %s at %s (within %v): %v", ErrUnreachable, b, strings.Join(addrs, ","), timeout, err)
+// unreachable is an ErrUnreachable naming ep's addresses, with the client
+// library's error text scrubbed of ep's user information: a library that
+// parses the URL again (nats.go does, per server) may quote it.
+func unreachable(ep endpoint, timeout time.Duration, err error) error {
+	return fmt.Errorf("%w: %s at %s (within %v): %s", ErrUnreachable, ep.broker, strings.Join(ep.addrs, ","), timeout,
+		scrubUserinfo(err.Error(), ep.url))
 }

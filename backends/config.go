@@ -107,8 +107,9 @@ type RedisConfig struct {
 	// the idempotency lease (40 s): a message claimed from a live consumer
 	// then finds its key IN_PROGRESS and the middleware nacks it until the
 	// first handler completes, and one claimed from a dead consumer finds
-	// the lease already expired and runs at once. Zero means 60 s; negative
-	// is an error.
+	// the lease already expired and runs at once. A nacked message is not
+	// idle: each nack refreshes it, so a message that keeps failing stays
+	// with its consumer. Zero means 60 s; negative is an error.
 	MaxIdleTime time.Duration
 
 	// ClaimInterval is how often a subscriber looks for messages idle longer
@@ -128,12 +129,19 @@ type AMQPConfig struct {
 	Prefetch int
 
 	// PublishGroups lists the consumer groups whose durable queues the
-	// publisher declares and binds before its first publish to a topic, so
-	// that messages published before those groups first subscribe wait in
-	// their queues instead of being dropped by the exchange. Zero means
-	// Config.Group alone. A group listed here that never consumes collects
-	// messages without bound: a publish-only service should list the groups
-	// that consume its topics.
+	// publisher declares and binds at every publish to a topic, so that
+	// messages published before those groups first subscribe, or after a
+	// listed group's queue was deleted, wait in their queues instead of
+	// being refused or missed. (RabbitMQ's mandatory flag, which the
+	// publisher sets, catches a message that no queue receives, not one
+	// that misses one group's queue while another group's receives it.)
+	//
+	// Zero means none: a group's queue then exists from the first time one
+	// of its subscribers subscribes (or calls SubscribeInitialize), and a
+	// publish to a topic that no queue is bound to returns ErrUnroutable
+	// instead of being dropped. List only groups that consume the topics
+	// this process publishes to: a listed group's queue of a topic it never
+	// consumes collects messages without bound.
 	PublishGroups []string
 }
 
@@ -141,9 +149,10 @@ type AMQPConfig struct {
 type NATSConfig struct {
 	// AckWait is how long the server waits for an ack, or for a progress
 	// ack, before it redelivers a message (the durable consumer's AckWait).
-	// The subscriber sends progress acks every AckWait/3 while a handler
-	// runs, so only a message whose consumer died, or that no handler took,
-	// is redelivered. Keep it above the idempotency lease (40 s), so that a
+	// The subscriber sends a progress ack when a handler receives a message
+	// and every AckWait/3 while it runs, so only a message whose consumer
+	// died, or that waited in the client longer than AckWait before a
+	// handler took it, is redelivered. Keep it above the idempotency lease (40 s), so that a
 	// dead consumer's key is free when its message comes back. Zero means
 	// 60 s; negative is an error.
 	AckWait time.Duration

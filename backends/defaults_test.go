@@ -190,7 +190,8 @@ func deleteNATSStreams(t *testing.T, url, prefix string) {
 }
 
 // An AMQP message published before its group ever subscribed must wait in
-// the group's queue: a fanout exchange drops what no queue is bound to.
+// the group's queue when the group is listed in PublishGroups: a fanout
+// exchange drops what no queue is bound to.
 func TestAMQP_QueueDeclaredBeforeFirstPublish(t *testing.T) {
 	t.Parallel()
 	url := testserver.RabbitMQURL(t)
@@ -198,13 +199,26 @@ func TestAMQP_QueueDeclaredBeforeFirstPublish(t *testing.T) {
 	group := "billing-" + runID
 	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
 
-	producer := newBackend(t, backends.Config{URL: url, Group: group})
+	producer := newBackend(t, backends.Config{URL: url, Group: group, AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
 	publish(t, producer.Publisher, topic, "early")
 	require.NoError(t, producer.Close())
 
 	consumer := newBackend(t, backends.Config{URL: url, Group: group})
 	msgs := subscribe(t, consumer, topic)
 	assert.Equal(t, "early", receive(t, msgs))
+}
+
+// Without PublishGroups, a publish before any group subscribed to the topic
+// has no queue to go to: an ErrUnroutable, not a silent drop.
+func TestAMQP_PublishBeforeAnyGroupIsAnError(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	topic := uniqueTopic("nobody")
+	group := "billing-" + runID
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
+
+	producer := newBackend(t, backends.Config{URL: url, Group: group})
+	require.ErrorIs(t, producer.Publisher.Publish(topic, newMessage("early")), backends.ErrUnroutable)
 }
 
 // Within a group AMQP consumers compete; across groups each gets every
@@ -342,4 +356,8 @@ func TestGoChannel_NackIsDelayed(t *testing.T) {
 	m.Nack()
 	nothingFor(t, msgs, 100*time.Millisecond)
 	assert.Equal(t, "x", receive(t, msgs))
+}
+
+func newMessage(payload string) *message.Message {
+	return message.NewMessage(watermill.NewUUID(), []byte(payload))
 }

@@ -7,6 +7,9 @@
 //	b, err := backends.New(cfg, logger)
 //	if err != nil { ... } // ErrUnknownBroker, ErrMissingGroup, ErrUnreachable, ...
 //	router.AddHandler("bill", "orders", b.Subscriber, "invoices", b.Publisher, bill)
+//	audit, err := b.SubscriberForGroup(cfg.Group + ".audit") // a second handler of "orders"
+//	if err != nil { ... }
+//	router.AddConsumerHandler("audit", "orders", audit, record)
 //
 // with BROKER_URL one of
 //
@@ -32,7 +35,12 @@
 // middleware, which makes a redelivered message's effect happen once.
 //
 // Subscribers that share Config.Group divide a topic's messages between them;
-// each group gets every message. A new group starts at the oldest message the
+// each group gets every message. Two handlers that subscribe to one topic
+// through the one Backend.Subscriber are therefore one group, and each gets
+// part of the messages: give every handler of a topic beyond the first a
+// Subscriber of its own group, from Backend.SubscriberForGroup. (The
+// idempotency middleware scopes keys by handler name so that two handlers
+// each process a message once; they must each receive it first.) A new group starts at the oldest message the
 // broker still holds (Kafka, Redis Streams, NATS), or at the moment its queue
 // was declared (AMQP; see below), never at "now": a service's first start
 // must not skip what was published before it.
@@ -44,7 +52,52 @@
 // New connects before it returns. A broker that does not accept a connection
 // within Config.DialTimeout (10 s) is an ErrUnreachable naming the address;
 // a malformed URL, an unknown scheme or a missing group is an error before
-// any network traffic. Passwords never appear in error messages.
+// any network traffic. Errors name a broker URL by its scheme and host
+// alone: never the URL, its user information (user name, password, token),
+// its path or query, or a client library's parse error, which may quote
+// them.
+//
+// # Five cases where brokers differ
+//
+// What each backend does in the five cases where brokers differ most:
+//
+//   - A requeued message (published again with its UUID unchanged, as
+//     Watermill's requeuer does after PoisonQueue): delivered again on every
+//     broker. NATS sends no Nats-Msg-Id, so JetStream deduplicates nothing;
+//     a message whose metadata sets Nats-Msg-Id asks for JetStream's
+//     deduplication, and a copy it drops is an ErrDuplicatePublish.
+//   - An unroutable publish (a topic nobody can receive yet): Kafka and
+//     NATS create the topic or stream before the first publish, and Redis
+//     Streams keeps the entry in the stream, so a group that starts later
+//     reads it. RabbitMQ keeps messages only in queues: a publish that no
+//     queue is bound to is an ErrUnroutable (never a silent drop); list the
+//     groups in AMQP.PublishGroups to have their queues declared, and
+//     declared again if deleted. gochannel keeps every message for later
+//     subscribers.
+//   - An undecodable message: handed to the handler, never dropped or
+//     looped on unseen. NATS joins the values of a repeated header with
+//     ", "; AMQP formats a header that is not a string with %v; a Redis
+//     Streams entry without a UUID comes with an empty UUID, one with
+//     unreadable metadata with MetadataUndecodable instead; Kafka's and
+//     gochannel's messages always decode (a repeated Kafka header keeps its
+//     last value).
+//   - A slow handler: Kafka keeps its message while the consumer stays in
+//     the group (a rebalance waits for it up to sarama's rebalance timeout);
+//     Redis Streams lets another consumer claim it after
+//     Redis.MaxIdleTime, live consumer or not; RabbitMQ keeps it until its
+//     own consumer_timeout (30 minutes by default) closes the channel;
+//     NATS keeps it with progress acks from the moment the handler receives
+//     it; gochannel waits.
+//   - A failing message (the handler keeps returning an error): redelivered
+//     after NackResendSleep, for ever, on every broker. Kafka holds back its
+//     partition meanwhile, and the other partitions go on. Redis Streams
+//     keeps it with the consumer that holds it, which handles nothing else,
+//     while the others go on; RabbitMQ requeues it at the head of the queue,
+//     where the consumer that nacked it takes it again: with a single
+//     consumer in the group, both wait for it. NATS and gochannel go on with
+//     the messages behind it. Set the idempotency middleware's MaxAttempts
+//     and put Watermill's PoisonQueue outside it: the message then leaves
+//     the topic after MaxAttempts attempts.
 //
 // The Publisher and the Subscriber each own their connection and close it in
 // Close, which a Watermill router calls on both when it stops; Backend.Close
@@ -106,7 +159,13 @@
 //
 // A nacked message is resent by the subscriber itself after NackResendSleep
 // (the library resends at once, in a loop) and holds back the stream for
-// this consumer until it is acked. A message delivered but not acked for
+// this consumer until it is acked. Each nack also refreshes the entry's idle
+// time in Redis (XCLAIM to the same consumer, JUSTID), so a message that
+// keeps failing stays with its consumer: without that, its idle time grew
+// with every attempt, another consumer claimed it after MaxIdleTime and
+// looped on it too, and one failing message stalled the whole group. The
+// message the failing consumer has read ahead is claimed by another after
+// MaxIdleTime. A message delivered but not acked for
 // Redis.MaxIdleTime (60 s) is claimed (XCLAIM) by another consumer of the
 // group, checked every Redis.ClaimInterval (5 s). Redis Streams has no
 // heartbeat, so this happens to a live consumer whose handler is slow as
@@ -128,13 +187,27 @@
 // publisher confirms: Publish returns only once RabbitMQ has taken the
 // message. Each subscription has Prefetch (1) unacked messages at most.
 //
-// A fanout exchange drops what no queue is bound to, and a group's queue
-// exists only from its first subscribe. So before its first publish to a
-// topic the publisher declares and binds the queues of AMQP.PublishGroups,
-// by default Config.Group: a service that consumes what it publishes loses
-// nothing to start-up order. A publish-only service should list the groups
-// that consume its topics; a listed group that never consumes collects
-// messages without bound.
+// Publishes are mandatory: a fanout exchange discards what no queue is bound
+// to, and RabbitMQ still confirms it, so without mandatory a message
+// published before any group subscribed, or after a group's queue was
+// deleted, was lost while Publish returned nil. RabbitMQ returns such a
+// message instead, and Publish returns ErrUnroutable. A group's queue exists
+// from the first time one of its subscribers subscribes (or calls
+// SubscribeInitialize). A service that publishes before its consumers first
+// start lists their groups in AMQP.PublishGroups: the publisher declares and
+// binds their queues at every publish (about 8% of a confirmed publish's
+// time), so a listed group's deleted queue is back before the next message,
+// even while another group's queue takes the message and keeps mandatory
+// from noticing. By default the publisher declares no queue: it used to
+// declare its own group's queue for every topic it published to, and the
+// queue of an output topic that the group never consumed filled without
+// bound.
+//
+// A running consumer whose queue is deleted subscribes again at once,
+// declaring the queue anew (watermill-amqp handed the handler an empty
+// message first; the backend stops that). A group that is not listed in
+// PublishGroups and whose queue is deleted while none of its consumers runs
+// misses what is published meanwhile if another group's queue receives it.
 //
 // RabbitMQ requeues a nacked message to the head of the queue at once; the
 // subscriber holds the nack for NackResendSleep first. A message held by a
@@ -150,8 +223,12 @@
 // Each topic is a subject captured by a stream: one the operator created, or
 // else one the backend creates on first use, named after the topic, with
 // JetStream's defaults (file storage, limits retention, no size or age
-// limit, 2-minute duplicate window). Publishes carry the message UUID as
-// Nats-Msg-Id, so JetStream drops a republished copy within that window.
+// limit, 2-minute duplicate window). Publishes carry no Nats-Msg-Id, so
+// JetStream drops nothing as a duplicate: a message republished with its
+// UUID (Watermill's requeuer) is delivered again, and the idempotency
+// middleware, not the broker, deduplicates. The publisher reads every
+// PubAck: a message whose metadata sets Nats-Msg-Id and that JetStream
+// drops as a duplicate is an ErrDuplicatePublish, not a success.
 //
 // Each group reads a topic through a durable push consumer named
 // group_topic, with a deliver group of the same name, which the backend
@@ -163,6 +240,10 @@
 // from the start of the stream. Messages are acked manually once the handler
 // acks: without nats.ManualAck, nats.go acks each message as soon as the
 // callback returns, before the handler has run, and a crash loses it.
+// Headers become metadata as watermill-nats reads them, except that a
+// header with several values (JetStream allows it; watermill-nats rejects
+// the message, which was then terminated unseen) becomes one value, the
+// values joined with ", " in order.
 //
 // Shutdown keeps the durable. nats.go deletes a consumer on Unsubscribe or
 // Drain when the subscription created it, so a durable created by the first
@@ -175,12 +256,17 @@
 // once, so another member takes it without waiting for AckWait.
 //
 // A nacked message is redelivered by the server after NackResendSleep
-// (NakWithDelay), without holding back the messages behind it. While a
-// handler works on a message, the subscriber sends a progress ack
-// (InProgress) every third of AckWait, so a slow handler is neither
-// redelivered nor interrupted, however long it runs; a message held by a
-// consumer that died, or that no handler took within AckWait, is redelivered
-// by the server after AckWait. Reconnects never give up (nats.go's default
+// (NakWithDelay), without holding back the messages behind it. When a
+// handler receives a message, and every third of AckWait while it works on
+// it, the subscriber sends a progress ack (InProgress), so a slow handler is
+// neither redelivered nor interrupted, however long it runs, and neither is
+// a message that waited in the client behind a slow predecessor (its
+// AckWait restarts when its handler receives it; before, the first progress
+// ack came AckWait/3 later, and a message that had waited more than two
+// thirds of AckWait was redelivered while its handler ran). A message held
+// by a consumer that died, or that waited in the client for longer than
+// AckWait before any handler took it, is redelivered by the server after
+// AckWait. Reconnects never give up (nats.go's default
 // stops after 60 attempts).
 //
 // # gochannel
@@ -191,7 +277,8 @@
 // receives everything published before it, as it would from a broker; it
 // also means every message stays in memory for the instance's life. There
 // are no groups: every subscriber receives every message, and Group is not
-// required. GoChannel resends a nacked message at once; the subscriber holds
+// required, and SubscriberForGroup returns one more subscriber of the same
+// instance. GoChannel resends a nacked message at once; the subscriber holds
 // the nack for NackResendSleep first. Nothing survives the process: use it
 // for tests, examples and demos.
 package backends

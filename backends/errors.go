@@ -2,8 +2,9 @@ package backends
 
 import "errors"
 
-// Errors returned by ParseURL, FromEnv, Config.Validate and New. They are
-// wrapped with the offending value; check them with errors.Is.
+// Errors returned by ParseURL, FromEnv, Config.Validate, New and the
+// Publishers New builds. They are wrapped with the offending value; check
+// them with errors.Is.
 var (
 	// ErrUnknownBroker is returned for a URL whose scheme names no supported
 	// broker.
@@ -24,4 +25,16 @@ var (
 	// about the broker, not the Config: the same Config may succeed once the
 	// broker is up.
 	ErrUnreachable = errors.New("backends: broker unreachable")
+	// ErrDuplicatePublish is returned by the NATS Publisher for a message
+	// that JetStream did not store because the stream already holds one
+	// with the same Nats-Msg-Id within its duplicate window. The backend
+	// sends no Nats-Msg-Id of its own; a message whose metadata sets one
+	// asks for this.
+	ErrDuplicatePublish = errors.New("backends: publish dropped by the broker as a duplicate")
+	// ErrUnroutable is returned by the AMQP Publisher for a message that
+	// RabbitMQ confirmed but could not route to any queue (it returned the
+	// message): no group's queue is bound to the topic's exchange, because
+	// no group has subscribed to the topic yet and none is listed in
+	// AMQPConfig.PublishGroups, or because the queue was deleted.
+	ErrUnroutable = errors.New("backends: publish unroutable: no queue bound to the topic")
 )

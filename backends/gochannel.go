@@ -2,6 +2,7 @@ package backends
 
 import (
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 )
 
@@ -16,5 +17,13 @@ func newGoChannel(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) 
 	return &Backend{
 		Publisher:  gc,
 		Subscriber: newNackDelaySubscriber(gc, cfg.NackResendSleep),
+		// Every subscriber of a GoChannel receives every message: a
+		// "group" is one more subscriber of the same instance, whose Close
+		// leaves the instance open for the others.
+		newSubscriber: func(string) (message.Subscriber, error) {
+			sub := newNackDelaySubscriber(gc, cfg.NackResendSleep)
+			sub.keepOpen = true
+			return sub, nil
+		},
 	}, nil
 }

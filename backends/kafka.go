@@ -67,22 +67,33 @@ func newKafka(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend
 		OverwriteSaramaConfig: pubConf,
 	}, logger)
 	if err != nil {
-		return nil, unreachable(Kafka, ep.addrs, cfg.DialTimeout, err)
+		return nil, unreachable(ep, cfg.DialTimeout, err)
 	}
-	sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
-		Brokers:               ep.addrs,
-		Unmarshaler:           kafka.DefaultMarshaler{},
-		OverwriteSaramaConfig: subConf,
-		ConsumerGroup:         cfg.Group,
-		NackResendSleep:       cfg.NackResendSleep,
-	}, logger)
+	newSubscriber := func(group string) (message.Subscriber, error) {
+		// A copy of the config per subscriber: nothing is shared but the
+		// values.
+		conf := *subConf
+		sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
+			Brokers:               ep.addrs,
+			Unmarshaler:           kafka.DefaultMarshaler{},
+			OverwriteSaramaConfig: &conf,
+			ConsumerGroup:         group,
+			NackResendSleep:       cfg.NackResendSleep,
+		}, logger)
+		if err != nil {
+			return nil, fmt.Errorf("backends: kafka subscriber: %w", err)
+		}
+		return &kafkaSubscriber{sub: sub, topics: topics}, nil
+	}
+	sub, err := newSubscriber(cfg.Group)
 	if err != nil {
 		_ = pub.Close()
-		return nil, fmt.Errorf("backends: kafka subscriber: %w", err)
+		return nil, err
 	}
 	return &Backend{
-		Publisher:  ensuringPublisher{Publisher: pub, ensure: topics.ensure},
-		Subscriber: &kafkaSubscriber{sub: sub, topics: topics},
+		Publisher:     ensuringPublisher{Publisher: pub, ensure: topics.ensure},
+		Subscriber:    sub,
+		newSubscriber: newSubscriber,
 	}, nil
 }
 

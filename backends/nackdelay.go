@@ -21,9 +21,16 @@ import (
 type nackDelaySubscriber struct {
 	sub   message.Subscriber
 	delay time.Duration
+	// keepOpen: Close stops this subscriber's subscriptions but leaves sub
+	// open (a shared GoChannel that others still use).
+	keepOpen bool
+	// beforeNack, when set, runs before a nack is passed on, after the
+	// delay.
+	beforeNack func(topic string, msg *message.Message)
 
 	closer
-	wg sync.WaitGroup
+	wg      sync.WaitGroup
+	cancels []context.CancelFunc // of the subscriptions, for keepOpen; guarded by mu
 }
 
 var (
@@ -43,10 +50,13 @@ func (s *nackDelaySubscriber) Subscribe(ctx context.Context, topic string) (<-ch
 	if s.closed {
 		return nil, errors.New("backends: subscriber closed")
 	}
+	ctx, cancel := context.WithCancel(ctx)
 	in, err := s.sub.Subscribe(ctx, topic)
 	if err != nil {
+		cancel()
 		return nil, err
 	}
+	s.cancels = append(s.cancels, cancel)
 	out := make(chan *message.Message)
 	s.wg.Add(1)
 	go func() {
@@ -55,7 +65,7 @@ func (s *nackDelaySubscriber) Subscribe(ctx context.Context, topic string) (<-ch
 		// Ranging until the wrapped Subscriber closes in, even after Close,
 		// keeps it from blocking on a send nobody receives.
 		for msg := range in {
-			s.relay(msg, out)
+			s.relay(topic, msg, out)
 		}
 	}()
 	return out, nil
@@ -68,7 +78,7 @@ func (s *nackDelaySubscriber) Subscribe(ctx context.Context, topic string) (<-ch
 // comes (watermill-amqp waits on Ack or Nack, not on the context). Once
 // handed on, the copy is waited for until the consumer settles it or the
 // subscriber closes: a router settles every message it received.
-func (s *nackDelaySubscriber) relay(msg *message.Message, out chan<- *message.Message) {
+func (s *nackDelaySubscriber) relay(topic string, msg *message.Message, out chan<- *message.Message) {
 	ctx := msg.Context()
 	fwd := msg.Copy()
 	fwd.SetContext(ctx)
@@ -92,6 +102,9 @@ func (s *nackDelaySubscriber) relay(msg *message.Message, out chan<- *message.Me
 		case <-ctx.Done():
 		case <-s.closing:
 		}
+		if s.beforeNack != nil {
+			s.beforeNack(topic, msg)
+		}
 		msg.Nack()
 	case <-s.closing:
 		settleOnStop(fwd, func() { msg.Ack() }, func() { msg.Nack() }, func() { msg.Nack() })
@@ -107,14 +120,29 @@ func (s *nackDelaySubscriber) SubscribeInitialize(topic string) error {
 	return nil
 }
 
-// Close stops relaying, closes the wrapped Subscriber and waits until every
+// Close stops relaying, closes the wrapped Subscriber (with keepOpen, ends
+// this subscriber's subscriptions on it instead) and waits until every
 // output channel is closed. It is idempotent.
 func (s *nackDelaySubscriber) Close() error {
 	if !s.markClosed() {
 		return nil
 	}
-	err := s.sub.Close()
+	var err error
+	if s.keepOpen {
+		s.mu.Lock()
+		for _, cancel := range s.cancels {
+			cancel()
+		}
+		s.mu.Unlock()
+	} else {
+		err = s.sub.Close()
+	}
 	s.wg.Wait()
+	s.mu.Lock()
+	for _, cancel := range s.cancels {
+		cancel()
+	}
+	s.mu.Unlock()
 	return err
 }
 

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"regexp"
+	"strings"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 )
 
@@ -37,8 +40,12 @@ import (
 //     by default, which allows one topic per group);
 //   - a nack asks the server to redeliver after NackResendSleep
 //     (NakWithDelay), without holding back the messages behind it;
-//   - publishes carry the message UUID as Nats-Msg-Id, so JetStream drops a
-//     republished message (same UUID) within its duplicate window;
+//   - publishes carry no Nats-Msg-Id: JetStream would take the message
+//     UUID for one and drop a message republished with its UUID unchanged
+//     (Watermill's requeuer does that) within the stream's duplicate
+//     window, while Publish returned nil. A publish that JetStream still
+//     reports as a duplicate (the message's metadata set Nats-Msg-Id) is an
+//     ErrDuplicatePublish;
 //   - reconnects never give up (nats.go stops after 60 attempts).
 func newNATS(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend, error) {
 	connect := func(role string) (*nats.Conn, nats.JetStreamContext, error) {
@@ -48,7 +55,7 @@ func newNATS(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend,
 			nats.MaxReconnects(-1),
 		)
 		if err != nil {
-			return nil, nil, unreachable(NATS, ep.addrs, cfg.DialTimeout, err)
+			return nil, nil, unreachable(ep, cfg.DialTimeout, err)
 		}
 		js, err := conn.JetStream(nats.MaxWait(cfg.DialTimeout))
 		if err == nil {
@@ -56,52 +63,42 @@ func newNATS(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend,
 		}
 		if err != nil {
 			conn.Close()
-			return nil, nil, fmt.Errorf("backends: nats at %s: JetStream not available: %w", conn.ConnectedUrlRedacted(), err)
+			// Not ConnectedUrlRedacted: it shows a token, which is a user name.
+			return nil, nil, fmt.Errorf("backends: nats at %s: JetStream not available: %w", strings.Join(ep.addrs, ","), err)
 		}
 		return conn, js, nil
 	}
 
 	streams := newTopicSet[string]()
-	subjects := func(group, topic string) *wmnats.SubjectDetail {
-		return &wmnats.SubjectDetail{Primary: topic, QueueGroup: natsDurable(group, topic)}
-	}
-
 	pubConn, pubJS, err := connect("pub")
 	if err != nil {
 		return nil, err
 	}
-	pub, err := wmnats.NewPublisherWithNatsConn(pubConn, wmnats.PublisherPublishConfig{
-		Marshaler:         &wmnats.NATSMarshaler{},
-		SubjectCalculator: subjects,
-		JetStream:         wmnats.JetStreamConfig{TrackMsgId: true},
-	}, logger)
-	if err != nil {
-		pubConn.Close()
-		return nil, fmt.Errorf("backends: nats publisher: %w", err)
-	}
+	pub := &natsPublisher{conn: pubConn, js: pubJS, streams: streams, logger: logger}
 
-	subConn, subJS, err := connect("sub")
-	if err != nil {
-		return nil, errors.Join(err, pub.Close())
-	}
-	return &Backend{
-		Publisher: ensuringPublisher{Publisher: pub, ensure: func(topic string) error {
-			_, err := ensureStream(streams, pubJS, topic)
-			return err
-		}},
-		Subscriber: &natsSubscriber{
-			conn:          subConn,
-			js:            subJS,
+	newSubscriber := func(group string) (message.Subscriber, error) {
+		conn, js, err := connect("sub")
+		if err != nil {
+			return nil, err
+		}
+		return &natsSubscriber{
+			conn:          conn,
+			js:            js,
 			streams:       streams,
-			group:         cfg.Group,
+			group:         group,
 			ackWait:       cfg.NATS.AckWait,
 			maxAckPending: cfg.NATS.MaxAckPending,
 			nakDelay:      cfg.NackResendSleep,
 			logger:        logger,
 			closer:        newCloser(),
 			consumers:     map[string]bool{},
-		},
-	}, nil
+		}, nil
+	}
+	sub, err := newSubscriber(cfg.Group)
+	if err != nil {
+		return nil, errors.Join(err, pub.Close())
+	}
+	return &Backend{Publisher: pub, Subscriber: sub, newSubscriber: newSubscriber}, nil
 }
 
 var invalidNATSNameChars = regexp.MustCompile(`[^A-Za-z0-9_-]`)
@@ -145,4 +142,58 @@ func ensureStream(streams *topicSet[string], js nats.JetStreamContext, topic str
 		}
 		return name, nil
 	})
+}
+
+// natsPublisher publishes to JetStream and waits for each PubAck, as
+// watermill-nats's publisher does, but reads the PubAck: watermill-nats
+// drops it, and with it JetStream's word that it dropped the message as a
+// duplicate. It sets no Nats-Msg-Id of its own (see newNATS).
+type natsPublisher struct {
+	conn    *nats.Conn
+	js      nats.JetStreamContext
+	streams *topicSet[string]
+	logger  watermill.LoggerAdapter
+}
+
+var _ message.Publisher = (*natsPublisher)(nil)
+
+// Publish publishes msgs to topic one after another, creating the topic's
+// stream first if none captures it, and returns at the first that JetStream
+// did not store: an error, or an ErrDuplicatePublish for one it dropped as
+// a duplicate of an earlier Nats-Msg-Id.
+func (p *natsPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if _, err := ensureStream(p.streams, p.js, topic); err != nil {
+		return err
+	}
+	for _, msg := range msgs {
+		m, err := (&wmnats.NATSMarshaler{}).Marshal(topic, msg)
+		if err != nil {
+			return fmt.Errorf("backends: nats marshal message %s: %w", msg.UUID, err)
+		}
+		var opts []nats.PubOpt
+		if _, ok := msg.Context().Deadline(); ok {
+			// Without a deadline, the JetStream context's MaxWait bounds it.
+			opts = append(opts, nats.Context(msg.Context()))
+		}
+		ack, err := p.js.PublishMsg(m, opts...)
+		if err != nil {
+			return fmt.Errorf("backends: nats publish message %s to %q: %w", msg.UUID, topic, err)
+		}
+		if ack.Duplicate {
+			return fmt.Errorf("%w: nats: JetStream dropped message %s on %q: stream %s already holds Nats-Msg-Id %q "+
+				"(sequence %d) within its duplicate window", ErrDuplicatePublish, msg.UUID, topic, ack.Stream,
+				m.Header.Get(nats.MsgIdHdr), ack.Sequence)
+		}
+	}
+	return nil
+}
+
+// Close closes the publisher's connection, after flushing what it buffered.
+// It is idempotent.
+func (p *natsPublisher) Close() error {
+	if !p.conn.IsClosed() {
+		_ = p.conn.FlushTimeout(5 * time.Second)
+	}
+	p.conn.Close()
+	return nil
 }

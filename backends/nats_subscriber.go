@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,8 +24,10 @@ import (
 // "send on closed channel" panic when the timing is unlucky). Messages are
 // handled as there: one at a time per subscription, acked with AckSync after
 // the handler acks, NakWithDelay(NackResendSleep) after it nacks, with
-// progress acks (InProgress) every AckWait/3 while the handler runs, so the
-// server redelivers only what a dead consumer held. A message held when the
+// progress acks (InProgress) when the handler receives it and every
+// AckWait/3 while the handler runs, so the server redelivers only what a
+// dead consumer held, or what waited in the client longer than AckWait.
+// Headers are read by natsUnmarshal, which never fails. A message held when the
 // subscriber closes is nacked without delay, so another member of the group
 // gets it at once.
 type natsSubscriber struct {
@@ -104,12 +108,11 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 // handle hands one message to out and settles it on the server as the
 // handler settles it.
 func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *message.Message, stop <-chan struct{}, logFields watermill.LogFields) {
-	msg, err := (&wmnats.NATSMarshaler{}).Unmarshal(m)
-	if err != nil {
-		// Redelivering cannot fix it; Term stops the server from trying.
-		s.logger.Error("Cannot unmarshal message, terminating it", err, logFields)
-		_ = m.Term()
-		return
+	msg, joined := natsUnmarshal(m)
+	if len(joined) > 0 {
+		s.logger.Info("Message has headers with several values, handed on joined", logFields.Add(watermill.LogFields{
+			"message_uuid": msg.UUID, "joined_headers": strings.Join(joined, ","),
+		}))
 	}
 	msgCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -129,6 +132,13 @@ func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *me
 	case <-timeout.C:
 		// Nobody took it within AckWait; the server redelivers it already.
 		return
+	}
+	// The handler has it now, but its AckWait has run since the server sent
+	// it, while it waited in the client behind a slow predecessor: restart
+	// the clock, or a message that waited longer than two thirds of AckWait
+	// would be redelivered before the first progress ack below.
+	if err := m.InProgress(); err != nil {
+		s.logger.Error("Cannot extend AckWait of a message handed to its handler", err, logFields)
 	}
 	ack := func() {
 		if err := m.AckSync(); err != nil {
@@ -225,4 +235,32 @@ func (s *natsSubscriber) Close() error {
 		return fmt.Errorf("backends: nats drain: %w", err)
 	}
 	return nil
+}
+
+// natsUnmarshal reads a JetStream message as watermill-nats's NATSMarshaler
+// does (the UUID from its header, every other header as metadata, the
+// headers JetStream uses for deduplication and expectations left out), but
+// never fails: a header with several values, which JetStream carries and
+// NATSMarshaler rejects, becomes one metadata value with the values joined
+// by ", " in order (as HTTP joins a repeated field), where NATSMarshaler's
+// error would leave the message nowhere to go but terminated. joined names
+// such headers.
+func natsUnmarshal(m *nats.Msg) (msg *message.Message, joined []string) {
+	md := make(message.Metadata, len(m.Header))
+	for k, v := range m.Header {
+		switch k {
+		case wmnats.WatermillUUIDHdr, nats.MsgIdHdr, nats.ExpectedLastMsgIdHdr, nats.ExpectedStreamHdr,
+			nats.ExpectedLastSubjSeqHdr, nats.ExpectedLastSeqHdr:
+			continue
+		}
+		if len(v) > 1 {
+			joined = append(joined, k)
+		}
+		md.Set(k, strings.Join(v, ", "))
+	}
+	slices.Sort(joined)
+	// A repeated UUID header keeps its first value, as nats.Header.Get reads.
+	msg = message.NewMessage(m.Header.Get(wmnats.WatermillUUIDHdr), m.Data)
+	msg.Metadata = md
+	return msg, joined
 }

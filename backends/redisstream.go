@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -20,6 +22,10 @@ import (
 //     name per process, leaving a dead consumer behind at every restart;
 //   - NackResendSleep as configured, where the library resends a nacked
 //     message at once, in a loop;
+//   - a nack refreshes the entry's idle time in Redis (redisNackRefresh),
+//     so a message that keeps failing stays with the consumer that holds
+//     it instead of being claimed after MaxIdleTime by another consumer,
+//     which would loop on it too;
 //   - MaxIdleTime and ClaimInterval as configured (see RedisConfig);
 //   - the first read blocks for the block time rather than forever, so Close
 //     never waits on a read that cannot be cancelled;
@@ -29,7 +35,9 @@ func newRedisStreams(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*
 	newClient := func() (*redis.Client, error) {
 		opts, err := redis.ParseURL(ep.url)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidURL, err)
+			// parseEndpoint parsed it already; the parser's text may quote
+			// the password.
+			return nil, invalidURL(ep.url, "go-redis cannot parse it")
 		}
 		if opts.ClientName == "" {
 			opts.ClientName = cfg.Consumer
@@ -39,7 +47,7 @@ func newRedisStreams(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*
 		defer cancel()
 		if err := c.Ping(ctx).Err(); err != nil {
 			_ = c.Close()
-			return nil, unreachable(RedisStreams, ep.addrs, cfg.DialTimeout, err)
+			return nil, unreachable(ep, cfg.DialTimeout, err)
 		}
 		return c, nil
 	}
@@ -57,24 +65,100 @@ func newRedisStreams(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*
 		return nil, fmt.Errorf("backends: redis streams publisher: %w", err)
 	}
 
-	subClient, err := newClient()
-	if err != nil {
-		_ = pub.Close()
-		return nil, err
+	newSubscriber := func(group string) (message.Subscriber, error) {
+		subClient, err := newClient()
+		if err != nil {
+			return nil, err
+		}
+		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
+			Client:                        subClient,
+			Consumer:                      cfg.Consumer,
+			ConsumerGroup:                 group,
+			NackResendSleep:               cfg.NackResendSleep,
+			MaxIdleTime:                   cfg.Redis.MaxIdleTime,
+			ClaimInterval:                 cfg.Redis.ClaimInterval,
+			Unmarshaller:                  redisUnmarshaller{},
+			OldestId:                      "0",
+			DisableIndefiniteInitialBlock: true,
+		}, logger)
+		if err != nil {
+			_ = subClient.Close()
+			return nil, fmt.Errorf("backends: redis streams subscriber: %w", err)
+		}
+		// The library delays the resend itself (NackResendSleep); the
+		// wrapper only refreshes the nacked entry's idle time first.
+		wrapped := newNackDelaySubscriber(sub, 0)
+		wrapped.beforeNack = (&redisNackRefresh{client: subClient, group: group, consumer: cfg.Consumer, logger: logger}).refresh
+		return wrapped, nil
 	}
-	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
-		Client:                        subClient,
-		Consumer:                      cfg.Consumer,
-		ConsumerGroup:                 cfg.Group,
-		NackResendSleep:               cfg.NackResendSleep,
-		MaxIdleTime:                   cfg.Redis.MaxIdleTime,
-		ClaimInterval:                 cfg.Redis.ClaimInterval,
-		OldestId:                      "0",
-		DisableIndefiniteInitialBlock: true,
-	}, logger)
+	sub, err := newSubscriber(cfg.Group)
 	if err != nil {
-		_ = subClient.Close()
-		return nil, errors.Join(fmt.Errorf("backends: redis streams subscriber: %w", err), pub.Close())
+		return nil, errors.Join(err, pub.Close())
 	}
-	return &Backend{Publisher: pub, Subscriber: sub}, nil
+	return &Backend{Publisher: pub, Subscriber: sub, newSubscriber: newSubscriber}, nil
+}
+
+// redisNackRefresh keeps a nacked message with the consumer that holds it.
+//
+// watermill-redisstream resends a nacked message in process: Redis never
+// hears of it, so the entry's idle time grows with every failed attempt, and
+// after MaxIdleTime another consumer of the group claims it (XCLAIM) and
+// loops on it as well, while the messages each consumer has read ahead wait
+// behind the loop. One failing message stalled the whole group, forever
+// with the idempotency middleware's MaxAttempts unset.
+//
+// refresh claims the nacked entry for its own consumer again with JUSTID
+// (XCLAIM resets the idle time; JUSTID leaves the delivery count alone), so
+// it is never idle for long while the consumer lives. It claims only
+// entries this consumer holds, and each only if it is still idle at least
+// as long as XPENDING said (a claim by another consumer meanwhile resets
+// its idle time, and the entry is left to that one). The message behind it
+// that this consumer has read ahead is not refreshed: after MaxIdleTime
+// another consumer claims and handles it.
+type redisNackRefresh struct {
+	client   redis.UniversalClient
+	group    string
+	consumer string
+	logger   watermill.LoggerAdapter
+}
+
+// redisRefreshScan bounds the pending entries of one consumer searched for
+// the nacked message.
+const redisRefreshScan = 100
+
+func (r *redisNackRefresh) refresh(stream string, msg *message.Message) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := func() error {
+		pending, err := r.client.XPendingExt(ctx, &redis.XPendingExtArgs{
+			Stream: stream, Group: r.group, Start: "-", End: "+", Count: redisRefreshScan, Consumer: r.consumer,
+		}).Result()
+		if err != nil || len(pending) == 0 {
+			return err
+		}
+		pipe := r.client.Pipeline()
+		ranges := make([]*redis.XMessageSliceCmd, len(pending))
+		for i, p := range pending {
+			ranges[i] = pipe.XRangeN(ctx, stream, p.ID, p.ID, 1)
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		for i, p := range pending {
+			entries, _ := ranges[i].Result()
+			if len(entries) == 0 || entries[0].Values[redisstream.UUIDHeaderKey] != msg.UUID {
+				continue
+			}
+			if err := r.client.XClaimJustID(ctx, &redis.XClaimArgs{
+				Stream: stream, Group: r.group, Consumer: r.consumer, MinIdle: p.Idle, Messages: []string{p.ID},
+			}).Err(); err != nil && !errors.Is(err, redis.Nil) {
+				return err
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		r.logger.Error("Cannot refresh the idle time of a nacked message", err,
+			watermill.LogFields{"stream": stream, "message_uuid": msg.UUID})
+	}
 }

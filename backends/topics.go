@@ -33,6 +33,13 @@ func (s *topicSet[V]) ensure(topic string, setup func(topic string) (V, error)) 
 	return v, nil
 }
 
+// forget makes the next ensure of topic run its setup again.
+func (s *topicSet[V]) forget(topic string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.done, topic)
+}
+
 // ensuringPublisher runs ensure before every publish, so that the topic
 // exists on the broker (with its queues or stream) before the first message
 // is sent to it. Close is the wrapped publisher's.

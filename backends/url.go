@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -14,6 +16,11 @@ import (
 // ParseURL returns a Config that selects the broker rawURL names, after
 // checking the URL as Validate does. Group and the other fields are left
 // zero.
+//
+// Its errors, like every error of this package, name the URL's scheme and
+// host alone: never the URL itself, its user information (a user name, a
+// password or a token), its path or query, or the text of a client library's
+// parse error, which may quote any of them.
 func ParseURL(rawURL string) (Config, error) {
 	if _, err := parseEndpoint(rawURL); err != nil {
 		return Config{}, err
@@ -36,42 +43,59 @@ func parseEndpoint(raw string) (endpoint, error) {
 	if raw == "" {
 		return endpoint{}, fmt.Errorf("%w: empty (set %s, e.g. kafka://localhost:9092)", ErrInvalidURL, EnvURL)
 	}
-	scheme, _, ok := strings.Cut(raw, "://")
+	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
-		return endpoint{}, fmt.Errorf("%w: %q has no scheme://", ErrInvalidURL, redact(raw))
+		return endpoint{}, fmt.Errorf("%w: no scheme:// (want e.g. kafka://localhost:9092)", ErrInvalidURL)
 	}
 	broker, ok := brokerByScheme[strings.ToLower(scheme)]
 	if !ok {
-		return endpoint{}, fmt.Errorf("%w: scheme %q in %q (want kafka, redis, rediss, amqp, amqps, nats or gochannel)",
-			ErrUnknownBroker, scheme, redact(raw))
+		return endpoint{}, fmt.Errorf("%w: scheme %s (want kafka, redis, rediss, amqp, amqps, nats or gochannel)",
+			ErrUnknownBroker, safeScheme(scheme))
 	}
 	switch broker {
 	case Kafka:
 		return parseHostList(Kafka, raw, "9092")
 	case RedisStreams:
+		if err := checkAuthority(raw, rest); err != nil {
+			return endpoint{}, err
+		}
 		opts, err := redis.ParseURL(raw)
 		if err != nil {
-			return endpoint{}, fmt.Errorf("%w: %q: %s", ErrInvalidURL, redact(raw), scrub(raw, err))
+			// The parser's text may quote the password: never pass it on.
+			return endpoint{}, invalidURL(raw, "go-redis cannot parse it: check the host, the port, the database number "+
+				"(a number after the /) and the options (go-redis URL options only)")
 		}
 		return endpoint{broker: RedisStreams, url: raw, addrs: []string{opts.Addr}}, nil
 	case AMQP:
+		if err := checkAuthority(raw, rest); err != nil {
+			return endpoint{}, err
+		}
 		uri, err := amqp091.ParseURI(raw)
 		if err != nil {
-			return endpoint{}, fmt.Errorf("%w: %q: %s", ErrInvalidURL, redact(raw), scrub(raw, err))
+			return endpoint{}, invalidURL(raw, "amqp091 cannot parse it: check the host, the port and the options")
 		}
 		return endpoint{broker: AMQP, url: raw, addrs: []string{net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))}}, nil
 	case NATS:
 		return parseHostList(NATS, raw, "4222")
 	default:
-		u, err := url.Parse(raw)
-		if err != nil {
-			return endpoint{}, fmt.Errorf("%w: %q: %v", ErrInvalidURL, raw, err)
-		}
-		if u.Host != "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
-			return endpoint{}, fmt.Errorf("%w: %q: gochannel takes nothing after gochannel://", ErrInvalidURL, raw)
+		if rest != "" && rest != "/" {
+			return endpoint{}, invalidURL(raw, "gochannel takes nothing after gochannel://")
 		}
 		return endpoint{broker: GoChannel, url: raw}, nil
 	}
+}
+
+// checkAuthority rejects a URL with an '@' after the end of its host part:
+// a user name or password holding an unescaped '/', '?' or '#', which URL
+// parsers then read as the start of the path, and part of the password as
+// the host, the port or the path, where an error message or a dial would
+// show it.
+func checkAuthority(raw, rest string) error {
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 && strings.Contains(rest[i:], "@") {
+		return invalidURL(raw, "an '@' after a '/', '?' or '#': percent-encode '/', '?', '#' and '@' "+
+			"in user names and passwords (%2F, %3F, %23, %40)")
+	}
+	return nil
 }
 
 // parseHostList parses scheme://[user:pass@]host[:port][,host[:port]...], the
@@ -79,25 +103,32 @@ func parseEndpoint(raw string) (endpoint, error) {
 // by hand: net/url rejects a host list whose last host has no port.
 func parseHostList(b Broker, raw, defPort string) (endpoint, error) {
 	scheme, rest, _ := strings.Cut(raw, "://")
+	// The user information ends at the last '@' (a token or password may
+	// hold '/', '#' or '?'); whatever precedes it is never shown.
+	var userinfo string
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		userinfo, rest = rest[:i], rest[i+1:]
+		if b == Kafka {
+			return endpoint{}, invalidURL(raw, "put Kafka credentials in KafkaConfig.Tune (SASL), not in the URL")
+		}
+		if strings.Contains(userinfo, ",") {
+			// nats.Connect splits its URL at every ',' and would read part
+			// of the password as a server.
+			return endpoint{}, invalidURL(raw, "a ',' in the user name or password: percent-encode it (%2C)")
+		}
+	}
 	authority, tail := rest, ""
 	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
 		authority, tail = rest[:i], rest[i:]
 	}
 	if tail != "" && tail != "/" {
-		return endpoint{}, fmt.Errorf("%w: %q: %s takes only host:port pairs, not %q", ErrInvalidURL, redact(raw), b, tail)
-	}
-	var userinfo string
-	if i := strings.LastIndex(authority, "@"); i >= 0 {
-		userinfo, authority = authority[:i], authority[i+1:]
-		if b == Kafka {
-			return endpoint{}, fmt.Errorf("%w: %q: put Kafka credentials in KafkaConfig.Tune (SASL), not in the URL", ErrInvalidURL, redact(raw))
-		}
+		return endpoint{}, invalidURL(raw, string(b)+" takes only host:port pairs, no path, query or fragment")
 	}
 	var addrs, urls []string
 	for _, h := range strings.Split(authority, ",") {
 		h = strings.TrimSpace(h)
 		if h == "" {
-			return endpoint{}, fmt.Errorf("%w: %q: empty host", ErrInvalidURL, redact(raw))
+			return endpoint{}, invalidURL(raw, "an empty host")
 		}
 		host, port, err := net.SplitHostPort(h)
 		if err != nil {
@@ -105,10 +136,10 @@ func parseHostList(b Broker, raw, defPort string) (endpoint, error) {
 			host, port = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"), defPort
 		}
 		if host == "" || strings.ContainsAny(host, " []@:") && !strings.Contains(h, "[") {
-			return endpoint{}, fmt.Errorf("%w: %q: bad host %q", ErrInvalidURL, redact(raw), h)
+			return endpoint{}, invalidURL(raw, "a bad host")
 		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return endpoint{}, fmt.Errorf("%w: %q: bad port %q", ErrInvalidURL, redact(raw), port)
+			return endpoint{}, invalidURL(raw, "a bad port (want 1 to 65535)")
 		}
 		addr := net.JoinHostPort(host, port)
 		addrs = append(addrs, addr)
@@ -122,32 +153,92 @@ func parseHostList(b Broker, raw, defPort string) (endpoint, error) {
 	return endpoint{broker: b, url: strings.Join(urls, ","), addrs: addrs}, nil
 }
 
-// scrub returns err's text with the password of raw, which client libraries
-// quote in their parse errors, hidden.
-func scrub(raw string, err error) string {
-	if r := redact(raw); r != raw {
-		return strings.ReplaceAll(err.Error(), raw, r)
-	}
-	return err.Error()
+// invalidURL is an ErrInvalidURL that names raw by its scheme and host only.
+func invalidURL(raw, why string) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidURL, where(raw), why)
 }
 
-// redact hides a password in a URL meant for an error message.
-func redact(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return raw
+var (
+	schemeChars = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]{0,15}$`)
+	hostChars   = regexp.MustCompile(`^([A-Za-z0-9._%-]*|\[[0-9A-Za-z:.%]*\])$`)
+	portChars   = regexp.MustCompile(`^[0-9]{1,5}$`)
+)
+
+// safeScheme quotes a scheme that reads as one, and otherwise says there is
+// none: text before "://" that is no scheme may be anything, a password
+// included.
+func safeScheme(s string) string {
+	if schemeChars.MatchString(s) {
+		return strconv.Quote(s)
 	}
-	end := len(rest)
+	return "(not a scheme)"
+}
+
+// where describes a broker URL for an error message: its scheme and the
+// host:port pairs of its host part, nothing else. The user information,
+// which ends at the last '@' since a password may hold '/', '#' or '?', is
+// never shown, nor is the path or the query. A host or port that does not
+// read as one (a password in a URL that lacks its '@' would be read as a
+// host or a port) is shown as "…".
+func where(raw string) string {
+	scheme, rest, ok := strings.Cut(strings.TrimSpace(raw), "://")
+	if !ok || !schemeChars.MatchString(scheme) {
+		return "the URL"
+	}
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		rest = rest[i+1:]
+	}
 	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		end = i
+		rest = rest[:i]
 	}
-	at := strings.LastIndex(rest[:end], "@")
-	if at < 0 {
-		return raw
+	var hosts []string
+	for _, h := range strings.Split(rest, ",") {
+		h = strings.TrimSpace(h)
+		host, port := h, ""
+		if i := strings.LastIndex(h, ":"); i >= 0 && i > strings.LastIndex(h, "]") {
+			host, port = h[:i], h[i+1:]
+		}
+		if !hostChars.MatchString(host) {
+			host = "…"
+		}
+		switch {
+		case port == "" && !strings.Contains(h, ":"):
+		case portChars.MatchString(port):
+			host += ":" + port
+		default:
+			host += ":…"
+		}
+		hosts = append(hosts, host)
 	}
-	user, _, hasPass := strings.Cut(rest[:at], ":")
-	if !hasPass {
-		return raw
+	return strconv.Quote(strings.ToLower(scheme) + "://" + strings.Join(hosts, ","))
+}
+
+// scrubUserinfo replaces in text every occurrence of the user information
+// of the URL (or URLs, comma-separated) raw, whole and split at ':', as
+// written and percent-decoded, with "xxxxx".
+func scrubUserinfo(text, raw string) string {
+	var secrets []string
+	for _, u := range strings.Split(raw, ",") {
+		_, rest, ok := strings.Cut(u, "://")
+		at := strings.LastIndex(rest, "@")
+		if !ok || at < 0 {
+			continue
+		}
+		userinfo := rest[:at]
+		parts := append([]string{userinfo}, strings.Split(userinfo, ":")...)
+		for _, p := range parts {
+			secrets = append(secrets, p)
+			if d, err := url.PathUnescape(p); err == nil {
+				secrets = append(secrets, d)
+			}
+		}
 	}
-	return scheme + "://" + user + ":xxxxx" + rest[at:]
+	// Longest first, so that a part does not break up its whole.
+	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
+	for _, s := range secrets {
+		if s != "" {
+			text = strings.ReplaceAll(text, s, "xxxxx")
+		}
+	}
+	return text
 }

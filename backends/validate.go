@@ -111,11 +111,7 @@ func (c Config) withDefaults() Config {
 	if c.AMQP.Prefetch == 0 {
 		c.AMQP.Prefetch = defaultAMQPPrefetch
 	}
-	if len(c.AMQP.PublishGroups) == 0 && c.Group != "" {
-		c.AMQP.PublishGroups = []string{c.Group}
-	} else {
-		c.AMQP.PublishGroups = append([]string(nil), c.AMQP.PublishGroups...)
-	}
+	c.AMQP.PublishGroups = append([]string(nil), c.AMQP.PublishGroups...)
 	if c.NATS.AckWait == 0 {
 		c.NATS.AckWait = defaultNATSAckWait
 	}

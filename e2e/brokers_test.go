@@ -38,10 +38,6 @@ type broker struct {
 	name string
 	// start finds (or starts) the server and returns the backends URL.
 	start func(t *testing.T) string
-	// dedupsUUID: the broker drops a message whose UUID it has already
-	// stored (NATS JetStream's Nats-Msg-Id duplicate window), so a
-	// republished copy with the same UUID is never delivered.
-	dedupsUUID bool
 	// inProcess: one in-process instance carries every message (gochannel);
 	// consumers must share it, and it has no consumer groups: each consumer
 	// receives every message.
@@ -110,6 +106,10 @@ func (b *broker) config(url, group, consumer string) backends.Config {
 		Kafka:           backends.KafkaConfig{Partitions: kafkaPartitions, Tune: kafkaTune},
 		Redis:           backends.RedisConfig{MaxIdleTime: redeliverAfter, ClaimInterval: 500 * time.Millisecond},
 		NATS:            backends.NATSConfig{AckWait: redeliverAfter},
+		// The scenarios publish before the group's consumers (children
+		// among them) first subscribe: on RabbitMQ the group's queue must
+		// exist first, or the publish is ErrUnroutable.
+		AMQP: backends.AMQPConfig{PublishGroups: []string{group}},
 	}
 }
 
@@ -160,10 +160,9 @@ var brokers = []*broker{
 		cleanup: cleanupAMQP,
 	},
 	{
-		name:       "nats",
-		start:      func(t *testing.T) string { return testserver.NATSURL(t) },
-		dedupsUUID: true,
-		cleanup:    cleanupNATS,
+		name:    "nats",
+		start:   func(t *testing.T) string { return testserver.NATSURL(t) },
+		cleanup: cleanupNATS,
 	},
 	{
 		name:      "gochannel",

@@ -17,10 +17,8 @@ type publishing struct {
 
 	mu sync.Mutex
 	// groups are the messages that must end acked: at least one message of
-	// each group, by metaID. A group is one message, except on a broker
-	// that drops repeated UUIDs: there the copies sharing a UUID form one
-	// group, since which of them the broker keeps depends on which
-	// concurrent publish reached it first.
+	// each group, by metaID. Every group is one message: no broker drops a
+	// copy that repeats a UUID (the NATS backend sends no Nats-Msg-Id).
 	groups    map[string][]string
 	expected  map[string]bool // metaID of every published or produced message
 	published int
@@ -62,18 +60,13 @@ func oneCopyEach(keys []string) []*message.Message {
 	return msgs
 }
 
-// expect registers msg as one that must end acked, or on a broker that
-// drops repeated UUIDs, one of whose copies must.
+// expect registers msg as one that must end acked.
 func (e *env) expect(msg *message.Message) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.published++
 	id := msg.Metadata.Get(metaID)
-	group := id
-	if e.b.dedupsUUID {
-		group = "uuid:" + msg.UUID
-	}
-	e.groups[group] = append(e.groups[group], id)
+	e.groups[id] = append(e.groups[id], id)
 	e.expected[id] = true
 }
 

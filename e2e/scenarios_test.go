@@ -37,7 +37,7 @@ func (e *env) effectOnce(msg *message.Message) error {
 // duplicateStorm: 2,000 keys, 5 copies each, in random order, to 4
 // competing consumers. Copies 0-2 of a key share a UUID (a producer
 // retrying), copies 3 and 4 have their own (another producer, same
-// requestId). NATS drops the UUID repeats itself (Nats-Msg-Id). On the pg-
+// requestId); every broker delivers every copy. On the pg-
 // columns, 500 keys, each effect made in the handler's transaction.
 func duplicateStorm(e *env) {
 	const copies, consumers = 5, 4

@@ -87,8 +87,6 @@ func run(w io.Writer) error {
 	for i := range orders {
 		for range copies {
 			// A producer's retries: a new UUID each time, the same requestId.
-			// (NATS JetStream would itself drop copies with one UUID, as it
-			// takes the UUID for the Nats-Msg-Id.)
 			msg := message.NewMessage(watermill.NewUUID(), []byte(`{"amount":42}`))
 			msg.Metadata.Set("requestId", fmt.Sprintf("order-%s-%d", runID, i))
 			if err := b.Publisher.Publish(topic, msg); err != nil {

@@ -1,0 +1,195 @@
+package backends_test
+
+import (
+	"testing"
+	"time"
+
+	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+)
+
+// amqpAdmin runs f on a channel of its own to the RabbitMQ server at url.
+func amqpAdmin(t *testing.T, url string, f func(ch *amqp091.Channel)) {
+	t.Helper()
+	conn, err := amqp091.Dial(url)
+	require.NoError(t, err)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	defer ch.Close()
+	f(ch)
+}
+
+// queueExists reports whether RabbitMQ has the queue, and how many messages
+// wait in it.
+func queueExists(t *testing.T, url, queue string) (bool, int) {
+	t.Helper()
+	var exists bool
+	var n int
+	amqpAdmin(t, url, func(ch *amqp091.Channel) {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		exists, n = err == nil, q.Messages
+	})
+	return exists, n
+}
+
+// Once a group's queue is gone, a publish that no queue receives is an
+// ErrUnroutable: RabbitMQ confirms it and the fanout exchange discards it,
+// which Publish used to report as a success.
+func TestAMQP_UnroutablePublishIsAnError(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	topic := uniqueTopic("unroutable")
+	group := "billing-" + runID
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
+
+	b := newBackend(t, backends.Config{URL: url, Group: group})
+	msgs := subscribe(t, b, topic)
+	publish(t, b.Publisher, topic, "one")
+	assert.Equal(t, "one", receive(t, msgs))
+
+	amqpAdmin(t, url, func(ch *amqp091.Channel) {
+		_, err := ch.QueueDelete(topic+"_"+group, false, false, false)
+		require.NoError(t, err)
+	})
+	err := b.Publisher.Publish(topic, newMessage("two"))
+	require.ErrorIs(t, err, backends.ErrUnroutable, "a publish that no queue receives")
+}
+
+// With PublishGroups, a publish that comes back unroutable because a listed
+// group's queue was deleted declares the queue again and is retried: the
+// message waits there for the group.
+func TestAMQP_DeletedQueueIsDeclaredAgain(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	topic := uniqueTopic("redeclare")
+	group := "billing-" + runID
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
+
+	producer := newBackend(t, backends.Config{URL: url, Group: "producer-" + runID,
+		AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
+	publish(t, producer.Publisher, topic, "one")
+	amqpAdmin(t, url, func(ch *amqp091.Channel) {
+		_, err := ch.QueuePurge(topic+"_"+group, false)
+		require.NoError(t, err)
+		_, err = ch.QueueDelete(topic+"_"+group, false, false, false)
+		require.NoError(t, err)
+	})
+	publish(t, producer.Publisher, topic, "two")
+
+	consumer := newBackend(t, backends.Config{URL: url, Group: group})
+	msgs := subscribe(t, consumer, topic)
+	assert.Equal(t, "two", receive(t, msgs))
+}
+
+// A service publishes to topics it does not consume (bill consumes orders
+// and publishes invoices): the backend declares no queue of its own group
+// for them, where it used to declare invoices_<group>, which nobody
+// consumed and which filled without bound. The group that consumes
+// invoices receives them.
+func TestAMQP_NoQueueForATopicTheGroupDoesNotConsume(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	invoices := uniqueTopic("invoices")
+	billing, accounting := "billing-"+runID, "accounting-"+runID
+	t.Cleanup(func() {
+		testserver.DeleteAMQP(t, url, []string{invoices}, []string{billing, accounting})
+	})
+
+	reader := newBackend(t, backends.Config{URL: url, Group: accounting})
+	msgs := subscribe(t, reader, invoices)
+	bill := newBackend(t, backends.Config{URL: url, Group: billing})
+	publish(t, bill.Publisher, invoices, "invoice 1", "invoice 2", "invoice 3")
+	assert.Equal(t, "invoice 1", receive(t, msgs))
+
+	exists, n := queueExists(t, url, invoices+"_"+billing)
+	assert.False(t, exists, "a queue of the publisher's group on a topic it does not consume (%d messages)", n)
+}
+
+// A topic's exchange deleted while the publisher runs: the publish that
+// meets the deleted exchange fails, and the next declares it again and
+// succeeds, where the per-process declaration cache kept every later
+// publish failing.
+func TestAMQP_DeletedExchangeIsDeclaredAgain(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	topic := uniqueTopic("exchange")
+	group := "billing-" + runID
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
+
+	b := newBackend(t, backends.Config{URL: url, Group: group, AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
+	publish(t, b.Publisher, topic, "one")
+	amqpAdmin(t, url, func(ch *amqp091.Channel) {
+		require.NoError(t, ch.ExchangeDelete(topic, false, false))
+	})
+	// The first publish after the deletion may fail; one must then succeed.
+	if err := b.Publisher.Publish(topic, newMessage("two")); err != nil {
+		t.Logf("first publish after the exchange was deleted: %v", err)
+		publish(t, b.Publisher, topic, "two")
+	}
+	msgs := subscribe(t, b, topic)
+	assert.Equal(t, "one", receive(t, msgs))
+	assert.Equal(t, "two", receive(t, msgs))
+}
+
+// A group's queue deleted under its running consumer: the consumer gets no
+// empty phantom message (watermill-amqp read the zero Delivery of the
+// closed deliveries channel and handed it on), subscribes again, declaring
+// the queue anew, and receives what is published once the queue is back;
+// publishes in between are ErrUnroutable.
+func TestAMQP_QueueDeletedUnderItsConsumer(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	topic := uniqueTopic("cancelled")
+	group := "billing-" + runID
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
+	b := newBackend(t, backends.Config{URL: url, Group: group})
+	msgs := subscribe(t, b, topic)
+	publish(t, b.Publisher, topic, "one")
+	assert.Equal(t, "one", receive(t, msgs))
+
+	amqpAdmin(t, url, func(ch *amqp091.Channel) {
+		_, err := ch.QueueDelete(topic+"_"+group, false, false, false)
+		require.NoError(t, err)
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := b.Publisher.Publish(topic, newMessage("two"))
+		if err == nil {
+			break
+		}
+		require.ErrorIs(t, err, backends.ErrUnroutable)
+		require.True(t, time.Now().Before(deadline), "the consumer did not declare its queue again within 15 s")
+		time.Sleep(100 * time.Millisecond)
+	}
+	assert.Equal(t, "two", receive(t, msgs), "the next message, not an empty one")
+}
+
+// A listed group's queue deleted while another group's queue still takes
+// the topic's messages: mandatory cannot notice (the message is routed), so
+// the publisher declares the listed queues at every publish, and the listed
+// group still receives.
+func TestAMQP_ListedQueueDeletedBesideAnother(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	topic := uniqueTopic("beside")
+	billing, audit := "billing-"+runID, "audit-"+runID
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{billing, audit}) })
+
+	producer := newBackend(t, backends.Config{URL: url, Group: "producer-" + runID,
+		AMQP: backends.AMQPConfig{PublishGroups: []string{billing, audit}}})
+	publish(t, producer.Publisher, topic, "one")
+	amqpAdmin(t, url, func(ch *amqp091.Channel) {
+		_, err := ch.QueueDelete(topic+"_"+billing, false, false, false)
+		require.NoError(t, err)
+	})
+	publish(t, producer.Publisher, topic, "two")
+
+	consumer := newBackend(t, backends.Config{URL: url, Group: billing})
+	msgs := subscribe(t, consumer, topic)
+	assert.Equal(t, "two", receive(t, msgs))
+}

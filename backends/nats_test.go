@@ -1,0 +1,115 @@
+package backends_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+)
+
+// A NATS message whose header has two values (JetStream carries them;
+// watermill-nats cannot decode them) reaches the handler with the values
+// joined, where it used to be terminated unseen.
+func TestNATS_RepeatedHeaderIsHandedOn(t *testing.T) {
+	t.Parallel()
+	url := testserver.NATSURL(t)
+	topic := uniqueTopic("headers")
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
+	b := newBackend(t, backends.Config{URL: url, Group: "billing-" + runID})
+	msgs := subscribe(t, b, topic) // creates the stream
+
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	m := nats.NewMsg(topic)
+	m.Data = []byte("odd headers")
+	m.Header.Set("_watermill_message_uuid", "uuid-1")
+	m.Header.Add("requestId", "order-7")
+	m.Header.Add("Tag", "a")
+	m.Header.Add("Tag", "b")
+	_, err = js.PublishMsg(m)
+	require.NoError(t, err)
+
+	select {
+	case got := <-msgs:
+		require.NotNil(t, got)
+		assert.Equal(t, "uuid-1", got.UUID)
+		assert.Equal(t, "order-7", got.Metadata.Get("requestId"))
+		assert.Equal(t, "a, b", got.Metadata.Get("Tag"), "the values of a repeated header, joined in order")
+		got.Ack()
+	case <-time.After(15 * time.Second):
+		t.Fatal("a message with a repeated header never reached the handler")
+	}
+}
+
+// A message republished with its UUID unchanged, as Watermill's requeuer
+// does, is delivered again: the backend no longer sends the UUID as
+// Nats-Msg-Id, which JetStream would take for a duplicate and drop while
+// Publish returned nil.
+func TestNATS_RepublishedUUIDIsDelivered(t *testing.T) {
+	t.Parallel()
+	cfg, topic := shortAckWait(t, "republish")
+	b := newBackend(t, cfg)
+	msgs := subscribe(t, b, topic)
+	m := message.NewMessage(watermill.NewUUID(), []byte("again"))
+	require.NoError(t, b.Publisher.Publish(topic, m))
+	assert.Equal(t, "again", receive(t, msgs))
+	require.NoError(t, b.Publisher.Publish(topic, message.NewMessage(m.UUID, []byte("again"))))
+	assert.Equal(t, "again", receive(t, msgs), "the republished copy")
+}
+
+// A publish that JetStream drops as a duplicate (the message set its own
+// Nats-Msg-Id) is an ErrDuplicatePublish, not a success.
+func TestNATS_DroppedDuplicateIsAnError(t *testing.T) {
+	t.Parallel()
+	cfg, topic := shortAckWait(t, "duplicate")
+	b := newBackend(t, cfg)
+	first := message.NewMessage(watermill.NewUUID(), []byte("x"))
+	first.Metadata.Set(nats.MsgIdHdr, "order-7")
+	require.NoError(t, b.Publisher.Publish(topic, first))
+	second := message.NewMessage(watermill.NewUUID(), []byte("x"))
+	second.Metadata.Set(nats.MsgIdHdr, "order-7")
+	err := b.Publisher.Publish(topic, second)
+	require.ErrorIs(t, err, backends.ErrDuplicatePublish)
+}
+
+// A message that waited in the client behind a slow predecessor for most of
+// AckWait is not redelivered while its own handler runs: the subscriber
+// restarts its AckWait when the handler receives it. Before, the first
+// progress ack went out only AckWait/3 after that, by when the server had
+// redelivered it.
+func TestNATS_BufferedMessageKeepsItsAckWait(t *testing.T) {
+	t.Parallel()
+	const ackWait = 4 * time.Second
+	url := testserver.NATSURL(t)
+	topic := uniqueTopic("buffered")
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
+	b := newBackend(t, backends.Config{URL: url, Group: "billing-" + runID, NATS: backends.NATSConfig{AckWait: ackWait}})
+	msgs := subscribe(t, b, topic)
+	publish(t, b.Publisher, topic, "slow", "buffered")
+
+	first := <-msgs
+	require.Equal(t, "slow", string(first.Payload))
+	time.Sleep(ackWait * 8 / 10) // "buffered" waits in the client meanwhile
+	first.Ack()
+
+	var second *message.Message
+	select {
+	case second = <-msgs:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no second message")
+	}
+	require.Equal(t, "buffered", string(second.Payload))
+	time.Sleep(ackWait / 2) // its handler works
+	second.Ack()
+	nothingFor(t, msgs, ackWait/2)
+}

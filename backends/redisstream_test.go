@@ -1,0 +1,80 @@
+package backends_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+)
+
+// A message that keeps failing stays with the Redis Streams consumer that
+// holds it, and the group's other consumer handles the healthy messages.
+// Before, the nacked message was resent in process, its idle time grew, the
+// other consumer claimed it after MaxIdleTime and looped on it too, and the
+// healthy messages waited behind both loops.
+func TestRedisStreams_FailingMessageStaysWithItsConsumer(t *testing.T) {
+	t.Parallel()
+	const maxIdle = time.Second
+	addr := testserver.RedisAddr(t)
+	topic := uniqueTopic("poison")
+	group := "billing-" + runID
+	t.Cleanup(func() { _ = testserver.RedisClient(t).Del(context.Background(), topic).Err() })
+
+	var mu sync.Mutex
+	poisonedAt := map[string]bool{}
+	healthy := map[string]bool{}
+	for _, consumer := range []string{"pod-1", "pod-2"} {
+		b := newBackend(t, backends.Config{URL: "redis://" + addr + "/0", Group: group, Consumer: consumer,
+			NackResendSleep: 100 * time.Millisecond,
+			Redis:           backends.RedisConfig{MaxIdleTime: maxIdle, ClaimInterval: 200 * time.Millisecond}})
+		msgs := subscribe(t, b, topic)
+		go func() {
+			for m := range msgs {
+				mu.Lock()
+				if string(m.Payload) == "poison" {
+					poisonedAt[consumer] = true
+					mu.Unlock()
+					m.Nack()
+					continue
+				}
+				healthy[string(m.Payload)] = true
+				mu.Unlock()
+				m.Ack()
+			}
+		}()
+	}
+	pub := newBackend(t, backends.Config{URL: "redis://" + addr + "/0", Group: group, Consumer: "publisher"})
+	publish(t, pub.Publisher, topic, "poison")
+	// Long enough for the other consumer to claim the poison message if
+	// its idle time grew: MaxIdleTime, twice, and the claim interval.
+	time.Sleep(2*maxIdle + 500*time.Millisecond)
+
+	start := time.Now()
+	want := []string{"h1", "h2", "h3", "h4", "h5", "h6"}
+	publish(t, pub.Publisher, topic, want...)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		n := len(healthy)
+		mu.Unlock()
+		if n == len(want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("%d of %d healthy messages handled in 20 s beside one failing message (held by %v)",
+				n, len(want), poisonedAt)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("%d healthy messages handled in %v while one message failed", len(want), time.Since(start).Round(time.Millisecond))
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Len(t, poisonedAt, 1, "the failing message stays with one consumer: %v", poisonedAt)
+}
