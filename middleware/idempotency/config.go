@@ -60,7 +60,8 @@ type Config struct {
 	// key of a message. An empty key or an error is ErrMissingKey.
 	KeyFunc func(msg *message.Message) (string, error)
 	// Scope returns the scope part of the stored key, so that two handlers
-	// consuming one topic each process a message once. Nil means the
+	// consuming one topic each process a message once (each needs a
+	// subscriber of its own consumer group for that). Nil means the
 	// handler's name (message.HandlerNameFromCtx), which the router puts in
 	// the message's context.
 	Scope func(msg *message.Message) string

@@ -61,7 +61,9 @@
 // whatever Config.KeyFunc returns. It is stored as prefix:scope:key, where
 // the prefix is Config.KeyPrefix ("idem") and the scope defaults to the
 // handler's name, so that two handlers consuming one topic each process a
-// message once. Colons and percent signs in the scope are escaped (%3A,
+// message once (each on a subscriber of its own consumer group, such as
+// backends' Backend.SubscriberForGroup: two handlers on one grouped
+// subscriber divide the topic's messages between them). Colons and percent signs in the scope are escaped (%3A,
 // %25), and a prefix holding a colon is an invalid config (use "shop.billing",
 // not "shop:billing"), so that no prefix, scope and key store under
 // another's key: prefix "shop:billing" with scope "charge" and key
