@@ -1,0 +1,107 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+)
+
+// renewalWaiting reports whether a statement on the records' table waits
+// for a row lock: the run's renewal, blocked by its own open transaction.
+func renewalWaiting(t *testing.T, pool *pgxpool.Pool, records string) bool {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'", records).Scan(&n))
+	return n > 0
+}
+
+// A handler whose transaction committed its effect with COMPLETED, and
+// which then returns an error: the key stays COMPLETED (not FAILED over a
+// committed effect), and the redelivery is a duplicate.
+func TestErrorAfterCommittedCompletion(t *testing.T) {
+	pool := testPool(t)
+	store, _ := newTable(t, pool)
+	table := deferredEffects(t, pool)
+	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: commitLease, NackDelay: -1}, nil)
+	require.NoError(t, err)
+	const key = "order-error-after-commit"
+
+	var runs atomic.Int32
+	h := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		runs.Add(1)
+		if err := book(msg.Context(), pool, store, table, key, false); err != nil {
+			return nil, err
+		}
+		return nil, errors.New("failed after the commit")
+	})
+	_, err = h(newMessage(key))
+	require.Error(t, err)
+	rec, err := store.Get(context.Background(), "idem::"+key)
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateCompleted, rec.State)
+	_, err = h(newMessage(key))
+	require.NoError(t, err, "the redelivery is a duplicate")
+	assert.EqualValues(t, 1, runs.Load())
+	assert.Equal(t, 1, effectsOf(t, pool, table, key))
+}
+
+// A COMMIT that fails while the run's renewal waits for the row lock its
+// own CompleteInTx holds: that renewal then succeeds and tells the run that
+// the transaction rolled back. The run keeps its lease past the lease's
+// length (its context is not cancelled), and when the handler succeeds the
+// middleware writes COMPLETED.
+func TestCommitFailsWhileRenewalWaits(t *testing.T) {
+	pool := testPool(t)
+	store, records := newTable(t, pool)
+	table := deferredEffects(t, pool)
+	obs := &renewals{}
+	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: commitLease, NackDelay: -1, Observer: obs}, nil)
+	require.NoError(t, err)
+	const key = "order-renewal-waits"
+
+	var commitErr, ctxErr error
+	var waited bool
+	_, err = idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		ctx := msg.Context()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for range 2 {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+quoted(table)+" (key) VALUES ($1)", key); err != nil {
+				return nil, err
+			}
+		}
+		if err := store.CompleteInTx(ctx, tx); err != nil {
+			return nil, err
+		}
+		waited = waitFor(func() bool { return renewalWaiting(t, pool, records) }, commitLease)
+		commitErr = tx.Commit(ctx)
+		select {
+		case <-time.After(2 * commitLease):
+		case <-ctx.Done():
+		}
+		ctxErr = context.Cause(ctx)
+		return nil, ctxErr
+	})(newMessage(key))
+	require.True(t, waited, "a renewal waited for the transaction's row lock")
+	requireCommitFailed(t, commitErr)
+	require.NoError(t, ctxErr, "the run kept its lease")
+	require.NoError(t, err)
+	assert.Zero(t, obs.lost.Load())
+	assert.EqualValues(t, 1, obs.completes.Load(), "the middleware wrote COMPLETED")
+	rec, err := store.Get(context.Background(), "idem::"+key)
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateCompleted, rec.State)
+	assert.Zero(t, effectsOf(t, pool, table, key))
+}
