@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -104,4 +105,121 @@ func TestCommitFailsWhileRenewalWaits(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateCompleted, rec.State)
 	assert.Zero(t, effectsOf(t, pool, table, key))
+}
+
+// A lease lost while the handler's transaction is open (an operator
+// deleted the key): the renewal cancels the handler's context, and
+// CompleteInTx under that context answers an error matching
+// idempotency.ErrLeaseLost, as its doc says, besides context.Canceled.
+// The transaction rolls back: no effect.
+func TestCompleteInTxAfterLeaseLostSaysLeaseLost(t *testing.T) {
+	pool := testPool(t)
+	store, records := newTable(t, pool)
+	table := deferredEffects(t, pool)
+	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: commitLease, NackDelay: -1}, nil)
+	require.NoError(t, err)
+	const key = "order-lost-in-tx"
+
+	var completeErr error
+	_, err = idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		ctx := msg.Context()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = tx.Rollback(context.Background()) }()
+		if _, err := tx.Exec(ctx, "INSERT INTO "+quoted(table)+" (key) VALUES ($1)", key); err != nil {
+			return nil, err
+		}
+		if _, err := pool.Exec(context.Background(), "DELETE FROM "+quoted(records)); err != nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * commitLease):
+			return nil, errors.New("the lost lease did not cancel the handler's context")
+		}
+		completeErr = store.CompleteInTx(ctx, tx)
+		if completeErr == nil {
+			return nil, tx.Commit(ctx)
+		}
+		return nil, completeErr
+	})(newMessage(key))
+	require.Error(t, err)
+	assert.ErrorIs(t, completeErr, idempotency.ErrLeaseLost)
+	assert.ErrorIs(t, completeErr, context.Canceled)
+	assert.Zero(t, effectsOf(t, pool, table, key))
+}
+
+// Once.Do's work whose COMMIT fails after CompleteValueInTx, and which
+// tries again in a loop for longer than the lease: the run keeps its key,
+// so another process's Do of the key is refused (ErrInProgress) all along
+// and never runs its work; once the retry committed, that Do gets the
+// value back. One effect.
+func TestOnceDoFailedCommitKeepsTheLease(t *testing.T) {
+	pool := testPool(t)
+	store, _ := newTable(t, pool)
+	table := deferredEffects(t, pool)
+	newOnce := func() *idempotency.Once {
+		o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: commitLease}, nil)
+		require.NoError(t, err)
+		return o
+	}
+	a, b := newOnce(), newOnce()
+	const key = "invoice-retry"
+	value := []byte("invoice-value")
+	complete := func(ctx context.Context, twice bool) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			for range map[bool]int{false: 1, true: 2}[twice] {
+				if _, err := tx.Exec(ctx, "INSERT INTO "+quoted(table)+" (key) VALUES ($1)", key); err != nil {
+					return err
+				}
+			}
+			return store.CompleteValueInTx(ctx, tx, value)
+		})
+	}
+
+	var firstErr error
+	var bRan atomic.Int32
+	retrying := make(chan struct{})
+	done := make(chan struct{})
+	var aErr error
+	go func() {
+		defer close(done)
+		_, aErr = a.Do(context.Background(), key, func(ctx context.Context) ([]byte, error) {
+			firstErr = complete(ctx, true)
+			close(retrying)
+			select {
+			case <-time.After(2 * commitLease):
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+			return value, complete(ctx, false)
+		})
+	}()
+	<-retrying
+	for finished := false; ; {
+		select {
+		case <-done:
+			finished = true
+		case <-time.After(20 * time.Millisecond):
+		}
+		res, err := b.Do(context.Background(), key, func(context.Context) ([]byte, error) {
+			bRan.Add(1)
+			return nil, errors.New("ran beside the first run")
+		})
+		if finished {
+			require.NoError(t, err)
+			assert.True(t, res.Replayed)
+			assert.Equal(t, value, res.Value)
+			break
+		}
+		if err != nil {
+			require.ErrorIs(t, err, idempotency.ErrInProgress)
+		}
+	}
+	requireCommitFailed(t, firstErr)
+	require.NoError(t, aErr)
+	assert.Zero(t, bRan.Load(), "the other Do never ran its work")
+	assert.Equal(t, 1, effectsOf(t, pool, table, key))
 }
