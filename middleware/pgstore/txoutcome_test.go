@@ -223,3 +223,62 @@ func TestOnceDoFailedCommitKeepsTheLease(t *testing.T) {
 	assert.Zero(t, bRan.Load(), "the other Do never ran its work")
 	assert.Equal(t, 1, effectsOf(t, pool, table, key))
 }
+
+// Two transactional completions in one run: the first transaction rolls
+// back, the second commits while a renewal waits for its row lock. That
+// renewal finds the key completed by the run (the lease ends quietly: the
+// handler's context is not cancelled though it goes on past the lease),
+// the middleware writes no COMPLETED of its own, and there is one effect.
+func TestRolledBackThenCommittedCompletion(t *testing.T) {
+	pool := testPool(t)
+	store, records := newTable(t, pool)
+	table := deferredEffects(t, pool)
+	obs := &renewals{}
+	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: commitLease, NackDelay: -1, Observer: obs}, nil)
+	require.NoError(t, err)
+	const key = "order-two-tx"
+
+	var waited bool
+	var ctxErr error
+	_, err = idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		ctx := msg.Context()
+		for i := range 2 {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO "+quoted(table)+" (key) VALUES ($1)", key); err != nil {
+				return nil, err
+			}
+			if err := store.CompleteInTx(ctx, tx); err != nil {
+				return nil, err
+			}
+			if i == 0 {
+				if err := tx.Rollback(ctx); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			waited = waitFor(func() bool { return renewalWaiting(t, pool, records) }, commitLease)
+			if err := tx.Commit(ctx); err != nil {
+				return nil, err
+			}
+		}
+		select {
+		case <-time.After(2 * commitLease):
+		case <-ctx.Done():
+		}
+		ctxErr = context.Cause(ctx)
+		return nil, nil
+	})(newMessage(key))
+	require.NoError(t, err)
+	require.True(t, waited, "a renewal waited for the second transaction's row lock")
+	assert.NoError(t, ctxErr, "the committed run's context is not cancelled")
+	assert.EqualValues(t, 1, obs.completedByOwner.Load(), "the waiting renewal found the key completed by the run")
+	assert.Zero(t, obs.lost.Load())
+	assert.Zero(t, obs.completes.Load(), "no Complete call: COMPLETED rode in the second transaction")
+	assert.Equal(t, 1, effectsOf(t, pool, table, key))
+	rec, err := store.Get(context.Background(), "idem::"+key)
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateCompleted, rec.State)
+}
