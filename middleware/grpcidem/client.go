@@ -62,7 +62,8 @@ type Client struct {
 // NewClient returns a Client for cfg, which is copied. It reports every
 // problem of cfg, joined with errors.Join, each matching ErrInvalidConfig,
 // in this fixed order: Metadata (a usable metadata key), RequestField (a
-// protobuf field name), Methods (each a full method name).
+// protobuf field name), Methods (each a full method name of a unary
+// method, as far as the protobuf registry knows it).
 func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Metadata == "" {
 		cfg.Metadata = DefaultMetadata
