@@ -62,7 +62,8 @@ type Client struct {
 // NewClient returns a Client for cfg, which is copied. It reports every
 // problem of cfg, joined with errors.Join, each matching ErrInvalidConfig,
 // in this fixed order: Metadata (a usable metadata key), RequestField (a
-// protobuf field name), Methods (each a full method name).
+// protobuf field name), Methods (each a full method name of a unary
+// method, as far as the protobuf registry knows it).
 func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Metadata == "" {
 		cfg.Metadata = DefaultMetadata
@@ -94,11 +95,19 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 // Unary is the grpc.UnaryClientInterceptor. A call whose WithKey key
 // differs from a value the application put in the outgoing metadata under
 // ClientConfig.Metadata itself is refused with INVALID_ARGUMENT before it
-// is sent: the server would refuse it as well.
+// is sent: the server would refuse it as well. A WithKey key is sent under
+// ClientConfig.Metadata alone: when that is not DefaultMetadata, the copy
+// WithKey put there for connections without a Client is taken out.
 func (c *Client) Unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	md, _ := metadata.FromOutgoingContext(ctx)
 	sent := md.Get(c.cfg.Metadata)
 	if key, ok := ctx.Value(keyContext{}).(string); ok {
+		if c.cfg.Metadata != DefaultMetadata {
+			if v := md.Get(DefaultMetadata); len(v) == 1 && v[0] == key {
+				md.Delete(DefaultMetadata)
+				ctx = metadata.NewOutgoingContext(ctx, md)
+			}
+		}
 		switch {
 		case len(sent) == 0:
 			ctx = metadata.AppendToOutgoingContext(ctx, c.cfg.Metadata, key)
@@ -125,14 +134,24 @@ func (c *Client) Unary(ctx context.Context, method string, req, reply any, cc *g
 
 // WithKey returns ctx carrying key as the idempotency key of the logical
 // call made with it, for an application that retries a call itself: every
-// attempt made with the returned context carries the same key. The key
-// travels in the context, not in the metadata: a Client's interceptor
-// (Client.Unary) sends it under the Client's own ClientConfig.Metadata, so
-// the name the key is sent under is always the one the Client and the
-// server were configured with. A connection without a Client's
-// interceptor sends no key for it (a method that requires one is then
-// answered INVALID_ARGUMENT). The last WithKey of a context wins.
+// attempt made with the returned context carries the same key. A Client's
+// interceptor (Client.Unary) sends it under the Client's own
+// ClientConfig.Metadata, so the name the key is sent under is always the
+// one the Client and the server were configured with. A connection without
+// a Client's interceptor sends it under DefaultMetadata, where WithKey
+// also puts it unless the application put a value of its own there (a
+// Client then refuses the call when the two differ). The last WithKey of a
+// context wins.
 func WithKey(ctx context.Context, key string) context.Context {
+	md, _ := metadata.FromOutgoingContext(ctx) // a copy
+	prev, hadPrev := ctx.Value(keyContext{}).(string)
+	if v := md.Get(DefaultMetadata); len(v) == 0 || hadPrev && len(v) == 1 && v[0] == prev {
+		if md == nil {
+			md = metadata.MD{}
+		}
+		md.Set(DefaultMetadata, key)
+		ctx = metadata.NewOutgoingContext(ctx, md)
+	}
 	return context.WithValue(ctx, keyContext{}, key)
 }
 

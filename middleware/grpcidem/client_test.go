@@ -2,6 +2,7 @@ package grpcidem_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -316,4 +317,35 @@ func TestWithKeyConflictsWithOutgoingMetadata(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "md-key", r.Key)
 	require.Len(t, seen.get(), 1)
+}
+
+// TestWithKeyWithoutClientInterceptor: on a connection without a Client's
+// interceptor, a key set with WithKey still reaches the server, under
+// DefaultMetadata: an application's own retry of one logical call is
+// answered with the replay, whether the server requires a key or lets
+// calls without one pass (KeyOptional, where a key that is not sent leaves
+// the retry to run the handler again). Two WithKey calls: the last wins.
+func TestWithKeyWithoutClientInterceptor(t *testing.T) {
+	for _, optional := range []bool{false, true} {
+		t.Run(fmt.Sprintf("KeyOptional=%v", optional), func(t *testing.T) {
+			l := newLedger()
+			seen := &namesSeen{names: []string{grpcidem.DefaultMetadata}}
+			store, prefix := storeKinds[0].New(t)
+			addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *grpcidem.Config) { c.KeyOptional = optional }).Unary)
+			c := dial(t, addr) // no Client interceptor
+
+			ctx := grpcidem.WithKey(grpcidem.WithKey(metadata.AppendToOutgoingContext(t.Context(), "tenant", "t"), "first-key"), "app-key")
+			req := &testpb.ChargeRequest{Amount: 5}
+			var h2 metadata.MD
+			_, err := c.Charge(ctx, req)
+			require.NoError(t, err, "the first attempt")
+			_, err = c.Charge(ctx, req, grpc.Header(&h2))
+			require.NoError(t, err, "the application's retry")
+			assert.Equal(t, []string{"true"}, h2.Get(grpcidem.ReplayedMetadata), "the retry is a replay")
+			assert.EqualValues(t, 1, l.runs.Load(), "the effect ran once")
+			for i, call := range seen.get() {
+				assert.Equal(t, []string{"app-key"}, call[grpcidem.DefaultMetadata], "attempt %d", i+1)
+			}
+		})
+	}
 }

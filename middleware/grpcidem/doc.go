@@ -157,8 +157,8 @@
 // request_id). A key set with WithKey travels in the context and is
 // written by the Client under its own ClientConfig.Metadata, so that an
 // application's key always reaches the server under the name the Client
-// and the server were configured with; WithKey without a Client's
-// interceptor sends nothing. grpc-go resends a call for its retry policy below the
+// and the server were configured with; a connection without a Client's
+// interceptor sends it under DefaultMetadata. grpc-go resends a call for its retry policy below the
 // interceptors, with the same metadata, so all attempts of one call carry
 // one key: a response lost on the way back (the connection drops after the
 // server answered) is retried as UNAVAILABLE and answered with the replay.

@@ -25,12 +25,14 @@ const commitLease = 600 * time.Millisecond
 
 // deferredEffects creates a table of effects whose unique key is checked at
 // COMMIT (DEFERRABLE INITIALLY DEFERRED): a transaction that writes a key
-// twice gets through CompleteInTx and fails at its COMMIT.
+// twice gets through CompleteInTx and fails at its COMMIT. The constraint's
+// name (an index's, unique in the schema) is the table's own, so that
+// tests on the shared server do not collide.
 func deferredEffects(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
 	table := uniqueName("pgstore_deferred_")
 	_, err := pool.Exec(context.Background(), "CREATE TABLE "+quoted(table)+
-		" (id bigserial PRIMARY KEY, key text NOT NULL, CONSTRAINT one_per_key UNIQUE (key) DEFERRABLE INITIALLY DEFERRED)")
+		" (id bigserial PRIMARY KEY, key text NOT NULL, CONSTRAINT "+quoted(table+"_one_per_key")+" UNIQUE (key) DEFERRABLE INITIALLY DEFERRED)")
 	require.NoError(t, err)
 	t.Cleanup(func() { dropTable(t, pool, table) })
 	return table

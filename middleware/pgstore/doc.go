@@ -181,7 +181,12 @@
 // another CompleteInTx, the middleware writes COMPLETED as for any other
 // handler. A handler that succeeds before a renewal told is trusted: it
 // must return an error unless the transaction of its last CompleteInTx
-// committed. Because a renewal waits while the transaction is open, a
+// committed. With Watermill's Retry inside this middleware, the handler is
+// Retry's whole run: an attempt that follows a failed COMMIT and succeeds
+// must complete in a transaction of its own; one that succeeds without,
+// before a renewal saw the rollback, is taken as committed, and the key,
+// never COMPLETED, lapses to FAILED although its message was acked (a
+// redelivery would run the handler again). Because a renewal waits while the transaction is open, a
 // transaction held open after CompleteInTx for most of a lease has its
 // context cancelled with ErrLeaseLost (a COMMIT under that context does
 // not happen), as a handler whose renewals fail does.

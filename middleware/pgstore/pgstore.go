@@ -171,7 +171,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 // a renewal (see Renew), or ErrLeaseLost.
 func (s *Store) owned(ctx context.Context, q Querier, op, key, token, stmt string, args ...any) error {
 	if err := ctx.Err(); err != nil {
-		return wrap(op, key, err)
+		return wrap(op, key, withContext(ctx, err))
 	}
 	hash := keyHash(key)
 	var applied, found bool
@@ -291,10 +291,20 @@ func (s *Store) queryError(ctx context.Context, op, key string, err error) error
 
 // withContext adds the context's error to err when the context has ended and
 // err does not already match it, so that callers can test for
-// context.DeadlineExceeded or context.Canceled.
+// context.DeadlineExceeded or context.Canceled, and the context's cause
+// (context.Cause) when it is another error: a handler's context cancelled
+// because its run's lease was lost makes CompleteInTx's error match
+// idempotency.ErrLeaseLost.
 func withContext(ctx context.Context, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%w: %w", cerr, err)
+	cerr := ctx.Err()
+	if cerr == nil {
+		return err
+	}
+	if !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w: %w", cerr, err)
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+		err = fmt.Errorf("%w: %w", err, cause)
 	}
 	return err
 }

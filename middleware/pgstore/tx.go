@@ -94,7 +94,8 @@ var ErrNoRun = errors.New("pgstore: the context belongs to no idempotent run (us
 // The effect and COMPLETED then commit together or not at all. If the
 // lease was lost (another consumer took the key over), it returns an error
 // matching idempotency.ErrLeaseLost and the transaction must roll back,
-// effect included. Once it succeeded, the run keeps renewing its lease
+// effect included; so it does when a renewal found the loss first and
+// cancelled ctx (the error then matches context.Canceled as well). Once it succeeded, the run keeps renewing its lease
 // until a renewal finds the transaction committed (the key COMPLETED under
 // the run's token: the lease then ends quietly) or rolled back (the lease
 // goes on), so that a failed COMMIT followed by a retry never runs beside
