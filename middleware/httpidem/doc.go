@@ -270,6 +270,16 @@
 // status or error, whether it was a replay, and what the Transport does
 // next (a Verdict, a label for metrics); retries are logged at Debug.
 //
+// Redirects are http.Client's: each hop of a 307 or 308, which resend the
+// body through GetBody, reaches the Transport as a request of its own, is
+// retried on its own, and gets a key of its own, unless the caller gave
+// one: WithKey's, or a key header, which http.Client copies to the next
+// hop. The key on a response's request is the last hop's. A route that
+// answers with a redirect should not run this middleware: it would store
+// the redirect under the key, and then answer 422 when the caller's key
+// (or, on a retry with WithKey, the last hop's) reaches the target with
+// it.
+//
 // Why not github.com/hashicorp/go-retryablehttp (v0.7.8): its backoff and
 // CheckRetry hook would cover part of this, but not as an http.RoundTripper
 // that wraps another. Its RoundTripper reads the whole request body into

@@ -379,3 +379,61 @@ func TestTransportRetriesLeaveNoConnections(t *testing.T) {
 		return len(open) == 0
 	}, 10*time.Second, 5*time.Millisecond, "connections still open on the server")
 }
+
+// TestTransportRedirectHops: http.Client follows a 308 that resends the
+// body, each hop a request of its own to the Transport; both answers are
+// cut once. Each hop is retried with its own key (or the context's, the
+// same on both hops), its body rewound; the target's handler runs once and
+// the retry gets its replay.
+func TestTransportRedirectHops(t *testing.T) {
+	for _, withKey := range []bool{false, true} {
+		t.Run("WithKey "+strconv.FormatBool(withKey), func(t *testing.T) {
+			eachStore(t, func(t *testing.T, kind storeKind) {
+				store, prefix := kind.New(t)
+				h := &counted{}
+				mux := http.NewServeMux()
+				var hop1 atomic.Value
+				mux.HandleFunc("/old", func(w http.ResponseWriter, r *http.Request) {
+					hop1.Store(r.Header.Get(httpidem.DefaultHeader))
+					http.Redirect(w, r, "/pay", http.StatusPermanentRedirect)
+				})
+				mux.Handle("/pay", newMiddleware(t, store, prefix, nil).Handler(h))
+				srv := httptest.NewServer(mux)
+				t.Cleanup(srv.Close)
+				proxy := testserver.StartFaultProxy(t, srv.Listener.Addr().String())
+				tr, rec := newTransport(t, nil)
+				proxy.ResetMidReply() // the 308
+				rec.then = func(a httpidem.Attempt) {
+					if a.Request.URL.Path == "/old" && a.Verdict == httpidem.VerdictDone {
+						proxy.ResetMidReply() // the 201
+					}
+				}
+
+				ctx := context.Background()
+				if withKey {
+					ctx = httpidem.WithKey(ctx, "redirected-"+prefix)
+				}
+				got, resp, err := call(t, tr, newPost(t, ctx, "http://"+proxy.Addr+"/old", `{"amount":7}`))
+				require.NoError(t, err)
+				assert.Equal(t, 2, proxy.Resets())
+				assert.Equal(t, http.StatusCreated, got.status, got.body)
+				assert.Contains(t, got.body, `"body":"{\"amount\":7}"`, "the body was rewound for the second hop")
+				assert.Equal(t, "true", got.header.Get(httpidem.ReplayedHeader))
+				assert.EqualValues(t, 1, h.runs.Load())
+				key := resp.Request.Header.Get(httpidem.DefaultHeader)
+				if withKey {
+					assert.Equal(t, "redirected-"+prefix, key)
+					assert.Equal(t, key, hop1.Load())
+				} else {
+					assert.Len(t, key, 36)
+					assert.NotEqual(t, key, hop1.Load(), "each hop has its own key")
+				}
+				var hops []string
+				for _, a := range rec.all() {
+					hops = append(hops, a.Request.URL.Path+" "+string(a.Verdict))
+				}
+				assert.Equal(t, []string{"/old retry", "/old done", "/pay retry", "/pay done"}, hops)
+			})
+		})
+	}
+}
