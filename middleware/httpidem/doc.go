@@ -246,6 +246,9 @@
 //
 //   - 2xx and 3xx, and every 4xx but 409 with Retry-After and 429: 400, 422
 //     and the others are final (fix the request, and use a new key);
+//   - a replay (Idempotent-Replayed: true), whatever its status: it is the
+//     answer stored for the key, which every retry would get again (a
+//     handler's own 409 or 429 is stored and replayed like any 4xx);
 //   - a request that carries no key and whose method is not idempotent
 //     (RFC 9110: GET, HEAD, OPTIONS, TRACE, PUT and DELETE are): a custom
 //     method, or POST when Methods leaves it out;

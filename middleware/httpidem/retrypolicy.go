@@ -27,7 +27,10 @@ func (t *Transport) decide(ctx context.Context, c *call, n int, resp *http.Respo
 		}
 		wait = t.backoff(n)
 	} else {
-		if !retryableStatus(resp) {
+		// A replay is the answer stored for the key: every retry would get
+		// it again, so it is final whatever its status (a handler's own 409
+		// or 429 is stored; 5xx never are).
+		if !retryableStatus(resp) || replayed(resp) {
 			return VerdictDone, 0
 		}
 		ra, hasRA, huge := retryAfter(resp.Header, time.Now())

@@ -437,3 +437,31 @@ func TestTransportRedirectHops(t *testing.T) {
 		})
 	}
 }
+
+// TestTransportReplayIsFinal: a handler's own 409 with Retry-After, or
+// 429, is stored as its answer; the retry gets it replayed, and a replay
+// never changes for the key, so it goes to the caller at once: two
+// attempts, not MaxAttempts spent waiting on a stored answer. The handler
+// ran once.
+func TestTransportReplayIsFinal(t *testing.T) {
+	for _, status := range []int{http.StatusConflict, http.StatusTooManyRequests} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			eachStore(t, func(t *testing.T, kind storeKind) {
+				h := &counted{hook: func(_ int64, w http.ResponseWriter, _ *http.Request) bool {
+					w.Header().Set("Retry-After", "0")
+					w.WriteHeader(status)
+					_, _ = io.WriteString(w, "the account is locked")
+					return true
+				}}
+				srv, _ := idemServer(t, kind, h, nil)
+				tr, rec := newTransport(t, nil)
+				got, _, err := call(t, tr, newPost(t, context.Background(), srv.URL+"/pay", `{"amount":7}`))
+				require.NoError(t, err)
+				assert.Equal(t, status, got.status)
+				assert.Equal(t, "true", got.header.Get(httpidem.ReplayedHeader))
+				assert.Equal(t, []httpidem.Verdict{httpidem.VerdictRetry, httpidem.VerdictDone}, rec.verdicts())
+				assert.EqualValues(t, 1, h.runs.Load())
+			})
+		})
+	}
+}
