@@ -259,7 +259,8 @@
 //     would end after the context's deadline: the last response is
 //     returned at once rather than waited for, or retried early;
 //   - errors that no retry cures: the context ended, a certificate was
-//     refused, the request was refused before it reached the network
+//     refused, an https URL reached a server that does not speak TLS
+//     (tls.RecordHeaderError), the request was refused before it reached the network
 //     (an unsupported scheme, an invalid header). The Transport tells the
 //     last from a network failure by whether the base asked for a
 //     connection (net/http/httptrace's GetConn); a base not built on

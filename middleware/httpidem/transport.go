@@ -168,8 +168,9 @@ type Verdict string
 const (
 	// VerdictDone: the answer is final and goes to the caller: a 2xx, 3xx
 	// or final 4xx response, a replay, or an error that no retry can cure (the
-	// request's context ended, a certificate was refused, the request was
-	// refused before it reached the network).
+	// request's context ended, a certificate was refused, the server does
+	// not speak TLS, the request was refused before it reached the
+	// network).
 	VerdictDone Verdict = "done"
 	// VerdictRetry: the attempt failed in a way a retry may cure; another
 	// attempt follows after Attempt.Wait.
