@@ -2,6 +2,7 @@ package httpidem_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/faultstore"
 )
 
 // counted is a handler that counts its runs and answers 201 with the run
@@ -464,4 +467,30 @@ func TestTransportReplayIsFinal(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestTransportStoreUnavailable: the server's first claim was applied but
+// its reply lost, so the server answers 503 with Retry-After without
+// running the handler. The Transport waits that long and sends the call
+// again with its key, and the handler runs once.
+func TestTransportStoreUnavailable(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		inner, prefix := kind.New(t)
+		store := faultstore.New(inner).On(idempotency.OpClaim, faultstore.First(1, faultstore.LoseReply(errors.New("store reply lost"))))
+		h := &counted{}
+		srv := httptest.NewServer(newMiddleware(t, store, prefix, nil).Handler(h))
+		t.Cleanup(srv.Close)
+		tr, rec := newTransport(t, nil)
+		got, resp, err := call(t, tr, newPost(t, context.Background(), srv.URL+"/pay", `{"amount":7}`))
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusCreated, got.status, got.body)
+		assert.Contains(t, got.body, `"run":1,`)
+		assert.EqualValues(t, 1, h.runs.Load())
+		requireOneKey(t, rec, resp)
+		all := rec.all()
+		require.Len(t, all, 2)
+		assert.Equal(t, http.StatusServiceUnavailable, all[0].Status)
+		assert.Equal(t, time.Second, all[0].Wait, "the server's Retry-After")
+		assert.EqualValues(t, 2, store.Calls(idempotency.OpClaim))
+	})
 }
