@@ -250,6 +250,9 @@
 //
 //   - 2xx and 3xx, and every 4xx but 409 with Retry-After and 429: 400, 422
 //     and the others are final (fix the request, and use a new key);
+//   - a replay (Idempotent-Replayed: true), whatever its status: it is the
+//     answer stored for the key, which every retry would get again (a
+//     handler's own 409 or 429 is stored and replayed like any 4xx);
 //   - a request that carries no key and whose method is not idempotent
 //     (RFC 9110: GET, HEAD, OPTIONS, TRACE, PUT and DELETE are): a custom
 //     method, or POST when Methods leaves it out;
@@ -260,7 +263,8 @@
 //     would end after the context's deadline: the last response is
 //     returned at once rather than waited for, or retried early;
 //   - errors that no retry cures: the context ended, a certificate was
-//     refused, the request was refused before it reached the network
+//     refused, an https URL reached a server that does not speak TLS
+//     (tls.RecordHeaderError), the request was refused before it reached the network
 //     (an unsupported scheme, an invalid header). The Transport tells the
 //     last from a network failure by whether the base asked for a
 //     connection (net/http/httptrace's GetConn); a base not built on
@@ -273,6 +277,16 @@
 // get the replay. TransportConfig.OnAttempt sees every attempt: its key,
 // status or error, whether it was a replay, and what the Transport does
 // next (a Verdict, a label for metrics); retries are logged at Debug.
+//
+// Redirects are http.Client's: each hop of a 307 or 308, which resend the
+// body through GetBody, reaches the Transport as a request of its own, is
+// retried on its own, and gets a key of its own, unless the caller gave
+// one: WithKey's, or a key header, which http.Client copies to the next
+// hop. The key on a response's request is the last hop's. A route that
+// answers with a redirect should not run this middleware: it would store
+// the redirect under the key, and then answer 422 when the caller's key
+// (or, on a retry with WithKey, the last hop's) reaches the target with
+// it.
 //
 // Why not github.com/hashicorp/go-retryablehttp (v0.7.8): its backoff and
 // CheckRetry hook would cover part of this, but not as an http.RoundTripper

@@ -27,7 +27,10 @@ func (t *Transport) decide(ctx context.Context, c *call, n int, resp *http.Respo
 		}
 		wait = t.backoff(n)
 	} else {
-		if !retryableStatus(resp) {
+		// A replay is the answer stored for the key: every retry would get
+		// it again, so it is final whatever its status (a handler's own 409
+		// or 429 is stored; 5xx never are).
+		if !retryableStatus(resp) || replayed(resp) {
 			return VerdictDone, 0
 		}
 		ra, hasRA, huge := retryAfter(resp.Header, time.Now())
@@ -139,7 +142,7 @@ func allDigits(s string) bool {
 // succeed if sent again: its context has not ended, it failed on the
 // network (after asking the base transport for a connection, or with a
 // network error of any base transport), and not because a certificate was
-// refused, which a retry does not cure. The request may have reached the
+// refused or the server does not speak TLS, which a retry does not cure. The request may have reached the
 // server (its response was lost): a retry is then safe only with the key,
 // which is for decide to say.
 //
@@ -159,8 +162,9 @@ func retryableError(ctx context.Context, err error, reached bool) bool {
 		uaerr x509.UnknownAuthorityError
 		herr  x509.HostnameError
 		cerr  x509.CertificateInvalidError
+		rerr  tls.RecordHeaderError // TLS to a server that answered in plain text
 	)
-	if errors.As(err, &verr) || errors.As(err, &uaerr) || errors.As(err, &herr) || errors.As(err, &cerr) {
+	if errors.As(err, &verr) || errors.As(err, &uaerr) || errors.As(err, &herr) || errors.As(err, &cerr) || errors.As(err, &rerr) {
 		return false
 	}
 	if reached {

@@ -97,8 +97,8 @@ type TransportConfig struct {
 // MaxAttempts attempts, and never past the request's context.
 //
 // Never retried: 2xx, 3xx, and 4xx other than 409 with Retry-After and 429
-// (400 and 422 are final); a request with no key whose method is not
-// idempotent; a request whose body has no GetBody (it is sent once); a
+// (400 and 422 are final); a replay (Idempotent-Replayed: true), whatever
+// its status; a request with no key whose method is not idempotent; a request whose body has no GetBody (it is sent once); a
 // Retry-After over MaxRetryAfter, or a pause that would end after the
 // context's deadline (the response is returned at once). The package
 // documentation, "The client side", has the details.
@@ -167,9 +167,10 @@ type Verdict string
 // The verdicts of Attempt.Verdict.
 const (
 	// VerdictDone: the answer is final and goes to the caller: a 2xx, 3xx
-	// or final 4xx response, or an error that no retry can cure (the
-	// request's context ended, a certificate was refused, the request was
-	// refused before it reached the network).
+	// or final 4xx response, a replay, or an error that no retry can cure (the
+	// request's context ended, a certificate was refused, the server does
+	// not speak TLS, the request was refused before it reached the
+	// network).
 	VerdictDone Verdict = "done"
 	// VerdictRetry: the attempt failed in a way a retry may cure; another
 	// attempt follows after Attempt.Wait.

@@ -340,6 +340,14 @@ func TestTransportErrors(t *testing.T) {
 		require.ErrorAs(t, err, &verr)
 		assert.Equal(t, []httpidem.Verdict{httpidem.VerdictDone}, rec.verdicts())
 	})
+	t.Run("TLS to a server that does not speak it", func(t *testing.T) {
+		_, url := startScripted(t, reply{status: 201})
+		tr, rec := newTransport(t, nil)
+		_, _, err := do(t, tr, newPost(t, context.Background(), strings.Replace(url, "http://", "https://", 1), "{}"))
+		var rerr tls.RecordHeaderError
+		require.ErrorAs(t, err, &rerr)
+		assert.Equal(t, []httpidem.Verdict{httpidem.VerdictDone}, rec.verdicts())
+	})
 	t.Run("context already ended", func(t *testing.T) {
 		_, url := startScripted(t, reply{status: 201})
 		tr, rec := newTransport(t, nil)
