@@ -29,8 +29,10 @@ var (
 // does not own the client: closing the client is the caller's business.
 type Store struct {
 	client redis.UniversalClient
-	ack    *replicaAck // nil: no WAIT
-	pipe   *pipeliner  // nil: every call on its own
+	ack    *replicaAck          // nil: no WAIT
+	ap     *redis.AutoPipeliner // nil: every call on its own
+	// scripts loads a script after NOSCRIPT, once for all the calls that met it.
+	scripts scriptLoads
 }
 
 var _ idempotency.Store = (*Store)(nil)
@@ -67,8 +69,10 @@ func NewWithOptions(client redis.UniversalClient, opts Options) (*Store, error) 
 		return nil, err
 	}
 	s := &Store{client: client, ack: ack}
-	if _, primary := client.(*redis.Client); primary && !opts.DisableAutoPipelining {
-		s.pipe = &pipeliner{store: s}
+	if c, primary := client.(*redis.Client); primary && !opts.DisableAutoPipelining {
+		if s.ap, err = newAutoPipeliner(c); err != nil {
+			return nil, fmt.Errorf("redisstore: auto-pipelining: %w", err)
+		}
 	}
 	return s, nil
 }

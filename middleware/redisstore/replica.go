@@ -135,14 +135,17 @@ func (s *Store) ReplicaStats() ReplicaStats {
 	return ReplicaStats{Acknowledged: s.ack.acked.Load(), Shortfalls: s.ack.shortfalls.Load()}
 }
 
-// runScript runs a transition's script on key, through the
-// auto-pipeliner unless it is off. With replica acknowledgement a claim,
-// renewal or completion waits for the replicas; Fail does not (see
-// Options.Replicas).
+// runScript runs a transition's script on key. With replica
+// acknowledgement a claim, renewal or completion waits for the replicas
+// (Fail, Release and Get do not; see Options.Replicas): it goes out on its
+// own, in a pipeline of EVALSHA and WAIT on one connection, since WAIT
+// counts only the writes of its own connection and go-redis's
+// auto-pipeliner sends WAIT on another. Every other call goes through the
+// auto-pipeliner unless it is off.
 func (s *Store) runScript(ctx context.Context, op, key string, script *redis.Script, args ...any) *redis.Cmd {
 	wait := s.ack != nil && (op == "claim" || op == "renew" || op == "complete")
-	if s.pipe != nil {
-		return s.pipe.run(ctx, op, key, script, wait, args)
+	if !wait && s.ap != nil && !s.ap.IsClosed() {
+		return s.autoPipelined(ctx, []string{key}, script, args)
 	}
 	return s.runOne(ctx, op, []string{key}, script, wait, args)
 }
