@@ -26,11 +26,18 @@ func autoPipelineOptions() *redis.AutoPipelineOptions {
 	return o
 }
 
+// asyncAutoPipeliners are the clients with a deferred auto-pipeliner:
+// *redis.Client (standalone, Sentinel) and *redis.ClusterClient, which
+// shards its batches by slot, one pipeline per primary.
+type asyncAutoPipeliners interface {
+	AsyncAutoPipelineWithOptions(*redis.AutoPipelineOptions) (*redis.AutoPipeliner, error)
+}
+
 // newAutoPipeliner returns the client's deferred auto-pipeliner
-// (Client.AsyncAutoPipeline), creating it with autoPipelineOptions if the
-// client has none yet, or nil when the one the client has keeps a single
-// batch on the wire (go-redis's default, ordered): one stalled connection
-// would then hold every call of the store until the ReadTimeout.
+// (AsyncAutoPipeline), creating it with autoPipelineOptions if the client
+// has none yet, or nil when the one the client has keeps a single batch on
+// the wire (go-redis's default, ordered): one stalled connection would then
+// hold every call of the store until the ReadTimeout.
 //
 // The deferred face is used because its futures can be waited for under a
 // context (AutoFuture.WaitContext): a batch runs on go-redis's own context,
@@ -38,7 +45,7 @@ func autoPipelineOptions() *redis.AutoPipelineOptions {
 // and each caller stops waiting at its own. Batches are unordered so that
 // more than one can be on the wire: an owner never has two commands of one
 // key in flight at once, so no order the store relies on is lost.
-func newAutoPipeliner(client *redis.Client) (*redis.AutoPipeliner, error) {
+func newAutoPipeliner(client asyncAutoPipeliners) (*redis.AutoPipeliner, error) {
 	ap, err := client.AsyncAutoPipelineWithOptions(autoPipelineOptions())
 	if err != nil {
 		return nil, err

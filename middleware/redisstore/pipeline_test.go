@@ -77,9 +77,25 @@ func fresh(ctx context.Context, s idempotency.Store, key string) error {
 func TestAutoPipeliningBatchesConcurrentCalls(t *testing.T) {
 	client, hook, proxy := countedClient(t)
 	proxy.SetLatency(30 * time.Millisecond)
+	batchesConcurrentCalls(t, client, hook, keyPrefix(t, client))
+}
+
+// TestAutoPipeliningClusterBatchesConcurrentCalls: on a cluster of three
+// primaries, go-redis's auto-pipeliner batches the calls of concurrent
+// goroutines by slot, one pipeline per primary; each call is still its own
+// command.
+func TestAutoPipeliningClusterBatchesConcurrentCalls(t *testing.T) {
+	addrs := testserver.StartRedisCluster(t)
+	client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs, PoolSize: 64})
+	t.Cleanup(func() { _ = client.Close() })
+	hook := scriptTrips()
+	client.AddHook(hook)
+	batchesConcurrentCalls(t, client, hook, "ap:")
+}
+
+func batchesConcurrentCalls(t *testing.T, client redis.UniversalClient, hook *roundTrips, prefix string) {
 	s, err := redisstore.New(client)
 	require.NoError(t, err)
-	prefix := keyPrefix(t, client)
 	ctx := context.Background()
 	// Load the scripts first: a NOSCRIPT resend would add commands.
 	require.NoError(t, fresh(ctx, s, prefix+"warm"))

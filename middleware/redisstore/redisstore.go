@@ -69,7 +69,7 @@ func NewWithOptions(client redis.UniversalClient, opts Options) (*Store, error) 
 		return nil, err
 	}
 	s := &Store{client: client, ack: ack}
-	if c, primary := client.(*redis.Client); primary && !opts.DisableAutoPipelining {
+	if c, ok := client.(asyncAutoPipeliners); ok && !opts.DisableAutoPipelining && !isRing(client) {
 		if s.ap, err = newAutoPipeliner(c); err != nil {
 			return nil, fmt.Errorf("redisstore: auto-pipelining: %w", err)
 		}
@@ -93,6 +93,13 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 		return honours(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	}
 	return true
+}
+
+// isRing reports whether client is a *redis.Ring, whose shards the store
+// does not auto-pipeline.
+func isRing(client redis.UniversalClient) bool {
+	_, ring := client.(*redis.Ring)
+	return ring
 }
 
 func isNil(c redis.UniversalClient) bool {

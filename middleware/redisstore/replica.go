@@ -47,13 +47,15 @@ type Options struct {
 	// Logger logs replica shortfalls (at Info level). Nil means none.
 	Logger watermill.LoggerAdapter
 	// DisableAutoPipelining sends every call on its own. By default the
-	// store auto-pipelines on a client of one primary (*redis.Client,
-	// standalone or Sentinel): a call that finds the store idle goes out at
-	// once, and the calls that arrive while it is busy go out together in
-	// one pipeline when it is free, each still its own EVALSHA. Under load
-	// that takes the round trips, not the commands, off Redis's and the
-	// client's hands; a lone caller sees no difference. A cluster client or
-	// a ring is never auto-pipelined (see the package documentation).
+	// store hands its calls to go-redis's automatic pipelining (the client's
+	// AsyncAutoPipeline, created with 8 batches on the wire, unordered, if
+	// the client has none yet) on a *redis.Client (standalone, Sentinel) or
+	// a *redis.ClusterClient: calls that arrive while batches are on the
+	// wire go out together, each still its own EVALSHA, and each keeps its
+	// own deadline. Under load that takes the round trips, not the commands,
+	// off Redis's and the client's hands. Claims, renewals and completions
+	// under Replicas are never auto-pipelined, and a ring never is (see the
+	// package documentation).
 	DisableAutoPipelining bool
 }
 
