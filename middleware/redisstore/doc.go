@@ -156,9 +156,14 @@
 // to go-redis's own automatic pipelining: the deferred auto-pipeliner of
 // the client (Client.AsyncAutoPipeline, or ClusterClient.AsyncAutoPipeline,
 // which shards batches by slot and sends one pipeline per primary). go-redis
-// marks that API experimental; the store is tested with v9.23.0. A command
-// that finds the pipeliner idle is flushed at once, on its own; commands
-// that arrive while batches are on the wire go out together. Each call is
+// marks that API experimental; the store is tested with v9.23.0. Calls that
+// arrive while other calls of the store are on their way go out together.
+// A call made while none is goes out at once on the caller's goroutine, as
+// without auto-pipelining: this is the store's own, because go-redis hands
+// even a lone command from the caller to its flusher goroutine and from
+// there to a dispatch goroutine before writing it, two goroutine switches
+// that made a lone call about twice as slow on a busy machine (idembench's
+// fresh_c1_latency target; BenchmarkAutoPipelining/c1). Each call is
 // still its own EVALSHA, so a fresh message costs two commands and a
 // duplicate one; what batching saves is round trips, the client's and the
 // server's system calls per command, which bound a loaded store on a small
