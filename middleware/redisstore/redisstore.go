@@ -42,7 +42,11 @@ var _ idempotency.Store = (*Store)(nil)
 
 // New returns a store on client, which may be a *redis.Client,
 // *redis.ClusterClient, a Sentinel failover client or a *redis.Ring (a ring
-// must not reshard while keys are live). New does not contact Redis.
+// must not reshard while keys are live). New does not contact Redis. On a
+// *redis.Client or *redis.ClusterClient it creates the client's deferred
+// auto-pipeliner (AsyncAutoPipeline) if the client has none yet, whose
+// goroutine stops when the client is closed (see Auto-pipelining in the
+// package documentation).
 //
 // The client must honour context deadlines: go-redis does its socket I/O
 // under context.Background() unless ContextTimeoutEnabled is set in its
