@@ -26,13 +26,6 @@ func autoPipelineOptions() *redis.AutoPipelineOptions {
 	return o
 }
 
-// asyncAutoPipeliners are the clients with a deferred auto-pipeliner:
-// *redis.Client (standalone, Sentinel) and *redis.ClusterClient, which
-// shards its batches by slot, one pipeline per primary.
-type asyncAutoPipeliners interface {
-	AsyncAutoPipelineWithOptions(*redis.AutoPipelineOptions) (*redis.AutoPipeliner, error)
-}
-
 // newAutoPipeliner returns the client's deferred auto-pipeliner
 // (AsyncAutoPipeline), creating it with autoPipelineOptions if the client
 // has none yet, or nil when the one the client has keeps a single batch on
@@ -45,7 +38,7 @@ type asyncAutoPipeliners interface {
 // and each caller stops waiting at its own. Batches are unordered so that
 // more than one can be on the wire: an owner never has two commands of one
 // key in flight at once, so no order the store relies on is lost.
-func newAutoPipeliner(client asyncAutoPipeliners) (*redis.AutoPipeliner, error) {
+func newAutoPipeliner(client *redis.Client) (*redis.AutoPipeliner, error) {
 	ap, err := client.AsyncAutoPipelineWithOptions(autoPipelineOptions())
 	if err != nil {
 		return nil, err
@@ -60,8 +53,8 @@ func newAutoPipeliner(client asyncAutoPipeliners) (*redis.AutoPipeliner, error) 
 // batched with the calls of other goroutines; a call made while no other
 // call of the store is on its way goes out at once instead. A server that
 // does not know the script answers NOSCRIPT; the script is then loaded
-// once, by one SCRIPT LOAD that every call that met NOSCRIPT waits for (on
-// every primary of a cluster), and the calls are sent again by hash.
+// once, by one SCRIPT LOAD that every call that met NOSCRIPT waits for,
+// and the calls are sent again by hash.
 func (s *Store) autoPipelined(ctx context.Context, keys []string, script *redis.Script, args []any) *redis.Cmd {
 	defer s.calls.Add(-1)
 	send := s.submit

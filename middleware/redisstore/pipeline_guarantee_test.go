@@ -313,3 +313,61 @@ func TestAutoPipeliningFlowsPastStalledConnections(t *testing.T) {
 	stuck.Wait()
 	require.Zero(t, failed, "%d of %d claims failed beside 2 stalled connections; first: %v", failed, calls, first)
 }
+
+// TestClusterPausedPrimaryDelaysNoOtherPrimary: on a cluster of three
+// primaries, one pauses for a second (DEBUG SLEEP) under claims of its own
+// keys, while claims of the other primaries' keys, each with 300 ms to
+// live, go on. None of those fails: a call waits for its own primary only.
+func TestClusterPausedPrimaryDelaysNoOtherPrimary(t *testing.T) {
+	addrs := testserver.StartRedisCluster(t, "--enable-debug-command", "local")
+	client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs, PoolSize: 64, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := redisstore.New(client)
+	require.NoError(t, err)
+	ctx := context.Background()
+	paused, err := client.MasterForKey(ctx, "paused")
+	require.NoError(t, err)
+	pausedAddr := paused.Options().Addr
+	// Keys of the paused primary and keys of the others, by their owner.
+	var pausedKeys, otherKeys []string
+	for i := 0; len(pausedKeys) < 64 || len(otherKeys) < 256; i++ {
+		key := "k" + strconv.Itoa(i)
+		node, err := client.MasterForKey(ctx, key)
+		require.NoError(t, err)
+		if node.Options().Addr == pausedAddr {
+			pausedKeys = append(pausedKeys, key)
+		} else {
+			otherKeys = append(otherKeys, key)
+		}
+	}
+	require.NoError(t, fresh(ctx, s, "warm")) // loads the scripts on every primary
+
+	var stop atomic.Bool
+	var otherDone, otherFailed atomic.Int32
+	var first atomic.Value
+	var wg sync.WaitGroup
+	const workers = 32
+	for w := range workers {
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				if w%4 == 0 { // the paused primary's keys, 10 s to live
+					_ = claimWithin(s, pausedKeys[(w+i)%len(pausedKeys)]+":"+strconv.Itoa(w)+":"+strconv.Itoa(i)+"{"+pausedKeys[(w+i)%len(pausedKeys)]+"}", 10*time.Second)
+					continue
+				}
+				key := otherKeys[(w*7+i)%len(otherKeys)]
+				if err := claimWithin(s, key+":"+strconv.Itoa(w)+":"+strconv.Itoa(i)+"{"+key+"}", 300*time.Millisecond); err != nil {
+					otherFailed.Add(1)
+					first.CompareAndSwap(nil, err)
+				}
+				otherDone.Add(1)
+			}
+		})
+	}
+	require.Eventually(t, func() bool { return otherDone.Load() > workers }, 10*time.Second, time.Millisecond)
+	require.NoError(t, paused.Do(ctx, "debug", "sleep", "1").Err())
+	before := otherDone.Load()
+	require.Eventually(t, func() bool { return otherDone.Load() > before+workers }, 10*time.Second, time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	require.Zero(t, otherFailed.Load(), "%d of %d claims on the other primaries failed while one primary paused; first: %v", otherFailed.Load(), otherDone.Load(), first.Load())
+}

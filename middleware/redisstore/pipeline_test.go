@@ -80,19 +80,6 @@ func TestAutoPipeliningBatchesConcurrentCalls(t *testing.T) {
 	batchesConcurrentCalls(t, client, hook, keyPrefix(t, client))
 }
 
-// TestAutoPipeliningClusterBatchesConcurrentCalls: on a cluster of three
-// primaries, go-redis's auto-pipeliner batches the calls of concurrent
-// goroutines by slot, one pipeline per primary; each call is still its own
-// command.
-func TestAutoPipeliningClusterBatchesConcurrentCalls(t *testing.T) {
-	addrs := testserver.StartRedisCluster(t)
-	client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs, PoolSize: 64})
-	t.Cleanup(func() { _ = client.Close() })
-	hook := scriptTrips()
-	client.AddHook(hook)
-	batchesConcurrentCalls(t, client, hook, "ap:")
-}
-
 func batchesConcurrentCalls(t *testing.T, client redis.UniversalClient, hook *roundTrips, prefix string) {
 	s, err := redisstore.New(client)
 	require.NoError(t, err)

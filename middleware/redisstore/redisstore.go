@@ -43,10 +43,10 @@ var _ idempotency.Store = (*Store)(nil)
 // New returns a store on client, which may be a *redis.Client,
 // *redis.ClusterClient, a Sentinel failover client or a *redis.Ring (a ring
 // must not reshard while keys are live). New does not contact Redis. On a
-// *redis.Client or *redis.ClusterClient it creates the client's deferred
-// auto-pipeliner (AsyncAutoPipeline) if the client has none yet, whose
-// goroutine stops when the client is closed (see Auto-pipelining in the
-// package documentation).
+// *redis.Client it creates the client's deferred auto-pipeliner
+// (AsyncAutoPipeline) if the client has none yet, whose goroutine stops
+// when the client is closed (see Auto-pipelining in the package
+// documentation).
 //
 // The client must honour context deadlines: go-redis does its socket I/O
 // under context.Background() unless ContextTimeoutEnabled is set in its
@@ -76,7 +76,7 @@ func NewWithOptions(client redis.UniversalClient, opts Options) (*Store, error) 
 		return nil, err
 	}
 	s := &Store{client: client, ack: ack}
-	if c, ok := client.(asyncAutoPipeliners); ok && !opts.DisableAutoPipelining && !isRing(client) {
+	if c, primary := client.(*redis.Client); primary && !opts.DisableAutoPipelining {
 		if s.ap, err = newAutoPipeliner(c); err != nil {
 			return nil, fmt.Errorf("redisstore: auto-pipelining: %w", err)
 		}
@@ -100,13 +100,6 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 		return honours(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	}
 	return true
-}
-
-// isRing reports whether client is a *redis.Ring, whose shards the store
-// does not auto-pipeline.
-func isRing(client redis.UniversalClient) bool {
-	_, ring := client.(*redis.Ring)
-	return ring
 }
 
 func isNil(c redis.UniversalClient) bool {

@@ -49,12 +49,12 @@ type Options struct {
 	// DisableAutoPipelining sends every call on its own. By default the
 	// store hands its calls to go-redis's automatic pipelining (the client's
 	// AsyncAutoPipeline, created with 8 batches on the wire, unordered, if
-	// the client has none yet) on a *redis.Client (standalone, Sentinel) or
-	// a *redis.ClusterClient: calls that arrive while batches are on the
-	// wire go out together, each still its own EVALSHA, and each keeps its
-	// own deadline. Under load that takes the round trips, not the commands,
-	// off Redis's and the client's hands. Claims, renewals and completions
-	// under Replicas are never auto-pipelined, and a ring never is (see the
+	// the client has none yet) on a *redis.Client (standalone, Sentinel):
+	// calls that arrive while others are on their way go out together, each
+	// still its own EVALSHA, and each keeps its own deadline. Under load
+	// that takes the round trips, not the commands, off Redis's and the
+	// client's hands. Claims, renewals and completions under Replicas are
+	// never auto-pipelined, nor is a cluster client or a ring (see the
 	// package documentation).
 	DisableAutoPipelining bool
 }
