@@ -156,18 +156,13 @@
 // failover client), unless Options.DisableAutoPipelining is set, the store
 // hands its scripts to go-redis's own automatic pipelining: the client's
 // deferred auto-pipeliner (Client.AsyncAutoPipeline). go-redis marks that
-// API experimental; the store is tested with v9.23.0. Calls that
-// arrive while other calls of the store are on their way go out together.
-// A call made while none is goes out at once on the caller's goroutine, as
-// without auto-pipelining: this is the store's own, because go-redis hands
-// even a lone command from the caller to its flusher goroutine and from
-// there to a dispatch goroutine before writing it, two goroutine switches
-// that made a lone call about twice as slow on a busy machine (idembench's
-// fresh_c1_latency target; BenchmarkAutoPipelining/c1). Each call is
-// still its own EVALSHA, so a fresh message costs two commands and a
-// duplicate one; what batching saves is round trips, the client's and the
-// server's system calls per command, which bound a loaded store on a small
-// machine.
+// API experimental; the store is tested with v9.23.0. A call that finds the
+// pipeliner idle is flushed at once, on its own (go-redis does not wait for
+// a batch to fill); calls that arrive while batches are on the wire go out
+// together. Each call is still its own EVALSHA, so a fresh message costs
+// two commands and a duplicate one; what batching saves is round trips, the
+// client's and the server's system calls per command, which bound a loaded
+// store on a small machine.
 //
 // If the client has no deferred auto-pipeliner yet, New creates it, with
 // MaxConcurrentBatches 8 and Unordered set (go-redis keeps the first

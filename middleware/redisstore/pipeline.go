@@ -50,24 +50,12 @@ func newAutoPipeliner(client *redis.Client) (*redis.AutoPipeliner, error) {
 }
 
 // autoPipelined runs one script call through the auto-pipeliner: EVALSHA,
-// batched with the calls of other goroutines; a call made while no other
-// call of the store is on its way goes out at once instead. A server that
-// does not know the script answers NOSCRIPT; the script is then loaded
-// once, by one SCRIPT LOAD that every call that met NOSCRIPT waits for,
-// and the calls are sent again by hash.
+// batched with the calls of other goroutines. A server that does not know
+// the script answers NOSCRIPT; the script is then loaded once, by one
+// SCRIPT LOAD that every call that met NOSCRIPT waits for, and the calls
+// are sent again by hash, batched as before.
 func (s *Store) autoPipelined(ctx context.Context, keys []string, script *redis.Script, args []any) *redis.Cmd {
-	defer s.calls.Add(-1)
-	send := s.submit
-	if s.calls.Add(1) == 1 {
-		// Alone: there is no batch to join, and go-redis would still hand
-		// the command from the caller to its flusher and from the flusher
-		// to a goroutine of its own before it writes it, two goroutine
-		// switches that doubled the time of a lone call on a busy machine
-		// (idembench's fresh_c1_latency target). It goes out at once, as
-		// without auto-pipelining.
-		send = s.sendAlone
-	}
-	cmd := send(ctx, keys, script, args)
+	cmd := s.submit(ctx, keys, script, args)
 	if !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 		return cmd
 	}
@@ -76,16 +64,11 @@ func (s *Store) autoPipelined(ctx context.Context, keys []string, script *redis.
 		cmd.SetErr(err)
 		return cmd
 	}
-	cmd = send(ctx, keys, script, args)
+	cmd = s.submit(ctx, keys, script, args)
 	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") { // flushed again meanwhile
 		cmd = script.Eval(ctx, s.client, keys, args...)
 	}
 	return cmd
-}
-
-// sendAlone sends one EVALSHA on its own, bounded by ctx.
-func (s *Store) sendAlone(ctx context.Context, keys []string, script *redis.Script, args []any) *redis.Cmd {
-	return script.EvalSha(ctx, s.client, keys, args...)
 }
 
 // submit hands one EVALSHA to the auto-pipeliner and waits for its reply

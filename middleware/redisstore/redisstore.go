@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,8 +31,6 @@ type Store struct {
 	client redis.UniversalClient
 	ack    *replicaAck          // nil: no WAIT
 	ap     *redis.AutoPipeliner // nil: every call on its own
-	// calls counts the calls of the store on their way to the auto-pipeliner.
-	calls atomic.Int32
 	// scripts loads a script after NOSCRIPT, once for all the calls that met it.
 	scripts scriptLoads
 }
