@@ -212,13 +212,13 @@ func TestFailAndReleaseDoNotWaitForReplicas(t *testing.T) {
 	}
 }
 
-// TestAutoPipeliningNoscriptOneExtraRoundTrip: 40 goroutines claim keys
-// in a loop, each claim with a second to live, at 40 ms round trip, and the
-// scripts are flushed (SCRIPT FLUSH) under them. None fails: a batch that
-// meets NOSCRIPT waits for one script load and is sent again as a batch,
-// not call by call.
+// TestAutoPipeliningNoscriptOneExtraRoundTrip: after SCRIPT FLUSH, 40
+// claims, each with a second to live, are made at 40 ms round trip while
+// Redis pauses for 300 ms (DEBUG SLEEP) under two reads, so that they go
+// out together and meet NOSCRIPT together. None fails: the batch waits for
+// one script load and is sent again as a batch, not call by call.
 func TestAutoPipeliningNoscriptOneExtraRoundTrip(t *testing.T) {
-	srv := testserver.StartRedis(t)
+	srv := testserver.StartRedis(t, "--enable-debug-command", "local")
 	proxy := testserver.StartFaultProxy(t, srv.Addr)
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true, PoolSize: 64})
 	t.Cleanup(func() { _ = client.Close() })
@@ -228,34 +228,40 @@ func TestAutoPipeliningNoscriptOneExtraRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	require.NoError(t, fresh(ctx, s, "warm"))
+	_, err = s.Get(ctx, "warm")
+	require.NoError(t, err)
 	proxy.SetLatency(20 * time.Millisecond)
-
-	const workers = 40
-	var stop atomic.Bool
-	var done, failed atomic.Int32
-	var first atomic.Value
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := 0; !stop.Load(); i++ {
-				if err := claimWithin(s, "k"+strconv.Itoa(w)+":"+strconv.Itoa(i), time.Second); err != nil {
-					failed.Add(1)
-					first.CompareAndSwap(nil, err)
-				}
-				done.Add(1)
-			}
-		})
-	}
-	require.Eventually(t, func() bool { return done.Load() >= workers }, 10*time.Second, time.Millisecond)
-	require.NoError(t, admin.ConfigResetStat(ctx).Err())
 	require.NoError(t, admin.ScriptFlush(ctx).Err())
-	before := done.Load()
-	require.Eventually(t, func() bool { return done.Load() >= before+3*workers }, 10*time.Second, time.Millisecond)
-	stop.Store(true)
+	require.NoError(t, admin.ConfigResetStat(ctx).Err())
+
+	paused := make(chan error, 1)
+	go func() { paused <- admin.Do(ctx, "debug", "sleep", "0.3").Err() }()
+	time.Sleep(20 * time.Millisecond) // let the pause begin
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { _, _ = s.Get(ctx, "warm") })
+	}
+	time.Sleep(5 * time.Millisecond) // the reads first
+	const calls = 40
+	errs := make(chan error, calls)
+	for i := range calls {
+		wg.Go(func() { errs <- claimWithin(s, "k"+strconv.Itoa(i), time.Second) })
+	}
 	wg.Wait()
-	calls := commandCalls(t, admin)
-	t.Logf("server: %v", calls)
-	require.Zero(t, failed.Load(), "%d of %d claims failed; first: %v", failed.Load(), done.Load(), first.Load())
+	require.NoError(t, <-paused)
+	close(errs)
+	failed := 0
+	var first error
+	for err := range errs {
+		if err != nil {
+			failed++
+			first = cmpErr(first, err)
+		}
+	}
+	stats := commandCalls(t, admin)
+	t.Logf("server: %v", stats)
+	require.Zero(t, failed, "%d of %d claims failed after NOSCRIPT; first: %v", failed, calls, first)
+	require.LessOrEqual(t, stats["script|load"], 2, "more than one load of each script (the read's, the claim's)")
 }
 
 func cmpErr(first, err error) error {
