@@ -12,12 +12,14 @@ import (
 
 // StartRedisCluster starts a Redis Cluster of three masters (no replicas) on
 // free loopback ports, waits until it serves all slots, and tears it down when
-// the test ends. It returns the seed addresses.
-func StartRedisCluster(t testing.TB) []string {
+// the test ends. It returns the seed addresses. extraArgs are passed to
+// every node's redis-server.
+func StartRedisCluster(t testing.TB, extraArgs ...string) []string {
 	t.Helper()
 	var addrs []string
 	for range 3 {
-		s := StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+		args := append([]string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"}, extraArgs...)
+		s := StartRedis(t, args...)
 		addrs = append(addrs, s.Addr)
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)

@@ -3,7 +3,8 @@
 //
 // Every transition, and Get, is one Lua script run by EVALSHA: one round
 // trip, atomic on the server; a server that does not know the script yet
-// answers NOSCRIPT and the script is sent once with EVAL, which loads it.
+// answers NOSCRIPT and the script is loaded once (EVAL on a call sent on its
+// own, SCRIPT LOAD for auto-pipelined calls) and the call sent again.
 // Keys and values travel only as KEYS and ARGV, never spliced into script
 // text, so any bytes are safe in them. A script touches only the record's own
 // key, which makes the store Cluster-safe with no hash-tag rules for callers.
@@ -114,7 +115,8 @@
 //
 // NewWithOptions with Options.Replicas set to N makes Claim, Renew and
 // Complete wait until N replicas have the transition: each is sent as
-// EVALSHA followed by WAIT N, in one pipeline, so it is still one round
+// EVALSHA followed by WAIT N, in one pipeline of its own on one connection
+// (never auto-pipelined: see Auto-pipelining), so it is still one round
 // trip (and, when the server answers NOSCRIPT, a second one with EVAL, once
 // per script and server). A Sentinel failover (or a Cluster failover) to a
 // replica that acknowledged keeps what the owner was told: its claim, its
@@ -153,33 +155,78 @@
 // # Auto-pipelining
 //
 // On a client of one primary (a *redis.Client: standalone, or a Sentinel
-// failover client) the store auto-pipelines its scripts unless
-// Options.DisableAutoPipelining is set. A call that finds the store idle
-// goes out at once, on the caller's goroutine, exactly as without
-// auto-pipelining: one caller's latency does not change. Up to two batches
-// (a lone call is a batch of one) are on the wire at once; the calls that
-// arrive meanwhile queue, and when a batch returns, the first queued caller
-// sends the whole queue in one pipeline and hands each caller its reply. No
-// goroutine of the store's runs and nothing waits for a batch to fill. Each
-// call is still its own EVALSHA, so a fresh message costs two commands and a
-// duplicate one; what batching saves is round trips, the client's and the
-// server's system calls per command, which bound a loaded store on a small
-// machine.
+// failover client), unless Options.DisableAutoPipelining is set, the store
+// hands its scripts to go-redis's own automatic pipelining: the client's
+// deferred auto-pipeliner (Client.AsyncAutoPipeline). go-redis marks that
+// API experimental; the store is tested with v9.23.0. A call that finds the
+// pipeliner idle is flushed at once, on its own (go-redis does not wait for
+// a batch to fill); calls that arrive while batches are on the wire go out
+// together. Each call is still its own EVALSHA, so a fresh message costs
+// two commands and a duplicate one; what batching saves is round trips, the
+// client's and the server's system calls per command, which bound a loaded
+// store on a small machine.
 //
-// Behaviour does not change: every call is the same atomic script, the
-// store's contract (storetest) holds with and without it, and so does every
-// fault test. A batch is bounded by the earliest deadline of its calls, so
-// no call waits past its own, and a caller that gives up leaves the others'
-// replies alone; a call still queued when its context ends is never sent.
-// With replica acknowledgement a batch ends with one WAIT, which covers every
-// script before it on its connection.
+// If the client has no deferred auto-pipeliner yet, New creates it, with
+// MaxConcurrentBatches 8 and Unordered set (go-redis keeps the first
+// configuration of a client's auto-pipeliner, so an application that calls
+// AsyncAutoPipeline on the same client later gets this one). If the
+// application created it before, with a single batch on the wire (go-redis's
+// default, ordered), the store sends every call on its own instead, as with
+// DisableAutoPipelining: see stalls below.
 //
 // A cluster client and a ring are not auto-pipelined; each call goes out on
-// its own, as before. Their keys live on several primaries, so a batch
-// would have to be split into one pipeline per node (with its own WAIT
-// under replica acknowledgement) and a redirect while slots move would fail
-// a whole node's share of it; and a cluster already spreads its load over
-// its primaries' cores, which is what batching buys a single primary.
+// its own. go-redis has no auto-pipeliner for a ring. Its cluster
+// auto-pipeliner (ClusterClient.AsyncAutoPipeline) shards its queue by slot
+// range, not by primary, and a batch's calls complete together once every
+// primary it went to has answered: calls to a healthy primary then wait for
+// a paused one batched beside them. TestClusterPausedPrimaryDelaysNoOtherPrimary
+// shows it: with one of three primaries paused for a second (DEBUG SLEEP),
+// 4 of 10998 claims with 300 ms to live on the other two failed through it,
+// none without it.
+//
+// What each call keeps, whatever the calls batched beside it do (each
+// guarantee is a test on a real Redis through a fault proxy):
+//
+//   - Its deadline. A batch runs on go-redis's own context, bounded by the
+//     client's ReadTimeout, never by one of its calls' deadlines; each caller
+//     waits for its reply under its own context and returns at its own
+//     deadline. A call whose context has ended is not handed over; one that
+//     gives up waiting leaves its command to go-redis, which does not
+//     withdraw it: the script may still run, as a command already written to
+//     a plain client's connection may, and a claim cut short is what Release
+//     is for (TestAutoPipeliningMixedDeadlines,
+//     TestAutoPipeliningCallGivenUpReturns, TestAutoPipeliningDeadlines).
+//   - Its replica wait. Under Options.Replicas a claim, renewal or completion
+//     is not auto-pipelined: go-redis sends WAIT, a blocking command, on a
+//     connection of its own, where it would count none of the script's
+//     writes. Each of them is sent as before, its script and a WAIT with its
+//     own timeout in one pipeline on one connection. Fail, Release and Get
+//     are auto-pipelined and never wait for a replica
+//     (TestReplicaWaitIsEachCallsOwn, TestFailAndReleaseDoNotWaitForReplicas,
+//     TestAutoPipeliningReplicaAck).
+//   - One extra round trip after NOSCRIPT (SCRIPT FLUSH, a restart, a failover
+//     to a node without the scripts). The calls that meet it wait for one
+//     SCRIPT LOAD of their script, sent once for all of them and bounded by
+//     the client's ReadTimeout rather than by any one caller's deadline, and
+//     go out again by hash, batched
+//     (TestAutoPipeliningNoscriptOneExtraRoundTrip). That shared load is the
+//     store's one mechanism of its own here: go-redis's auto-pipeliner has no
+//     NOSCRIPT recovery, and Script.Run's (EVALSHA, then EVAL) would send
+//     each call's whole script text again (9 KB for a claim) and could only
+//     be waited for without a deadline on the deferred face.
+//   - Progress while connections stall. A batch whose connection stalls (a
+//     half-open connection, a retransmission back-off) holds one of the 8
+//     batch slots until the client's ReadTimeout, and the calls in it fail at
+//     their deadlines; the other slots carry the calls made meanwhile, on
+//     other connections (TestAutoPipeliningFlowsPastStalledConnections, with
+//     two stalled connections). Eight stalled connections at once stop the
+//     store's calls until their ReadTimeout.
+//
+// Every call is still the same atomic script, so the store's contract
+// (storetest) holds with and without auto-pipelining, and so does every
+// fault test. go-redis resends a
+// batch after a network error (MaxRetries) as it resends a single command;
+// every transition is safe to resend (see Guarantees).
 //
 // ExpiringKeyRepository adapts a Redis client to Watermill's
 // middleware.ExpiringKeyRepository, so users of Watermill's own Deduplicator

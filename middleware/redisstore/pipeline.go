@@ -2,183 +2,141 @@ package redisstore
 
 import (
 	"context"
-	"slices"
+	"errors"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// maxBatches is how many pipelines of the auto-pipeliner may be on the wire
-// at once: while one batch waits for its replies, calls queue up for the
-// next, which the first free leader sends in one write. Two keep Redis busy
-// between the batches of a loaded store (one is read while the other is
-// parsed) without splitting the queue into many shallow batches. Measured
-// (BenchmarkAutoPipelining, fresh messages at c64, 3 runs each): 1 slot
-// 35.5-36.2 µs/op, 2 slots 31.9-32.7, 4 31.4-32.3, 8 31.6-31.9; without
-// auto-pipelining 47.6-52.5.
-const maxBatches = 2
+// maxBatches is how many batches the store asks go-redis's auto-pipeliner
+// to allow on the wire at once. A batch whose connection stalls (a
+// half-open connection, a retransmission back-off) holds its slot until the
+// client's ReadTimeout; the other slots keep carrying the calls that arrive
+// meanwhile, each batch on a connection of its own, so up to maxBatches-1
+// stalled connections leave the store working
+// (TestAutoPipeliningFlowsPastStalledConnections).
+const maxBatches = 8
 
-// pipeliner sends the scripts of concurrent calls to Redis in batches
-// (auto-pipelining). A call that finds a free slot goes out at once, on its
-// own goroutine, by the path a store without auto-pipelining takes, so one
-// caller's latency is unchanged. A call that finds every slot busy queues;
-// the call that frees a slot hands the whole queue to the first waiter,
-// which sends it as one pipeline and wakes the others with their replies.
-// No goroutine of its own runs, and nothing waits for a batch to fill.
+// autoPipelineOptions is the configuration the store asks for when it
+// creates the client's deferred auto-pipeliner.
+func autoPipelineOptions() *redis.AutoPipelineOptions {
+	o := redis.DefaultAutoPipelineOptions()
+	o.MaxConcurrentBatches = maxBatches
+	o.Unordered = true
+	return o
+}
+
+// newAutoPipeliner returns the client's deferred auto-pipeliner
+// (AsyncAutoPipeline), creating it with autoPipelineOptions if the client
+// has none yet, or nil when the one the client has keeps a single batch on
+// the wire (go-redis's default, ordered): one stalled connection would then
+// hold every call of the store until the ReadTimeout.
 //
-// Each call keeps its own command: a fresh message still costs two
-// EVALSHAs and a duplicate one; only the round trips are shared. With
-// replica acknowledgement a batch ends with one WAIT, which covers every
-// script before it on the connection, instead of one WAIT per call.
-type pipeliner struct {
-	store *Store
-	mu    sync.Mutex
-	queue []*queuedCall
-	// busy counts the batches on the wire, maxBatches at most.
-	busy int
+// The deferred face is used because its futures can be waited for under a
+// context (AutoFuture.WaitContext): a batch runs on go-redis's own context,
+// bounded by the client's ReadTimeout, never by one of its calls' deadlines,
+// and each caller stops waiting at its own. Batches are unordered so that
+// more than one can be on the wire: an owner never has two commands of one
+// key in flight at once, so no order the store relies on is lost.
+func newAutoPipeliner(client *redis.Client) (*redis.AutoPipeliner, error) {
+	ap, err := client.AsyncAutoPipelineWithOptions(autoPipelineOptions())
+	if err != nil {
+		return nil, err
+	}
+	if cfg := ap.Config(); !cfg.Unordered || cfg.MaxConcurrentBatches < 2 {
+		return nil, nil
+	}
+	return ap, nil
 }
 
-// queuedCall is one script call of a batch.
-type queuedCall struct {
-	ctx    context.Context
-	op     string
-	keys   []string
-	script *redis.Script
-	args   []any
-	// wait: the call wants replica acknowledgement.
-	wait bool
-	// cmd is the reply.
-	cmd *redis.Cmd
-	// wake receives nil when cmd is set, or the batch the call must send
-	// as the next leader.
-	wake chan []*queuedCall
-}
-
-// run sends one script call, batched with those of other goroutines when
-// the slots are busy, and returns its reply.
-func (p *pipeliner) run(ctx context.Context, op, key string, script *redis.Script, wait bool, args []any) *redis.Cmd {
-	c := &queuedCall{ctx: ctx, op: op, keys: []string{key}, script: script, args: args, wait: wait}
-	p.mu.Lock()
-	if p.busy < maxBatches && len(p.queue) == 0 {
-		p.busy++
-		p.mu.Unlock()
-		c.cmd = p.store.runOne(ctx, op, c.keys, script, wait, args)
-		p.next()
-		return c.cmd
-	}
-	c.wake = make(chan []*queuedCall, 1)
-	if p.busy < maxBatches { // a slot came free while others queued
-		p.busy++
-		batch := append(p.queue, c)
-		p.queue = nil
-		p.mu.Unlock()
-		p.lead(c, batch)
-		return c.cmd
-	}
-	p.queue = append(p.queue, c)
-	p.mu.Unlock()
-
-	select {
-	case batch := <-c.wake:
-		if batch != nil {
-			p.lead(c, batch)
-		}
-		return c.cmd
-	case <-ctx.Done():
-	}
-	p.mu.Lock()
-	if i := slices.Index(p.queue, c); i >= 0 { // never sent: drop it
-		p.queue = slices.Delete(p.queue, i, i+1)
-		p.mu.Unlock()
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(ctx.Err())
+// autoPipelined runs one script call through the auto-pipeliner: EVALSHA,
+// batched with the calls of other goroutines. A server that does not know
+// the script answers NOSCRIPT; the script is then loaded once, by one
+// SCRIPT LOAD that every call that met NOSCRIPT waits for, and the calls
+// are sent again by hash, batched as before.
+func (s *Store) autoPipelined(ctx context.Context, keys []string, script *redis.Script, args []any) *redis.Cmd {
+	cmd := s.submit(ctx, keys, script, args)
+	if !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 		return cmd
 	}
-	p.mu.Unlock()
-	// Taken into a batch already: its deadline is no later than ctx's (see
-	// send), or this call leads it; either way the reply comes in time.
-	if batch := <-c.wake; batch != nil {
-		p.lead(c, batch)
+	if err := s.scripts.load(ctx, s.client, script); err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
 	}
-	return c.cmd
+	cmd = s.submit(ctx, keys, script, args)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") { // flushed again meanwhile
+		cmd = script.Eval(ctx, s.client, keys, args...)
+	}
+	return cmd
 }
 
-// lead sends batch, which holds me, wakes its other calls with their
-// replies and hands the slot on.
-func (p *pipeliner) lead(me *queuedCall, batch []*queuedCall) {
-	p.send(batch)
-	for _, c := range batch {
-		if c.wake != nil && c != me {
-			c.wake <- nil
-		}
+// submit hands one EVALSHA to the auto-pipeliner and waits for its reply
+// until ctx ends. A call whose context has ended is not handed over. One
+// that gives up waiting leaves its command to go-redis, which sends it with
+// its batch; it may still run, as a command already written to a plain
+// client's connection may.
+func (s *Store) submit(ctx context.Context, keys []string, script *redis.Script, args []any) *redis.Cmd {
+	if err := ctx.Err(); err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
 	}
-	p.next()
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, "evalsha", script.Hash(), len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	cmdArgs = append(cmdArgs, args...)
+	cmd := redis.NewCmd(ctx, cmdArgs...)
+	if err := s.ap.Submit(ctx, cmd).WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// The batch may still be writing cmd: answer with a command of our own.
+		given := redis.NewCmd(ctx)
+		given.SetErr(err)
+		return given
+	}
+	return cmd
 }
 
-// next hands the slot of a finished batch to the first queued call, with the
-// whole queue as its batch, or frees it.
-func (p *pipeliner) next() {
-	p.mu.Lock()
-	if len(p.queue) == 0 {
-		p.busy--
-		p.mu.Unlock()
-		return
-	}
-	batch := p.queue
-	p.queue = nil
-	p.mu.Unlock()
-	batch[0].wake <- batch
+// scriptLoads loads each script once at a time: the calls that meet
+// NOSCRIPT together wait for one SCRIPT LOAD instead of sending one each.
+type scriptLoads struct {
+	mu      sync.Mutex
+	loading map[string]*scriptLoad // by script hash
 }
 
-// send runs batch in one pipeline. Its context has the earliest deadline of
-// its calls, so that no call waits past its own, and none of their
-// cancellations: a caller that gives up does not cut the others' replies.
-// A call whose script the server did not know (NOSCRIPT) is sent again on
-// its own, which loads the script.
-func (p *pipeliner) send(batch []*queuedCall) {
-	if len(batch) == 1 {
-		c := batch[0]
-		c.cmd = p.store.runOne(c.ctx, c.op, c.keys, c.script, c.wait, c.args)
-		return
-	}
-	ctx, cancel := batchContext(batch)
-	defer cancel()
-	pipe := p.store.client.Pipeline()
-	wait := false
-	for _, c := range batch {
-		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
-		wait = wait || c.wait
-	}
-	var waitCmd *redis.Cmd
-	if wait {
-		waitCmd = pipe.Do(ctx, "wait", p.store.ack.replicas, p.store.ack.waitTimeout(ctx).Milliseconds())
-	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
-	for _, c := range batch {
-		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
-			c.cmd = p.store.runOne(c.ctx, c.op, c.keys, c.script, c.wait, c.args)
-			continue
-		}
-		if c.wait && c.cmd.Err() == nil {
-			acked, err := waitCmd.Int64()
-			p.store.ack.count(c.op, c.keys[0], acked, err)
-		}
-	}
+// scriptLoad is one SCRIPT LOAD in flight; err is set before done closes.
+type scriptLoad struct {
+	done chan struct{}
+	err  error
 }
 
-// batchContext is the context of one batch: the values of its first call's,
-// none of the calls' cancellations, and the earliest of their deadlines.
-func batchContext(batch []*queuedCall) (context.Context, context.CancelFunc) {
-	var earliest time.Time
-	for _, c := range batch {
-		if d, ok := c.ctx.Deadline(); ok && (earliest.IsZero() || d.Before(earliest)) {
-			earliest = d
+// load sends SCRIPT LOAD for script, or joins the one in flight, and waits
+// for it until ctx ends. The load itself is not bounded by ctx, whose call
+// may be the shortest of those waiting for it, but by the client's
+// ReadTimeout.
+func (l *scriptLoads) load(ctx context.Context, client redis.UniversalClient, script *redis.Script) error {
+	l.mu.Lock()
+	ld, ok := l.loading[script.Hash()]
+	if !ok {
+		if l.loading == nil {
+			l.loading = map[string]*scriptLoad{}
 		}
+		ld = &scriptLoad{done: make(chan struct{})}
+		l.loading[script.Hash()] = ld
+		go func() {
+			ld.err = script.Load(context.WithoutCancel(ctx), client).Err()
+			l.mu.Lock()
+			delete(l.loading, script.Hash())
+			l.mu.Unlock()
+			close(ld.done)
+		}()
 	}
-	ctx := context.WithoutCancel(batch[0].ctx)
-	if earliest.IsZero() {
-		return ctx, func() {}
+	l.mu.Unlock()
+	select {
+	case <-ld.done:
+		return ld.err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return context.WithDeadline(ctx, earliest)
 }

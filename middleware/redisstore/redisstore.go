@@ -29,15 +29,21 @@ var (
 // does not own the client: closing the client is the caller's business.
 type Store struct {
 	client redis.UniversalClient
-	ack    *replicaAck // nil: no WAIT
-	pipe   *pipeliner  // nil: every call on its own
+	ack    *replicaAck          // nil: no WAIT
+	ap     *redis.AutoPipeliner // nil: every call on its own
+	// scripts loads a script after NOSCRIPT, once for all the calls that met it.
+	scripts scriptLoads
 }
 
 var _ idempotency.Store = (*Store)(nil)
 
 // New returns a store on client, which may be a *redis.Client,
 // *redis.ClusterClient, a Sentinel failover client or a *redis.Ring (a ring
-// must not reshard while keys are live). New does not contact Redis.
+// must not reshard while keys are live). New does not contact Redis. On a
+// *redis.Client it creates the client's deferred auto-pipeliner
+// (AsyncAutoPipeline) if the client has none yet, whose goroutine stops
+// when the client is closed (see Auto-pipelining in the package
+// documentation).
 //
 // The client must honour context deadlines: go-redis does its socket I/O
 // under context.Background() unless ContextTimeoutEnabled is set in its
@@ -67,8 +73,10 @@ func NewWithOptions(client redis.UniversalClient, opts Options) (*Store, error) 
 		return nil, err
 	}
 	s := &Store{client: client, ack: ack}
-	if _, primary := client.(*redis.Client); primary && !opts.DisableAutoPipelining {
-		s.pipe = &pipeliner{store: s}
+	if c, primary := client.(*redis.Client); primary && !opts.DisableAutoPipelining {
+		if s.ap, err = newAutoPipeliner(c); err != nil {
+			return nil, fmt.Errorf("redisstore: auto-pipelining: %w", err)
+		}
 	}
 	return s, nil
 }

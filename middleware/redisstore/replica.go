@@ -47,13 +47,15 @@ type Options struct {
 	// Logger logs replica shortfalls (at Info level). Nil means none.
 	Logger watermill.LoggerAdapter
 	// DisableAutoPipelining sends every call on its own. By default the
-	// store auto-pipelines on a client of one primary (*redis.Client,
-	// standalone or Sentinel): a call that finds the store idle goes out at
-	// once, and the calls that arrive while it is busy go out together in
-	// one pipeline when it is free, each still its own EVALSHA. Under load
+	// store hands its calls to go-redis's automatic pipelining (the client's
+	// AsyncAutoPipeline, created with 8 batches on the wire, unordered, if
+	// the client has none yet) on a *redis.Client (standalone, Sentinel):
+	// calls that arrive while others are on their way go out together, each
+	// still its own EVALSHA, and each keeps its own deadline. Under load
 	// that takes the round trips, not the commands, off Redis's and the
-	// client's hands; a lone caller sees no difference. A cluster client or
-	// a ring is never auto-pipelined (see the package documentation).
+	// client's hands. Claims, renewals and completions under Replicas are
+	// never auto-pipelined, nor is a cluster client or a ring (see the
+	// package documentation).
 	DisableAutoPipelining bool
 }
 
@@ -135,14 +137,17 @@ func (s *Store) ReplicaStats() ReplicaStats {
 	return ReplicaStats{Acknowledged: s.ack.acked.Load(), Shortfalls: s.ack.shortfalls.Load()}
 }
 
-// runScript runs a transition's script on key, through the
-// auto-pipeliner unless it is off. With replica acknowledgement a claim,
-// renewal or completion waits for the replicas; Fail does not (see
-// Options.Replicas).
+// runScript runs a transition's script on key. With replica
+// acknowledgement a claim, renewal or completion waits for the replicas
+// (Fail, Release and Get do not; see Options.Replicas): it goes out on its
+// own, in a pipeline of EVALSHA and WAIT on one connection, since WAIT
+// counts only the writes of its own connection and go-redis's
+// auto-pipeliner sends WAIT on another. Every other call goes through the
+// auto-pipeliner unless it is off.
 func (s *Store) runScript(ctx context.Context, op, key string, script *redis.Script, args ...any) *redis.Cmd {
 	wait := s.ack != nil && (op == "claim" || op == "renew" || op == "complete")
-	if s.pipe != nil {
-		return s.pipe.run(ctx, op, key, script, wait, args)
+	if !wait && s.ap != nil && !s.ap.IsClosed() {
+		return s.autoPipelined(ctx, []string{key}, script, args)
 	}
 	return s.runOne(ctx, op, []string{key}, script, wait, args)
 }
