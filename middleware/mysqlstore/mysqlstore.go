@@ -337,8 +337,13 @@ func keyHash(key string) [sha256.Size]byte {
 }
 
 // durationMicros returns d in whole microseconds, rounded up so that a
-// positive duration stays positive.
+// positive duration stays positive, after clamping it to
+// idempotency.MaxTTL: the rounding must not overflow into a negative
+// INTERVAL (an expiry in the past, or a row the CHECK constraint refuses),
+// and a deadline must stay within DATETIME's range (year 9999). A renewal
+// adds the claim's TTL to its lease: two MaxTTLs from now is still there.
 func durationMicros(d time.Duration) int64 {
+	d = idempotency.ClampTTL(d)
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 
