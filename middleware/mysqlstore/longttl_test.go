@@ -44,3 +44,23 @@ func TestForeverTTLWithoutTheCheckConstraint(t *testing.T) {
 		quoted(table)+" WHERE `key` = 'forever'").Scan(&left))
 	assert.GreaterOrEqual(t, left, int64((idempotency.MaxTTL-time.Minute)/time.Second), "the completed key is kept for MaxTTL")
 }
+
+// TestInspectLongestTTL: the longest expiry a record can have, a renewal's
+// lease plus its claim's TTL at MaxTTL each (two hundred years, within
+// DATETIME's year 9999), is reported by Inspect as it is, not overflowed
+// into a negative duration.
+func TestInspectLongestTTL(t *testing.T) {
+	db := testDB(t)
+	s, _ := newTable(t, db)
+	ctx := context.Background()
+	forever := time.Duration(math.MaxInt64)
+	res, err := s.Claim(ctx, "longest", idempotency.ClaimRequest{Token: "tok", Lease: forever, TTL: forever})
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	require.NoError(t, s.Renew(ctx, "longest", "tok", forever))
+	rec, ttl, _, err := s.Inspect(ctx, "longest")
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateInProgress, rec.State)
+	assert.Greater(t, ttl, 2*idempotency.MaxTTL-time.Minute, "the record is kept for its lease and its claim's TTL")
+	assert.Greater(t, rec.LeaseExpiresAt.Sub(rec.UpdatedAt), idempotency.MaxTTL-time.Minute)
+}
