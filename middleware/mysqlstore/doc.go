@@ -154,7 +154,10 @@
 //     Store.Claim).
 //   - Renew, Complete, Fail: one UPDATE whose WHERE is the fence; when it
 //     changes nothing, a second statement reads the row to tell a resent
-//     transition (nil), a corrupt row and a lost lease apart.
+//     transition (nil), a corrupt row and a lost lease apart. A renewal by
+//     the token that completed the row gets idempotency.ErrCompletedByOwner,
+//     not ErrLeaseLost: the owner learns that its own completion (a
+//     transaction's whose COMMIT reply was lost, say) committed.
 //   - Release: a DELETE (a first attempt), else an UPDATE (a later one),
 //     else the read.
 //   - Get, Delete, Purge: one statement.
