@@ -10,6 +10,12 @@
 //   - idempotency_outcomes_total{handler, outcome}: one per delivery; the
 //     outcomes are idempotency.Outcome values (processed, duplicate,
 //     in_progress, handler_failed, store_unavailable, complete_failed, …).
+//     A handler's first outcome also creates its complete_failed,
+//     lease_lost and output_not_stored series at 0: increase() sees no
+//     increase in a series' first sample, so an alert on a series born at 1
+//     would miss a rare event's first occurrence. Only an occurrence that
+//     is a handler's very first outcome since the process started is still
+//     born at 1.
 //   - idempotency_store_duration_seconds{op, result}: latency of every
 //     store call; op is claim, renew, complete, fail or release, result ok
 //     or error.

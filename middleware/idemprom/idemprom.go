@@ -1,6 +1,7 @@
 package idemprom
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,20 @@ type Metrics struct {
 	outcomes     *prometheus.CounterVec
 	latency      *prometheus.HistogramVec
 	cacheLookups *prometheus.CounterVec
+	// handlers holds the handler labels whose alerted series exist.
+	handlers sync.Map
+}
+
+// alerted are the outcomes that the alert rules page on at their first
+// occurrence (increase(...) > 0). Prometheus's increase() cannot see a
+// series' first sample as an increase, so a series born at 1 never fires:
+// the first complete_failed of a handler since the process started, often
+// the only one, would pass unnoticed. Each is created at 0 with its
+// handler's first outcome.
+var alerted = []idempotency.Outcome{
+	idempotency.OutcomeCompleteFailed,
+	idempotency.OutcomeLeaseLost,
+	idempotency.OutcomeOutputNotStored,
 }
 
 var (
@@ -57,6 +72,13 @@ func newCounterVec(namespace, name, help string, labels ...string) *prometheus.C
 
 // Outcome implements idempotency.Observer.
 func (m *Metrics) Outcome(handler string, outcome idempotency.Outcome) {
+	if _, seen := m.handlers.Load(handler); !seen {
+		if _, seen = m.handlers.LoadOrStore(handler, struct{}{}); !seen {
+			for _, o := range alerted {
+				m.outcomes.WithLabelValues(handler, string(o)) // at 0
+			}
+		}
+	}
 	m.outcomes.WithLabelValues(handler, string(outcome)).Inc()
 }
 

@@ -40,8 +40,11 @@ func TestMetricsCountOutcomesAndLatencies(t *testing.T) {
 	expected := `
 # HELP svc_idempotency_outcomes_total Deliveries handled by the idempotency middleware, by handler and outcome.
 # TYPE svc_idempotency_outcomes_total counter
+svc_idempotency_outcomes_total{handler="",outcome="complete_failed"} 0
 svc_idempotency_outcomes_total{handler="",outcome="duplicate"} 1
 svc_idempotency_outcomes_total{handler="",outcome="handler_failed"} 1
+svc_idempotency_outcomes_total{handler="",outcome="lease_lost"} 0
+svc_idempotency_outcomes_total{handler="",outcome="output_not_stored"} 0
 svc_idempotency_outcomes_total{handler="",outcome="processed"} 1
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected), "svc_idempotency_outcomes_total"))
@@ -72,4 +75,43 @@ svc_idempotency_cache_lookups_total{handler="orders",result="miss"} 1
 	problems, err := testutil.CollectAndLint(metrics)
 	require.NoError(t, err)
 	assert.Empty(t, problems)
+}
+
+// TestAlertedSeriesStartAtZero: the outcomes the alert rules page on at
+// their first occurrence exist at 0 from a handler's first outcome, so that
+// increase() sees their first occurrence as 0 → 1. Without them the series
+// appeared at 1, which increase(...[5m]) > 0 never reports.
+func TestAlertedSeriesStartAtZero(t *testing.T) {
+	metrics := idemprom.New("svc")
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(metrics))
+	metrics.Outcome("bill", idempotency.OutcomeProcessed)
+	metrics.Outcome("ship", idempotency.OutcomeDuplicate)
+	header := `
+# HELP svc_idempotency_outcomes_total Deliveries handled by the idempotency middleware, by handler and outcome.
+# TYPE svc_idempotency_outcomes_total counter
+`
+	expected := header + `svc_idempotency_outcomes_total{handler="bill",outcome="complete_failed"} 0
+svc_idempotency_outcomes_total{handler="bill",outcome="lease_lost"} 0
+svc_idempotency_outcomes_total{handler="bill",outcome="output_not_stored"} 0
+svc_idempotency_outcomes_total{handler="bill",outcome="processed"} 1
+svc_idempotency_outcomes_total{handler="ship",outcome="complete_failed"} 0
+svc_idempotency_outcomes_total{handler="ship",outcome="duplicate"} 1
+svc_idempotency_outcomes_total{handler="ship",outcome="lease_lost"} 0
+svc_idempotency_outcomes_total{handler="ship",outcome="output_not_stored"} 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected), "svc_idempotency_outcomes_total"))
+
+	metrics.Outcome("bill", idempotency.OutcomeOutputNotStored)
+	expected = header + `svc_idempotency_outcomes_total{handler="bill",outcome="complete_failed"} 0
+svc_idempotency_outcomes_total{handler="bill",outcome="lease_lost"} 0
+svc_idempotency_outcomes_total{handler="bill",outcome="output_not_stored"} 1
+svc_idempotency_outcomes_total{handler="bill",outcome="processed"} 1
+svc_idempotency_outcomes_total{handler="ship",outcome="complete_failed"} 0
+svc_idempotency_outcomes_total{handler="ship",outcome="duplicate"} 1
+svc_idempotency_outcomes_total{handler="ship",outcome="lease_lost"} 0
+svc_idempotency_outcomes_total{handler="ship",outcome="output_not_stored"} 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected), "svc_idempotency_outcomes_total"),
+		"the occurrence counts 0 → 1")
 }

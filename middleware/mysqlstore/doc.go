@@ -128,7 +128,13 @@
 // lapsed leases keep their attempts and read as FAILED, resent transitions
 // are idempotent for their owner, fingerprints that differ never acquire,
 // Release undoes a claim, COMPLETED is terminal until it expires.
-// Durations are stored in whole microseconds, rounded up.
+// Durations are stored in whole microseconds, rounded up, after a lease or
+// TTL longer than idempotency.MaxTTL (100 years) is clamped to it
+// (idempotency.ClampTTL): "forever" (time.Duration(math.MaxInt64)) would
+// otherwise round over into a negative INTERVAL, a row the CHECK
+// constraint refuses or, on a table without it, one the store reads as
+// corrupt. Deadlines are DATETIME(6), good to the year 9999: a renewal's
+// expiry, lease plus the claim's TTL, is at most two MaxTTLs from now.
 //
 // # Statements and round trips
 //
@@ -148,7 +154,10 @@
 //     Store.Claim).
 //   - Renew, Complete, Fail: one UPDATE whose WHERE is the fence; when it
 //     changes nothing, a second statement reads the row to tell a resent
-//     transition (nil), a corrupt row and a lost lease apart.
+//     transition (nil), a corrupt row and a lost lease apart. A renewal by
+//     the token that completed the row gets idempotency.ErrCompletedByOwner,
+//     not ErrLeaseLost: the owner learns that its own completion (a
+//     transaction's whose COMMIT reply was lost, say) committed.
 //   - Release: a DELETE (a first attempt), else an UPDATE (a later one),
 //     else the read.
 //   - Get, Delete, Purge: one statement.

@@ -185,7 +185,8 @@ func (s *Store) prepareCompletion(ctx context.Context) {
 	}
 }
 
-// Renew implements idempotency.Store with one UPDATE.
+// Renew implements idempotency.Store with one UPDATE. It answers
+// idempotency.ErrCompletedByOwner when the key is COMPLETED by token.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
 	if err := idempotency.CheckOwner(key, token, lease); err != nil {
 		return wrap("renew", key, err)
@@ -231,7 +232,8 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 // hash and token, and reads its answer: nil when it changed the row;
 // otherwise, from the row as a second statement reads it, ErrCorruptRecord,
 // nil for the token's own resent Complete or Fail (and for any Release:
-// there was nothing of the token's to undo), or ErrLeaseLost.
+// there was nothing of the token's to undo), ErrCompletedByOwner for a
+// renewal of a key the token completed, or ErrLeaseLost.
 func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string, args ...any) error {
 	if err := ctx.Err(); err != nil {
 		return wrap(op, key, err)
@@ -264,6 +266,10 @@ func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string
 		switch {
 		case own && op == "renew" && r.live():
 			return nil // matched, but nothing changed within the microsecond
+		case own && op == "renew" && *r.state == stateCompleted:
+			// The owner's own Complete, most often its transaction's,
+			// committed: the lease ended without anyone taking it.
+			return wrap(op, key, idempotency.ErrCompletedByOwner)
 		case own && (op == "complete" && *r.state == stateCompleted || op == "fail" && *r.state == stateFailed):
 			return nil // the token's own transition, resent
 		case own && op == opCompleteTx && *r.state == stateCompleted:
@@ -337,8 +343,13 @@ func keyHash(key string) [sha256.Size]byte {
 }
 
 // durationMicros returns d in whole microseconds, rounded up so that a
-// positive duration stays positive.
+// positive duration stays positive, after clamping it to
+// idempotency.MaxTTL: the rounding must not overflow into a negative
+// INTERVAL (an expiry in the past, or a row the CHECK constraint refuses),
+// and a deadline must stay within DATETIME's range (year 9999). A renewal
+// adds the claim's TTL to its lease: two MaxTTLs from now is still there.
 func durationMicros(d time.Duration) int64 {
+	d = idempotency.ClampTTL(d)
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 

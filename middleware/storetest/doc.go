@@ -53,8 +53,9 @@
 //     time.Duration(math.MaxInt64) ("forever") for the lease, the claim's
 //     TTL, Renew, Complete and Fail each hold the key (a lease beyond
 //     MaxTTL for MaxTTL): a live lease stays unclaimable, a completed key
-//     is not run again, a failed or lapsed attempt keeps counting. No
-//     rounding overflows into an expiry in the past.
+//     is not run again, a failed or lapsed attempt keeps counting, also
+//     after a Release puts a later attempt back to FAILED for its claim's
+//     TTL. No rounding overflows into an expiry in the past.
 //   - Exact round trips of empty, nil, odd and 1 MiB results; keys of any
 //     bytes (1 MiB long, NUL, newlines, quotes, braces, Lua metacharacters,
 //     invalid UTF-8); fingerprints (a different one never acquires, the first

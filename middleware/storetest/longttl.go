@@ -90,3 +90,38 @@ func testLongTTLs(h *harness) {
 		assert.Equal(t, 2, res.Record.Attempts, "failed TTL %v: the failed attempt counts", d)
 	}
 }
+
+// testLongTTLRelease: Release of a later attempt puts the record back to
+// FAILED for its claim's TTL from now. With a claim TTL at or beyond
+// MaxTTL that expiry must hold too, so that the attempt count survives: a
+// store that overflowed it would forget the failed attempts, and a poison
+// message would never reach MaxAttempts.
+func testLongTTLRelease(h *harness) {
+	t := h.t
+	keys := make([]string, len(longTTLs))
+	for i, d := range longTTLs {
+		k := h.key(fmt.Sprintf("release%d", i))
+		keys[i] = k
+		req := request(nil)
+		req.TTL = d
+		require.True(t, h.claimWith(k, req).Acquired)
+		require.NoError(t, h.Store.Fail(h.ctx, k, req.Token, d), "fail with TTL %v", d)
+		req = request(nil)
+		req.TTL = d
+		res := h.claimWith(k, req)
+		require.True(t, res.Acquired, "claim TTL %v: a failed key is claimed again", d)
+		require.Equal(t, 2, res.Record.Attempts)
+		require.NoError(t, h.Store.Release(h.ctx, k, req.Token), "release with claim TTL %v", d)
+	}
+
+	h.advance(past)
+
+	for i, d := range longTTLs {
+		rec := h.get(keys[i])
+		assert.Equal(t, idempotency.StateFailed, rec.State, "claim TTL %v: the released attempt's record is kept", d)
+		assert.Equal(t, 1, rec.Attempts, "claim TTL %v: the first attempt still counts", d)
+		res := h.claim(keys[i], nil)
+		assert.True(t, res.Acquired, "claim TTL %v", d)
+		assert.Equal(t, 2, res.Record.Attempts, "claim TTL %v: the first attempt still counts", d)
+	}
+}

@@ -116,6 +116,7 @@ var cases = []struct {
 	{"CompletedExpires", testCompletedExpires},
 	{"FailedExpires", testFailedExpires},
 	{"LongTTLsHold", testLongTTLs},
+	{"LongTTLRelease", testLongTTLRelease},
 	{"OddKeys", testOddKeys},
 	{"Fingerprint", testFingerprint},
 	{"CorruptRecords", testCorrupt},
