@@ -185,7 +185,17 @@ func (s *Store) prepareCompletion(ctx context.Context) {
 	}
 }
 
-// Renew implements idempotency.Store with one UPDATE.
+// Renew implements idempotency.Store with one UPDATE. It answers
+// idempotency.ErrCompletedByOwner when the key is COMPLETED by token: that
+// is how a run learns that the transaction of its in-transaction
+// completion (CompleteInTx) committed. The completion holds the row's
+// exclusive lock until its transaction ends, so a renewal sent after it
+// waits in its UPDATE, which then tests its WHERE on the row as the
+// transaction left it: still the token's lease after a rollback (the
+// renewal succeeds), COMPLETED after a commit (the UPDATE changes nothing).
+// The read that then classifies the refusal is a locking read (LOCK IN
+// SHARE MODE), which reads the row's latest committed version whatever the
+// session's isolation level, as the UPDATE did.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
 	if err := idempotency.CheckOwner(key, token, lease); err != nil {
 		return wrap("renew", key, err)
@@ -231,7 +241,8 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 // hash and token, and reads its answer: nil when it changed the row;
 // otherwise, from the row as a second statement reads it, ErrCorruptRecord,
 // nil for the token's own resent Complete or Fail (and for any Release:
-// there was nothing of the token's to undo), or ErrLeaseLost.
+// there was nothing of the token's to undo), ErrCompletedByOwner for a
+// renewal of the token's own COMPLETED record (see Renew), or ErrLeaseLost.
 func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string, args ...any) error {
 	if err := ctx.Err(); err != nil {
 		return wrap(op, key, err)
@@ -247,8 +258,14 @@ func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string
 	if n, err := res.RowsAffected(); err == nil && n > 0 {
 		return nil
 	}
+	fallback := q.fallback()
+	if op == "renew" {
+		// The witness of an in-transaction completion's commit (see Renew):
+		// read the row as the UPDATE did, locked, never from a snapshot.
+		fallback = s.sql.fallbackLocked
+	}
 	var r row
-	err = q.queryRow(ctx, q.fallback(), hash[:]).Scan(r.dest()...)
+	err = q.queryRow(ctx, fallback, hash[:]).Scan(r.dest()...)
 	found := true
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -264,6 +281,10 @@ func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string
 		switch {
 		case own && op == "renew" && r.live():
 			return nil // matched, but nothing changed within the microsecond
+		case own && op == "renew" && *r.state == stateCompleted:
+			// The owner's own Complete, most often its transaction's,
+			// committed: the lease ended without anyone taking it.
+			return wrap(op, key, idempotency.ErrCompletedByOwner)
 		case own && (op == "complete" && *r.state == stateCompleted || op == "fail" && *r.state == stateFailed):
 			return nil // the token's own transition, resent
 		case own && op == opCompleteTx && *r.state == stateCompleted:
