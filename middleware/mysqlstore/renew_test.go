@@ -81,3 +81,30 @@ func TestRenewalWitnessesTheCompletionsEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestAbandonedRenewalIsAppliedLate: a renewal that gives up waiting for an
+// in-transaction completion's row lock (its context ends; go-sql-driver
+// closes its connection) is not withdrawn: the server runs its UPDATE once
+// the lock is released, and after a rollback it renews the lease, from
+// when the statement started. The package doc states this; the key then
+// stays held for at most a lease from then, never longer.
+func TestAbandonedRenewalIsAppliedLate(t *testing.T) {
+	db := testDB(t)
+	ctx := context.Background()
+	s, _ := newTable(t, db)
+	tok := claim(t, s, "k", 2*time.Second, time.Minute)
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	require.NoError(t, err)
+	require.NoError(t, s.CompleteTx(ctx, tx, "k", tok, []byte("r"), time.Minute))
+	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	err = s.Renew(rctx, "k", tok, time.Minute)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the renewal gave up waiting")
+	require.NoError(t, tx.Rollback())
+	ok := waitFor(func() bool {
+		rec, err := s.Get(ctx, "k")
+		require.NoError(t, err)
+		return time.Until(rec.LeaseExpiresAt) > 10*time.Second
+	}, 5*time.Second)
+	assert.True(t, ok, "the abandoned renewal's UPDATE ran after the rollback and moved the deadline a minute on")
+}
