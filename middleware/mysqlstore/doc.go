@@ -286,7 +286,8 @@
 // up waiting (its context ends, a third of the lease at most) closes its
 // connection, but the server runs its UPDATE when the lock is released: if
 // the transaction rolled back, that renewal is applied late, and the key
-// stays held for at most a lease from when it was sent. Set
+// stays held for at most a lease from when it was sent
+// (TestAbandonedRenewalIsAppliedLate). Set
 // innodb_lock_wait_timeout on the store's sessions too: a renewal waiting
 // past it fails with error 1205, a store error, and is retried.
 //
