@@ -50,11 +50,14 @@
 //   - a claim (autocommit): the row's exclusive lock, for the statement; a
 //     claim of an absent key inserts it;
 //   - a renewal, Complete, Fail (autocommit): the row's exclusive lock, for
-//     the statement;
+//     the statement; a renewal refused by its fence then reads the row with
+//     a shared lock, for that statement;
 //   - the in-transaction completion: the row's exclusive lock, until the
 //     transaction ends, so any claim of the key waits for the commit and
-//     then finds it COMPLETED (or, after a rollback, still the owner's); no
-//     other key's claim waits for it (TestCompletionLocks; with an expiry
+//     then finds it COMPLETED (or, after a rollback, still the owner's), and
+//     so does the run's own renewal, which tells the run how its
+//     transaction ended (see "Transactional completion"); no other key's
+//     claim or renewal waits for it (TestCompletionLocks; with an expiry
 //     condition an index could serve, MariaDB's rowid filter locked the
 //     expires_at index up to its end under REPEATABLE READ and every claim
 //     waited, so the statements test expiry through TIMESTAMPDIFF);
@@ -154,10 +157,14 @@
 //     Store.Claim).
 //   - Renew, Complete, Fail: one UPDATE whose WHERE is the fence; when it
 //     changes nothing, a second statement reads the row to tell a resent
-//     transition (nil), a corrupt row and a lost lease apart. A renewal by
-//     the token that completed the row gets idempotency.ErrCompletedByOwner,
-//     not ErrLeaseLost: the owner learns that its own completion (a
-//     transaction's whose COMMIT reply was lost, say) committed.
+//     transition (nil), a corrupt row and a lost lease apart, and for a
+//     renewal the run's own committed completion
+//     (idempotency.ErrCompletedByOwner). A renewal is one round trip while
+//     the lease holds, two when it is refused; the one renewal that finds
+//     the run's in-transaction completion committed costs two, and comes
+//     only when a renewal falls due between CompleteInTx and the handler's
+//     return (renewals come every third of the lease); sent while that
+//     transaction is open, it waits until the transaction ends.
 //   - Release: a DELETE (a first attempt), else an UPDATE (a later one),
 //     else the read.
 //   - Get, Delete, Purge: one statement.
@@ -233,11 +240,62 @@
 //   - ErrNoRun outside a run (the HTTP middleware, whose stored response is
 //     what the handler wrote, does not offer it);
 //   - the middleware writes no second COMPLETED; the handler must return
-//     the error of its COMMIT, or its message is acked with no effect.
+//     the error of its COMMIT, or its message is acked with no effect;
+//   - until the completion is known to have committed, the run keeps its
+//     lease: a COMMIT that fails (a dropped connection, a session the
+//     server ended, as idle_write_transaction_timeout or KILL do) leaves
+//     the run holding the key, so that work which goes on (Watermill's
+//     middleware.Retry inside this middleware, a retry loop in the
+//     handler) is never run beside a second consumer's copy, and its
+//     context is cancelled with idempotency.ErrLeaseLost if the lease is
+//     lost, as before the completion (the tests fail the COMMIT by
+//     resetting the consumer's connection through a fault proxy after
+//     CompleteInTx: TestFailedCommitWithRetryInsideKeepsTheLease,
+//     TestFailedCommitWithHandlerLoopKeepsTheLease,
+//     TestLeaseLostDuringRetryAfterFailedCommit).
 //
 // Make it the last statement before COMMIT: from it until the commit the
 // row is locked. CompleteTx is the same for callers that manage key, token
-// and TTL themselves.
+// and TTL themselves (and tell the run nothing).
+//
+// How the run learns that its transaction committed: database/sql has no
+// hook on a transaction's end, and the COMMIT's answer reaches only the
+// handler. The run's lease renewals go on after CompleteInTx, and the row
+// lock makes a renewal sent after it wait in its UPDATE until the
+// transaction ends (at READ COMMITTED too: InnoDB's semi-consistent read
+// finds the last committed version still the run's lease, so the UPDATE
+// waits for the lock). The UPDATE then tests its fence on the row as the
+// transaction left it:
+//
+//   - committed: the row is COMPLETED under the run's own token, the UPDATE
+//     changes nothing, and the read that classifies the refusal, a locking
+//     read (LOCK IN SHARE MODE) so that it sees the latest committed
+//     version whatever the session's isolation level, finds it so: Renew
+//     answers idempotency.ErrCompletedByOwner, the lease ends quietly (the
+//     context is not cancelled) and the middleware writes no second
+//     COMPLETED (TestCommittedCompletionEndsTheLeaseQuietly,
+//     TestLostCommitAnswerWithRetryInside);
+//   - rolled back: the row is still the run's lease and the renewal
+//     succeeds; the run goes on holding its lease, and if the handler then
+//     succeeds without another CompleteInTx, the middleware writes
+//     COMPLETED as for any other handler
+//     (TestRolledBackCompletionLeavesTheRunRenewed).
+//
+// TestRenewalWitnessesTheCompletionsEnd checks both answers with the store's
+// sessions at the server's REPEATABLE READ and at READ COMMITTED set in the
+// DSN. A handler that succeeds before a renewal told is trusted: it must
+// return an error unless the transaction of its last CompleteInTx
+// committed. Because a renewal waits while the transaction is open, a
+// transaction held open after CompleteInTx for most of a lease has its
+// context cancelled with idempotency.ErrLeaseLost, and database/sql then
+// rolls it back (TestTransactionHeldOpenPastTheLease). A renewal that gives
+// up waiting (its context ends, a third of the lease at most) closes its
+// connection, but the server runs its UPDATE when the lock is released: if
+// the transaction rolled back, that renewal is applied late, and the key
+// stays held for at most a lease from when it was sent
+// (TestAbandonedRenewalIsAppliedLate). Set
+// innodb_lock_wait_timeout on the store's sessions too: a renewal waiting
+// past it fails with error 1205, a store error, and is retried.
 //
 // # Where MySQL and MariaDB differ from PostgreSQL, and from each other
 //

@@ -123,7 +123,7 @@ func TestCompletionLocks(t *testing.T) {
 			require.NoError(t, s.CompleteTx(ctx, tx, "held", tok, []byte("r"), time.Minute))
 			assert.Equal(t, uint16(1205), mysqlErrno(claimOn(w, "held")), "a claim of the completed key waits for the commit")
 			assert.Equal(t, uint16(1205), mysqlErrno(w.Renew(ctx, "held", tok, time.Minute)),
-				"so does a renewal of it (the run stops renewing once its completion is written)")
+				"so does a renewal of it, which tells the run how the transaction ended (TestRenewalWitnessesTheCompletionsEnd)")
 			for _, other := range []string{"other-1", "other-2", "other-3"} {
 				assert.NoError(t, claimOn(w, other), "a claim of another key does not wait")
 			}

@@ -186,7 +186,16 @@ func (s *Store) prepareCompletion(ctx context.Context) {
 }
 
 // Renew implements idempotency.Store with one UPDATE. It answers
-// idempotency.ErrCompletedByOwner when the key is COMPLETED by token.
+// idempotency.ErrCompletedByOwner when the key is COMPLETED by token: that
+// is how a run learns that the transaction of its in-transaction
+// completion (CompleteInTx) committed. The completion holds the row's
+// exclusive lock until its transaction ends, so a renewal sent after it
+// waits in its UPDATE, which then tests its WHERE on the row as the
+// transaction left it: still the token's lease after a rollback (the
+// renewal succeeds), COMPLETED after a commit (the UPDATE changes nothing).
+// The read that then classifies the refusal is a locking read (LOCK IN
+// SHARE MODE), which reads the row's latest committed version whatever the
+// session's isolation level, as the UPDATE did.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
 	if err := idempotency.CheckOwner(key, token, lease); err != nil {
 		return wrap("renew", key, err)
@@ -233,7 +242,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 // otherwise, from the row as a second statement reads it, ErrCorruptRecord,
 // nil for the token's own resent Complete or Fail (and for any Release:
 // there was nothing of the token's to undo), ErrCompletedByOwner for a
-// renewal of a key the token completed, or ErrLeaseLost.
+// renewal of the token's own COMPLETED record (see Renew), or ErrLeaseLost.
 func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string, args ...any) error {
 	if err := ctx.Err(); err != nil {
 		return wrap(op, key, err)
@@ -249,8 +258,14 @@ func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string
 	if n, err := res.RowsAffected(); err == nil && n > 0 {
 		return nil
 	}
+	fallback := q.fallback()
+	if op == "renew" {
+		// The witness of an in-transaction completion's commit (see Renew):
+		// read the row as the UPDATE did, locked, never from a snapshot.
+		fallback = s.sql.fallbackLocked
+	}
 	var r row
-	err = q.queryRow(ctx, q.fallback(), hash[:]).Scan(r.dest()...)
+	err = q.queryRow(ctx, fallback, hash[:]).Scan(r.dest()...)
 	found := true
 	switch {
 	case errors.Is(err, sql.ErrNoRows):

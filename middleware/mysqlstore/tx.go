@@ -91,8 +91,14 @@ var ErrNoRun = errors.New("mysqlstore: the context belongs to no idempotent run 
 // The effect and COMPLETED then commit together or not at all. If the
 // lease was lost (another consumer took the key over), it returns an error
 // matching idempotency.ErrLeaseLost and the transaction must roll back,
-// effect included. Once it succeeded, the middleware does not write
-// COMPLETED again; the handler must return an error when the commit fails.
+// effect included. Once it succeeded, the run keeps renewing its lease
+// until a renewal finds the transaction committed (the key COMPLETED under
+// the run's token: Renew answers idempotency.ErrCompletedByOwner and the
+// lease ends quietly) or rolled back (the renewal succeeds and the lease
+// goes on), so that a failed COMMIT followed by a retry never runs beside
+// another consumer's copy; see the package doc. The middleware does not
+// write COMPLETED again after a success; the handler must return an error
+// when the commit fails.
 func (s *Store) CompleteInTx(ctx context.Context, tx *sql.Tx, out ...*message.Message) error {
 	run, ok := idempotency.RunFromContext(ctx)
 	if !ok {
