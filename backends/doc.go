@@ -221,7 +221,8 @@
 // channel while a message callback may still send on it.
 //
 // Each topic is a subject captured by a stream: one the operator created, or
-// else one the backend creates on first use, named after the topic, with
+// else one the backend creates on first use (and again on a publish after
+// it was deleted), named after the topic, with
 // JetStream's defaults (file storage, limits retention, no size or age
 // limit, 2-minute duplicate window). Publishes carry no Nats-Msg-Id, so
 // JetStream drops nothing as a duplicate: a message republished with its
