@@ -35,6 +35,7 @@ type Backend struct {
 
 	mu     sync.Mutex
 	others []message.Subscriber // built by SubscriberForGroup, closed by Close
+	closed bool                 // Close ran: SubscriberForGroup refuses
 }
 
 // SubscriberForGroup returns a new Subscriber of the same broker, with the
@@ -59,7 +60,8 @@ type Backend struct {
 // subscribers each receive every message, and the group is ignored.
 //
 // The Subscriber owns its own connection. A router closes it when it stops,
-// as it closes the others; Backend.Close closes it too.
+// as it closes the others; Backend.Close closes it too. After Close,
+// SubscriberForGroup is an error.
 func (b *Backend) SubscriberForGroup(group string) (message.Subscriber, error) {
 	group = strings.TrimSpace(group)
 	if group == "" && b.Broker != GoChannel {
@@ -68,13 +70,24 @@ func (b *Backend) SubscriberForGroup(group string) (message.Subscriber, error) {
 	if b.newSubscriber == nil {
 		return nil, errors.New("backends: SubscriberForGroup on a Backend not built by New")
 	}
+	errClosed := errors.New("backends: SubscriberForGroup on a closed Backend")
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return nil, errClosed
+	}
 	sub, err := b.newSubscriber(group)
 	if err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		// Close ran meanwhile and will not see this one.
+		return nil, errors.Join(errClosed, sub.Close())
+	}
 	b.others = append(b.others, sub)
-	b.mu.Unlock()
 	return sub, nil
 }
 
@@ -85,6 +98,7 @@ func (b *Backend) Close() error {
 	var errs []error
 	b.mu.Lock()
 	others := b.others
+	b.closed = true
 	b.mu.Unlock()
 	for _, sub := range others {
 		if err := sub.Close(); err != nil {
