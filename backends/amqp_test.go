@@ -1,9 +1,12 @@
 package backends_test
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -192,4 +195,46 @@ func TestAMQP_ListedQueueDeletedBesideAnother(t *testing.T) {
 	consumer := newBackend(t, backends.Config{URL: url, Group: billing})
 	msgs := subscribe(t, consumer, topic)
 	assert.Equal(t, "two", receive(t, msgs))
+}
+
+// Publishes from many goroutines at once each get their own outcome: a
+// message RabbitMQ returns as unroutable fails its own publish and no
+// other, and every confirmed message arrives.
+func TestAMQP_ConcurrentPublishesGetTheirOwnOutcome(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	routed, unrouted := uniqueTopic("concurrent-routed"), uniqueTopic("concurrent-unrouted")
+	group := "concurrent-" + runID
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{routed, unrouted}, []string{group}) })
+	b := newBackend(t, backends.Config{URL: url, Group: group})
+	require.NoError(t, b.Subscriber.(message.SubscribeInitializer).SubscribeInitialize(routed))
+
+	const n = 40
+	errs := make([]error, 2*n)
+	var wg sync.WaitGroup
+	for i := range 2 * n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			topic := routed
+			if i%2 == 1 {
+				topic = unrouted
+			}
+			errs[i] = b.Publisher.Publish(topic, newMessage(fmt.Sprint(i)))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i%2 == 1 {
+			assert.ErrorIs(t, err, backends.ErrUnroutable, "publish %d to the topic with no queue", i)
+		} else {
+			assert.NoError(t, err, "publish %d to the topic with a queue", i)
+		}
+	}
+	msgs := subscribe(t, b, routed)
+	got := map[string]bool{}
+	for range n {
+		got[receive(t, msgs)] = true
+	}
+	assert.Len(t, got, n, "every confirmed message, once each")
 }
