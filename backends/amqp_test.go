@@ -238,3 +238,39 @@ func TestAMQP_ConcurrentPublishesGetTheirOwnOutcome(t *testing.T) {
 	}
 	assert.Len(t, got, n, "every confirmed message, once each")
 }
+
+// A publish that RabbitMQ answers by closing the channel (the topic's
+// exchange exists with another type: 406 PRECONDITION_FAILED) is an error,
+// not a hang, and the publisher works again once the exchange is fixed.
+func TestAMQP_ChannelClosedByBrokerIsAnError(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	topic := uniqueTopic("wrong-type")
+	group := "wrongtype-" + runID
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
+	amqpAdmin(t, url, func(ch *amqp091.Channel) {
+		require.NoError(t, ch.ExchangeDeclare(topic, "direct", false, true, false, false, nil))
+	})
+	b := newBackend(t, backends.Config{URL: url, Group: group, AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
+
+	publishWithin := func(payload string) error {
+		done := make(chan error, 1)
+		go func() { done <- b.Publisher.Publish(topic, newMessage(payload)) }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Second):
+			t.Fatal("Publish hung on a channel that RabbitMQ closed")
+			return nil
+		}
+	}
+	err := publishWithin("one")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "PRECONDITION_FAILED")
+
+	amqpAdmin(t, url, func(ch *amqp091.Channel) {
+		require.NoError(t, ch.ExchangeDelete(topic, false, false))
+	})
+	require.NoError(t, publishWithin("two"))
+	assert.Equal(t, "two", receive(t, subscribe(t, b, topic)))
+}

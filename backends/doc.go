@@ -160,8 +160,10 @@
 // A nacked message is resent by the subscriber itself after NackResendSleep
 // (the library resends at once, in a loop) and holds back the stream for
 // this consumer until it is acked. Each nack also refreshes the entry's idle
-// time in Redis (XCLAIM to the same consumer, JUSTID), so a message that
-// keeps failing stays with its consumer: without that, its idle time grew
+// time in Redis (XCLAIM to the same consumer, JUSTID), every third of
+// MaxIdleTime while it waits out NackResendSleep and again before the
+// resend, so a message that keeps failing stays with its consumer, however
+// long NackResendSleep is: without that, its idle time grew
 // with every attempt, another consumer claimed it after MaxIdleTime and
 // looped on it too, and one failing message stalled the whole group. The
 // message the failing consumer has read ahead is claimed by another after
