@@ -32,6 +32,8 @@ type Backend struct {
 
 	// newSubscriber builds a Subscriber of the broker for a group.
 	newSubscriber func(group string) (message.Subscriber, error)
+	// group is Config.Group, which SubscriberForGroup refuses.
+	group string
 
 	mu     sync.Mutex
 	others []message.Subscriber // built by SubscriberForGroup, closed by Close
@@ -56,7 +58,8 @@ type Backend struct {
 // The group is named as Config.Group is (the Kafka and Redis Streams
 // consumer group, the AMQP queue topic_group, the NATS durable group_topic);
 // keep it stable across restarts, as a group's position lives under its
-// name. Empty is an ErrMissingGroup. gochannel has no groups: its
+// name. Empty is an ErrMissingGroup; Config.Group itself is an error (its
+// Subscriber would share the messages of Backend.Subscriber's group). gochannel has no groups: its
 // subscribers each receive every message, and the group is ignored.
 //
 // The Subscriber owns its own connection. A router closes it when it stops,
@@ -69,6 +72,10 @@ func (b *Backend) SubscriberForGroup(group string) (message.Subscriber, error) {
 	}
 	if b.newSubscriber == nil {
 		return nil, errors.New("backends: SubscriberForGroup on a Backend not built by New")
+	}
+	if b.Broker != GoChannel && group == b.group {
+		return nil, fmt.Errorf("backends: SubscriberForGroup(%q) is Config.Group: its handlers would divide the "+
+			"messages with Backend.Subscriber's; name another group", group)
 	}
 	errClosed := errors.New("backends: SubscriberForGroup on a closed Backend")
 	b.mu.Lock()
@@ -164,6 +171,7 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 		return nil, err
 	}
 	b.Broker = ep.broker
+	b.group = cfg.Group
 	return b, nil
 }
 

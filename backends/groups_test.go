@@ -140,6 +140,10 @@ func TestSubscriberForGroup_Validation(t *testing.T) {
 	b := newBackend(t, backends.Config{URL: "redis://" + testserver.RedisAddr(t) + "/0", Group: "g-" + runID})
 	_, err := b.SubscriberForGroup(" ")
 	require.ErrorIs(t, err, backends.ErrMissingGroup)
+	// Config.Group itself would be one group with b.Subscriber, dividing
+	// the messages, where the doc promises a group of its own.
+	_, err = b.SubscriberForGroup(" g-" + runID)
+	require.Error(t, err, "SubscriberForGroup of Config.Group")
 
 	gc := newBackend(t, backends.Config{URL: "gochannel://"})
 	sub, err := gc.SubscriberForGroup("")
