@@ -25,7 +25,9 @@ type nackDelaySubscriber struct {
 	// open (a shared GoChannel that others still use).
 	keepOpen bool
 	// beforeNack, when set, runs before a nack is passed on, after the
-	// delay, and every refreshEvery (when positive) during the delay.
+	// delay, and every refreshEvery (when positive) during the delay; not
+	// when the delay is cut short by the end of the message's context or by
+	// Close.
 	beforeNack   func(topic string, msg *message.Message)
 	refreshEvery time.Duration
 
@@ -96,8 +98,7 @@ func (s *nackDelaySubscriber) relay(topic string, msg *message.Message, out chan
 	case <-fwd.Acked():
 		msg.Ack()
 	case <-fwd.Nacked():
-		s.wait(ctx, topic, msg)
-		if s.beforeNack != nil {
+		if s.wait(ctx, topic, msg) && s.beforeNack != nil {
 			s.beforeNack(topic, msg)
 		}
 		msg.Nack()
@@ -107,8 +108,9 @@ func (s *nackDelaySubscriber) relay(topic string, msg *message.Message, out chan
 }
 
 // wait waits out the nack delay of msg, running beforeNack every
-// refreshEvery meanwhile.
-func (s *nackDelaySubscriber) wait(ctx context.Context, topic string, msg *message.Message) {
+// refreshEvery meanwhile; false when ctx ended or the subscriber closed
+// first.
+func (s *nackDelaySubscriber) wait(ctx context.Context, topic string, msg *message.Message) bool {
 	t := time.NewTimer(s.delay)
 	defer t.Stop()
 	var refresh <-chan time.Time
@@ -120,11 +122,11 @@ func (s *nackDelaySubscriber) wait(ctx context.Context, topic string, msg *messa
 	for {
 		select {
 		case <-t.C:
-			return
+			return true
 		case <-ctx.Done():
-			return
+			return false
 		case <-s.closing:
-			return
+			return false
 		case <-refresh:
 			s.beforeNack(topic, msg)
 		}
