@@ -1,9 +1,13 @@
 package backends_test
 
 import (
+	"fmt"
+	neturl "net/url"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -192,4 +196,111 @@ func TestAMQP_ListedQueueDeletedBesideAnother(t *testing.T) {
 	consumer := newBackend(t, backends.Config{URL: url, Group: billing})
 	msgs := subscribe(t, consumer, topic)
 	assert.Equal(t, "two", receive(t, msgs))
+}
+
+// Publishes from many goroutines at once each get their own outcome: a
+// message RabbitMQ returns as unroutable fails its own publish and no
+// other, and every confirmed message arrives.
+func TestAMQP_ConcurrentPublishesGetTheirOwnOutcome(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	routed, unrouted := uniqueTopic("concurrent-routed"), uniqueTopic("concurrent-unrouted")
+	group := "concurrent-" + runID
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{routed, unrouted}, []string{group}) })
+	b := newBackend(t, backends.Config{URL: url, Group: group})
+	require.NoError(t, b.Subscriber.(message.SubscribeInitializer).SubscribeInitialize(routed))
+
+	const n = 40
+	errs := make([]error, 2*n)
+	var wg sync.WaitGroup
+	for i := range 2 * n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			topic := routed
+			if i%2 == 1 {
+				topic = unrouted
+			}
+			errs[i] = b.Publisher.Publish(topic, newMessage(fmt.Sprint(i)))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i%2 == 1 {
+			assert.ErrorIs(t, err, backends.ErrUnroutable, "publish %d to the topic with no queue", i)
+		} else {
+			assert.NoError(t, err, "publish %d to the topic with a queue", i)
+		}
+	}
+	msgs := subscribe(t, b, routed)
+	got := map[string]bool{}
+	for range n {
+		got[receive(t, msgs)] = true
+	}
+	assert.Len(t, got, n, "every confirmed message, once each")
+}
+
+// A publish that RabbitMQ answers by closing the channel (the topic's
+// exchange exists with another type: 406 PRECONDITION_FAILED) is an error,
+// not a hang, and the publisher works again once the exchange is fixed.
+func TestAMQP_ChannelClosedByBrokerIsAnError(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	topic := uniqueTopic("wrong-type")
+	group := "wrongtype-" + runID
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
+	amqpAdmin(t, url, func(ch *amqp091.Channel) {
+		require.NoError(t, ch.ExchangeDeclare(topic, "direct", false, true, false, false, nil))
+	})
+	b := newBackend(t, backends.Config{URL: url, Group: group, AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
+
+	publishWithin := func(payload string) error {
+		done := make(chan error, 1)
+		go func() { done <- b.Publisher.Publish(topic, newMessage(payload)) }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Second):
+			t.Fatal("Publish hung on a channel that RabbitMQ closed")
+			return nil
+		}
+	}
+	err := publishWithin("one")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "PRECONDITION_FAILED")
+
+	amqpAdmin(t, url, func(ch *amqp091.Channel) {
+		require.NoError(t, ch.ExchangeDelete(topic, false, false))
+	})
+	require.NoError(t, publishWithin("two"))
+	assert.Equal(t, "two", receive(t, subscribe(t, b, topic)))
+}
+
+// A RabbitMQ connection that stops carrying anything (a stalled network
+// path: open, silent) fails a Publish with an error instead of leaving it
+// waiting for a confirm that never comes.
+func TestAMQP_StalledConnectionFailsThePublish(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	u, err := neturl.Parse(url)
+	require.NoError(t, err)
+	proxy := testserver.StartFaultProxy(t, u.Host)
+	u.Host = proxy.Addr
+	topic := uniqueTopic("stalled")
+	group := "stalled-" + runID
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
+	b := newBackend(t, backends.Config{URL: u.String(), Group: group,
+		AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
+	publish(t, b.Publisher, topic, "before")
+
+	require.Positive(t, proxy.StallAll())
+	t.Cleanup(proxy.ResumeAll)
+	done := make(chan error, 1)
+	go func() { done <- b.Publisher.Publish(topic, newMessage("stalled")) }()
+	select {
+	case err := <-done:
+		require.Error(t, err, "a publish that RabbitMQ never confirmed")
+	case <-time.After(90 * time.Second):
+		t.Fatal("Publish still waits for a confirm over a dead connection after 90 s")
+	}
 }

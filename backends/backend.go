@@ -32,9 +32,12 @@ type Backend struct {
 
 	// newSubscriber builds a Subscriber of the broker for a group.
 	newSubscriber func(group string) (message.Subscriber, error)
+	// group is Config.Group, which SubscriberForGroup refuses.
+	group string
 
 	mu     sync.Mutex
 	others []message.Subscriber // built by SubscriberForGroup, closed by Close
+	closed bool                 // Close ran: SubscriberForGroup refuses
 }
 
 // SubscriberForGroup returns a new Subscriber of the same broker, with the
@@ -55,11 +58,13 @@ type Backend struct {
 // The group is named as Config.Group is (the Kafka and Redis Streams
 // consumer group, the AMQP queue topic_group, the NATS durable group_topic);
 // keep it stable across restarts, as a group's position lives under its
-// name. Empty is an ErrMissingGroup. gochannel has no groups: its
+// name. Empty is an ErrMissingGroup; Config.Group itself is an error (its
+// Subscriber would share the messages of Backend.Subscriber's group). gochannel has no groups: its
 // subscribers each receive every message, and the group is ignored.
 //
 // The Subscriber owns its own connection. A router closes it when it stops,
-// as it closes the others; Backend.Close closes it too.
+// as it closes the others; Backend.Close closes it too. After Close,
+// SubscriberForGroup is an error.
 func (b *Backend) SubscriberForGroup(group string) (message.Subscriber, error) {
 	group = strings.TrimSpace(group)
 	if group == "" && b.Broker != GoChannel {
@@ -68,13 +73,28 @@ func (b *Backend) SubscriberForGroup(group string) (message.Subscriber, error) {
 	if b.newSubscriber == nil {
 		return nil, errors.New("backends: SubscriberForGroup on a Backend not built by New")
 	}
+	if b.Broker != GoChannel && group == b.group {
+		return nil, fmt.Errorf("backends: SubscriberForGroup(%q) is Config.Group: its handlers would divide the "+
+			"messages with Backend.Subscriber's; name another group", group)
+	}
+	errClosed := errors.New("backends: SubscriberForGroup on a closed Backend")
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return nil, errClosed
+	}
 	sub, err := b.newSubscriber(group)
 	if err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		// Close ran meanwhile and will not see this one.
+		return nil, errors.Join(errClosed, sub.Close())
+	}
 	b.others = append(b.others, sub)
-	b.mu.Unlock()
 	return sub, nil
 }
 
@@ -85,6 +105,7 @@ func (b *Backend) Close() error {
 	var errs []error
 	b.mu.Lock()
 	others := b.others
+	b.closed = true
 	b.mu.Unlock()
 	for _, sub := range others {
 		if err := sub.Close(); err != nil {
@@ -150,6 +171,7 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 		return nil, err
 	}
 	b.Broker = ep.broker
+	b.group = cfg.Group
 	return b, nil
 }
 

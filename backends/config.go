@@ -108,8 +108,9 @@ type RedisConfig struct {
 	// then finds its key IN_PROGRESS and the middleware nacks it until the
 	// first handler completes, and one claimed from a dead consumer finds
 	// the lease already expired and runs at once. A nacked message is not
-	// idle: each nack refreshes it, so a message that keeps failing stays
-	// with its consumer. Zero means 60 s; negative is an error.
+	// idle: each nack refreshes it, and so does every third of MaxIdleTime
+	// while it waits out NackResendSleep, so a message that keeps failing
+	// stays with its consumer. Zero means 60 s; negative is an error.
 	MaxIdleTime time.Duration
 
 	// ClaimInterval is how often a subscriber looks for messages idle longer

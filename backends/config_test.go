@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
 func TestParseURL(t *testing.T) {
@@ -317,4 +319,31 @@ func TestErrorsAreDistinct(t *testing.T) {
 			assert.Equal(t, i == j, errors.Is(a, b), "%v vs %v", a, b)
 		}
 	}
+}
+
+// A NATS password or token holding an unescaped '?', '#' or '/', or a bad
+// percent escape, is refused by ParseURL, before New dials: nats.go parsed
+// the URL again, read part of the password as the port or the host, and
+// New's error quoted it (`invalid port ":s3cr3t" after host`, `address
+// s3cr3t: missing port`).
+func TestNew_NATSUserinfoThatNATSCannotParse(t *testing.T) {
+	t.Parallel()
+	hostPort := strings.TrimPrefix(testserver.NATSURL(t), "nats://")
+	for _, userinfo := range []string{
+		"user:s3cr3t?tail", "user:s3cr3t#tail", "user:s3cr3t/tail", "s3cr3t/tail", "s3cr3t%zz", "user:s3cr3t%",
+	} {
+		raw := "nats://" + userinfo + "@" + hostPort
+		_, err := backends.ParseURL(raw)
+		require.ErrorIs(t, err, backends.ErrInvalidURL, userinfo)
+		assert.NotContains(t, err.Error(), "s3cr3t", userinfo)
+		b, err := backends.New(backends.Config{URL: raw, Group: "g", DialTimeout: 5 * time.Second}, nil)
+		if b != nil {
+			_ = b.Close()
+		}
+		require.Error(t, err, userinfo)
+		assert.NotContains(t, err.Error(), "s3cr3t", userinfo)
+	}
+	// Percent-encoded, the same characters are fine.
+	_, err := backends.ParseURL("nats://user:s3cr3t%3Ftail%23%2F@" + hostPort)
+	require.NoError(t, err)
 }

@@ -160,8 +160,10 @@
 // A nacked message is resent by the subscriber itself after NackResendSleep
 // (the library resends at once, in a loop) and holds back the stream for
 // this consumer until it is acked. Each nack also refreshes the entry's idle
-// time in Redis (XCLAIM to the same consumer, JUSTID), so a message that
-// keeps failing stays with its consumer: without that, its idle time grew
+// time in Redis (XCLAIM to the same consumer, JUSTID), every third of
+// MaxIdleTime while it waits out NackResendSleep and again before the
+// resend, so a message that keeps failing stays with its consumer, however
+// long NackResendSleep is: without that, its idle time grew
 // with every attempt, another consumer claimed it after MaxIdleTime and
 // looped on it too, and one failing message stalled the whole group. The
 // message the failing consumer has read ahead is claimed by another after
@@ -221,7 +223,8 @@
 // channel while a message callback may still send on it.
 //
 // Each topic is a subject captured by a stream: one the operator created, or
-// else one the backend creates on first use, named after the topic, with
+// else one the backend creates on first use (and again on a publish after
+// it was deleted), named after the topic, with
 // JetStream's defaults (file storage, limits retention, no size or age
 // limit, 2-minute duplicate window). Publishes carry no Nats-Msg-Id, so
 // JetStream drops nothing as a duplicate: a message republished with its

@@ -140,6 +140,10 @@ func TestSubscriberForGroup_Validation(t *testing.T) {
 	b := newBackend(t, backends.Config{URL: "redis://" + testserver.RedisAddr(t) + "/0", Group: "g-" + runID})
 	_, err := b.SubscriberForGroup(" ")
 	require.ErrorIs(t, err, backends.ErrMissingGroup)
+	// Config.Group itself would be one group with b.Subscriber, dividing
+	// the messages, where the doc promises a group of its own.
+	_, err = b.SubscriberForGroup(" g-" + runID)
+	require.Error(t, err, "SubscriberForGroup of Config.Group")
 
 	gc := newBackend(t, backends.Config{URL: "gochannel://"})
 	sub, err := gc.SubscriberForGroup("")
@@ -152,4 +156,42 @@ func TestSubscriberForGroup_Validation(t *testing.T) {
 	// The shared instance stays open for the Backend's own Subscriber.
 	publish(t, gc.Publisher, "orders", "still open")
 	assert.Equal(t, "still open", receive(t, subscribe(t, gc, "orders")))
+}
+
+// Backend.Close closes the Subscribers of SubscriberForGroup (their
+// subscriptions end), and a SubscriberForGroup after Close is an error: it
+// used to connect a new Subscriber that nothing would ever close.
+func TestSubscriberForGroup_Close(t *testing.T) {
+	t.Parallel()
+	for _, br := range groupedBrokers {
+		if br.name == "kafka" {
+			continue // the same code path; kfake's group joins are slow
+		}
+		t.Run(br.name, func(t *testing.T) {
+			t.Parallel()
+			topic := uniqueTopic("group-close")
+			group := "close-" + runID
+			t.Cleanup(func() { br.cleanup(t, topic, group, group+".other") })
+			b, err := backends.New(br.config(t, group), testLogger())
+			require.NoError(t, err)
+			other, err := b.SubscriberForGroup(group + ".other")
+			require.NoError(t, err)
+			msgs, err := other.Subscribe(context.Background(), topic)
+			require.NoError(t, err)
+
+			require.NoError(t, b.Close())
+			select {
+			case m, open := <-msgs:
+				assert.False(t, open, "a message %v after Close", m)
+			case <-time.After(15 * time.Second):
+				t.Fatal("Backend.Close left the group subscriber's subscription open")
+			}
+			late, err := b.SubscriberForGroup(group + ".late")
+			if late != nil {
+				_ = late.Close()
+			}
+			require.Error(t, err, "SubscriberForGroup after Close")
+			require.NoError(t, b.Close(), "Close again")
+		})
+	}
 }

@@ -25,8 +25,11 @@ type nackDelaySubscriber struct {
 	// open (a shared GoChannel that others still use).
 	keepOpen bool
 	// beforeNack, when set, runs before a nack is passed on, after the
-	// delay.
-	beforeNack func(topic string, msg *message.Message)
+	// delay, and every refreshEvery (when positive) during the delay; not
+	// when the delay is cut short by the end of the message's context or by
+	// Close.
+	beforeNack   func(topic string, msg *message.Message)
+	refreshEvery time.Duration
 
 	closer
 	wg      sync.WaitGroup
@@ -95,19 +98,38 @@ func (s *nackDelaySubscriber) relay(topic string, msg *message.Message, out chan
 	case <-fwd.Acked():
 		msg.Ack()
 	case <-fwd.Nacked():
-		t := time.NewTimer(s.delay)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-		case <-s.closing:
-		}
-		if s.beforeNack != nil {
+		if s.wait(ctx, topic, msg) && s.beforeNack != nil {
 			s.beforeNack(topic, msg)
 		}
 		msg.Nack()
 	case <-s.closing:
 		settleOnStop(fwd, func() { msg.Ack() }, func() { msg.Nack() }, func() { msg.Nack() })
+	}
+}
+
+// wait waits out the nack delay of msg, running beforeNack every
+// refreshEvery meanwhile; false when ctx ended or the subscriber closed
+// first.
+func (s *nackDelaySubscriber) wait(ctx context.Context, topic string, msg *message.Message) bool {
+	t := time.NewTimer(s.delay)
+	defer t.Stop()
+	var refresh <-chan time.Time
+	if s.beforeNack != nil && s.refreshEvery > 0 {
+		tick := time.NewTicker(s.refreshEvery)
+		defer tick.Stop()
+		refresh = tick.C
+	}
+	for {
+		select {
+		case <-t.C:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-s.closing:
+			return false
+		case <-refresh:
+			s.beforeNack(topic, msg)
+		}
 	}
 }
 

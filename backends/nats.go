@@ -158,7 +158,7 @@ type natsPublisher struct {
 var _ message.Publisher = (*natsPublisher)(nil)
 
 // Publish publishes msgs to topic one after another, creating the topic's
-// stream first if none captures it, and returns at the first that JetStream
+// stream first if none captures it (again if it was deleted since), and returns at the first that JetStream
 // did not store: an error, or an ErrDuplicatePublish for one it dropped as
 // a duplicate of an earlier Nats-Msg-Id.
 func (p *natsPublisher) Publish(topic string, msgs ...*message.Message) error {
@@ -176,6 +176,16 @@ func (p *natsPublisher) Publish(topic string, msgs ...*message.Message) error {
 			opts = append(opts, nats.Context(msg.Context()))
 		}
 		ack, err := p.js.PublishMsg(m, opts...)
+		if errors.Is(err, nats.ErrNoStreamResponse) {
+			// No stream captures the topic any more (deleted since this
+			// process created or found it): nothing was stored, so create
+			// it again and publish once more.
+			p.streams.forget(topic)
+			if _, serr := ensureStream(p.streams, p.js, topic); serr != nil {
+				return errors.Join(fmt.Errorf("backends: nats publish message %s to %q: %w", msg.UUID, topic, err), serr)
+			}
+			ack, err = p.js.PublishMsg(m, opts...)
+		}
 		if err != nil {
 			return fmt.Errorf("backends: nats publish message %s to %q: %w", msg.UUID, topic, err)
 		}

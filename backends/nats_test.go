@@ -113,3 +113,22 @@ func TestNATS_BufferedMessageKeepsItsAckWait(t *testing.T) {
 	second.Ack()
 	nothingFor(t, msgs, ackWait/2)
 }
+
+// A topic's stream deleted after the publisher first used it (an operator,
+// a retention policy, a restored server) is created again by the next
+// publish: the publisher remembered the stream for the process, and every
+// publish to the topic then failed with no responders until a restart.
+func TestNATS_DeletedStreamIsCreatedAgain(t *testing.T) {
+	t.Parallel()
+	url := testserver.NATSURL(t)
+	topic := uniqueTopic("deleted-stream")
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
+	b := newBackend(t, backends.Config{URL: url, Group: "billing-" + runID})
+	publish(t, b.Publisher, topic, "one")
+
+	testserver.DeleteNATSStreams(t, url, topic)
+	require.NoError(t, b.Publisher.Publish(topic, newMessage("two")), "a publish after the stream was deleted")
+
+	msgs := subscribe(t, b, topic)
+	assert.Equal(t, "two", receive(t, msgs))
+}

@@ -23,9 +23,10 @@ import (
 //   - NackResendSleep as configured, where the library resends a nacked
 //     message at once, in a loop;
 //   - a nack refreshes the entry's idle time in Redis (redisNackRefresh),
-//     so a message that keeps failing stays with the consumer that holds
-//     it instead of being claimed after MaxIdleTime by another consumer,
-//     which would loop on it too;
+//     every third of MaxIdleTime while the nack waits out NackResendSleep
+//     and once more before the resend, so a message that keeps failing
+//     stays with the consumer that holds it instead of being claimed after
+//     MaxIdleTime by another consumer, which would loop on it too;
 //   - MaxIdleTime and ClaimInterval as configured (see RedisConfig);
 //   - the first read blocks for the block time rather than forever, so Close
 //     never waits on a read that cannot be cancelled;
@@ -74,7 +75,7 @@ func newRedisStreams(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*
 			Client:                        subClient,
 			Consumer:                      cfg.Consumer,
 			ConsumerGroup:                 group,
-			NackResendSleep:               cfg.NackResendSleep,
+			NackResendSleep:               redisstream.NoSleep, // the wrapper waits, refreshing
 			MaxIdleTime:                   cfg.Redis.MaxIdleTime,
 			ClaimInterval:                 cfg.Redis.ClaimInterval,
 			Unmarshaller:                  redisUnmarshaller{},
@@ -85,10 +86,14 @@ func newRedisStreams(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*
 			_ = subClient.Close()
 			return nil, fmt.Errorf("backends: redis streams subscriber: %w", err)
 		}
-		// The library delays the resend itself (NackResendSleep); the
-		// wrapper only refreshes the nacked entry's idle time first.
-		wrapped := newNackDelaySubscriber(sub, 0)
+		// The wrapper, not the library, waits NackResendSleep before the
+		// resend, and refreshes the nacked entry's idle time meanwhile
+		// (every third of MaxIdleTime) and at its end: a NackResendSleep
+		// longer than MaxIdleTime left the entry idle long enough for
+		// another consumer to claim it.
+		wrapped := newNackDelaySubscriber(sub, cfg.NackResendSleep)
 		wrapped.beforeNack = (&redisNackRefresh{client: subClient, group: group, consumer: cfg.Consumer, logger: logger}).refresh
+		wrapped.refreshEvery = max(cfg.Redis.MaxIdleTime/3, 10*time.Millisecond)
 		return wrapped, nil
 	}
 	sub, err := newSubscriber(cfg.Group)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
@@ -77,4 +78,51 @@ func TestRedisStreams_FailingMessageStaysWithItsConsumer(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Len(t, poisonedAt, 1, "the failing message stays with one consumer: %v", poisonedAt)
+}
+
+// A failing message stays with its consumer when NackResendSleep is longer
+// than MaxIdleTime too: the nacked entry is refreshed while it waits out the
+// sleep. Before, it was refreshed once per nack, then sat idle for the whole
+// NackResendSleep, and another consumer claimed it and looped on it as well.
+func TestRedisStreams_FailingMessageStaysWithItsConsumerThroughALongNackSleep(t *testing.T) {
+	t.Parallel()
+	const maxIdle = 300 * time.Millisecond
+	addr := testserver.RedisAddr(t)
+	topic := uniqueTopic("poison-long-sleep")
+	group := "billing-" + runID
+	t.Cleanup(func() { _ = testserver.RedisClient(t).Del(context.Background(), topic).Err() })
+
+	var mu sync.Mutex
+	nacks := map[string]int{}
+	for _, consumer := range []string{"pod-1", "pod-2"} {
+		b := newBackend(t, backends.Config{URL: "redis://" + addr + "/0", Group: group, Consumer: consumer,
+			NackResendSleep: 4 * maxIdle,
+			Redis:           backends.RedisConfig{MaxIdleTime: maxIdle, ClaimInterval: 50 * time.Millisecond}})
+		msgs := subscribe(t, b, topic)
+		go func() {
+			for m := range msgs {
+				mu.Lock()
+				nacks[consumer]++
+				mu.Unlock()
+				m.Nack()
+			}
+		}()
+	}
+	pub := newBackend(t, backends.Config{URL: "redis://" + addr + "/0", Group: group, Consumer: "publisher"})
+	publish(t, pub.Publisher, topic, "poison")
+	// Four deliveries: three nack sleeps, each four times MaxIdleTime.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		total := nacks["pod-1"] + nacks["pod-2"]
+		mu.Unlock()
+		if total >= 4 {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "the failing message was not redelivered: %v", nacks)
+		time.Sleep(20 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Len(t, nacks, 1, "the failing message stays with one consumer: %v", nacks)
 }

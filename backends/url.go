@@ -103,8 +103,9 @@ func checkAuthority(raw, rest string) error {
 // by hand: net/url rejects a host list whose last host has no port.
 func parseHostList(b Broker, raw, defPort string) (endpoint, error) {
 	scheme, rest, _ := strings.Cut(raw, "://")
-	// The user information ends at the last '@' (a token or password may
-	// hold '/', '#' or '?'); whatever precedes it is never shown.
+	// The user information ends at the last '@' (a token or password
+	// written with an unescaped '/', '#' or '?' is refused below, but never
+	// shown); whatever precedes it is never shown.
 	var userinfo string
 	if i := strings.LastIndex(rest, "@"); i >= 0 {
 		userinfo, rest = rest[:i], rest[i+1:]
@@ -147,7 +148,16 @@ func parseHostList(b Broker, raw, defPort string) (endpoint, error) {
 		if userinfo != "" {
 			u += userinfo + "@"
 		}
-		urls = append(urls, u+addr)
+		u += addr
+		// nats.Connect parses each URL with net/url: user information it
+		// reads otherwise (an unescaped '/', '?' or '#' ends it early, a
+		// bad escape fails) would make it take part of a password for the
+		// host or the port, and quote it in its error.
+		if parsed, err := url.Parse(u); err != nil || parsed.Host != addr || parsed.User.String() == "" && userinfo != "" {
+			return endpoint{}, invalidURL(raw, "the user name or password does not parse: percent-encode '/', '?', "+
+				"'#', '@' and '%' in it (%2F, %3F, %23, %40, %25)")
+		}
+		urls = append(urls, u)
 	}
 	// nats.Connect takes a comma-separated list of full URLs.
 	return endpoint{broker: b, url: strings.Join(urls, ","), addrs: addrs}, nil
