@@ -194,8 +194,13 @@
 //     gives up waiting leaves its command to go-redis, which does not
 //     withdraw it: the script may still run, as a command already written to
 //     a plain client's connection may, and a claim cut short is what Release
-//     is for (TestAutoPipeliningMixedDeadlines,
-//     TestAutoPipeliningCallGivenUpReturns, TestAutoPipeliningDeadlines).
+//     is for. Batches are unordered, so a Release of a claim given up while
+//     go-redis still has it first waits (under the Release's own context)
+//     until that claim is answered; it would otherwise reach Redis first, on
+//     another connection, undo nothing, and leave the key IN_PROGRESS under
+//     a token nobody holds until its lease lapsed
+//     (TestAutoPipeliningMixedDeadlines, TestAutoPipeliningCallGivenUpReturns,
+//     TestAutoPipeliningDeadlines, TestAutoPipeliningReleaseAfterGivenUpClaim).
 //   - Its replica wait. Under Options.Replicas a claim, renewal or completion
 //     is not auto-pipelined: go-redis sends WAIT, a blocking command, on a
 //     connection of its own, where it would count none of the script's

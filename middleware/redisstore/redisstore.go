@@ -33,6 +33,9 @@ type Store struct {
 	ap     *redis.AutoPipeliner // nil: every call on its own
 	// scripts loads a script after NOSCRIPT, once for all the calls that met it.
 	scripts scriptLoads
+	// pending holds the claims given up while go-redis still had them;
+	// Release waits for them.
+	pending pendingClaims
 }
 
 var _ idempotency.Store = (*Store)(nil)
@@ -158,6 +161,11 @@ func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) 
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := idempotency.CheckRelease(key, token); err != nil {
 		return wrap("release", key, err)
+	}
+	// A claim of token given up while go-redis still had it would be sent
+	// after this release: let it be answered first.
+	if err := s.pending.wait(ctx, claimID(key, token)); err != nil {
+		return scriptError(ctx, "release", key, err)
 	}
 	v, err := s.runScript(ctx, "release", key, releaseScript, token).Result()
 	if err != nil {

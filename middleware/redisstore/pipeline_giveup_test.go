@@ -1,0 +1,72 @@
+package redisstore_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+)
+
+// TestAutoPipeliningReleaseAfterGivenUpClaim: a claim is stuck on a
+// connection that stalls, and its caller gives up (as the owner protocol
+// does at its store timeout) and releases the claim at once, as
+// Store.Release's doc asks. The release must not overtake the claim it
+// undoes: once the stalled connection carries the claim after all, the key
+// is left absent, not IN_PROGRESS under a token nobody holds (which would
+// stall the key until its lease lapsed and count an attempt that never
+// ran).
+func TestAutoPipeliningReleaseAfterGivenUpClaim(t *testing.T) {
+	direct := testserver.RedisClient(t)
+	prefix := keyPrefix(t, direct)
+	ds, err := redisstore.New(direct)
+	require.NoError(t, err)
+	require.NoError(t, fresh(context.Background(), ds, prefix+"warm")) // scripts loaded
+	proxy := testserver.StartFaultProxy(t, testserver.RedisAddr(t))
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true, PoolSize: 32, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := redisstore.New(client)
+	require.NoError(t, err)
+
+	key, token := prefix+"given-up", idempotency.NewToken()
+	ctx, cancel := context.WithCancel(context.Background())
+	claimed := make(chan error, 1)
+	proxy.SetLatency(300 * time.Millisecond)
+	go func() {
+		_, err := s.Claim(ctx, key, idempotency.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute})
+		claimed <- err
+	}()
+	require.Eventually(t, func() bool { return proxy.Conns() == 1 }, 5*time.Second, time.Millisecond)
+	require.Equal(t, 1, proxy.StallAll())
+	proxy.SetLatency(0)
+	cancel()
+	require.ErrorIs(t, <-claimed, context.Canceled)
+
+	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer rcancel()
+	var released sync.WaitGroup
+	var rerr error
+	released.Go(func() { rerr = s.Release(rctx, key, token) })
+	time.Sleep(100 * time.Millisecond) // a release on another connection is done by now
+	proxy.ResumeAll()
+	released.Wait()
+
+	require.NoError(t, rerr)
+	// The stalled claim reaches Redis within moments of the resume; the key
+	// must stay absent.
+	require.Never(t, func() bool {
+		rec, err := ds.Get(context.Background(), key)
+		require.NoError(t, err)
+		if rec.State != idempotency.StateAbsent {
+			t.Logf("the given-up claim was applied after its release: %+v", rec)
+			return true
+		}
+		return false
+	}, time.Second, 10*time.Millisecond)
+}
