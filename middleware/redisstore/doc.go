@@ -172,7 +172,11 @@
 // AsyncAutoPipeline on the same client later gets this one). If the
 // application created it before, with a single batch on the wire (go-redis's
 // default, ordered), the store sends every call on its own instead, as with
-// DisableAutoPipelining: see stalls below.
+// DisableAutoPipelining: see stalls below. So does a client without a
+// ReadTimeout or WriteTimeout (-1 in its options): a batch is bounded by
+// those alone, not by its calls' deadlines, so a batch on a connection that
+// stalls would hold its slot for ever, and eight of them would stop the
+// store for good (TestAutoPipeliningNoReadTimeout).
 //
 // A cluster client and a ring are not auto-pipelined; each call goes out on
 // its own. go-redis has no auto-pipeliner for a ring. Its cluster

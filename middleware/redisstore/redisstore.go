@@ -76,7 +76,7 @@ func NewWithOptions(client redis.UniversalClient, opts Options) (*Store, error) 
 		return nil, err
 	}
 	s := &Store{client: client, ack: ack}
-	if c, primary := client.(*redis.Client); primary && !opts.DisableAutoPipelining {
+	if c, primary := client.(*redis.Client); primary && !opts.DisableAutoPipelining && boundsSocketIO(c) {
 		if s.ap, err = newAutoPipeliner(c); err != nil {
 			return nil, fmt.Errorf("redisstore: auto-pipelining: %w", err)
 		}
@@ -100,6 +100,18 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 		return honours(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	}
 	return true
+}
+
+// boundsSocketIO reports whether c has a ReadTimeout and a WriteTimeout
+// (-1 in its options means none). go-redis runs an auto-pipelined batch on
+// its own context, bounded by those alone: without them a batch on a
+// connection that stalls holds its slot for ever, and once every slot is
+// held, no call of the store gets through again
+// (TestAutoPipeliningNoReadTimeout). Such a client's calls go out on their
+// own, each bounded by its context.
+func boundsSocketIO(c *redis.Client) bool {
+	o := c.Options() // -1 is stored as 0, -2 as -1
+	return o.ReadTimeout > 0 && o.WriteTimeout > 0
 }
 
 func isNil(c redis.UniversalClient) bool {
