@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -69,4 +70,101 @@ func TestAutoPipeliningReleaseAfterGivenUpClaim(t *testing.T) {
 		}
 		return false
 	}, time.Second, 10*time.Millisecond)
+}
+
+// TestAutoPipeliningCompleteGivenUpAppliedLater: a Complete stuck on a
+// stalled connection is given up, and the owner's retry (same token, same
+// result) succeeds on another connection. When the stalled one is carried
+// at last, the record stays COMPLETED with that result, attempts 1.
+func TestAutoPipeliningCompleteGivenUpAppliedLater(t *testing.T) {
+	direct := testserver.RedisClient(t)
+	prefix := keyPrefix(t, direct)
+	ds, err := redisstore.New(direct)
+	require.NoError(t, err)
+	require.NoError(t, fresh(context.Background(), ds, prefix+"warm"))
+	proxy := testserver.StartFaultProxy(t, testserver.RedisAddr(t))
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true, PoolSize: 32, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := redisstore.New(client)
+	require.NoError(t, err)
+	key, token := prefix+"k", idempotency.NewToken()
+	res, err := ds.Claim(context.Background(), key, idempotency.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute})
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	proxy.SetLatency(300 * time.Millisecond)
+	go func() { first <- s.Complete(ctx, key, token, []byte("out"), time.Minute) }()
+	require.Eventually(t, func() bool { return proxy.Conns() == 1 }, 5*time.Second, time.Millisecond)
+	require.Equal(t, 1, proxy.StallAll())
+	proxy.SetLatency(0)
+	cancel()
+	require.ErrorIs(t, <-first, context.Canceled)
+	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer rcancel()
+	require.NoError(t, s.Complete(rctx, key, token, []byte("out"), time.Minute), "the owner's retry")
+	proxy.ResumeAll()
+	require.Never(t, func() bool {
+		rec, err := ds.Get(context.Background(), key)
+		require.NoError(t, err)
+		if rec.State != idempotency.StateCompleted || string(rec.Result) != "out" || rec.Attempts != 1 {
+			t.Logf("record after the late Complete: %+v", rec)
+			return true
+		}
+		return false
+	}, 500*time.Millisecond, 10*time.Millisecond)
+}
+
+// TestAutoPipeliningResetMidBatch: connections are reset in the middle of
+// replies while 32 goroutines claim and complete fresh keys with go-redis's
+// default MaxRetries, so batches are resent. Every message is reported
+// done exactly when its key is COMPLETED, with one attempt.
+func TestAutoPipeliningResetMidBatch(t *testing.T) {
+	direct := testserver.RedisClient(t)
+	prefix := keyPrefix(t, direct)
+	ds, err := redisstore.New(direct)
+	require.NoError(t, err)
+	require.NoError(t, fresh(context.Background(), ds, prefix+"warm"))
+	proxy := testserver.StartFaultProxy(t, testserver.RedisAddr(t))
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true, PoolSize: 16})
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := redisstore.New(client)
+	require.NoError(t, err)
+	proxy.SetLatency(2 * time.Millisecond)
+	const workers, each = 32, 10
+	var wg sync.WaitGroup
+	errs := make([][]error, workers)
+	for w := range workers {
+		errs[w] = make([]error, each)
+		wg.Go(func() {
+			for i := range each {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				errs[w][i] = fresh(ctx, s, fmt.Sprintf("%s%d:%d", prefix, w, i))
+				cancel()
+			}
+		})
+	}
+	for range 6 {
+		time.Sleep(15 * time.Millisecond)
+		proxy.ResetMidReply()
+	}
+	wg.Wait()
+	t.Logf("%d replies cut", proxy.Resets())
+	require.Positive(t, proxy.Resets())
+	failed := 0
+	for w := range workers {
+		for i := range each {
+			rec, err := ds.Get(context.Background(), fmt.Sprintf("%s%d:%d", prefix, w, i))
+			require.NoError(t, err)
+			if errs[w][i] != nil {
+				failed++
+				t.Logf("%d:%d failed: %v (record %s)", w, i, errs[w][i], rec.State)
+				continue
+			}
+			require.Equal(t, idempotency.StateCompleted, rec.State, "%d:%d reported done", w, i)
+			require.Equal(t, 1, rec.Attempts)
+		}
+	}
+	require.Zero(t, failed, "calls failed though go-redis resends after a reset")
 }
