@@ -249,3 +249,56 @@ func TestAutoPipeliningNoReadTimeout(t *testing.T) {
 	}
 	require.Zero(t, failed, "%d of %d claims failed after 8 stalled connections, with no ReadTimeout; first: %v", failed, calls, first)
 }
+
+// TestReplicaStopsMidRun: with Options.Replicas 1, the only replica stops
+// while 16 goroutines claim, complete, fail and read keys. Every call
+// succeeds (a transition the replica missed is a shortfall, counted), none
+// waits past its deadline, and Fail and Get keep working.
+func TestReplicaStopsMidRun(t *testing.T) {
+	master, replica := startReplicated(t)
+	client := redis.NewClient(&redis.Options{Addr: master.Addr, ContextTimeoutEnabled: true, PoolSize: 32})
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := redisstore.NewWithOptions(client, redisstore.Options{Replicas: 1, ReplicaTimeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	const workers, each = 16, 12
+	errs := make(chan error, workers*each)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				key := fmt.Sprintf("rs%d:%d", w, i)
+				err := fresh(ctx, s, key)
+				if err == nil && i%3 == 0 {
+					tok := idempotency.NewToken()
+					var res idempotency.ClaimResult
+					res, err = s.Claim(ctx, key+":f", idempotency.ClaimRequest{Token: tok, Lease: time.Minute, TTL: time.Minute})
+					if err == nil && res.Acquired {
+						err = s.Fail(ctx, key+":f", tok, time.Minute)
+					}
+				}
+				if err == nil {
+					var rec idempotency.Record
+					rec, err = s.Get(ctx, key)
+					if err == nil && rec.State != idempotency.StateCompleted {
+						err = fmt.Errorf("%s is %s", key, rec.State)
+					}
+				}
+				errs <- err
+				cancel()
+				if i == 3 && w == 0 {
+					replica.Stop()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	stats := s.ReplicaStats()
+	t.Logf("%+v", stats)
+	require.Positive(t, stats.Shortfalls, "no shortfall counted after the replica stopped")
+	require.Positive(t, stats.Acknowledged)
+}
