@@ -64,11 +64,12 @@ func (s *Store) autoPipelined(ctx context.Context, op string, keys []string, scr
 	if op == "claim" {
 		track = claimID(keys[0], args[0].(string))
 	}
+	loads := s.scripts.loaded(script)
 	cmd := s.submit(ctx, track, keys, script, args)
 	if !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 		return cmd
 	}
-	if err := s.scripts.load(ctx, s.client, script); err != nil {
+	if err := s.scripts.load(ctx, s.client, script, loads); err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
 		return cmd
@@ -117,6 +118,18 @@ func (s *Store) submit(ctx context.Context, track string, keys []string, script 
 type scriptLoads struct {
 	mu      sync.Mutex
 	loading map[string]*scriptLoad // by script hash
+	// done counts the loads of each script that succeeded, by hash: a call
+	// that met NOSCRIPT after one of them finished since it sent its
+	// EVALSHA sends it again without another load
+	// (TestAutoPipeliningScriptFlushStorm).
+	done map[string]uint64
+}
+
+// loaded returns how many loads of script have succeeded so far.
+func (l *scriptLoads) loaded(script *redis.Script) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.done[script.Hash()]
 }
 
 // scriptLoad is one SCRIPT LOAD in flight; err is set before done closes.
@@ -129,8 +142,16 @@ type scriptLoad struct {
 // for it until ctx ends. The load itself is not bounded by ctx, whose call
 // may be the shortest of those waiting for it, but by the client's
 // ReadTimeout.
-func (l *scriptLoads) load(ctx context.Context, client redis.UniversalClient, script *redis.Script) error {
+//
+// since is what loaded answered before the call's EVALSHA was sent: when a
+// load has succeeded since, the script was loaded after that EVALSHA may
+// have met NOSCRIPT, and load returns at once.
+func (l *scriptLoads) load(ctx context.Context, client redis.UniversalClient, script *redis.Script, since uint64) error {
 	l.mu.Lock()
+	if l.done[script.Hash()] > since {
+		l.mu.Unlock()
+		return nil
+	}
 	ld, ok := l.loading[script.Hash()]
 	if !ok {
 		if l.loading == nil {
@@ -142,6 +163,12 @@ func (l *scriptLoads) load(ctx context.Context, client redis.UniversalClient, sc
 			ld.err = script.Load(context.WithoutCancel(ctx), client).Err()
 			l.mu.Lock()
 			delete(l.loading, script.Hash())
+			if ld.err == nil {
+				if l.done == nil {
+					l.done = map[string]uint64{}
+				}
+				l.done[script.Hash()]++
+			}
 			l.mu.Unlock()
 			close(ld.done)
 		}()

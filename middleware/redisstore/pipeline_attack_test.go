@@ -57,8 +57,9 @@ func TestAutoPipeliningClientClosedMidFlight(t *testing.T) {
 
 // TestAutoPipeliningScriptFlushStorm: SCRIPT FLUSH every 20 ms while 64
 // goroutines claim and complete fresh keys with 3 s to live. Every call
-// succeeds, every key reported completed is COMPLETED, and the scripts are
-// loaded by a few SCRIPT LOADs per flush, not one per call.
+// succeeds, every key reported completed is COMPLETED, and each script is
+// loaded at most once per flush: a call that meets NOSCRIPT after a load
+// that ended since it sent its EVALSHA sends it again without loading.
 func TestAutoPipeliningScriptFlushStorm(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, PoolSize: 64})
@@ -118,7 +119,9 @@ func TestAutoPipeliningScriptFlushStorm(t *testing.T) {
 	}
 	stats := commandCalls(t, admin)
 	t.Logf("%d flushes; server: %v", flushes, stats)
-	require.LessOrEqual(t, stats["script|load"], 3*(flushes+1), "a SCRIPT LOAD storm: more than one load per script and flush")
+	// Two scripts (claim, complete), each loaded once at the start and at
+	// most once after each flush.
+	require.LessOrEqual(t, stats["script|load"], 2*(flushes+1), "more than one load per script and flush")
 }
 
 // TestAutoPipeliningRedisRestart: Redis restarts under 32 goroutines of
