@@ -172,7 +172,11 @@
 // AsyncAutoPipeline on the same client later gets this one). If the
 // application created it before, with a single batch on the wire (go-redis's
 // default, ordered), the store sends every call on its own instead, as with
-// DisableAutoPipelining: see stalls below.
+// DisableAutoPipelining: see stalls below. So does a client without a
+// ReadTimeout or WriteTimeout (-1 in its options): a batch is bounded by
+// those alone, not by its calls' deadlines, so a batch on a connection that
+// stalls would hold its slot for ever, and eight of them would stop the
+// store for good (TestAutoPipeliningNoReadTimeout).
 //
 // A cluster client and a ring are not auto-pipelined; each call goes out on
 // its own. go-redis has no auto-pipeliner for a ring. Its cluster
@@ -194,8 +198,13 @@
 //     gives up waiting leaves its command to go-redis, which does not
 //     withdraw it: the script may still run, as a command already written to
 //     a plain client's connection may, and a claim cut short is what Release
-//     is for (TestAutoPipeliningMixedDeadlines,
-//     TestAutoPipeliningCallGivenUpReturns, TestAutoPipeliningDeadlines).
+//     is for. Batches are unordered, so a Release of a claim given up while
+//     go-redis still has it first waits (under the Release's own context)
+//     until that claim is answered; it would otherwise reach Redis first, on
+//     another connection, undo nothing, and leave the key IN_PROGRESS under
+//     a token nobody holds until its lease lapsed
+//     (TestAutoPipeliningMixedDeadlines, TestAutoPipeliningCallGivenUpReturns,
+//     TestAutoPipeliningDeadlines, TestAutoPipeliningReleaseAfterGivenUpClaim).
 //   - Its replica wait. Under Options.Replicas a claim, renewal or completion
 //     is not auto-pipelined: go-redis sends WAIT, a blocking command, on a
 //     connection of its own, where it would count none of the script's

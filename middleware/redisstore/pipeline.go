@@ -54,17 +54,27 @@ func newAutoPipeliner(client *redis.Client) (*redis.AutoPipeliner, error) {
 // the script answers NOSCRIPT; the script is then loaded once, by one
 // SCRIPT LOAD that every call that met NOSCRIPT waits for, and the calls
 // are sent again by hash, batched as before.
-func (s *Store) autoPipelined(ctx context.Context, keys []string, script *redis.Script, args []any) *redis.Cmd {
-	cmd := s.submit(ctx, keys, script, args)
+//
+// A claim given up while its command is still with go-redis is recorded
+// under its key and token until its batch is answered (see pendingClaims):
+// Release waits for it, so that the release is not sent on another
+// connection ahead of the claim it undoes.
+func (s *Store) autoPipelined(ctx context.Context, op string, keys []string, script *redis.Script, args []any) *redis.Cmd {
+	track := ""
+	if op == "claim" {
+		track = claimID(keys[0], args[0].(string))
+	}
+	loads := s.scripts.loaded(script)
+	cmd := s.submit(ctx, track, keys, script, args)
 	if !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 		return cmd
 	}
-	if err := s.scripts.load(ctx, s.client, script); err != nil {
+	if err := s.scripts.load(ctx, s.client, script, loads); err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
 		return cmd
 	}
-	cmd = s.submit(ctx, keys, script, args)
+	cmd = s.submit(ctx, track, keys, script, args)
 	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") { // flushed again meanwhile
 		cmd = script.Eval(ctx, s.client, keys, args...)
 	}
@@ -75,8 +85,9 @@ func (s *Store) autoPipelined(ctx context.Context, keys []string, script *redis.
 // until ctx ends. A call whose context has ended is not handed over. One
 // that gives up waiting leaves its command to go-redis, which sends it with
 // its batch; it may still run, as a command already written to a plain
-// client's connection may.
-func (s *Store) submit(ctx context.Context, keys []string, script *redis.Script, args []any) *redis.Cmd {
+// client's connection may. With track set, such a command is recorded in
+// s.pending under track until its batch is answered.
+func (s *Store) submit(ctx context.Context, track string, keys []string, script *redis.Script, args []any) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
@@ -89,8 +100,12 @@ func (s *Store) submit(ctx context.Context, keys []string, script *redis.Script,
 	}
 	cmdArgs = append(cmdArgs, args...)
 	cmd := redis.NewCmd(ctx, cmdArgs...)
-	if err := s.ap.Submit(ctx, cmd).WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+	fut := s.ap.Submit(ctx, cmd)
+	if err := fut.WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The batch may still be writing cmd: answer with a command of our own.
+		if track != "" {
+			s.pending.add(track, fut)
+		}
 		given := redis.NewCmd(ctx)
 		given.SetErr(err)
 		return given
@@ -103,6 +118,18 @@ func (s *Store) submit(ctx context.Context, keys []string, script *redis.Script,
 type scriptLoads struct {
 	mu      sync.Mutex
 	loading map[string]*scriptLoad // by script hash
+	// done counts the loads of each script that succeeded, by hash: a call
+	// that met NOSCRIPT after one of them finished since it sent its
+	// EVALSHA sends it again without another load
+	// (TestAutoPipeliningScriptFlushStorm).
+	done map[string]uint64
+}
+
+// loaded returns how many loads of script have succeeded so far.
+func (l *scriptLoads) loaded(script *redis.Script) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.done[script.Hash()]
 }
 
 // scriptLoad is one SCRIPT LOAD in flight; err is set before done closes.
@@ -115,8 +142,16 @@ type scriptLoad struct {
 // for it until ctx ends. The load itself is not bounded by ctx, whose call
 // may be the shortest of those waiting for it, but by the client's
 // ReadTimeout.
-func (l *scriptLoads) load(ctx context.Context, client redis.UniversalClient, script *redis.Script) error {
+//
+// since is what loaded answered before the call's EVALSHA was sent: when a
+// load has succeeded since, the script was loaded after that EVALSHA may
+// have met NOSCRIPT, and load returns at once.
+func (l *scriptLoads) load(ctx context.Context, client redis.UniversalClient, script *redis.Script, since uint64) error {
 	l.mu.Lock()
+	if l.done[script.Hash()] > since {
+		l.mu.Unlock()
+		return nil
+	}
 	ld, ok := l.loading[script.Hash()]
 	if !ok {
 		if l.loading == nil {
@@ -128,6 +163,12 @@ func (l *scriptLoads) load(ctx context.Context, client redis.UniversalClient, sc
 			ld.err = script.Load(context.WithoutCancel(ctx), client).Err()
 			l.mu.Lock()
 			delete(l.loading, script.Hash())
+			if ld.err == nil {
+				if l.done == nil {
+					l.done = map[string]uint64{}
+				}
+				l.done[script.Hash()]++
+			}
 			l.mu.Unlock()
 			close(ld.done)
 		}()
@@ -136,6 +177,69 @@ func (l *scriptLoads) load(ctx context.Context, client redis.UniversalClient, sc
 	select {
 	case <-ld.done:
 		return ld.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// claimID names a claim of key by token in pendingClaims.
+func claimID(key, token string) string { return token + "\x00" + key }
+
+// pendingClaims are the claims whose callers gave up waiting while their
+// commands were still with go-redis's auto-pipeliner, by claimID. Batches
+// are unordered, so a Release sent after such a claim could otherwise reach
+// Redis first, on another connection, find nothing to undo, and leave the
+// claim to be applied afterwards: the key would then stay IN_PROGRESS under
+// a token nobody holds until its lease lapsed, and count an attempt that
+// never ran (TestAutoPipeliningReleaseAfterGivenUpClaim).
+type pendingClaims struct {
+	mu sync.Mutex
+	m  map[string]*pendingClaim
+}
+
+// pendingClaim is one or more given-up claims of one key and token; done
+// closes once every one of them is answered.
+type pendingClaim struct {
+	n    int
+	done chan struct{}
+}
+
+// add records a given-up claim until fut's batch is answered.
+func (p *pendingClaims) add(id string, fut redis.AutoFuture) {
+	p.mu.Lock()
+	if p.m == nil {
+		p.m = map[string]*pendingClaim{}
+	}
+	c := p.m[id]
+	if c == nil {
+		c = &pendingClaim{done: make(chan struct{})}
+		p.m[id] = c
+	}
+	c.n++
+	p.mu.Unlock()
+	go func() {
+		_ = fut.Wait() // bounded by the client's ReadTimeout, or its Close
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if c.n--; c.n == 0 {
+			delete(p.m, id)
+			close(c.done)
+		}
+	}()
+}
+
+// wait waits until no given-up claim of id is with go-redis any more, or
+// ctx ends.
+func (p *pendingClaims) wait(ctx context.Context, id string) error {
+	p.mu.Lock()
+	c := p.m[id]
+	p.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	select {
+	case <-c.done:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -33,6 +33,9 @@ type Store struct {
 	ap     *redis.AutoPipeliner // nil: every call on its own
 	// scripts loads a script after NOSCRIPT, once for all the calls that met it.
 	scripts scriptLoads
+	// pending holds the claims given up while go-redis still had them;
+	// Release waits for them.
+	pending pendingClaims
 }
 
 var _ idempotency.Store = (*Store)(nil)
@@ -73,7 +76,7 @@ func NewWithOptions(client redis.UniversalClient, opts Options) (*Store, error) 
 		return nil, err
 	}
 	s := &Store{client: client, ack: ack}
-	if c, primary := client.(*redis.Client); primary && !opts.DisableAutoPipelining {
+	if c, primary := client.(*redis.Client); primary && !opts.DisableAutoPipelining && boundsSocketIO(c) {
 		if s.ap, err = newAutoPipeliner(c); err != nil {
 			return nil, fmt.Errorf("redisstore: auto-pipelining: %w", err)
 		}
@@ -97,6 +100,18 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 		return honours(o.ContextTimeoutEnabled, o.ReadTimeout, o.WriteTimeout)
 	}
 	return true
+}
+
+// boundsSocketIO reports whether c has a ReadTimeout and a WriteTimeout
+// (-1 in its options means none). go-redis runs an auto-pipelined batch on
+// its own context, bounded by those alone: without them a batch on a
+// connection that stalls holds its slot for ever, and once every slot is
+// held, no call of the store gets through again
+// (TestAutoPipeliningNoReadTimeout). Such a client's calls go out on their
+// own, each bounded by its context.
+func boundsSocketIO(c *redis.Client) bool {
+	o := c.Options() // -1 is stored as 0, -2 as -1
+	return o.ReadTimeout > 0 && o.WriteTimeout > 0
 }
 
 func isNil(c redis.UniversalClient) bool {
@@ -158,6 +173,11 @@ func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) 
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := idempotency.CheckRelease(key, token); err != nil {
 		return wrap("release", key, err)
+	}
+	// A claim of token given up while go-redis still had it would be sent
+	// after this release: let it be answered first.
+	if err := s.pending.wait(ctx, claimID(key, token)); err != nil {
+		return scriptError(ctx, "release", key, err)
 	}
 	v, err := s.runScript(ctx, "release", key, releaseScript, token).Result()
 	if err != nil {

@@ -147,7 +147,7 @@ func (s *Store) ReplicaStats() ReplicaStats {
 func (s *Store) runScript(ctx context.Context, op, key string, script *redis.Script, args ...any) *redis.Cmd {
 	wait := s.ack != nil && (op == "claim" || op == "renew" || op == "complete")
 	if !wait && s.ap != nil && !s.ap.IsClosed() {
-		return s.autoPipelined(ctx, []string{key}, script, args)
+		return s.autoPipelined(ctx, op, []string{key}, script, args)
 	}
 	return s.runOne(ctx, op, []string{key}, script, wait, args)
 }
