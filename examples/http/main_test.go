@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -40,7 +41,7 @@ func TestREADMESession(t *testing.T) {
 
 	store := memstore.New(memstore.Config{})
 	t.Cleanup(func() { _ = store.Close() })
-	api, err := newAPI(store, watermill.NopLogger{})
+	api, err := newAPI(store, gochannel.NewGoChannel(gochannel.Config{}, nil), watermill.NopLogger{})
 	require.NoError(t, err)
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
@@ -69,7 +70,7 @@ func TestRedisStore(t *testing.T) {
 	store, closeStore, err := demo.OpenStore("redis://" + testserver.RedisAddr(t) + "/0")
 	require.NoError(t, err)
 	t.Cleanup(closeStore)
-	api, err := newAPI(store, nil)
+	api, err := newAPI(store, gochannel.NewGoChannel(gochannel.Config{}, nil), nil)
 	require.NoError(t, err)
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
