@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -91,7 +92,9 @@ var ErrNoRun = errors.New("mysqlstore: the context belongs to no idempotent run 
 // The effect and COMPLETED then commit together or not at all. If the
 // lease was lost (another consumer took the key over), it returns an error
 // matching idempotency.ErrLeaseLost and the transaction must roll back,
-// effect included. Once it succeeded, the middleware does not write
+// effect included. A run claimed in another store (the middleware's Store
+// is Redis, say) gets ErrForeignRun, and nothing is written: this store
+// must be the middleware's Store. Once it succeeded, the middleware does not write
 // COMPLETED again; the handler must return an error when the commit fails.
 func (s *Store) CompleteInTx(ctx context.Context, tx *sql.Tx, out ...*message.Message) error {
 	run, ok := idempotency.RunFromContext(ctx)
@@ -111,7 +114,29 @@ func (s *Store) CompleteValueInTx(ctx context.Context, tx *sql.Tx, value []byte)
 	return s.completeRun(ctx, tx, run, value)
 }
 
+// ErrForeignRun is returned by CompleteInTx and CompleteValueInTx for a run
+// that was claimed in another store than a mysqlstore.Store: the middleware's
+// Config.Store is Redis, say, while the handler completes in MySQL. The
+// fence would fail there on every attempt (the key has no record in this
+// table), so nothing is written; roll back. When the effects live in
+// MySQL, make this store the middleware's Store: it deduplicates by
+// itself, with no Redis beside it.
+var ErrForeignRun = errors.New("mysqlstore: the run was claimed in another store, not a mysqlstore.Store: make this store the middleware's Config.Store")
+
+// checkRun returns ErrForeignRun unless run was claimed in a mysqlstore.Store
+// (directly, or through wrappers with Unwrap). Any mysqlstore.Store is
+// accepted, not only s: two Store values on one table are one store.
+func checkRun(run *idempotency.Run) error {
+	if run.ClaimedIn(func(st idempotency.Store) bool { _, ok := st.(*Store); return ok }) {
+		return nil
+	}
+	return fmt.Errorf("%w (the run's store is a %T)", ErrForeignRun, run.Store())
+}
+
 func (s *Store) completeRun(ctx context.Context, tx *sql.Tx, run *idempotency.Run, result []byte) error {
+	if err := checkRun(run); err != nil {
+		return err
+	}
 	if err := s.CompleteTx(ctx, tx, run.Key(), run.Token(), result, run.CompletedTTL()); err != nil {
 		return err
 	}

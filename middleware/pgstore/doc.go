@@ -216,6 +216,12 @@
 //   - The HTTP middleware does not offer it (its stored response is what the
 //     handler wrote, which a transaction inside the handler cannot know):
 //     CompleteInTx returns ErrNoRun there.
+//   - It completes runs claimed in PostgreSQL only: the middleware's
+//     Config.Store must be a Store (any Store of this package, or a wrapper
+//     of one that implements Unwrap() idempotency.Store). A run claimed in
+//     another store (Redis, say) gets ErrForeignRun, and nothing is
+//     written. When the effects live in PostgreSQL, this store is the
+//     store: no Redis is needed beside it.
 //
 // # database/sql
 //
@@ -223,7 +229,7 @@
 // *pgxpool.Pool from the same connection string beside its *sql.DB (a few
 // connections suffice), or, with pgx's own driver, builds its *sql.DB from
 // the pool: sql.OpenDB(stdlib.GetPoolConnector(pool)), so that both share
-// the connections. Its transactions reach CompleteTx through SQLTx, with any
+// the connections. Its transactions reach CompleteInTx through SQLTx, with any
 // driver that takes $1 placeholders and maps []byte to bytea (pgx's stdlib
 // does).
 //

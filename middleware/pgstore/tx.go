@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -94,7 +95,9 @@ var ErrNoRun = errors.New("pgstore: the context belongs to no idempotent run (us
 // The effect and COMPLETED then commit together or not at all. If the
 // lease was lost (another consumer took the key over), it returns an error
 // matching idempotency.ErrLeaseLost and the transaction must roll back,
-// effect included. Once it succeeded, the run keeps renewing its lease
+// effect included. A run claimed in another store (the middleware's Store
+// is Redis, say) gets ErrForeignRun, and nothing is written: this store
+// must be the middleware's Store. Once it succeeded, the run keeps renewing its lease
 // until a renewal finds the transaction committed (the key COMPLETED under
 // the run's token: the lease then ends quietly) or rolled back (the lease
 // goes on), so that a failed COMMIT followed by a retry never runs beside
@@ -119,7 +122,29 @@ func (s *Store) CompleteValueInTx(ctx context.Context, tx Querier, value []byte)
 	return s.completeRun(ctx, tx, run, value)
 }
 
+// ErrForeignRun is returned by CompleteInTx and CompleteValueInTx for a run
+// that was claimed in another store than a pgstore.Store: the middleware's
+// Config.Store is Redis, say, while the handler completes in PostgreSQL. The
+// fence would fail there on every attempt (the key has no record in this
+// table), so nothing is written; roll back. When the effects live in
+// PostgreSQL, make this store the middleware's Store: it deduplicates by
+// itself, with no Redis beside it.
+var ErrForeignRun = errors.New("pgstore: the run was claimed in another store, not a pgstore.Store: make this store the middleware's Config.Store")
+
+// checkRun returns ErrForeignRun unless run was claimed in a pgstore.Store
+// (directly, or through wrappers with Unwrap). Any pgstore.Store is
+// accepted, not only s: two Store values on one table are one store.
+func checkRun(run *idempotency.Run) error {
+	if run.ClaimedIn(func(st idempotency.Store) bool { _, ok := st.(*Store); return ok }) {
+		return nil
+	}
+	return fmt.Errorf("%w (the run's store is a %T)", ErrForeignRun, run.Store())
+}
+
 func (s *Store) completeRun(ctx context.Context, tx Querier, run *idempotency.Run, result []byte) error {
+	if err := checkRun(run); err != nil {
+		return err
+	}
 	if err := s.CompleteTx(ctx, tx, run.Key(), run.Token(), result, run.CompletedTTL()); err != nil {
 		return err
 	}
