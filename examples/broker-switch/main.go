@@ -58,7 +58,13 @@ func run(w io.Writer) error {
 	defer closeStore()
 
 	stats := &demo.Outcomes{}
-	idem, err := idempotency.New(idempotency.Config{Store: store, Observer: stats, NackDelay: 100 * time.Millisecond}, logger)
+	idemCfg := idempotency.Config{Store: store, Observer: stats, NackDelay: 100 * time.Millisecond}
+	// The lease must stay below the broker's redelivery timer (NATS
+	// AckWait, Redis Streams MaxIdleTime), both set from the environment.
+	if err := cfg.CheckLease(idemCfg); err != nil {
+		return err
+	}
+	idem, err := idempotency.New(idemCfg, logger)
 	if err != nil {
 		return err
 	}
