@@ -19,7 +19,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
@@ -105,16 +104,11 @@ func openStore(redisURL string) (idempotency.Store, func(), error) {
 		s := memstore.New(memstore.Config{})
 		return s, func() { _ = s.Close() }, nil
 	}
-	opts, err := redis.ParseURL(redisURL)
+	// NewFromURL sets ContextTimeoutEnabled, which a URL cannot say and
+	// the store requires.
+	s, client, err := redisstore.NewFromURL(redisURL, redisstore.Options{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
-	}
-	opts.ContextTimeoutEnabled = true // store calls must honour their deadlines (redisstore.New requires it)
-	client := redis.NewClient(opts)
-	s, err := redisstore.New(client)
-	if err != nil {
-		_ = client.Close()
-		return nil, nil, err
 	}
 	return s, func() { _ = client.Close() }, nil
 }
