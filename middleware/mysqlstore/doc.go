@@ -190,7 +190,7 @@
 //
 // Expired rows count as absent at once, but stay in the table until Purge
 // deletes them, in batches bounded by its argument, oldest expiry first.
-// Run it every few minutes from one goroutine (see Purge for a loop);
+// Run it every few minutes from one goroutine (PurgeEvery runs that loop);
 // several processes may run it at once, and it never deletes a row a claim
 // is reviving. Without it the table grows by every key ever seen.
 //

@@ -121,8 +121,8 @@
 //
 // Expired rows count as absent at once, but stay in the table until Purge
 // deletes them, in batches bounded by its argument, found through the
-// expires_at index. Run it every few minutes from one goroutine (see Purge
-// for a loop); several processes may run it at once, and it never deletes a
+// expires_at index. Run it every few minutes from one goroutine (PurgeEvery
+// runs that loop); several processes may run it at once, and it never deletes a
 // row a claim is reviving. Without it the table grows by every key ever
 // seen.
 //
@@ -210,7 +210,8 @@
 //   - A consumer that stalls (or is cut off) between the completion and its
 //     COMMIT holds the record's row lock until PostgreSQL ends its session;
 //     until then every copy of the key waits. Set
-//     idle_in_transaction_session_timeout (below the lease) and lock_timeout
+//     idle_in_transaction_session_timeout (below the lease:
+//     ApplyPoolSettings sets it on a pool's sessions) and lock_timeout
 //     on the application's role, and TCP keepalives on its connections, so
 //     that a dead session is ended, and its transaction rolled back, soon.
 //   - The HTTP middleware does not offer it (its stored response is what the
