@@ -1,5 +1,3 @@
-// Package purgeloop runs a SQL store's Purge on a schedule: the loop that
-// pgstore.Store.PurgeEvery and mysqlstore.Store.PurgeEvery share.
 package purgeloop
 
 import (
