@@ -17,7 +17,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/examples/internal/demo"
 	"github.com/idempotency/watermill-idempotency/examples/internal/readmetest"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
@@ -67,7 +66,7 @@ func TestREADMESession(t *testing.T) {
 // TestRedisStore runs the retry against the Redis store that REDIS_URL
 // would select.
 func TestRedisStore(t *testing.T) {
-	store, closeStore, err := demo.OpenStore("redis://" + testserver.RedisAddr(t) + "/0")
+	store, closeStore, err := openStore("redis://" + testserver.RedisAddr(t) + "/0")
 	require.NoError(t, err)
 	t.Cleanup(closeStore)
 	api, err := newAPI(store, gochannel.NewGoChannel(gochannel.Config{}, nil), nil)

@@ -20,7 +20,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idempotency/watermill-idempotency/backends"
-	"github.com/idempotency/watermill-idempotency/examples/internal/demo"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
 )
@@ -139,7 +138,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		return err
 	}
 
-	cfg, err := demo.BrokerFromEnv("mysql-ledger")
+	cfg, err := brokerFromEnv("mysql-ledger")
 	if err != nil {
 		return err
 	}
@@ -223,7 +222,7 @@ func book(db *sql.DB, store *mysqlstore.Store, ledger string) message.NoPublishH
 }
 
 func consume(ctx context.Context, w io.Writer, s settings, db *sql.DB, store *mysqlstore.Store, b *backends.Backend, logger watermill.LoggerAdapter) error {
-	stats := &demo.Outcomes{}
+	stats := &outcomes{}
 	idem, err := idempotency.New(idempotency.Config{
 		Store:     store,
 		LeaseTTL:  s.lease,
@@ -233,7 +232,7 @@ func consume(ctx context.Context, w io.Writer, s settings, db *sql.DB, store *my
 	if err != nil {
 		return err
 	}
-	router, err := demo.NewRouter(logger, idem.Middleware)
+	router, err := newRouter(logger, idem.Middleware)
 	if err != nil {
 		return err
 	}

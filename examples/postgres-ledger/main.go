@@ -19,7 +19,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idempotency/watermill-idempotency/backends"
-	"github.com/idempotency/watermill-idempotency/examples/internal/demo"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 )
@@ -132,7 +131,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		return err
 	}
 
-	cfg, err := demo.BrokerFromEnv("postgres-ledger")
+	cfg, err := brokerFromEnv("postgres-ledger")
 	if err != nil {
 		return err
 	}
@@ -208,7 +207,7 @@ func book(pool *pgxpool.Pool, store *pgstore.Store, ledger string) message.NoPub
 }
 
 func consume(ctx context.Context, w io.Writer, s settings, pool *pgxpool.Pool, store *pgstore.Store, b *backends.Backend, logger watermill.LoggerAdapter) error {
-	stats := &demo.Outcomes{}
+	stats := &outcomes{}
 	idem, err := idempotency.New(idempotency.Config{
 		Store:     store,
 		LeaseTTL:  s.lease,
@@ -218,7 +217,7 @@ func consume(ctx context.Context, w io.Writer, s settings, pool *pgxpool.Pool, s
 	if err != nil {
 		return err
 	}
-	router, err := demo.NewRouter(logger, idem.Middleware)
+	router, err := newRouter(logger, idem.Middleware)
 	if err != nil {
 		return err
 	}
