@@ -224,8 +224,8 @@
 //   - ErrNoRun outside a run (the HTTP middleware, whose stored response is
 //     what the handler wrote, does not offer it);
 //   - ErrForeignRun for a run claimed in another store (the middleware's
-//     Config.Store is Redis, say; a wrapper of a Store that implements
-//     Unwrap() idempotency.Store is this store): nothing is written. When
+//     Config.Store is Redis, say), once the fence found no record of the
+//     key in the table: nothing is written. When
 //     the effects live in MySQL, this store is the store: no Redis is
 //     needed beside it;
 //   - the middleware writes no second COMPLETED; the handler must return

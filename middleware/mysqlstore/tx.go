@@ -115,29 +115,31 @@ func (s *Store) CompleteValueInTx(ctx context.Context, tx *sql.Tx, value []byte)
 }
 
 // ErrForeignRun is returned by CompleteInTx and CompleteValueInTx for a run
-// that was claimed in another store than a mysqlstore.Store: the middleware's
-// Config.Store is Redis, say, while the handler completes in MySQL. The
+// that was claimed in another store: the middleware's Config.Store is
+// Redis, say, while the handler completes in MySQL. The
 // fence would fail there on every attempt (the key has no record in this
-// table), so nothing is written; roll back. When the effects live in
+// table), so nothing was written; roll back. When the effects live in
 // MySQL, make this store the middleware's Store: it deduplicates by
 // itself, with no Redis beside it.
-var ErrForeignRun = errors.New("mysqlstore: the run was claimed in another store, not a mysqlstore.Store: make this store the middleware's Config.Store")
+var ErrForeignRun = errors.New("mysqlstore: the run was claimed in another store (this table has no record of its key): make this store the middleware's Config.Store")
 
-// checkRun returns ErrForeignRun unless run was claimed in a mysqlstore.Store
-// (directly, or through wrappers with Unwrap). Any mysqlstore.Store is
-// accepted, not only s: two Store values on one table are one store.
-func checkRun(run *idempotency.Run) error {
-	if run.ClaimedIn(func(st idempotency.Store) bool { _, ok := st.(*Store); return ok }) {
-		return nil
-	}
-	return fmt.Errorf("%w (the run's store is a %T)", ErrForeignRun, run.Store())
-}
+// isStore reports whether st is a Store of this package.
+func isStore(st idempotency.Store) bool { _, ok := st.(*Store); return ok }
 
+// completeRun is CompleteInTx and CompleteValueInTx. A fence that fails
+// for a run claimed in a store that is not recognisably a Store (directly
+// or through Unwrap) is ErrForeignRun when this table holds no record of
+// the key: a run claimed here leaves its record for at least its TTL. A
+// wrapper that does not unwrap still gets ErrLeaseLost for a lost lease,
+// since the key's record is then in the table.
 func (s *Store) completeRun(ctx context.Context, tx *sql.Tx, run *idempotency.Run, result []byte) error {
-	if err := checkRun(run); err != nil {
-		return err
+	err := s.CompleteTx(ctx, tx, run.Key(), run.Token(), result, run.CompletedTTL())
+	if errors.Is(err, idempotency.ErrLeaseLost) && !run.ClaimedIn(isStore) {
+		if rec, gerr := s.Get(ctx, run.Key()); gerr == nil && rec.State == idempotency.StateAbsent {
+			return fmt.Errorf("%w (the run's store is a %T)", ErrForeignRun, run.Store())
+		}
 	}
-	if err := s.CompleteTx(ctx, tx, run.Key(), run.Token(), result, run.CompletedTTL()); err != nil {
+	if err != nil {
 		return err
 	}
 	run.CompletedInTransaction()

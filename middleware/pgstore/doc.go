@@ -218,11 +218,11 @@
 //     handler wrote, which a transaction inside the handler cannot know):
 //     CompleteInTx returns ErrNoRun there.
 //   - It completes runs claimed in PostgreSQL only: the middleware's
-//     Config.Store must be a Store (any Store of this package, or a wrapper
-//     of one that implements Unwrap() idempotency.Store). A run claimed in
-//     another store (Redis, say) gets ErrForeignRun, and nothing is
-//     written. When the effects live in PostgreSQL, this store is the
-//     store: no Redis is needed beside it.
+//     Config.Store must be a Store, or a wrapper of one. A run claimed in
+//     another store (Redis, say) gets ErrForeignRun once the fence found
+//     no record of the key in the table, and nothing is written. When the
+//     effects live in PostgreSQL, this store is the store: no Redis is
+//     needed beside it.
 //
 // # database/sql
 //

@@ -46,6 +46,7 @@ func TestCompleteInTxForeignRun(t *testing.T) {
 	require.ErrorIs(t, err, pgstore.ErrForeignRun)
 	assert.NotErrorIs(t, err, idempotency.ErrLeaseLost)
 	assert.Contains(t, err.Error(), "*redisstore.Store", "the error names the run's store")
+	assert.Contains(t, err.Error(), "claimed in another store")
 	assert.Equal(t, 0, effectsOf(t, pool, effects, key), "the effect rolled back")
 
 	wrapped, err := idempotency.NewOnce(idempotency.OnceConfig{Store: unwrapping{pg}}, nil)
