@@ -167,7 +167,8 @@
 // with every attempt, another consumer claimed it after MaxIdleTime and
 // looped on it too, and one failing message stalled the whole group. The
 // message the failing consumer has read ahead is claimed by another after
-// MaxIdleTime. A message delivered but not acked for
+// MaxIdleTime (Config.CheckLease checks the lease against it, and against
+// NATS.AckWait). A message delivered but not acked for
 // Redis.MaxIdleTime (60 s) is claimed (XCLAIM) by another consumer of the
 // group, checked every Redis.ClaimInterval (5 s). Redis Streams has no
 // heartbeat, so this happens to a live consumer whose handler is slow as

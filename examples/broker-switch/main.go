@@ -14,7 +14,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idempotency/watermill-idempotency/backends"
-	"github.com/idempotency/watermill-idempotency/examples/internal/demo"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
@@ -37,7 +36,7 @@ func run(w io.Writer) error {
 		}
 		orders = n
 	}
-	cfg, err := demo.BrokerFromEnv("broker-switch")
+	cfg, err := brokerFromEnv("broker-switch")
 	if err != nil {
 		return err
 	}
@@ -51,18 +50,24 @@ func run(w io.Writer) error {
 	}
 	defer b.Close()
 
-	store, closeStore, err := demo.OpenStore(os.Getenv("REDIS_URL"))
+	store, closeStore, err := openStore(os.Getenv("REDIS_URL"))
 	if err != nil {
 		return err
 	}
 	defer closeStore()
 
-	stats := &demo.Outcomes{}
-	idem, err := idempotency.New(idempotency.Config{Store: store, Observer: stats, NackDelay: 100 * time.Millisecond}, logger)
+	stats := &outcomes{}
+	idemCfg := idempotency.Config{Store: store, Observer: stats, NackDelay: 100 * time.Millisecond}
+	// The lease must stay below the broker's redelivery timer (NATS
+	// AckWait, Redis Streams MaxIdleTime), both set from the environment.
+	if err := cfg.CheckLease(idemCfg); err != nil {
+		return err
+	}
+	idem, err := idempotency.New(idemCfg, logger)
 	if err != nil {
 		return err
 	}
-	router, err := demo.NewRouter(logger, idem.Middleware)
+	router, err := newRouter(logger, idem.Middleware)
 	if err != nil {
 		return err
 	}

@@ -4,8 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"google.golang.org/grpc"
@@ -15,23 +20,51 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idempotency/watermill-idempotency/examples/grpc/paymentspb"
-	"github.com/idempotency/watermill-idempotency/examples/internal/demo"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
 func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "grpc example:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	logger := watermill.NewStdLogger(false, false)
 	// The store is Redis at REDIS_URL, or in memory when it is unset.
-	demo.Main("grpc example", func(store idempotency.Store, logger watermill.LoggerAdapter) error {
-		srv, err := newServer(store, logger)
-		if err != nil {
-			return err
-		}
-		return demo.Serve(logger, "Payments service", "127.0.0.1:50051", srv.Serve, func() error {
-			srv.GracefulStop() // waits for running calls, so that their outcome gets recorded
-			return nil
-		})
-	})
+	store, closeStore, err := openStore(os.Getenv("REDIS_URL"))
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	srv, err := newServer(store, logger)
+	if err != nil {
+		return err
+	}
+	addr := os.Getenv("ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:50051"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	logger.Info("Payments service listening", watermill.LogFields{"addr": addr})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	srv.GracefulStop() // waits for running calls, so that their outcome gets recorded
+	return nil
 }
 
 // newServer returns the Payments service behind bearer authentication, with
@@ -121,4 +154,21 @@ func (p *payments) GetPayment(ctx context.Context, req *paymentspb.GetPaymentReq
 		return nil, status.Errorf(codes.NotFound, "no payment %q", req.Id)
 	}
 	return o.payment, nil
+}
+
+// openStore returns the Redis store at redisURL (redis://host:port/db), or,
+// when redisURL is empty, an in-memory store: one process only, fine for a
+// demo, never for production. closeStore releases what the store holds.
+func openStore(redisURL string) (store idempotency.Store, closeStore func(), err error) {
+	if redisURL == "" {
+		s := memstore.New(memstore.Config{})
+		return s, func() { _ = s.Close() }, nil
+	}
+	// NewFromURL sets ContextTimeoutEnabled, which a URL cannot say and
+	// the store requires.
+	s, client, err := redisstore.NewFromURL(redisURL, redisstore.Options{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	return s, func() { _ = client.Close() }, nil
 }

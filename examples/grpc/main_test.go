@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/idempotency/watermill-idempotency/examples/grpc/paymentspb"
-	"github.com/idempotency/watermill-idempotency/examples/internal/demo"
 	"github.com/idempotency/watermill-idempotency/examples/internal/readmetest"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
@@ -104,7 +103,7 @@ func TestGoClient(t *testing.T) {
 // select, and finds the record under the documented key.
 func TestRedisStore(t *testing.T) {
 	t.Parallel()
-	store, closeStore, err := demo.OpenStore("redis://" + testserver.RedisAddr(t) + "/0")
+	store, closeStore, err := openStore("redis://" + testserver.RedisAddr(t) + "/0")
 	require.NoError(t, err)
 	t.Cleanup(closeStore)
 	addr := startServer(t, store)

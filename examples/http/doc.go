@@ -7,6 +7,8 @@
 //
 // It listens on ADDR (default 127.0.0.1:8080). Every request needs
 // "Authorization: Bearer <api key>"; the API key is the idempotency scope, so
-// two clients may use the same Idempotency-Key without meeting. See README.md
+// two clients may use the same Idempotency-Key without meeting. Each payment
+// is published to a receipts consumer with httpidem.ForwardKey as its
+// requestId, so the consumer sends one receipt per payment. See README.md
 // for a curl session.
 package main

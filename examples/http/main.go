@@ -5,39 +5,118 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
-	"github.com/idempotency/watermill-idempotency/examples/internal/demo"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
+// paymentsTopic carries one event per payment, to the receipts consumer.
+const paymentsTopic = "payments.succeeded"
+
 func main() {
-	// The store is Redis at REDIS_URL, or in memory when it is unset.
-	demo.Main("http example", func(store idempotency.Store, logger watermill.LoggerAdapter) error {
-		api, err := newAPI(store, logger)
-		if err != nil {
-			return err
-		}
-		srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
-		return demo.Serve(logger, "Payments API", "127.0.0.1:8080", srv.Serve, func() error {
-			// Shutdown waits for running requests, so that their outcome
-			// gets recorded.
-			ctx, cancel := context.WithTimeout(context.Background(), httpidem.DefaultLeaseTTL)
-			defer cancel()
-			return srv.Shutdown(ctx)
-		})
-	})
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "http example:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	logger := watermill.NewStdLogger(false, false)
+	// The store is Redis at REDIS_URL, or in memory when it is unset (one
+	// process only: fine for a demo, never for production).
+	store, closeStore, err := openStore(os.Getenv("REDIS_URL"))
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+
+	// The broker: in-process Go channels here; see examples/broker-switch
+	// for Kafka, Redis Streams, AMQP or NATS from one BROKER_URL.
+	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
+	r := newReceipts()
+	router, err := newConsumer(store, pubSub, r, logger)
+	if err != nil {
+		return err
+	}
+	api, err := newAPI(store, pubSub, logger)
+	if err != nil {
+		return err
+	}
+
+	addr := os.Getenv("ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:8080"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 2)
+	go func() { errc <- router.Run(ctx) }()
+	<-router.Running()
+	go func() { errc <- srv.Serve(ln) }()
+	logger.Info("Payments API listening", watermill.LogFields{"addr": addr})
+
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+	}
+	// Shutdown order: the HTTP server first, which waits for the requests
+	// in flight, so that their outcome gets recorded and their events get
+	// published; then the router, which closes the subscriber and, through
+	// its handlers, may close a publisher the API still uses.
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), httpidem.DefaultLeaseTTL)
+	defer cancel()
+	err = errors.Join(ignoreClosed(err), srv.Shutdown(shutdownCtx), router.Close(), pubSub.Close())
+	return err
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// openStore returns the Redis store at redisURL (redis://host:port/db), or,
+// when redisURL is empty, an in-memory store.
+func openStore(redisURL string) (idempotency.Store, func(), error) {
+	if redisURL == "" {
+		s := memstore.New(memstore.Config{})
+		return s, func() { _ = s.Close() }, nil
+	}
+	// NewFromURL sets ContextTimeoutEnabled, which a URL cannot say and
+	// the store requires.
+	s, client, err := redisstore.NewFromURL(redisURL, redisstore.Options{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	return s, func() { _ = client.Close() }, nil
 }
 
 // newAPI returns the payments API: POST /payments (idempotent) and
-// GET /payments/{id}, behind bearer authentication.
-func newAPI(store idempotency.Store, logger watermill.LoggerAdapter) (http.Handler, error) {
+// GET /payments/{id}, behind bearer authentication. Each payment is
+// announced on paymentsTopic through publisher.
+func newAPI(store idempotency.Store, publisher message.Publisher, logger watermill.LoggerAdapter) (http.Handler, error) {
 	// Scope is required: without it, a client sending another client's
 	// Idempotency-Key would get that client's stored response. The API key
 	// is hashed in the stored keys, so it never appears in Redis.
@@ -45,7 +124,7 @@ func newAPI(store idempotency.Store, logger watermill.LoggerAdapter) (http.Handl
 	if err != nil {
 		return nil, err
 	}
-	l := &ledger{payments: map[string]payment{}}
+	l := &ledger{payments: map[string]payment{}, publisher: publisher}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /payments", l.create)
 	mux.HandleFunc("GET /payments/{id}", l.get)
@@ -53,6 +132,23 @@ func newAPI(store idempotency.Store, logger watermill.LoggerAdapter) (http.Handl
 	// scope is the authenticated API key, and wraps the whole mux: GET
 	// passes through it untouched.
 	return authenticate(idem.Handler(mux)), nil
+}
+
+// newConsumer returns a router whose receipts handler sends one receipt
+// per payment event, deduplicated by the event's requestId.
+func newConsumer(store idempotency.Store, subscriber message.Subscriber, r *receipts, logger watermill.LoggerAdapter) (*message.Router, error) {
+	idem, err := idempotency.New(idempotency.Config{Store: store}, logger)
+	if err != nil {
+		return nil, err
+	}
+	// CloseTimeout gives the handlers in flight 10 s to finish, so that
+	// their outcome gets recorded, instead of the default 30 s.
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, logger)
+	if err != nil {
+		return nil, err
+	}
+	router.AddConsumerHandler("receipts", paymentsTopic, subscriber, r.send).AddMiddleware(idem.Middleware)
+	return router, nil
 }
 
 // apiKey is the idempotency scope: the caller's API key.
@@ -80,8 +176,9 @@ type payment struct {
 
 // ledger stands for the bank: the side effect the API must not repeat.
 type ledger struct {
-	mu       sync.Mutex
-	payments map[string]payment
+	mu        sync.Mutex
+	payments  map[string]payment
+	publisher message.Publisher
 }
 
 func (l *ledger) create(w http.ResponseWriter, r *http.Request) {
@@ -97,14 +194,33 @@ func (l *ledger) create(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	}
-	// The payment id derives from the caller and its Idempotency-Key, as a
-	// bank's own idempotency reference would: even a rerun after a crash
-	// names the same payment.
-	sum := sha256.Sum256([]byte(apiKey(r) + "\x00" + r.Header.Get(httpidem.DefaultHeader)))
+	// The key to hand on: the parsed Idempotency-Key (sent quoted or bare,
+	// one value) under the caller's scope (two callers' keys never meet).
+	// Never forward the raw header: "k" and k are one key here, but would
+	// be two at the consumer.
+	forward, _ := httpidem.ForwardKey(r.Context())
+	// The payment id derives from it, as a bank's own idempotency reference
+	// would: even a rerun after a crash names the same payment.
+	sum := sha256.Sum256([]byte(forward))
 	p := payment{ID: "pay_" + hex.EncodeToString(sum[:6]), Amount: req.Amount, Currency: strings.ToLower(req.Currency), Status: "succeeded"}
 	l.mu.Lock()
 	l.payments[p.ID] = p
 	l.mu.Unlock()
+	// The event carries the forward key as its requestId, so that the
+	// consumer runs once per payment however often this handler runs: a
+	// retry after a failed publish publishes the same requestId again.
+	body, err := json.Marshal(p)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	event := message.NewMessage(watermill.NewUUID(), body)
+	event.Metadata.Set("requestId", forward)
+	if err := l.publisher.Publish(paymentsTopic, event); err != nil {
+		// A 5xx marks the key FAILED: the client's retry runs this again.
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "payment recorded, its event not published: retry with the same Idempotency-Key"})
+		return
+	}
 	w.Header().Set("Location", "/payments/"+p.ID)
 	writeJSON(w, http.StatusCreated, p)
 }
@@ -129,4 +245,32 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
+}
+
+// receipts stands for the mail server: one receipt per payment, the
+// consumer's side effect.
+type receipts struct {
+	mu   sync.Mutex
+	sent []string // the payment ids, one per receipt sent
+}
+
+func newReceipts() *receipts { return &receipts{} }
+
+// send sends the receipt of one payment event.
+func (r *receipts) send(msg *message.Message) error {
+	var p payment
+	if err := json.Unmarshal(msg.Payload, &p); err != nil {
+		return fmt.Errorf("payment event %s: %w", msg.UUID, err)
+	}
+	r.mu.Lock()
+	r.sent = append(r.sent, p.ID)
+	r.mu.Unlock()
+	return nil
+}
+
+// Sent returns the payment ids of the receipts sent, in order.
+func (r *receipts) Sent() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.sent...)
 }

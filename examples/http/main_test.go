@@ -13,10 +13,10 @@ import (
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/examples/internal/demo"
 	"github.com/idempotency/watermill-idempotency/examples/internal/readmetest"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
@@ -40,7 +40,7 @@ func TestREADMESession(t *testing.T) {
 
 	store := memstore.New(memstore.Config{})
 	t.Cleanup(func() { _ = store.Close() })
-	api, err := newAPI(store, watermill.NopLogger{})
+	api, err := newAPI(store, gochannel.NewGoChannel(gochannel.Config{}, nil), watermill.NopLogger{})
 	require.NoError(t, err)
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
@@ -66,10 +66,10 @@ func TestREADMESession(t *testing.T) {
 // TestRedisStore runs the retry against the Redis store that REDIS_URL
 // would select.
 func TestRedisStore(t *testing.T) {
-	store, closeStore, err := demo.OpenStore("redis://" + testserver.RedisAddr(t) + "/0")
+	store, closeStore, err := openStore("redis://" + testserver.RedisAddr(t) + "/0")
 	require.NoError(t, err)
 	t.Cleanup(closeStore)
-	api, err := newAPI(store, nil)
+	api, err := newAPI(store, gochannel.NewGoChannel(gochannel.Config{}, nil), nil)
 	require.NoError(t, err)
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)

@@ -19,7 +19,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idempotency/watermill-idempotency/backends"
-	"github.com/idempotency/watermill-idempotency/examples/internal/demo"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 )
@@ -132,7 +131,7 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 		return err
 	}
 
-	cfg, err := demo.BrokerFromEnv("postgres-ledger")
+	cfg, err := brokerFromEnv("postgres-ledger")
 	if err != nil {
 		return err
 	}
@@ -208,7 +207,7 @@ func book(pool *pgxpool.Pool, store *pgstore.Store, ledger string) message.NoPub
 }
 
 func consume(ctx context.Context, w io.Writer, s settings, pool *pgxpool.Pool, store *pgstore.Store, b *backends.Backend, logger watermill.LoggerAdapter) error {
-	stats := &demo.Outcomes{}
+	stats := &outcomes{}
 	idem, err := idempotency.New(idempotency.Config{
 		Store:     store,
 		LeaseTTL:  s.lease,
@@ -218,7 +217,7 @@ func consume(ctx context.Context, w io.Writer, s settings, pool *pgxpool.Pool, s
 	if err != nil {
 		return err
 	}
-	router, err := demo.NewRouter(logger, idem.Middleware)
+	router, err := newRouter(logger, idem.Middleware)
 	if err != nil {
 		return err
 	}
@@ -233,7 +232,9 @@ func consume(ctx context.Context, w io.Writer, s settings, pool *pgxpool.Pool, s
 	background.Add(1)
 	go func() {
 		defer background.Done()
-		purgeExpired(ctx, store, logger)
+		// Expired records already count as absent, but only a purge frees
+		// their rows: now, then every 5 minutes, until ctx ends.
+		_ = store.PurgeEvery(ctx, 5*time.Minute, 1000, logger)
 	}()
 	routerDone := make(chan error, 1)
 	go func() { routerDone <- router.Run(ctx) }()
@@ -305,32 +306,4 @@ func checkLedger(ctx context.Context, w io.Writer, pool *pgxpool.Pool, ledger st
 	}
 	fmt.Fprintf(w, "OK: %d of %d payments booked exactly once\n", once, len(ids))
 	return nil
-}
-
-// purgeExpired deletes expired idempotency records now and every few
-// minutes until ctx ends: they already count as absent, but only Purge
-// frees their rows. Any number of processes may run it at once.
-func purgeExpired(ctx context.Context, store *pgstore.Store, logger watermill.LoggerAdapter) {
-	const batch = 1000
-	t := time.NewTicker(5 * time.Minute)
-	defer t.Stop()
-	for {
-		for {
-			n, err := store.Purge(ctx, batch)
-			if err != nil {
-				if ctx.Err() == nil {
-					logger.Error("purge expired idempotency records", err, nil)
-				}
-				break // try again at the next tick
-			}
-			if n < batch {
-				break
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }

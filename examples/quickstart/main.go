@@ -14,7 +14,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
-	"github.com/idempotency/watermill-idempotency/examples/internal/demo"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
@@ -39,7 +38,7 @@ func run(w io.Writer) error {
 
 	store := memstore.New(memstore.Config{})
 	defer store.Close()
-	stats := &demo.Outcomes{} // counts what the middleware did with each delivery
+	stats := &outcomes{} // counts what the middleware did with each delivery
 	idem, err := idempotency.New(idempotency.Config{
 		Store:     store,
 		Observer:  stats,

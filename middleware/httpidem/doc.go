@@ -81,6 +81,26 @@
 // empty. LeaseTTL, CompletedTTL, FailedTTL and CacheTTL are at most
 // idempotency.MaxTTL (100 years).
 //
+// # Forwarding the key
+//
+// A handler that hands its work on (it publishes a message to a broker,
+// calls another service) must hand on the key too, so that the next hop
+// runs the work once. It reads the key from its request's context, never
+// from the header: RequestKey is the parsed key (a quoted key without its
+// quotes), ForwardKey the value to forward, the scope's hash (as in the
+// stored key), a colon and the parsed key:
+//
+//	forward, _ := httpidem.ForwardKey(r.Context())
+//	msg.Metadata.Set("requestId", forward) // the Watermill middleware's default key field
+//
+// The raw header would break both promises a forwarded key needs: a key
+// sent quoted once and bare once is one key here but two at the consumer,
+// which then runs its effect twice; and two tenants sending the same key
+// would meet at the consumer. Forwarding matters most when the handler
+// runs again for one key: after a 5xx (a publish whose confirm was lost),
+// a panic or a lost lease, the client's retry runs it again and it
+// publishes again.
+//
 // The request's fingerprint is SHA-256 over its method, path, raw query and
 // the SHA-256 of its body. It is given to Store.Claim and kept with the key;
 // a repeat whose fingerprint differs is answered 422 and never sees the

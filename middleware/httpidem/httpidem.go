@@ -79,6 +79,8 @@ type request struct {
 	ctx      context.Context
 	key      string
 	attempts int
+	// parsedKey is the key as parsed from the header, for RequestKey.
+	parsedKey string
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
@@ -122,6 +124,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	rq.fields["stored_key"] = skey
 
 	rq.key = skey
+	rq.parsedKey = key
 	lease, claim, err := m.once.Claim(r.Context(), skey, idempotency.ClaimOptions{Fingerprint: fp, LogFields: rq.fields})
 	rq.attempts = claim.Record.Attempts
 	switch {
@@ -151,7 +154,7 @@ func (m *Middleware) claimFailed(w http.ResponseWriter, r *http.Request, next ht
 		m.logger.Info("Claim interrupted: the client is gone", rq.fields.Copy().Add(watermill.LogFields{"err": err.Error()}))
 	case m.cfg.FailOpen:
 		m.done(rq, idempotency.OutcomeFailOpen, err)
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(withRequestKey(r.Context(), m.cfg.KeyPrefix, rq.parsedKey, rq.key)))
 		return
 	default:
 		m.done(rq, idempotency.OutcomeStoreUnavailable, err)
@@ -254,7 +257,7 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 	ctx := lease.Context()
 
 	adapter.RunHandler(lease, func(err error) { m.done(rq, idempotency.OutcomeHandlerFailed, err) },
-		func() { next.ServeHTTP(rec, r.WithContext(ctx)) })
+		func() { next.ServeHTTP(rec, r.WithContext(withRequestKey(ctx, m.cfg.KeyPrefix, rq.parsedKey, rq.key))) })
 
 	resp := rec.response()
 	if cause := context.Cause(ctx); errors.Is(cause, idempotency.ErrLeaseLost) {

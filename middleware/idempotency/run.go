@@ -44,6 +44,34 @@ func (r *Run) Key() string { return r.lease.dv.key }
 // write must match.
 func (r *Run) Token() string { return r.lease.token }
 
+// Store is the store the run was claimed in: Config.Store (or
+// OnceConfig.Store) as given. A store's transactional completion checks
+// it, so that a run claimed in another store (Redis, say) gets an error
+// that says so rather than ErrLeaseLost; see ClaimedIn.
+func (r *Run) Store() Store { return r.lease.o.cfg.Store }
+
+// ClaimedIn reports whether is accepts the store the run was claimed in:
+// Store itself, or a store it wraps, found by following Unwrap()
+// idempotency.Store methods (a wrapper that times or counts calls
+// implements it to keep transactional completion working).
+func (r *Run) ClaimedIn(is func(Store) bool) bool {
+	st := r.Store()
+	for range 64 { // a bound, in case a wrapper unwraps to itself
+		if st == nil {
+			return false
+		}
+		if is(st) {
+			return true
+		}
+		u, ok := st.(interface{ Unwrap() Store })
+		if !ok {
+			return false
+		}
+		st = u.Unwrap()
+	}
+	return false
+}
+
 // CompletedTTL is how long the COMPLETED record must be kept.
 func (r *Run) CompletedTTL() time.Duration { return r.lease.o.cfg.CompletedTTL }
 

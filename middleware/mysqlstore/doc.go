@@ -206,7 +206,7 @@
 //
 // Expired rows count as absent at once, but stay in the table until Purge
 // deletes them, in batches bounded by its argument, oldest expiry first.
-// Run it every few minutes from one goroutine (see Purge for a loop);
+// Run it every few minutes from one goroutine (PurgeEvery runs that loop);
 // several processes may run it at once, and it never deletes a row a claim
 // is reviving. Without it the table grows by every key ever seen.
 //
@@ -239,6 +239,11 @@
 //     answer was lost) gets ErrAlreadyCompleted and must roll back;
 //   - ErrNoRun outside a run (the HTTP middleware, whose stored response is
 //     what the handler wrote, does not offer it);
+//   - ErrForeignRun for a run claimed in another store (the middleware's
+//     Config.Store is Redis, say), once the fence found no record of the
+//     key in the table: nothing is written. When
+//     the effects live in MySQL, this store is the store: no Redis is
+//     needed beside it;
 //   - the middleware writes no second COMPLETED; the handler must return
 //     the error of its COMMIT, or its message is acked with no effect;
 //   - until the completion is known to have committed, the run keeps its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -91,14 +92,16 @@ var ErrNoRun = errors.New("mysqlstore: the context belongs to no idempotent run 
 // The effect and COMPLETED then commit together or not at all. If the
 // lease was lost (another consumer took the key over), it returns an error
 // matching idempotency.ErrLeaseLost and the transaction must roll back,
-// effect included. Once it succeeded, the run keeps renewing its lease
-// until a renewal finds the transaction committed (the key COMPLETED under
-// the run's token: Renew answers idempotency.ErrCompletedByOwner and the
-// lease ends quietly) or rolled back (the renewal succeeds and the lease
-// goes on), so that a failed COMMIT followed by a retry never runs beside
-// another consumer's copy; see the package doc. The middleware does not
-// write COMPLETED again after a success; the handler must return an error
-// when the commit fails.
+// effect included. A run claimed in another store (the middleware's Store
+// is Redis, say) gets ErrForeignRun, and nothing is written: this store
+// must be the middleware's Store. Once it succeeded, the run keeps renewing
+// its lease until a renewal finds the transaction committed (the key
+// COMPLETED under the run's token: Renew answers
+// idempotency.ErrCompletedByOwner and the lease ends quietly) or rolled
+// back (the renewal succeeds and the lease goes on), so that a failed
+// COMMIT followed by a retry never runs beside another consumer's copy; see
+// the package doc. The middleware does not write COMPLETED again after a
+// success; the handler must return an error when the commit fails.
 func (s *Store) CompleteInTx(ctx context.Context, tx *sql.Tx, out ...*message.Message) error {
 	run, ok := idempotency.RunFromContext(ctx)
 	if !ok {
@@ -117,8 +120,32 @@ func (s *Store) CompleteValueInTx(ctx context.Context, tx *sql.Tx, value []byte)
 	return s.completeRun(ctx, tx, run, value)
 }
 
+// ErrForeignRun is returned by CompleteInTx and CompleteValueInTx for a run
+// that was claimed in another store: the middleware's Config.Store is
+// Redis, say, while the handler completes in MySQL. The
+// fence would fail there on every attempt (the key has no record in this
+// table), so nothing was written; roll back. When the effects live in
+// MySQL, make this store the middleware's Store: it deduplicates by
+// itself, with no Redis beside it.
+var ErrForeignRun = errors.New("mysqlstore: the run was claimed in another store (this table has no record of its key): make this store the middleware's Config.Store")
+
+// isStore reports whether st is a Store of this package.
+func isStore(st idempotency.Store) bool { _, ok := st.(*Store); return ok }
+
+// completeRun is CompleteInTx and CompleteValueInTx. A fence that fails
+// for a run claimed in a store that is not recognisably a Store (directly
+// or through Unwrap) is ErrForeignRun when this table holds no record of
+// the key: a run claimed here leaves its record for at least its TTL. A
+// wrapper that does not unwrap still gets ErrLeaseLost for a lost lease,
+// since the key's record is then in the table.
 func (s *Store) completeRun(ctx context.Context, tx *sql.Tx, run *idempotency.Run, result []byte) error {
-	if err := s.CompleteTx(ctx, tx, run.Key(), run.Token(), result, run.CompletedTTL()); err != nil {
+	err := s.CompleteTx(ctx, tx, run.Key(), run.Token(), result, run.CompletedTTL())
+	if errors.Is(err, idempotency.ErrLeaseLost) && !run.ClaimedIn(isStore) {
+		if rec, gerr := s.Get(ctx, run.Key()); gerr == nil && rec.State == idempotency.StateAbsent {
+			return fmt.Errorf("%w (the run's store is a %T)", ErrForeignRun, run.Store())
+		}
+	}
+	if err != nil {
 		return err
 	}
 	run.CompletedInTransaction()

@@ -121,8 +121,8 @@
 //
 // Expired rows count as absent at once, but stay in the table until Purge
 // deletes them, in batches bounded by its argument, found through the
-// expires_at index. Run it every few minutes from one goroutine (see Purge
-// for a loop); several processes may run it at once, and it never deletes a
+// expires_at index. Run it every few minutes from one goroutine (PurgeEvery
+// runs that loop); several processes may run it at once, and it never deletes a
 // row a claim is reviving. Without it the table grows by every key ever
 // seen.
 //
@@ -215,12 +215,19 @@
 //   - A consumer that stalls (or is cut off) between the completion and its
 //     COMMIT holds the record's row lock until PostgreSQL ends its session;
 //     until then every copy of the key waits. Set
-//     idle_in_transaction_session_timeout (below the lease) and lock_timeout
+//     idle_in_transaction_session_timeout (below the lease:
+//     ApplyPoolSettings sets it on a pool's sessions) and lock_timeout
 //     on the application's role, and TCP keepalives on its connections, so
 //     that a dead session is ended, and its transaction rolled back, soon.
 //   - The HTTP middleware does not offer it (its stored response is what the
 //     handler wrote, which a transaction inside the handler cannot know):
 //     CompleteInTx returns ErrNoRun there.
+//   - It completes runs claimed in PostgreSQL only: the middleware's
+//     Config.Store must be a Store, or a wrapper of one. A run claimed in
+//     another store (Redis, say) gets ErrForeignRun once the fence found
+//     no record of the key in the table, and nothing is written. When the
+//     effects live in PostgreSQL, this store is the store: no Redis is
+//     needed beside it.
 //
 // # database/sql
 //
@@ -228,7 +235,7 @@
 // *pgxpool.Pool from the same connection string beside its *sql.DB (a few
 // connections suffice), or, with pgx's own driver, builds its *sql.DB from
 // the pool: sql.OpenDB(stdlib.GetPoolConnector(pool)), so that both share
-// the connections. Its transactions reach CompleteTx through SQLTx, with any
+// the connections. Its transactions reach CompleteInTx through SQLTx, with any
 // driver that takes $1 placeholders and maps []byte to bytea (pgx's stdlib
 // does).
 //

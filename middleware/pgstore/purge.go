@@ -3,6 +3,11 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/idempotency/watermill-idempotency/middleware/internal/purgeloop"
 )
 
 // Purge deletes up to batch expired records, in no particular order, and
@@ -45,4 +50,26 @@ func (s *Store) Purge(ctx context.Context, batch int) (int64, error) {
 		return 0, fmt.Errorf("pgstore: purge %s: %w", s.table, withContext(ctx, err))
 	}
 	return tag.RowsAffected(), nil
+}
+
+// PurgeEvery runs Purge(ctx, batch) at once and then every interval until
+// ctx ends, and returns nil then: the loop of Purge's documentation, for
+// one goroutine per process:
+//
+//	go func() { _ = store.PurgeEvery(ctx, 5*time.Minute, 1000, logger) }()
+//
+// Each round purges again while a full batch was deleted, so that a
+// backlog drains at once. A failing round is logged at Error (a nil logger
+// logs nothing) and the next round tries again, so a database that is
+// down for a while loses nothing. It returns at once, having purged
+// nothing, ErrInvalidBatch for a batch below 1 and an error for an interval
+// below 1 ns.
+func (s *Store) PurgeEvery(ctx context.Context, interval time.Duration, batch int, logger watermill.LoggerAdapter) error {
+	if batch < 1 {
+		return fmt.Errorf("pgstore: purge %s: %w (got %d)", s.table, ErrInvalidBatch, batch)
+	}
+	if err := purgeloop.Run(ctx, interval, batch, s.Purge, logger, s.table); err != nil {
+		return fmt.Errorf("pgstore: purge %s: %w", s.table, err)
+	}
+	return nil
 }

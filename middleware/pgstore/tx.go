@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -95,7 +96,10 @@ var ErrNoRun = errors.New("pgstore: the context belongs to no idempotent run (us
 // lease was lost (another consumer took the key over), it returns an error
 // matching idempotency.ErrLeaseLost and the transaction must roll back,
 // effect included; so it does when a renewal found the loss first and
-// cancelled ctx (the error then matches context.Canceled as well). Once it succeeded, the run keeps renewing its lease
+// cancelled ctx (the error then matches context.Canceled as well). A run
+// claimed in another store (the middleware's Store is Redis, say) gets
+// ErrForeignRun, and nothing is written: this store must be the
+// middleware's Store. Once it succeeded, the run keeps renewing its lease
 // until a renewal finds the transaction committed (the key COMPLETED under
 // the run's token: the lease then ends quietly) or rolled back (the lease
 // goes on), so that a failed COMMIT followed by a retry never runs beside
@@ -120,8 +124,32 @@ func (s *Store) CompleteValueInTx(ctx context.Context, tx Querier, value []byte)
 	return s.completeRun(ctx, tx, run, value)
 }
 
+// ErrForeignRun is returned by CompleteInTx and CompleteValueInTx for a run
+// that was claimed in another store: the middleware's Config.Store is
+// Redis, say, while the handler completes in PostgreSQL. The
+// fence would fail there on every attempt (the key has no record in this
+// table), so nothing was written; roll back. When the effects live in
+// PostgreSQL, make this store the middleware's Store: it deduplicates by
+// itself, with no Redis beside it.
+var ErrForeignRun = errors.New("pgstore: the run was claimed in another store (this table has no record of its key): make this store the middleware's Config.Store")
+
+// isStore reports whether st is a Store of this package.
+func isStore(st idempotency.Store) bool { _, ok := st.(*Store); return ok }
+
+// completeRun is CompleteInTx and CompleteValueInTx. A fence that fails
+// for a run claimed in a store that is not recognisably a Store (directly
+// or through Unwrap) is ErrForeignRun when this table holds no record of
+// the key: a run claimed here leaves its record for at least its TTL. A
+// wrapper that does not unwrap still gets ErrLeaseLost for a lost lease,
+// since the key's record is then in the table.
 func (s *Store) completeRun(ctx context.Context, tx Querier, run *idempotency.Run, result []byte) error {
-	if err := s.CompleteTx(ctx, tx, run.Key(), run.Token(), result, run.CompletedTTL()); err != nil {
+	err := s.CompleteTx(ctx, tx, run.Key(), run.Token(), result, run.CompletedTTL())
+	if errors.Is(err, idempotency.ErrLeaseLost) && !run.ClaimedIn(isStore) {
+		if rec, gerr := s.Get(ctx, run.Key()); gerr == nil && rec.State == idempotency.StateAbsent {
+			return fmt.Errorf("%w (the run's store is a %T)", ErrForeignRun, run.Store())
+		}
+	}
+	if err != nil {
 		return err
 	}
 	run.CompletedInTransaction()

@@ -80,7 +80,8 @@
 // whatever the context says. New therefore returns
 // ErrContextTimeoutDisabled for a *redis.Client (Sentinel failover clients
 // included), *redis.ClusterClient or *redis.Ring without it; another
-// UniversalClient implementation is taken as it is. A call cut short by its
+// UniversalClient implementation is taken as it is. NewFromURL builds the
+// client from a redis:// URL with ContextTimeoutEnabled set. A call cut short by its
 // deadline returns an error matching context.DeadlineExceeded (go-redis
 // reports it as the socket's "i/o timeout", which the store adds the
 // context's error to); the script may still run on the server afterwards,

@@ -16,7 +16,7 @@ import (
 // process sharing the Redis. Plug it into Watermill's Deduplicator:
 //
 //	repo, _ := redisstore.NewExpiringKeyRepository(client, "dedup:", time.Hour)
-//	d := &idempotency.Deduplicator{Repository: repo, Timeout: 5 * time.Second}
+//	d := &middleware.Deduplicator{Repository: repo, Timeout: 5 * time.Second} // github.com/ThreeDotsLabs/watermill/message/router/middleware
 //
 // Set the Deduplicator's Timeout: a zero one in a struct literal becomes
 // 5 ms, and a client with ContextTimeoutEnabled honours it. A call cut short

@@ -1,4 +1,7 @@
-package demo
+package main
+
+// What every program needs around its handlers, kept here so that this
+// directory builds alone when copied.
 
 import (
 	"sync"
@@ -7,15 +10,15 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// Outcomes is an idempotency.Observer that counts each outcome, whichever
+// outcomes is an idempotency.Observer that counts each outcome, whichever
 // handler it came from. The zero value is ready to use.
-type Outcomes struct {
+type outcomes struct {
 	mu     sync.Mutex
 	counts map[idempotency.Outcome]int
 }
 
 // Outcome counts o.
-func (c *Outcomes) Outcome(_ string, o idempotency.Outcome) {
+func (c *outcomes) Outcome(_ string, o idempotency.Outcome) {
 	c.mu.Lock()
 	if c.counts == nil {
 		c.counts = map[idempotency.Outcome]int{}
@@ -25,10 +28,10 @@ func (c *Outcomes) Outcome(_ string, o idempotency.Outcome) {
 }
 
 // StoreLatency ignores latencies.
-func (c *Outcomes) StoreLatency(idempotency.Op, time.Duration, error) {}
+func (c *outcomes) StoreLatency(idempotency.Op, time.Duration, error) {}
 
 // Count returns how many of outcomes there were, summed.
-func (c *Outcomes) Count(outcomes ...idempotency.Outcome) int {
+func (c *outcomes) Count(outcomes ...idempotency.Outcome) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
@@ -39,7 +42,7 @@ func (c *Outcomes) Count(outcomes ...idempotency.Outcome) int {
 }
 
 // All returns a copy of every count so far.
-func (c *Outcomes) All() map[idempotency.Outcome]int {
+func (c *outcomes) All() map[idempotency.Outcome]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	all := make(map[idempotency.Outcome]int, len(c.counts))
