@@ -2,7 +2,6 @@ package backends_test
 
 import (
 	"fmt"
-	neturl "net/url"
 	"sync"
 	"testing"
 	"time"
@@ -274,33 +273,4 @@ func TestAMQP_ChannelClosedByBrokerIsAnError(t *testing.T) {
 	})
 	require.NoError(t, publishWithin("two"))
 	assert.Equal(t, "two", receive(t, subscribe(t, b, topic)))
-}
-
-// A RabbitMQ connection that stops carrying anything (a stalled network
-// path: open, silent) fails a Publish with an error instead of leaving it
-// waiting for a confirm that never comes.
-func TestAMQP_StalledConnectionFailsThePublish(t *testing.T) {
-	t.Parallel()
-	url := testserver.RabbitMQURL(t)
-	u, err := neturl.Parse(url)
-	require.NoError(t, err)
-	proxy := testserver.StartFaultProxy(t, u.Host)
-	u.Host = proxy.Addr
-	topic := uniqueTopic("stalled")
-	group := "stalled-" + runID
-	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
-	b := newBackend(t, backends.Config{URL: u.String(), Group: group,
-		AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
-	publish(t, b.Publisher, topic, "before")
-
-	require.Positive(t, proxy.StallAll())
-	t.Cleanup(proxy.ResumeAll)
-	done := make(chan error, 1)
-	go func() { done <- b.Publisher.Publish(topic, newMessage("stalled")) }()
-	select {
-	case err := <-done:
-		require.Error(t, err, "a publish that RabbitMQ never confirmed")
-	case <-time.After(90 * time.Second):
-		t.Fatal("Publish still waits for a confirm over a dead connection after 90 s")
-	}
 }
