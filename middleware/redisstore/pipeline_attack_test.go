@@ -110,6 +110,10 @@ func TestAutoPipeliningScriptFlushStorm(t *testing.T) {
 		}
 	}
 	require.Zero(t, failed, "%d of %d fresh messages failed under SCRIPT FLUSH; first: %v", failed, workers*each, first)
+	// Counted before the reads below, whose Get script is a third one
+	// (loaded once more after the last flush).
+	stats := commandCalls(t, admin)
+	t.Logf("%d flushes; server: %v", flushes, stats)
 	for w := range workers {
 		for i := range each {
 			rec, err := s.Get(ctx, fmt.Sprintf("k%d:%d", w, i))
@@ -117,8 +121,6 @@ func TestAutoPipeliningScriptFlushStorm(t *testing.T) {
 			require.Equal(t, idempotency.StateCompleted, rec.State)
 		}
 	}
-	stats := commandCalls(t, admin)
-	t.Logf("%d flushes; server: %v", flushes, stats)
 	// Two scripts (claim, complete), each loaded once at the start and at
 	// most once after each flush.
 	require.LessOrEqual(t, stats["script|load"], 2*(flushes+1), "more than one load per script and flush")
