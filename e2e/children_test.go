@@ -94,7 +94,7 @@ func (k *childKit) ledgerKey(hash string) string { return os.Getenv(childLedgerP
 // consumers are, with obs and maxAttempts, on the store that its variables
 // name: a pgstore on the table E2E_PG_TABLE names, a mysqlstore on the
 // table E2E_MYSQL_TABLE names, or a redisstore on E2E_STORE_ADDR.
-func (k *childKit) idempotency(maxAttempts int, obs idempotency.Observer) (*idempotency.Idempotency, error) {
+func (k *childKit) idempotency(maxAttempts int, obs idempotency.Observer) (*idempotency.Middleware, error) {
 	var store idempotency.Store
 	var err error
 	if table := os.Getenv(childPGTableVar); table != "" {

@@ -68,7 +68,7 @@ func idemConfig(store idempotency.Store, prefix string, leaseTTL time.Duration, 
 }
 
 // newIdem is one consumer's middleware.
-func (e *env) newIdem() *idempotency.Idempotency {
+func (e *env) newIdem() *idempotency.Middleware {
 	idem, err := idempotency.New(idemConfig(e.newStore(), e.prefix, e.lease, e.obs), logger())
 	require.NoError(e.t, err)
 	return idem

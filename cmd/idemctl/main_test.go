@@ -182,7 +182,7 @@ func keysOf(lines []map[string]any) []string {
 
 // newIdem returns the Watermill middleware on e's store and prefix, scope
 // "orders".
-func (e env) newIdem(t *testing.T, adjust func(*idempotency.Config)) *idempotency.Idempotency {
+func (e env) newIdem(t *testing.T, adjust func(*idempotency.Config)) *idempotency.Middleware {
 	t.Helper()
 	cfg := idempotency.Config{Store: e.store, KeyPrefix: e.prefix, Scope: func(*message.Message) string { return "orders" },
 		NackDelay: time.Millisecond, LeaseTTL: 2 * time.Second}

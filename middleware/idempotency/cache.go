@@ -295,4 +295,4 @@ func (o *Once) CacheStats() CacheStats {
 
 // CacheStats returns the counters of the middleware's cache of COMPLETED
 // records (see Config.CacheTTL).
-func (d *Idempotency) CacheStats() CacheStats { return d.once.CacheStats() }
+func (d *Middleware) CacheStats() CacheStats { return d.once.CacheStats() }

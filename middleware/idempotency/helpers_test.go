@@ -54,7 +54,7 @@ func (o *outcomes) op(op idempotency.Op) int {
 
 // newIdem builds the middleware with an outcome counter, failing the test on
 // a config error.
-func newIdem(t *testing.T, cfg idempotency.Config) (*idempotency.Idempotency, *outcomes) {
+func newIdem(t *testing.T, cfg idempotency.Config) (*idempotency.Middleware, *outcomes) {
 	t.Helper()
 	obs := newOutcomes()
 	if cfg.Observer == nil {

@@ -12,18 +12,26 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// Idempotency is the Watermill middleware: add it with
+// Middleware is the Watermill middleware: add it with
 // router.AddMiddleware(idem.Middleware), or to one handler with
 // handler.AddMiddleware(idem.Middleware). It is safe for concurrent use by any
-// number of handlers and routers.
-type Idempotency struct {
+// number of handlers and routers. Each adapter package of this module has a
+// Middleware of its own, built by its New, and plugged in by the method named
+// after what its framework takes: Middleware here, Handler in package
+// httpidem, UnaryServerInterceptor in package grpcidem.
+type Middleware struct {
 	cfg  Config
 	once *Once
 }
 
+// Idempotency is the former name of Middleware.
+//
+// Deprecated: use Middleware.
+type Idempotency = Middleware
+
 // New returns the middleware for cfg. It copies cfg, fills the defaults of
 // its zero fields and validates it; a nil logger logs nothing.
-func New(cfg Config, logger watermill.LoggerAdapter) (*Idempotency, error) {
+func New(cfg Config, logger watermill.LoggerAdapter) (*Middleware, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -32,18 +40,18 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Idempotency, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Idempotency{cfg: cfg, once: once}, nil
+	return &Middleware{cfg: cfg, once: once}, nil
 }
 
 // Middleware wraps h so that each key's effect happens once. See the
 // package documentation for what the router is returned in every case.
-func (d *Idempotency) Middleware(h message.HandlerFunc) message.HandlerFunc {
+func (d *Middleware) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		return d.handle(msg, h)
 	}
 }
 
-func (d *Idempotency) handle(msg *message.Message, h message.HandlerFunc) ([]*message.Message, error) {
+func (d *Middleware) handle(msg *message.Message, h message.HandlerFunc) ([]*message.Message, error) {
 	scope := d.cfg.Scope(msg)
 	dv := delivery{uuid: msg.UUID, scope: scope, ctx: msg.Context()}
 	key, err := d.storeKey(msg, scope)
@@ -81,7 +89,7 @@ func (d *Idempotency) handle(msg *message.Message, h message.HandlerFunc) ([]*me
 }
 
 // refused answers a claim that did not acquire the key.
-func (d *Idempotency) refused(ctx context.Context, dv delivery, rec Record, fingerprint []byte) ([]*message.Message, error) {
+func (d *Middleware) refused(ctx context.Context, dv delivery, rec Record, fingerprint []byte) ([]*message.Message, error) {
 	// A different payload under a key whose first run is still going is
 	// nacked like any copy of it: the reuse is decided once that run ends.
 	if rec.State != StateInProgress && len(fingerprint) > 0 && len(rec.Fingerprint) > 0 && !bytes.Equal(fingerprint, rec.Fingerprint) {
@@ -116,7 +124,7 @@ func (d *Idempotency) refused(ctx context.Context, dv delivery, rec Record, fing
 }
 
 // nackDelay waits NackDelay, or until ctx ends, before a nack.
-func (d *Idempotency) nackDelay(ctx context.Context) {
+func (d *Middleware) nackDelay(ctx context.Context) {
 	if d.cfg.NackDelay <= 0 {
 		return
 	}
@@ -129,7 +137,7 @@ func (d *Idempotency) nackDelay(ctx context.Context) {
 }
 
 // run executes the handler under the lease and records the result.
-func (d *Idempotency) run(msg *message.Message, h message.HandlerFunc, lease *Lease, dv delivery) (out []*message.Message, err error) {
+func (d *Middleware) run(msg *message.Message, h message.HandlerFunc, lease *Lease, dv delivery) (out []*message.Message, err error) {
 	parent := msg.Context()
 	lease.run.idem = d // for Run.Result
 	msg.SetContext(lease.Context())
@@ -166,7 +174,7 @@ func (d *Idempotency) run(msg *message.Message, h message.HandlerFunc, lease *Le
 // mark of an output not stored, when output replay is disabled or when the
 // encoding is larger than MaxOutputSize; tooLarge is then that size (else
 // 0).
-func (d *Idempotency) encodeResult(out []*message.Message) (result []byte, tooLarge int) {
+func (d *Middleware) encodeResult(out []*message.Message) (result []byte, tooLarge int) {
 	if d.cfg.DisableOutputReplay {
 		return []byte{outputOmitted}, 0
 	}

@@ -16,7 +16,7 @@ import (
 // "sha256:<hex>", and so does a key that starts with "sha256:". Colons and
 // percent signs in the scope are escaped (%3A, %25) so that no scope and key
 // pair can collide with another.
-func (d *Idempotency) storeKey(msg *message.Message, scope string) (string, error) {
+func (d *Middleware) storeKey(msg *message.Message, scope string) (string, error) {
 	key, err := d.messageKey(msg)
 	if err != nil {
 		return "", err
@@ -34,7 +34,7 @@ const hashedKeyPrefix = "sha256:"
 
 var scopeEscaper = strings.NewReplacer("%", "%25", ":", "%3A")
 
-func (d *Idempotency) messageKey(msg *message.Message) (string, error) {
+func (d *Middleware) messageKey(msg *message.Message) (string, error) {
 	if d.cfg.KeyFunc != nil {
 		key, err := d.cfg.KeyFunc(msg)
 		if err != nil {

@@ -111,7 +111,7 @@ func fnvMod(s string, n uint32) uint32 {
 
 // twoRouters starts two routers, each with its own gochannel, one handler
 // named "h" and the idempotency middleware on a shared store.
-func twoRouters(t *testing.T, idem *idempotency.Idempotency, count *acks, handler message.NoPublishHandlerFunc) []message.Publisher {
+func twoRouters(t *testing.T, idem *idempotency.Middleware, count *acks, handler message.NoPublishHandlerFunc) []message.Publisher {
 	var pubs []message.Publisher
 	for range 2 {
 		pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})

@@ -16,7 +16,7 @@ type Run struct {
 	lease *Lease
 	// idem is the Watermill middleware running the handler, whose Config
 	// says how produced messages are stored; nil outside it.
-	idem *Idempotency
+	idem *Middleware
 	// do: the run is Once.Do's, whose work returns the value to store.
 	do bool
 }
