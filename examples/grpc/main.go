@@ -85,7 +85,7 @@ func newServer(store idempotency.Store, logger watermill.LoggerAdapter) (*grpc.S
 	// The idempotency interceptor runs after authentication, so that its
 	// scope is the authenticated API key. GetPayment passes through it
 	// untouched, and so do the streams of the reflection service.
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(authenticate, idem.Unary))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(authenticate, idem.UnaryServerInterceptor))
 	paymentspb.RegisterPaymentsServer(srv, &payments{byID: map[string]owned{}})
 	reflection.Register(srv)
 	return srv, nil

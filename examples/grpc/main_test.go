@@ -71,11 +71,11 @@ func TestREADMESession(t *testing.T) {
 func TestGoClient(t *testing.T) {
 	t.Parallel()
 	addr := startServer(t, memstoreFor(t))
-	idem, err := grpcidem.NewClient(grpcidem.ClientConfig{})
+	client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
 	require.NoError(t, err)
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(idem.Unary),
+		grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor),
 		grpc.WithDefaultServiceConfig(`{"methodConfig": [{
 		"name": [{"service": "payments.v1.Payments"}],
 		"retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "1s",

@@ -41,10 +41,10 @@ type ClientConfig struct {
 	NewKey func() string
 }
 
-// Client gives each logical unary call an idempotency key. Install Unary as
-// a grpc.UnaryClientInterceptor:
+// Client gives each logical unary call an idempotency key. Install
+// UnaryClientInterceptor, which is a grpc.UnaryClientInterceptor:
 //
-//	conn, err := grpc.NewClient(target, grpc.WithChainUnaryInterceptor(client.Unary), ...)
+//	conn, err := grpc.NewClient(target, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor), ...)
 //
 // A call made with a context from WithKey is sent with that key under
 // ClientConfig.Metadata; a call whose outgoing metadata already carries
@@ -92,13 +92,14 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
-// Unary is the grpc.UnaryClientInterceptor. A call whose WithKey key
-// differs from a value the application put in the outgoing metadata under
-// ClientConfig.Metadata itself is refused with INVALID_ARGUMENT before it
-// is sent: the server would refuse it as well. A WithKey key is sent under
-// ClientConfig.Metadata alone: when that is not DefaultMetadata, the copy
-// WithKey put there for connections without a Client is taken out.
-func (c *Client) Unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+// UnaryClientInterceptor is the grpc.UnaryClientInterceptor. A call whose
+// WithKey key differs from a value the application put in the outgoing
+// metadata under ClientConfig.Metadata itself is refused with
+// INVALID_ARGUMENT before it is sent: the server would refuse it as well.
+// A WithKey key is sent under ClientConfig.Metadata alone: when that is not
+// DefaultMetadata, the copy WithKey put there for connections without a
+// Client is taken out.
+func (c *Client) UnaryClientInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	md, _ := metadata.FromOutgoingContext(ctx)
 	sent := md.Get(c.cfg.Metadata)
 	if key, ok := ctx.Value(keyContext{}).(string); ok {
@@ -132,10 +133,17 @@ func (c *Client) Unary(ctx context.Context, method string, req, reply any, cc *g
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
+// Unary is the former name of UnaryClientInterceptor.
+//
+// Deprecated: use UnaryClientInterceptor.
+func (c *Client) Unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return c.UnaryClientInterceptor(ctx, method, req, reply, cc, invoker, opts...)
+}
+
 // WithKey returns ctx carrying key as the idempotency key of the logical
 // call made with it, for an application that retries a call itself: every
 // attempt made with the returned context carries the same key. A Client's
-// interceptor (Client.Unary) sends it under the Client's own
+// interceptor (Client.UnaryClientInterceptor) sends it under the Client's own
 // ClientConfig.Metadata, so the name the key is sent under is always the
 // one the Client and the server were configured with. A connection without
 // a Client's interceptor sends it under DefaultMetadata, where WithKey

@@ -65,12 +65,12 @@ func TestLostResponse(t *testing.T) {
 		l := newLedger()
 		var seen attempts
 		var cut answerCut
-		addr := serve(t, l, seen.record, cut.afterHandler, newInterceptor(t, store, prefix, nil).Unary)
+		addr := serve(t, l, seen.record, cut.afterHandler, newInterceptor(t, store, prefix, nil).UnaryServerInterceptor)
 		proxy := testserver.StartFaultProxy(t, addr)
 		cut.proxy.Store(proxy)
 		client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
 		require.NoError(t, err)
-		c := dial(t, proxy.Addr, grpc.WithDefaultServiceConfig(retryPolicy), grpc.WithChainUnaryInterceptor(client.Unary))
+		c := dial(t, proxy.Addr, grpc.WithDefaultServiceConfig(retryPolicy), grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 
 		// A first call opens the connection through the proxy.
 		warm := charge(t, c, "t", "", &testpb.ChargeRequest{Amount: 1})
@@ -95,7 +95,7 @@ func TestLostResponse(t *testing.T) {
 
 		// Without a retry policy the client sees the loss itself, as
 		// UNAVAILABLE, and its own retry with the same key gets the replay.
-		plain := dial(t, proxy.Addr, grpc.WithChainUnaryInterceptor(client.Unary))
+		plain := dial(t, proxy.Addr, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 		require.NoError(t, charge(t, plain, "t", "", &testpb.ChargeRequest{Amount: 1}).err)
 		cut.arm()
 		lostCall := charge(t, plain, "t", "app-retry", &testpb.ChargeRequest{Amount: 700})
@@ -124,10 +124,10 @@ func TestClientRetryReusesKey(t *testing.T) {
 			}
 			return handler(ctx, req)
 		}
-		addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).Unary, failFirst)
+		addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).UnaryServerInterceptor, failFirst)
 		client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
 		require.NoError(t, err)
-		c := dial(t, addr, grpc.WithDefaultServiceConfig(retryPolicy), grpc.WithChainUnaryInterceptor(client.Unary))
+		c := dial(t, addr, grpc.WithDefaultServiceConfig(retryPolicy), grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 
 		got := charge(t, c, "t", "", &testpb.ChargeRequest{Amount: 5})
 		require.NoError(t, got.err)
@@ -149,10 +149,10 @@ func TestClientKeys(t *testing.T) {
 		store, prefix := kind.New(t)
 		l := newLedger()
 		var seen attempts
-		addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).Unary)
+		addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).UnaryServerInterceptor)
 		client, err := grpcidem.NewClient(grpcidem.ClientConfig{Methods: []string{methodCharge}})
 		require.NoError(t, err)
-		c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.Unary))
+		c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 		req := &testpb.ChargeRequest{Amount: 5}
 
 		a, b := charge(t, c, "t", "", req), charge(t, c, "t", "", req)
@@ -255,10 +255,10 @@ func TestWithKeyUnderCustomMetadata(t *testing.T) {
 				store, prefix := kind.New(t)
 				l := newLedger()
 				seen := &namesSeen{names: []string{custom, grpcidem.DefaultMetadata}}
-				addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *grpcidem.Config) { c.Metadata = tc.server }).Unary)
+				addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *grpcidem.Config) { c.Metadata = tc.server }).UnaryServerInterceptor)
 				client, err := grpcidem.NewClient(grpcidem.ClientConfig{Metadata: custom, Methods: []string{methodCharge}})
 				require.NoError(t, err)
-				c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.Unary))
+				c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 
 				// The application retries one logical call itself.
 				ctx := grpcidem.WithKey(metadata.AppendToOutgoingContext(t.Context(), "tenant", "t"), "app-key")
@@ -303,10 +303,10 @@ func TestWithKeyConflictsWithOutgoingMetadata(t *testing.T) {
 	l := newLedger()
 	var seen attempts
 	store, prefix := storeKinds[0].New(t)
-	addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).Unary)
+	addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).UnaryServerInterceptor)
 	client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
 	require.NoError(t, err)
-	c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.Unary))
+	c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 	base := metadata.AppendToOutgoingContext(t.Context(), "tenant", "t", grpcidem.DefaultMetadata, "md-key")
 
 	_, err = c.Charge(grpcidem.WithKey(base, "other-key"), &testpb.ChargeRequest{Amount: 5})
@@ -331,7 +331,7 @@ func TestWithKeyWithoutClientInterceptor(t *testing.T) {
 			l := newLedger()
 			seen := &namesSeen{names: []string{grpcidem.DefaultMetadata}}
 			store, prefix := storeKinds[0].New(t)
-			addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *grpcidem.Config) { c.KeyOptional = optional }).Unary)
+			addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *grpcidem.Config) { c.KeyOptional = optional }).UnaryServerInterceptor)
 			c := dial(t, addr) // no Client interceptor
 
 			ctx := grpcidem.WithKey(grpcidem.WithKey(metadata.AppendToOutgoingContext(t.Context(), "tenant", "t"), "first-key"), "app-key")

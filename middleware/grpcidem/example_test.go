@@ -29,7 +29,7 @@ func Example() {
 		panic(err)
 	}
 	ledger := newLedger()
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(idem.Unary))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(idem.UnaryServerInterceptor))
 	testpb.RegisterLedgerServer(srv, ledger)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -44,7 +44,7 @@ func Example() {
 	}
 	conn, err := grpc.NewClient(ln.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(client.Unary))
+		grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 	if err != nil {
 		panic(err)
 	}

@@ -153,7 +153,7 @@ func tenantScope(ctx context.Context) string {
 
 // newInterceptor builds an interceptor for Charge and Refund on store, with
 // the test's prefix and tenant scope; adjust may change the config first.
-func newInterceptor(t testing.TB, store idempotency.Store, prefix string, adjust func(*grpcidem.Config)) *grpcidem.Interceptor {
+func newInterceptor(t testing.TB, store idempotency.Store, prefix string, adjust func(*grpcidem.Config)) *grpcidem.Middleware {
 	t.Helper()
 	cfg := grpcidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope, Methods: []string{methodCharge, methodRefund}}
 	if adjust != nil {
@@ -191,7 +191,7 @@ func setup(t *testing.T, kind storeKind, adjust func(*grpcidem.Config)) (*ledger
 	t.Helper()
 	store, prefix := kind.New(t)
 	l := newLedger()
-	addr := serve(t, l, newInterceptor(t, store, prefix, adjust).Unary)
+	addr := serve(t, l, newInterceptor(t, store, prefix, adjust).UnaryServerInterceptor)
 	return l, dial(t, addr)
 }
 

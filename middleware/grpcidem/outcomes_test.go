@@ -144,7 +144,7 @@ func TestStoreUnavailable(t *testing.T) {
 			t.Run("fail closed", func(t *testing.T) {
 				t.Parallel()
 				l := newLedger()
-				c := dial(t, serve(t, l, newInterceptor(t, ds.New(t), "", nil).Unary))
+				c := dial(t, serve(t, l, newInterceptor(t, ds.New(t), "", nil).UnaryServerInterceptor))
 				for range 2 {
 					a := charge(t, c, "t", "k1", &testpb.ChargeRequest{Amount: 1})
 					st := requireReason(t, a.err, codes.Unavailable, grpcidem.ReasonStoreUnavailable)
@@ -158,7 +158,7 @@ func TestStoreUnavailable(t *testing.T) {
 				logger := watermill.NewCaptureLogger()
 				i, err := grpcidem.New(grpcidem.Config{Store: ds.New(t), SingleTenant: true, FailOpen: true, Methods: []string{methodCharge}}, logger)
 				require.NoError(t, err)
-				c := dial(t, serve(t, l, i.Unary))
+				c := dial(t, serve(t, l, i.UnaryServerInterceptor))
 				for n := range 2 {
 					a := charge(t, c, "t", "k1", &testpb.ChargeRequest{Amount: 1})
 					require.NoError(t, a.err)
@@ -192,7 +192,7 @@ func TestCorruptRecord(t *testing.T) {
 		logger := watermill.NewCaptureLogger()
 		i, err := grpcidem.New(grpcidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope, Methods: []string{methodCharge}}, logger)
 		require.NoError(t, err)
-		c := dial(t, serve(t, l, i.Unary))
+		c := dial(t, serve(t, l, i.UnaryServerInterceptor))
 		a := charge(t, c, "t", "k1", &testpb.ChargeRequest{Amount: 1})
 		requireReason(t, a.err, codes.Internal, grpcidem.ReasonRecordCorrupt)
 		assert.False(t, a.replayed())
@@ -220,7 +220,7 @@ func TestCorruptRecord(t *testing.T) {
 			require.NoError(t, store.Complete(ctx, skey, "tok", result, time.Minute))
 
 			l := newLedger()
-			c := dial(t, serve(t, l, newInterceptor(t, store, "", nil).Unary))
+			c := dial(t, serve(t, l, newInterceptor(t, store, "", nil).UnaryServerInterceptor))
 			a := charge(t, c, "t", "k1", &testpb.ChargeRequest{Amount: 1})
 			requireReason(t, a.err, codes.Internal, grpcidem.ReasonRecordCorrupt)
 			assert.Zero(t, l.runs.Load(), name)

@@ -89,10 +89,13 @@ var retryable = [...]codes.Code{
 // COMPLETED and replayed.
 func Retryable(c codes.Code) bool { return slices.Contains(retryable[:], c) }
 
-// Interceptor makes unary gRPC methods idempotent per key. It is safe for
-// concurrent use; build it with New and install Unary as a
-// grpc.UnaryServerInterceptor.
-type Interceptor struct {
+// Middleware makes unary gRPC methods idempotent per key. It is safe for
+// concurrent use; build it with New and install UnaryServerInterceptor,
+// which is a grpc.UnaryServerInterceptor. It is named as the adapters of
+// packages idempotency (Watermill) and httpidem (net/http) are: each has a
+// Middleware built by New, plugged in by the method named after what its
+// framework takes.
+type Middleware struct {
 	cfg      Config
 	once     *idempotency.Once
 	logger   watermill.LoggerAdapter
@@ -101,16 +104,21 @@ type Interceptor struct {
 	methods  map[string]bool
 }
 
+// Interceptor is the former name of Middleware.
+//
+// Deprecated: use Middleware.
+type Interceptor = Middleware
+
 // New returns an interceptor for cfg, which is copied: later changes to the
 // caller's Config have no effect. A nil logger logs nothing. An invalid
 // Config is refused with every problem that Config.Validate reports, each
 // matching ErrInvalidConfig (and ErrNilStore for a missing Store).
-func New(cfg Config, logger watermill.LoggerAdapter) (*Interceptor, error) {
+func New(cfg Config, logger watermill.LoggerAdapter) (*Middleware, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	i := &Interceptor{cfg: cfg, scope: cfg.Scope, methods: make(map[string]bool, len(cfg.Methods))}
+	i := &Middleware{cfg: cfg, scope: cfg.Scope, methods: make(map[string]bool, len(cfg.Methods))}
 	for _, m := range cfg.Methods {
 		i.methods[m] = true
 	}
@@ -136,13 +144,13 @@ type call struct {
 	fields   watermill.LogFields
 }
 
-// Unary is the grpc.UnaryServerInterceptor:
+// UnaryServerInterceptor is the grpc.UnaryServerInterceptor:
 //
-//	grpc.NewServer(grpc.ChainUnaryInterceptor(authenticate, idem.Unary))
+//	grpc.NewServer(grpc.ChainUnaryInterceptor(authenticate, idem.UnaryServerInterceptor))
 //
 // Calls of methods outside Config.Methods pass through untouched; streaming
 // calls never reach it.
-func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func (i *Middleware) UnaryServerInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if !i.methods[info.FullMethod] {
 		return handler(ctx, req)
 	}
@@ -195,8 +203,15 @@ func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServer
 	}
 }
 
+// Unary is the former name of UnaryServerInterceptor.
+//
+// Deprecated: use UnaryServerInterceptor.
+func (i *Middleware) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	return i.UnaryServerInterceptor(ctx, req, info, handler)
+}
+
 // claimFailed answers a call whose claim failed (ErrStoreUnavailable).
-func (i *Interceptor) claimFailed(ctx context.Context, req any, handler grpc.UnaryHandler, err error, c call) (any, error) {
+func (i *Middleware) claimFailed(ctx context.Context, req any, handler grpc.UnaryHandler, err error, c call) (any, error) {
 	switch {
 	case ctx.Err() != nil:
 		// The caller left during the claim: counted, but no operator needs
@@ -215,7 +230,7 @@ func (i *Interceptor) claimFailed(ctx context.Context, req any, handler grpc.Una
 
 // answerRepeat answers a call whose claim was refused, from the record that
 // refused it.
-func (i *Interceptor) answerRepeat(ctx context.Context, rec idempotency.Record, fp []byte, c call) (any, error) {
+func (i *Middleware) answerRepeat(ctx context.Context, rec idempotency.Record, fp []byte, c call) (any, error) {
 	if len(rec.Fingerprint) > 0 && !slices.Equal(rec.Fingerprint, fp) {
 		i.done(c, idempotency.OutcomeKeyReused, nil)
 		return nil, i.status(codes.FailedPrecondition, ReasonKeyReused,
@@ -235,7 +250,7 @@ func (i *Interceptor) answerRepeat(ctx context.Context, rec idempotency.Record, 
 
 // replay answers with a stored answer, with the header idempotent-replayed:
 // true.
-func (i *Interceptor) replay(ctx context.Context, result []byte, c call) (any, error) {
+func (i *Middleware) replay(ctx context.Context, result []byte, c call) (any, error) {
 	corrupt := func(err error) (any, error) {
 		i.done(c, idempotency.OutcomeCorruptRecord, fmt.Errorf("stored answer of a completed key: %w", err))
 		return nil, i.status(codes.Internal, ReasonRecordCorrupt,
@@ -270,7 +285,7 @@ func (i *Interceptor) replay(ctx context.Context, result []byte, c call) (any, e
 // then records the outcome: FAILED after a retryable code, a panic or a
 // lost lease, COMPLETED with the answer otherwise, also when the caller
 // left before the handler returned (its retry gets the replay).
-func (i *Interceptor) run(ctx context.Context, req any, handler grpc.UnaryHandler, lease *idempotency.Lease, c call) (any, error) {
+func (i *Middleware) run(ctx context.Context, req any, handler grpc.UnaryHandler, lease *idempotency.Lease, c call) (any, error) {
 	// A copy: the lease reads the fields it was given from its renewal timer.
 	c.fields = c.fields.Copy().Add(watermill.LogFields{"attempts": lease.Record().Attempts})
 	lctx := lease.Context()
@@ -360,7 +375,7 @@ func lookupMethod(fullMethod string) (protoreflect.MethodDescriptor, bool) {
 // status builds one of the interceptor's own answers: code and message,
 // an ErrorInfo with reason (and meta), and a RetryInfo when retry says that
 // retrying with the same key can help.
-func (i *Interceptor) status(code codes.Code, reason, msg string, meta map[string]string, retry bool) error {
+func (i *Middleware) status(code codes.Code, reason, msg string, meta map[string]string, retry bool) error {
 	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: meta}}
 	if retry {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(i.cfg.RetryAfter)})
@@ -373,7 +388,7 @@ func (i *Interceptor) status(code codes.Code, reason, msg string, meta map[strin
 }
 
 // describeKeyError says what is wrong with a key, for a status message.
-func (i *Interceptor) describeKeyError(err error) string {
+func (i *Middleware) describeKeyError(err error) string {
 	msg := err.Error() // "the idempotency key in metadata idempotency-key is too long"
 	switch {
 	case errors.Is(err, adapter.ErrKeyTooLong):
@@ -386,14 +401,14 @@ func (i *Interceptor) describeKeyError(err error) string {
 
 // done counts one outcome and logs it at the level adapter.LogOutcome
 // gives it.
-func (i *Interceptor) done(c call, outcome idempotency.Outcome, err error) {
+func (i *Middleware) done(c call, outcome idempotency.Outcome, err error) {
 	i.report(c, outcome, err)
 	adapter.LogOutcome(i.logger, c.fields, outcome, err)
 }
 
 // report counts one outcome; a ContextObserver also gets the call's context
 // (the span of otelgrpc's server handler, say) and its details.
-func (i *Interceptor) report(c call, outcome idempotency.Outcome, err error) {
+func (i *Middleware) report(c call, outcome idempotency.Outcome, err error) {
 	idempotency.ReportOutcome(c.ctx, i.observer, idempotency.OutcomeDetails{Handler: c.method, Scope: c.method,
 		Key: c.key, Outcome: outcome, Attempt: c.attempts, Replayed: outcome == idempotency.OutcomeDuplicate, Err: err})
 }

@@ -46,7 +46,7 @@ func TestGRPCServerSpan(t *testing.T) {
 		Methods: []string{method}, Observer: tel.obs}, nil)
 	require.NoError(t, err)
 	srv := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tel.tp))),
-		grpc.ChainUnaryInterceptor(idem.Unary))
+		grpc.ChainUnaryInterceptor(idem.UnaryServerInterceptor))
 	healthpb.RegisterHealthServer(srv, health{})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
