@@ -64,7 +64,7 @@ const (
 	DefaultRetryAfter = adapter.DefaultRetryAfter
 )
 
-// Config configures an Interceptor. Store, Methods and the choice between
+// Config configures a Middleware. Store, Methods and the choice between
 // Scope and SingleTenant are required; every other field has a usable zero
 // value, documented on the field.
 type Config struct {
@@ -111,15 +111,19 @@ type Config struct {
 	// DefaultMaxKeyLength (255); longer keys are answered INVALID_ARGUMENT.
 	MaxKeyLength int
 
-	// Scope returns the tenant a call belongs to (the authenticated peer or
-	// subject), from the call's context. Its SHA-256 is part of the stored
-	// key, so a client can never receive the stored answer of another
-	// scope, two tenants may use the same key, and no scope (an API key,
-	// say) appears in a key name. The scope of a call is what Scope
-	// returns, the empty string included: put authentication before this
-	// interceptor, so that an anonymous call never reaches it. Required
-	// unless SingleTenant is set; New refuses a Config with neither, or
-	// with both.
+	// Scope returns the scope of a call: the namespace part of its stored
+	// key, as Config.Scope of package idempotency is for a message, so that
+	// one key in two scopes is two keys. In gRPC it is derived per call,
+	// from the call's context: the tenant that made it (the authenticated
+	// peer or subject). Its SHA-256 is part of the stored key, so a client
+	// can never receive the stored answer of another scope, two tenants may
+	// use the same key, and no scope (an API key, say) appears in a key
+	// name. The scope of a call is what Scope returns, the empty string
+	// included: put authentication before this interceptor, so that an
+	// anonymous call never reaches it. Required unless SingleTenant is set
+	// (there is no safe default: one scope for every client would let a
+	// client's key fetch another client's answer); New refuses a Config
+	// with neither, or with both.
 	Scope func(ctx context.Context) string
 
 	// SingleTenant declares that every call belongs to one client (one

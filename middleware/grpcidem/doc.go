@@ -5,7 +5,11 @@
 // Watermill middleware and package httpidem (Redis in production, memstore
 // for tests and demos), and runs on the same owner protocol
 // (idempotency.Once): any number of server processes sharing that store
-// behave as one.
+// behave as one. As in every adapter of this module (see Names in package
+// idempotency), New returns a *Middleware, plugged in by the method named
+// after what grpc-go takes: UnaryServerInterceptor, a
+// grpc.UnaryServerInterceptor; and NewClient a *Client, plugged in by
+// UnaryClientInterceptor.
 //
 //	idem, err := grpcidem.New(grpcidem.Config{
 //		Store:   store,
@@ -13,12 +17,12 @@
 //		Scope:   func(ctx context.Context) string { return subjectOf(ctx) },
 //	}, logger)
 //	...
-//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(authenticate, idem.Unary))
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(authenticate, idem.UnaryServerInterceptor))
 //
 // and on the client side, one key per logical call that its retries reuse:
 //
 //	client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
-//	conn, err := grpc.NewClient(target, grpc.WithChainUnaryInterceptor(client.Unary), ...)
+//	conn, err := grpc.NewClient(target, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor), ...)
 //
 // # What a call gets
 //
@@ -88,7 +92,10 @@
 // INVALID_ARGUMENT (ReasonKeyInvalid), and nothing is claimed.
 //
 // Keys belong to a scope, Config.Scope(ctx): the authenticated peer or
-// subject of the call. Scope is required, exactly as in package httpidem:
+// subject of the call. A scope means here what it means in package
+// idempotency, the namespace part of the stored key (one key in two scopes
+// is two keys); in gRPC it is derived per call. Scope is required, exactly
+// as in package httpidem:
 // without it every client would share one key space, and a client sending
 // another client's key would get that client's stored answer. A service that
 // only one client calls says so with Config.SingleTenant instead. The stored
@@ -152,7 +159,7 @@
 //
 // # The client interceptor
 //
-// Client.Unary gives each logical call a fresh key (a random UUID) in the
+// Client.UnaryClientInterceptor gives each logical call a fresh key (a random UUID) in the
 // metadata, unless the call already carries one (WithKey, or the request's
 // request_id). A key set with WithKey travels in the context and is
 // written by the Client under its own ClientConfig.Metadata, so that an

@@ -95,14 +95,19 @@ type Config struct {
 	// DefaultMaxKeyLength (255); longer keys are answered 400.
 	MaxKeyLength int
 
-	// Scope returns the tenant a request belongs to (an authenticated
-	// subject, an API key id). Its SHA-256 is part of the stored key, so a
-	// client can never receive the stored response of another scope, two
-	// tenants may use the same key, and no scope (an API key, say) appears
-	// in a key name. The scope of a request is what Scope returns, the empty
+	// Scope returns the scope of a request: the namespace part of its
+	// stored key, as Config.Scope of package idempotency is for a message,
+	// so that one key in two scopes is two keys. In HTTP it is derived per
+	// request, from the tenant that sent it (an authenticated subject, an
+	// API key id). Its SHA-256 is part of the stored key, so a client can
+	// never receive the stored response of another scope, two tenants may
+	// use the same key, and no scope (an API key, say) appears in a key
+	// name. The scope of a request is what Scope returns, the empty
 	// string included: put authentication before this middleware, so that
 	// an anonymous request never reaches it. Required unless SingleTenant
-	// is set; New refuses a Config with neither, or with both.
+	// is set (there is no safe default: one scope for every client would
+	// let a client's key fetch another client's response); New refuses a
+	// Config with neither, or with both.
 	Scope func(r *http.Request) string
 
 	// SingleTenant declares that every request belongs to one client (one

@@ -4,7 +4,10 @@
 // keeps its state in the same idempotency.Store as the Watermill middleware
 // (Redis in production, memstore for tests and demos), and runs on the same
 // owner protocol (idempotency.Once), so any number of server processes
-// sharing that store behave as one. For the caller, Transport is an
+// sharing that store behave as one. As in every adapter of this module
+// (see Names in package idempotency), New returns a *Middleware, plugged
+// in by the method named after what net/http takes: Handler, a
+// func(http.Handler) http.Handler. For the caller, Transport is an
 // http.RoundTripper that sends each POST and PATCH with a key and retries it
 // safely (see The client side).
 //
@@ -63,7 +66,9 @@
 // and nothing is claimed.
 //
 // Keys belong to a scope, Config.Scope(r): the authenticated subject or API
-// key of the caller. Scope is required: without it every client would share
+// key of the caller. A scope means here what it means in package
+// idempotency, the namespace part of the stored key (one key in two scopes
+// is two keys); in HTTP it is derived per request. Scope is required: without it every client would share
 // one key space, and a client sending another client's key would get that
 // client's stored response, Set-Cookie included. A service that only one
 // client calls says so with Config.SingleTenant instead; New refuses a

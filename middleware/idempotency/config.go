@@ -44,7 +44,7 @@ const MaxTTL = configerr.MaxTTL
 //	cfg.KeyMetadata = append(idempotency.DefaultKeyMetadata(), "orderId")
 func DefaultKeyMetadata() []string { return []string{"requestId", "Idempotency-Key"} }
 
-// Config configures an Idempotency middleware. A zero field means its
+// Config configures a Middleware. A zero field means its
 // documented default; only Store is required. LeaseTTL and the TTLs are at
 // most MaxTTL.
 type Config struct {
@@ -59,11 +59,15 @@ type Config struct {
 	// KeyFunc, when set, replaces KeyMetadata and the UUID: it returns the
 	// key of a message. An empty key or an error is ErrMissingKey.
 	KeyFunc func(msg *message.Message) (string, error)
-	// Scope returns the scope part of the stored key, so that two handlers
-	// consuming one topic each process a message once (each needs a
-	// subscriber of its own consumer group for that). Nil means the
-	// handler's name (message.HandlerNameFromCtx), which the router puts in
-	// the message's context.
+	// Scope returns the scope of a message: the namespace in the middle of
+	// its stored key (prefix:scope:key), so that one key in two scopes is
+	// two keys. The Config of packages httpidem and grpcidem has a Scope of
+	// the same meaning, required there (see Names in the package
+	// documentation). Nil means the handler's name
+	// (message.HandlerNameFromCtx, which the router puts in the message's
+	// context), so that two handlers consuming one topic each process a
+	// message once (each needs a subscriber of its own consumer group for
+	// that).
 	Scope func(msg *message.Message) string
 	// KeyPrefix starts every stored key: prefix:scope:key. It must not hold
 	// a colon, so that no prefix, scope and key store under the key of

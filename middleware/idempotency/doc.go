@@ -10,6 +10,38 @@
 //	idem, err := idempotency.New(idempotency.Config{Store: store}, logger)
 //	router.AddMiddleware(idem.Middleware)
 //
+// # Names
+//
+// The adapters of this module share one vocabulary. Each adapter package
+// (this one for a Watermill router, httpidem for net/http, grpcidem for
+// gRPC) has New(cfg, logger) (*Middleware, error), and its Middleware is
+// plugged in by the method named after what its framework takes, so that
+// the call site reads as the framework's own:
+//
+//	router.AddMiddleware(idem.Middleware)                   // a message.HandlerMiddleware
+//	mux.Handle("POST /payments", idem.Handler(payments))    // func(http.Handler) http.Handler
+//	grpc.ChainUnaryInterceptor(idem.UnaryServerInterceptor) // a grpc.UnaryServerInterceptor
+//
+// (and grpcidem's Client by UnaryClientInterceptor, a
+// grpc.UnaryClientInterceptor). One name for the type keeps the three
+// packages' documentation and code alike; the method's name says where it
+// goes.
+//
+// A key belongs to a scope: the namespace in the middle of its stored key
+// (prefix:scope:key), so that one key in two scopes is two keys. Each
+// Config calls the function that returns it Scope, with that meaning;
+// only its default differs. Here it is the handler's name, since two
+// handlers of one topic must each run a message once. In httpidem and
+// grpcidem it is derived from each request or call (the tenant that sent
+// it) and is required unless Config.SingleTenant says that one client
+// calls the service: no default is safe there, since one scope shared by
+// every client would let a client's key fetch another client's stored
+// response.
+//
+// The former names still compile, deprecated: Idempotency here, and in
+// package grpcidem Interceptor and the Unary methods of its Middleware and
+// Client.
+//
 // # State machine
 //
 // Each key is ABSENT, IN_PROGRESS (one owner holds a lease, 40 s by default,
