@@ -109,20 +109,27 @@ func shellSplit(t testing.TB, line string) []string {
 // file, the one after "<!-- excerpt: path -->" a verbatim part of it.
 func RequireQuoted(t testing.TB, root, kind, path string) string {
 	t.Helper()
+	return RequireQuotedIn(t, root, "README.md", kind, path)
+}
+
+// RequireQuotedIn is RequireQuoted for the document doc (relative to root,
+// such as "docs/GUARANTEES.md") instead of the README.
+func RequireQuotedIn(t testing.TB, root, doc, kind, path string) string {
+	t.Helper()
 	require.Contains(t, []string{"example", "excerpt"}, kind)
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	text, err := os.ReadFile(filepath.Join(root, doc))
 	require.NoError(t, err)
 	src, err := os.ReadFile(filepath.Join(root, path))
 	require.NoError(t, err)
 	marker := "<!-- " + kind + ": " + path + " -->"
-	_, after, found := strings.Cut(string(readme), marker+"\n```go\n")
-	require.True(t, found, "README has no %s block for %s", kind, path)
+	_, after, found := strings.Cut(string(text), marker+"\n```go\n")
+	require.True(t, found, "%s has no %s block for %s", doc, kind, path)
 	block, _, found := strings.Cut(after, "```\n")
-	require.True(t, found, "the README's %s block for %s does not end", kind, path)
+	require.True(t, found, "the %s block for %s in %s does not end", kind, path, doc)
 	if kind == "example" {
-		require.Equal(t, string(src), block, "the README's example is not %s as it stands", path)
+		require.Equal(t, string(src), block, "the example in %s is not %s as it stands", doc, path)
 	} else {
-		require.True(t, strings.Contains(string(src), block), "the README's excerpt is not in %s as it stands:\n%s", path, block)
+		require.True(t, strings.Contains(string(src), block), "the excerpt in %s is not in %s as it stands:\n%s", doc, path, block)
 	}
 	return block
 }
