@@ -21,6 +21,7 @@ type report struct {
 	Chain         []Rate       `json:"chain,omitempty"`
 	Latency       *Latency     `json:"latency,omitempty"`
 	Ceiling       *Ceiling     `json:"ceiling,omitempty"`
+	Floor         *Floor       `json:"floor,omitempty"`
 	Stats         *Stats       `json:"stats,omitempty"`
 	PGStats       *PGStats     `json:"pg_stats,omitempty"`
 	MySQLStats    *MySQLStats  `json:"mysql_stats,omitempty"`
@@ -35,6 +36,8 @@ type reportConfig struct {
 	N              int      `json:"n"`
 	ChainSeconds   float64  `json:"chain_seconds"`
 	CeilingSeconds float64  `json:"ceiling_seconds"`
+	FloorSeconds   float64  `json:"floor_seconds"`
+	FloorRounds    int      `json:"floor_rounds"`
 	Rounds         int      `json:"rounds"`
 	StatsMessages  int      `json:"stats_messages"`
 	Concurrency    []int    `json:"concurrency"`
@@ -118,6 +121,9 @@ func (r *report) print(w io.Writer) {
 	}
 	if r.Ceiling != nil {
 		r.Ceiling.print(w, r.find(r.Chain, "", "redisstore", "fresh", r.Ceiling.Clients))
+	}
+	if r.Floor != nil {
+		r.Floor.print(w)
 	}
 	if r.Stats != nil {
 		r.Stats.print(w)
@@ -203,6 +209,43 @@ func (ce *Ceiling) print(w io.Writer, ours float64) {
 			rate(ours), 100*div(ours, ce.MessageCeiling), 100*div(ours, ce.MessageCeilingPipelined), ce.Pipeline, 100*div(ours, ce.GoMessages))
 	}
 	printNote(w, ce.Note)
+}
+
+// print prints the command floor section.
+func (f *Floor) print(w io.Writer) {
+	fmt.Fprintf(w, "\n## Command floor (%s; %d connections, pipelines of %d commands; %d rounds of %.0fs per load and side, alternating)\n\n",
+		f.Server, f.Clients, f.Pipeline, f.Rounds, f.Seconds)
+	for _, x := range []struct {
+		what string
+		cmds []string
+	}{{"ours, claim:    ", f.OursClaim}, {"ours, complete: ", f.OursComplete}, {"ours, duplicate:", f.OursDuplicate}} {
+		fmt.Fprintf(w, "%s %s\n", x.what, strings.Join(x.cmds, " ; "))
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "load\tside\tcommands per message\tmsg/s (median)\trounds (msg/s)\tRedis µs/msg (commandstats)\tRedis CPU µs/msg\tRedis busy\t")
+	for _, p := range []struct {
+		load, floor string
+		pair        FloorPair
+	}{{"fresh", "floor", f.Fresh}, {"duplicate", "GET", f.Duplicate}} {
+		for _, x := range []struct {
+			side string
+			l    FloorLoad
+		}{{p.floor, p.pair.Floor}, {"ours", p.pair.Ours}} {
+			rounds := make([]string, len(x.l.Rates))
+			for i, v := range x.l.Rates {
+				rounds[i] = rate(v)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.0f (%s)\t%s\t%s\t%.2f\t%.2f\t%.0f%%\t\n", p.load, x.side, x.l.CommandsPerMessage, x.l.Commands,
+				rate(x.l.PerSecond), strings.Join(rounds, " "), x.l.RedisUsec, x.l.RedisCPUUsec, 100*x.l.RedisBusy)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "fresh:      ours ÷ floor rate %s (median of the rounds' ratios); Redis time per message %s× the floor's (commandstats), %s× (CPU)\n",
+		f2(f.Fresh.RateRatio), f2(f.Fresh.UsecRatio), f2(div(f.Fresh.Ours.RedisCPUUsec, f.Fresh.Floor.RedisCPUUsec)))
+	fmt.Fprintf(w, "duplicate:  ours ÷ GET rate %s; Redis time per message %s× GET's (commandstats), %s× (CPU)\n",
+		f2(f.Duplicate.RateRatio), f2(f.Duplicate.UsecRatio), f2(div(f.Duplicate.Ours.RedisCPUUsec, f.Duplicate.Floor.RedisCPUUsec)))
+	printNote(w, f.Note)
 }
 
 // print prints the Redis cost per message.
