@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -226,4 +228,58 @@ func TestCaptureAndReplay(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 	assert.ErrorContains(t, b.checkDuplicates(ctx, map[string]int{prefix + "dup:4": 1}), "acquired it")
+}
+
+// TestFloorDedup runs the e2e section's floor on the shared Redis: a fresh
+// message runs the handler and ends "done", a duplicate does not run it, a
+// failed handler leaves nothing behind.
+func TestFloorDedup(t *testing.T) {
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: testserver.RedisAddr(t)})
+	prefix := testserver.UniqueName("idembenchtest:") + ":"
+	t.Cleanup(func() {
+		_ = rediskeys.Delete(context.Background(), c, prefix+"*")
+		_ = c.Close()
+	})
+	f := newFloorDedup(c, prefix, time.Minute, time.Hour)
+	runs := 0
+	fail := false
+	chain := f.Middleware(func(m *message.Message) ([]*message.Message, error) {
+		runs++
+		if fail {
+			return nil, errors.New("handler failed")
+		}
+		return []*message.Message{message.NewMessage("out", nil)}, nil
+	})
+	msg := func(id string) *message.Message {
+		m := message.NewMessage("uuid-"+id, nil)
+		m.Metadata.Set("requestId", id)
+		return m
+	}
+
+	out, err := chain(msg("a"))
+	require.NoError(t, err)
+	assert.Len(t, out, 1)
+	assert.Equal(t, "done", c.Get(ctx, prefix+"a").Val())
+	ttl := c.PTTL(ctx, prefix+"a").Val()
+	assert.Greater(t, ttl, 59*time.Minute, "the TTL, not the lease")
+
+	out, err = chain(msg("a"))
+	require.NoError(t, err)
+	assert.Empty(t, out, "a duplicate: acked, no output")
+	assert.Equal(t, 1, runs)
+
+	fail = true
+	_, err = chain(msg("b"))
+	require.Error(t, err)
+	assert.Zero(t, c.Exists(ctx, prefix+"b").Val(), "a failed message's key deleted")
+	fail = false
+	_, err = chain(msg("b"))
+	require.NoError(t, err)
+	assert.Equal(t, 3, runs, "the redelivery ran it again")
+
+	// Without requestId: the UUID.
+	_, err = chain(message.NewMessage("uuid-c", nil))
+	require.NoError(t, err)
+	assert.Equal(t, "done", c.Get(ctx, prefix+"uuid-c").Val())
 }

@@ -265,7 +265,9 @@ func TestJSONSchema(t *testing.T) {
 	var doc map[string]any
 	require.NoError(t, json.Unmarshal(b, &doc))
 	assert.ElementsMatch(t, []string{"schema_version", "machine", "started", "prefix", "config", "chain", "latency", "ceiling",
-		"stats", "pg_stats", "mysql_stats", "e2e", "ratios", "targets"}, keys(doc))
+		"stats", "pg_stats", "mysql_stats", "e2e", "ratios", "e2e_ratios", "targets"}, keys(doc))
+	assert.ElementsMatch(t, []string{"broker", "concurrency", "load", "idem_vs_none", "idem_vs_floor"},
+		keys(doc["e2e_ratios"].([]any)[0].(map[string]any)))
 	assert.Equal(t, float64(schemaVersion), doc["schema_version"])
 	targets := doc["targets"].([]any)
 	require.Len(t, targets, len(targetIDs))
