@@ -24,7 +24,7 @@ type e2eRun struct {
 	broker string
 	url    string
 	c      int
-	dedup  string // "none" or "idem"
+	dedup  string // one of e2eDedups
 	chain  message.HandlerMiddleware
 	idem   *idempotency.Idempotency // nil without the middleware
 	group  string
@@ -59,7 +59,7 @@ func runE2E(o options, rc *redis.Client) []Rate {
 			log.Fatalf("unknown broker %q (want gochannel, kafka, redis, amqp, nats)", broker)
 		}
 		for _, c := range o.concurrency {
-			for _, dedup := range []string{"none", "idem"} {
+			for _, dedup := range e2eDedups {
 				out = append(out, newE2ERun(o, rc, broker, url, c, dedup).loads()...)
 			}
 		}
@@ -67,19 +67,28 @@ func runE2E(o options, rc *redis.Client) []Rate {
 	return out
 }
 
+// e2eDedups are the deduplications of the end-to-end section: none, ours
+// on Redis with the defaults (idem), and the floor (floorDedup): the two
+// plain Redis commands a message needs at least, auto-pipelined like ours.
+var e2eDedups = []string{"none", "idem", "floor"}
+
 // newE2ERun sets up one run: its consumer group, its middleware chain (the
-// middleware on Redis with the defaults when dedup is "idem", nothing
-// otherwise) and its broker config.
+// middleware on Redis with the defaults when dedup is "idem", the floor
+// when "floor", nothing otherwise) and its broker config.
 func newE2ERun(o options, rc *redis.Client, broker, url string, c int, dedup string) e2eRun {
 	r := e2eRun{o: o, broker: broker, url: url, c: c, dedup: dedup}
 	r.group = fmt.Sprintf("%s-%s-c%d-%s", o.prefix, broker, c, dedup)
 	r.chain = func(h message.HandlerFunc) message.HandlerFunc { return h }
-	if dedup == "idem" {
+	switch dedup {
+	case "idem":
 		// The defaults: auto-pipelining and the local cache on.
 		idem := newIdempotency(idempotency.Config{Store: newRedisStore(rc, false), KeyPrefix: r.group,
 			// One scope for all c handlers: a duplicate may reach any of them.
 			Scope: func(*message.Message) string { return "bench" }}, false)
 		r.chain, r.idem = idem.Middleware, idem
+	case "floor":
+		// Keys as long as ours (prefix:scope:key), the same lease and TTL.
+		r.chain = newFloorDedup(rc, r.group+":bench:", idempotency.DefaultLeaseTTL, idempotency.DefaultCompletedTTL).Middleware
 	}
 	r.cfg = backends.Config{URL: url, Group: r.group, Consumer: "idembench", NackResendSleep: 100 * time.Millisecond,
 		DialTimeout: 10 * time.Second}

@@ -28,6 +28,8 @@ type options struct {
 	phaseLimit  time.Duration
 	chainDur    time.Duration
 	ceilingDur  time.Duration
+	floorDur    time.Duration
+	floorRounds int
 	redisAddr   string
 	amqpURL     string
 	natsURL     string
@@ -90,6 +92,8 @@ func parseFlags() options {
 		"PostgreSQL: pgstore in the chain and stats sections (empty: leave it out)")
 	flag.StringVar(&o.mysqlURL, "mysql", envOr("MYSQL_URL", "mysql://root@127.0.0.1:3306/test"),
 		"MySQL or MariaDB: mysqlstore in the chain and stats sections (empty: leave it out)")
+	flag.DurationVar(&o.floorDur, "floor-d", time.Second, "floor: measuring time of each load and side in each round")
+	flag.IntVar(&o.floorRounds, "floor-rounds", 5, "floor: rounds, each running the floor and ours side by side")
 	flag.IntVar(&o.statsKeys, "stats-n", 1000, "stats: messages per measurement")
 	flag.IntVar(&o.rounds, "rounds", 5, "latency: rounds of each setting (auto-pipelining off, on), alternating, -d each")
 	flag.BoolVar(&o.jsonOut, "json", false, "print the report as JSON instead of tables")
@@ -108,6 +112,9 @@ func parseFlags() options {
 	if o.rounds < 1 {
 		log.Fatalf("-rounds: %d is not a positive number", o.rounds)
 	}
+	if o.floorRounds < 1 {
+		log.Fatalf("-floor-rounds: %d is not a positive number", o.floorRounds)
+	}
 	o.brokers = commalist.Split(*brokers)
 	for _, s := range commalist.Split(*conc) {
 		c, err := strconv.Atoi(s)
@@ -124,7 +131,7 @@ func parseFlags() options {
 func newReport(o options) *report {
 	rep := &report{SchemaVersion: schemaVersion, Machine: machine(), Started: time.Now().UTC().Format(time.RFC3339), Prefix: o.prefix}
 	rep.Config = reportConfig{Sections: o.sectionList, N: o.n, ChainSeconds: o.chainDur.Seconds(), CeilingSeconds: o.ceilingDur.Seconds(),
-		Rounds: o.rounds, StatsMessages: o.statsKeys, Concurrency: o.concurrency, Brokers: o.brokers}
+		FloorSeconds: o.floorDur.Seconds(), FloorRounds: o.floorRounds, Rounds: o.rounds, StatsMessages: o.statsKeys, Concurrency: o.concurrency, Brokers: o.brokers}
 	return rep
 }
 
@@ -145,6 +152,11 @@ func runSections(o options, rc *redis.Client, pg *pgBench, my *mysqlBench, rep *
 		o.logf("ceiling ...")
 		ce := runCeiling(o, rc)
 		rep.Ceiling = &ce
+	}
+	if o.sections["floor"] {
+		o.logf("floor ...")
+		fl := runFloor(o)
+		rep.Floor = &fl
 	}
 	if o.sections["stats"] {
 		o.logf("stats ...")
@@ -201,7 +213,7 @@ func envOr(name, def string) string {
 }
 
 // allSections are the sections of a run, in the order they run.
-var allSections = []string{"chain", "latency", "ceiling", "stats", "e2e"}
+var allSections = []string{"chain", "latency", "ceiling", "floor", "stats", "e2e"}
 
 // Machine describes where the numbers come from.
 type Machine struct {

@@ -100,13 +100,8 @@ func commandStats(c *redis.Client) map[string]int64 {
 		log.Fatal(err)
 	}
 	m := map[string]int64{}
-	for line := range strings.SplitSeq(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
-		m[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(calls, 10, 64)
+	for name, st := range parseCommandStats(info) {
+		m[name] = st.Calls
 	}
 	return m
 }

@@ -21,11 +21,13 @@ type report struct {
 	Chain         []Rate       `json:"chain,omitempty"`
 	Latency       *Latency     `json:"latency,omitempty"`
 	Ceiling       *Ceiling     `json:"ceiling,omitempty"`
+	Floor         *Floor       `json:"floor,omitempty"`
 	Stats         *Stats       `json:"stats,omitempty"`
 	PGStats       *PGStats     `json:"pg_stats,omitempty"`
 	MySQLStats    *MySQLStats  `json:"mysql_stats,omitempty"`
 	E2E           []Rate       `json:"e2e,omitempty"`
 	Ratios        []Ratios     `json:"ratios,omitempty"`
+	E2ERatios     []E2ERatio   `json:"e2e_ratios,omitempty"`
 	Targets       []Target     `json:"targets"`
 }
 
@@ -35,6 +37,8 @@ type reportConfig struct {
 	N              int      `json:"n"`
 	ChainSeconds   float64  `json:"chain_seconds"`
 	CeilingSeconds float64  `json:"ceiling_seconds"`
+	FloorSeconds   float64  `json:"floor_seconds"`
+	FloorRounds    int      `json:"floor_rounds"`
 	Rounds         int      `json:"rounds"`
 	StatsMessages  int      `json:"stats_messages"`
 	Concurrency    []int    `json:"concurrency"`
@@ -65,6 +69,17 @@ type Ratios struct {
 	// are answered by the local cache, without Redis).
 	RedisVsCeiling          float64 `json:"redis_vs_ceiling"`
 	RedisVsPipelinedCeiling float64 `json:"redis_vs_pipelined_ceiling"`
+}
+
+// E2ERatio compares ours end to end with no deduplication and with the
+// floor (floorDedup) at one broker, concurrency and load. Ratios of rates:
+// below 1 is slower; 0 where not measured.
+type E2ERatio struct {
+	Broker      string  `json:"broker"`
+	Concurrency int     `json:"concurrency"`
+	Load        string  `json:"load"`
+	IdemVsNone  float64 `json:"idem_vs_none"`
+	IdemVsFloor float64 `json:"idem_vs_floor"`
 }
 
 func (r *report) find(rates []Rate, broker, dedup, load string, c int) float64 {
@@ -106,6 +121,18 @@ func (r *report) summarise() {
 			r.Ratios = append(r.Ratios, x)
 		}
 	}
+	for _, b := range r.Config.Brokers {
+		for _, c := range r.Config.Concurrency {
+			for _, load := range []string{"fresh", "duplicate"} {
+				idem := r.find(r.E2E, b, "idem", load, c)
+				if idem == 0 {
+					continue
+				}
+				r.E2ERatios = append(r.E2ERatios, E2ERatio{Broker: b, Concurrency: c, Load: load,
+					IdemVsNone: div(idem, r.find(r.E2E, b, "none", load, c)), IdemVsFloor: div(idem, r.find(r.E2E, b, "floor", load, c))})
+			}
+		}
+	}
 	r.Targets = r.targets()
 }
 
@@ -118,6 +145,9 @@ func (r *report) print(w io.Writer) {
 	}
 	if r.Ceiling != nil {
 		r.Ceiling.print(w, r.find(r.Chain, "", "redisstore", "fresh", r.Ceiling.Clients))
+	}
+	if r.Floor != nil {
+		r.Floor.print(w)
 	}
 	if r.Stats != nil {
 		r.Stats.print(w)
@@ -205,6 +235,43 @@ func (ce *Ceiling) print(w io.Writer, ours float64) {
 	printNote(w, ce.Note)
 }
 
+// print prints the command floor section.
+func (f *Floor) print(w io.Writer) {
+	fmt.Fprintf(w, "\n## Command floor (%s; %d connections, pipelines of %d commands; %d rounds of %.0fs per load and side, alternating)\n\n",
+		f.Server, f.Clients, f.Pipeline, f.Rounds, f.Seconds)
+	for _, x := range []struct {
+		what string
+		cmds []string
+	}{{"ours, claim:    ", f.OursClaim}, {"ours, complete: ", f.OursComplete}, {"ours, duplicate:", f.OursDuplicate}} {
+		fmt.Fprintf(w, "%s %s\n", x.what, strings.Join(x.cmds, " ; "))
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "load\tside\tcommands per message\tmsg/s (median)\trounds (msg/s)\tRedis µs/msg (commandstats)\tRedis CPU µs/msg\tRedis busy\t")
+	for _, p := range []struct {
+		load, floor string
+		pair        FloorPair
+	}{{"fresh", "floor", f.Fresh}, {"duplicate", "GET", f.Duplicate}} {
+		for _, x := range []struct {
+			side string
+			l    FloorLoad
+		}{{p.floor, p.pair.Floor}, {"ours", p.pair.Ours}} {
+			rounds := make([]string, len(x.l.Rates))
+			for i, v := range x.l.Rates {
+				rounds[i] = rate(v)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.0f (%s)\t%s\t%s\t%.2f\t%.2f\t%.0f%%\t\n", p.load, x.side, x.l.CommandsPerMessage, x.l.Commands,
+				rate(x.l.PerSecond), strings.Join(rounds, " "), x.l.RedisUsec, x.l.RedisCPUUsec, 100*x.l.RedisBusy)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "fresh:      ours ÷ floor rate %s (median of the rounds' ratios); Redis time per message %s× the floor's (commandstats), %s× (CPU)\n",
+		f2(f.Fresh.RateRatio), f2(f.Fresh.UsecRatio), f2(div(f.Fresh.Ours.RedisCPUUsec, f.Fresh.Floor.RedisCPUUsec)))
+	fmt.Fprintf(w, "duplicate:  ours ÷ GET rate %s; Redis time per message %s× GET's (commandstats), %s× (CPU)\n",
+		f2(f.Duplicate.RateRatio), f2(f.Duplicate.UsecRatio), f2(div(f.Duplicate.Ours.RedisCPUUsec, f.Duplicate.Floor.RedisCPUUsec)))
+	printNote(w, f.Note)
+}
+
 // print prints the Redis cost per message.
 func (s *Stats) print(w io.Writer) {
 	fmt.Fprintf(w, "\n## Redis cost per message (%s, %d messages per cell)\n\n", s.Server, s.Messages)
@@ -248,13 +315,16 @@ func (r *report) printE2E(w io.Writer) {
 	if len(r.E2E) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n## End to end through a Watermill router (messages/s, %d messages per cell, first to last handled)\n\n", r.Config.N)
+	fmt.Fprintf(w, "\n## End to end through a Watermill router (messages/s, %d messages per cell, first to last handled; idem = ours, floor = SET NX / SET XX)\n\n", r.Config.N)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "broker\tc\tnone fresh\tidem fresh\tidem/none\tnone dup\tidem dup\tidem/none\tdup cache hits\tnotes\t")
+	fmt.Fprintln(tw, "broker\tc\tnone fresh\tidem fresh\tfloor fresh\tidem/none\tidem/floor\tnone dup\tidem dup\tfloor dup\tidem/none\tidem/floor\tdup cache hits\tnotes\t")
 	for _, b := range r.Config.Brokers {
 		for _, c := range r.Config.Concurrency {
-			nf, f := r.find(r.E2E, b, "none", "fresh", c), r.find(r.E2E, b, "idem", "fresh", c)
-			nd, d := r.find(r.E2E, b, "none", "duplicate", c), r.find(r.E2E, b, "idem", "duplicate", c)
+			var cells []string
+			for _, load := range []string{"fresh", "duplicate"} {
+				none, idem, floor := r.find(r.E2E, b, "none", load, c), r.find(r.E2E, b, "idem", load, c), r.find(r.E2E, b, "floor", load, c)
+				cells = append(cells, rate(none), rate(idem), rate(floor), ratio(idem, none), ratio(idem, floor))
+			}
 			var notes []string
 			hits := "-"
 			for _, x := range r.E2E {
@@ -265,7 +335,7 @@ func (r *report) printE2E(w io.Writer) {
 					hits = percent(x.CacheHits, x.CacheHits+x.CacheMisses)
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", b, c, rate(nf), rate(f), ratio(f, nf), rate(nd), rate(d), ratio(d, nd), hits, strings.Join(notes, "; "))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t\n", b, c, strings.Join(cells, "\t"), hits, strings.Join(notes, "; "))
 		}
 	}
 	tw.Flush()

@@ -74,6 +74,9 @@ func TestTargetCheck(t *testing.T) {
 // targetIDs are the targets of every report, in table order: a program
 // reading the JSON finds them by these.
 var targetIDs = []string{
+	"fresh_commands_vs_floor", "dup_commands_vs_get",
+	"e2e_c64_fresh_vs_floor_gochannel", "e2e_c64_fresh_vs_floor_kafka", "e2e_c64_fresh_vs_floor_redis",
+	"e2e_c64_fresh_vs_floor_amqp", "e2e_c64_fresh_vs_floor_nats",
 	"dup_warm_redis_commands",
 	"dup_warm_chain_vs_watermill_c1",
 	"dup_warm_chain_vs_watermill_c64",
@@ -114,7 +117,7 @@ func TestTargetsOfAnEmptyRunAreNotMeasured(t *testing.T) {
 // fullReport is a report with every section, whose figures meet every
 // target.
 func fullReport() *report {
-	r := &report{SchemaVersion: schemaVersion, Config: reportConfig{Concurrency: []int{1, 64}, Brokers: []string{"gochannel", "redis", "amqp", "nats"}}}
+	r := &report{SchemaVersion: schemaVersion, Config: reportConfig{Concurrency: []int{1, 64}, Brokers: []string{"gochannel", "kafka", "redis", "amqp", "nats"}}}
 	chain := map[string][4]float64{ // fresh c=1, dup c=1, fresh c=64, dup c=64
 		"none":       {8e6, 11e6, 9e6, 12e6},
 		"watermill":  {900e3, 1.7e6, 750e3, 2e6},
@@ -151,11 +154,16 @@ func fullReport() *report {
 	}
 	r.PGStats = &PGStats{Fresh: 2, Duplicate: 1, FreshTx: 1, TxHandler: 4, TxStore: 1, Messages: 1000}
 	r.MySQLStats = &MySQLStats{Fresh: 3, Duplicate: 2, FreshTx: 2, TxHandler: 6, TxStore: 1, Messages: 1000}
-	for _, b := range []string{"gochannel", "redis", "amqp", "nats"} {
+	r.Floor = &Floor{Server: "private redis-server", Clients: 64, Pipeline: 16, Rounds: 3, Seconds: 1,
+		OursClaim: []string{"EVALSHA c 1 <key>"}, OursComplete: []string{"EVALSHA f 1 <key>"}, OursDuplicate: []string{"EVALSHA c 1 <key>"},
+		Fresh:     floorPair([]float64{100e3, 120e3, 110e3}, []float64{60e3, 66e3, 70e3}, 2.2, 4), // 0.6, 0.55, 0.64
+		Duplicate: floorPair([]float64{600e3, 700e3, 650e3}, []float64{400e3, 420e3, 300e3}, 0.3, 0.5)}
+	for _, b := range []string{"gochannel", "kafka", "redis", "amqp", "nats"} {
 		for _, load := range []string{"fresh", "duplicate"} {
 			r.E2E = append(r.E2E,
 				Rate{Section: "e2e", Broker: b, Dedup: "none", Load: load, Concurrency: 64, PerSecond: 20e3},
-				Rate{Section: "e2e", Broker: b, Dedup: "idem", Load: load, Concurrency: 64, PerSecond: 17e3})
+				Rate{Section: "e2e", Broker: b, Dedup: "idem", Load: load, Concurrency: 64, PerSecond: 17e3},
+				Rate{Section: "e2e", Broker: b, Dedup: "floor", Load: load, Concurrency: 64, PerSecond: 18e3})
 		}
 	}
 	return r
@@ -193,9 +201,14 @@ func TestTargetsMetAndMissed(t *testing.T) {
 	r.MySQLStats = &MySQLStats{Fresh: 4, Duplicate: 1, FreshTx: 3}
 	for i := range r.E2E {
 		if r.E2E[i].Dedup == "idem" {
-			r.E2E[i].PerSecond = 15e3
+			r.E2E[i].PerSecond = 15e3 // 0.75 of none's, 0.83 of the floor's
+		}
+		if r.E2E[i].Dedup == "floor" {
+			r.E2E[i].PerSecond = 19e3 // 0.79
 		}
 	}
+	r.Floor.Fresh = floorPair([]float64{100e3, 120e3, 110e3}, []float64{49e3, 59e3, 70e3}, 2.2, 20) // 0.49, 0.49, 0.64
+	r.Floor.Duplicate = floorPair([]float64{600e3, 700e3}, []float64{300e3, 340e3}, 0.3, 5)         // 0.5, 0.49: median 0.495
 	r.summarise()
 	require.Equal(t, targetIDs, ids(r.Targets))
 	for _, x := range r.Targets {
@@ -239,8 +252,8 @@ func TestPrintEndsWithTheTargetsTable(t *testing.T) {
 	var buf bytes.Buffer
 	r.print(&buf)
 	out := buf.String()
-	for _, section := range []string{"## Middleware chain", "## Ratios", "## Fresh messages at c=1", "## Redis ceiling",
-		"## Redis cost per message", "## PostgreSQL round trips", "## End to end", "## Targets (23 met, 0 missed, 0 not measured)"} {
+	for _, section := range []string{"## Middleware chain", "## Ratios", "## Fresh messages at c=1", "## Redis ceiling", "## Command floor",
+		"## Redis cost per message", "## PostgreSQL round trips", "## End to end", "## Targets (30 met, 0 missed, 0 not measured)"} {
 		assert.Contains(t, out, section)
 	}
 	targets := out[strings.Index(out, "## Targets"):]
@@ -264,8 +277,18 @@ func TestJSONSchema(t *testing.T) {
 	require.NoError(t, err)
 	var doc map[string]any
 	require.NoError(t, json.Unmarshal(b, &doc))
-	assert.ElementsMatch(t, []string{"schema_version", "machine", "started", "prefix", "config", "chain", "latency", "ceiling",
-		"stats", "pg_stats", "mysql_stats", "e2e", "ratios", "targets"}, keys(doc))
+	assert.ElementsMatch(t, []string{"schema_version", "machine", "started", "prefix", "config", "chain", "latency", "ceiling", "floor",
+		"stats", "pg_stats", "mysql_stats", "e2e", "ratios", "e2e_ratios", "targets"}, keys(doc))
+	assert.ElementsMatch(t, []string{"sections", "n", "chain_seconds", "ceiling_seconds", "floor_seconds", "floor_rounds", "rounds",
+		"stats_messages", "concurrency", "brokers"}, keys(doc["config"].(map[string]any)))
+	floor := doc["floor"].(map[string]any)
+	assert.ElementsMatch(t, []string{"server", "clients", "pipeline", "rounds", "seconds", "ours_claim", "ours_complete", "ours_duplicate",
+		"fresh", "duplicate"}, keys(floor), "note left out when empty")
+	assert.ElementsMatch(t, []string{"floor", "ours", "rate_ratio", "usec_ratio"}, keys(floor["fresh"].(map[string]any)))
+	assert.ElementsMatch(t, []string{"commands", "commands_per_message", "messages", "rates", "per_second", "redis_usec", "redis_cpu_usec",
+		"redis_busy"}, keys(floor["duplicate"].(map[string]any)["ours"].(map[string]any)))
+	assert.ElementsMatch(t, []string{"broker", "concurrency", "load", "idem_vs_none", "idem_vs_floor"},
+		keys(doc["e2e_ratios"].([]any)[0].(map[string]any)))
 	assert.Equal(t, float64(schemaVersion), doc["schema_version"])
 	targets := doc["targets"].([]any)
 	require.Len(t, targets, len(targetIDs))

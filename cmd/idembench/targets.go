@@ -40,7 +40,15 @@ const (
 	ceilingMin                 = 0.7 // our fresh rate / the -P 1 message ceiling
 	e2eMin                     = 0.8 // dedup / none, end to end
 	completedKeyMaxBytes       = 150 // MEMORY USAGE of a COMPLETED key without output
+	floorFreshMin              = 0.5 // our fresh message's commands / the floor's (SET NX, SET XX), rate
+	floorDupMin                = 0.5 // our duplicate's commands / GET, rate
+	e2eFloorMin                = 0.8 // ours / the floor dedup, end to end
 )
+
+// e2eFloorBrokers are the brokers whose end-to-end ratio to the floor is a
+// target: all of them, as the floor sends Redis commands on every one.
+var e2eFloorBrokers = []struct{ name, title string }{{"gochannel", "gochannel"}, {"kafka", "Kafka (kfake)"},
+	{"redis", "Redis Streams"}, {"amqp", "RabbitMQ"}, {"nats", "NATS"}}
 
 // e2eTargetBrokers are the brokers whose end-to-end ratio is a target.
 var e2eTargetBrokers = []struct{ name, title string }{{"redis", "Redis Streams"}, {"amqp", "RabbitMQ"}, {"nats", "NATS"}}
@@ -68,11 +76,15 @@ func notMeasured(t Target, why string) Target {
 	return t
 }
 
-// targets returns every target, in the order of the table: those of
-// auto-pipelining and the local cache first, then the earlier ones that
-// must still hold.
+// targets returns every target, in the order of the table: those of the
+// command floor first, then those of auto-pipelining and the local cache,
+// then the earlier ones that must still hold.
 func (r *report) targets() []Target {
 	var ts []Target
+	ts = append(ts, r.floorTargets()...)
+	for _, b := range e2eFloorBrokers {
+		ts = append(ts, r.e2eFloorTarget(b.name, b.title))
+	}
 	ts = append(ts, r.dupWarmCommandsTarget())
 	for _, c := range []int{1, ceilingClients} {
 		ts = append(ts, r.chainTimeTarget(fmt.Sprintf("dup_warm_chain_vs_watermill_c%d", c),
@@ -178,6 +190,61 @@ func (r *report) e2eTarget(broker, title, load string) Target {
 	x := idem / none
 	t.Measured = fmt.Sprintf("%s (%s vs %s msg/s)", against(x, e2eMin), rate(idem), rate(none))
 	return t.check(x, ">=", e2eMin)
+}
+
+// floorTargets compare the rates of our store's commands and of the
+// floor's, replayed side by side on one Redis (the floor section).
+func (r *report) floorTargets() []Target {
+	shape := fmt.Sprintf("%d connections, pipelines of %d", floorConns, floorPipeline)
+	ts := []Target{
+		{ID: "fresh_commands_vs_floor", Figure: "fresh message, store commands alone (" + shape + "): rate, ours ÷ floor (SET NX PX, SET XX PX)",
+			Target: fmt.Sprintf("≥ %.2f", floorFreshMin)},
+		{ID: "dup_commands_vs_get", Figure: "duplicate, store commands alone (" + shape + "): rate, ours ÷ GET",
+			Target: fmt.Sprintf("≥ %.2f", floorDupMin)},
+	}
+	f := r.Floor
+	for i, x := range []struct {
+		pair  *FloorPair
+		bound float64
+	}{{pairOf(f, true), floorFreshMin}, {pairOf(f, false), floorDupMin}} {
+		if x.pair == nil || x.pair.RateRatio == 0 {
+			ts[i] = notMeasured(ts[i], "needs section floor")
+			continue
+		}
+		p := x.pair
+		ts[i].Measured = fmt.Sprintf("%s (%s vs %s msg/s, medians of %d rounds; Redis %.1f vs %.1f µs per message)", against(p.RateRatio, x.bound),
+			rate(p.Ours.PerSecond), rate(p.Floor.PerSecond), len(p.Ours.Rates), p.Ours.RedisUsec, p.Floor.RedisUsec)
+		ts[i] = ts[i].check(p.RateRatio, ">=", x.bound)
+	}
+	return ts
+}
+
+// pairOf returns f's fresh or duplicate pair, nil without f.
+func pairOf(f *Floor, fresh bool) *FloorPair {
+	switch {
+	case f == nil:
+		return nil
+	case fresh:
+		return &f.Fresh
+	default:
+		return &f.Duplicate
+	}
+}
+
+// e2eFloorTarget compares ours with the floor dedup end to end, fresh
+// messages at c=64: the floor's duplicates ask Redis where ours answer from
+// the local cache, so only fresh messages compare two stores.
+func (r *report) e2eFloorTarget(broker, title string) Target {
+	c := ceilingClients
+	t := Target{ID: fmt.Sprintf("e2e_c%d_fresh_vs_floor_%s", c, broker),
+		Figure: fmt.Sprintf("end to end at c=%d, fresh, %s: ours ÷ floor dedup", c, title), Target: fmt.Sprintf("≥ %.2f", e2eFloorMin)}
+	floor, idem := r.find(r.E2E, broker, "floor", "fresh", c), r.find(r.E2E, broker, "idem", "fresh", c)
+	if floor == 0 || idem == 0 {
+		return notMeasured(t, fmt.Sprintf("needs section e2e (broker %s, c=%d)", broker, c))
+	}
+	x := idem / floor
+	t.Measured = fmt.Sprintf("%s (%s vs %s msg/s)", against(x, e2eFloorMin), rate(idem), rate(floor))
+	return t.check(x, ">=", e2eFloorMin)
 }
 
 // costTarget: every cost cell of load costs want commands per message, by
