@@ -1,4 +1,5 @@
--- claim.lua: Store.Claim, after prelude.lua.
+-- claim.lua: Store.Claim, after claimfast.lua and prelude.lua: the cases
+-- the fast section leaves.
 --
 -- KEYS[1]  the record
 -- ARGV[1]  owner token (non-empty)
@@ -30,8 +31,8 @@ if rec then
     if rec.owner ~= token then return refuse() end
     -- This very claim, resent after its reply was lost: the same record,
     -- no new attempt, the lease counted from now.
-    redis.call('HSET', KEYS[1], 'l', now + lease, 'r', ttl)
-    redis.call('PEXPIRE', KEYS[1], lease + ttl)
+    rec.lease, rec.retain = now + lease, ttl
+    store_pf(KEYS[1], rec, lease + ttl)
     return {1, 'P', rec.attempts, rec.created, rec.updated, now + lease, rec.fp, '', token}
   end
   -- FAILED, or a lease that lapsed: one more attempt of the same record.
@@ -40,8 +41,6 @@ if rec then
   updated = math.max(now, rec.updated) -- a clock stepped back keeps updated >= created
   if fp == '' then fp = rec.fp end
 end
-redis.call('HSET', KEYS[1], 's', 'P', 'o', token, 'a', attempts, 'c', created, 'u', updated,
-  'l', now + lease, 'r', ttl)
-if fp ~= '' then redis.call('HSET', KEYS[1], 'f', fp) end
-redis.call('PEXPIRE', KEYS[1], lease + ttl)
+store_pf(KEYS[1], {state = 'P', owner = token, attempts = attempts, created = created, updated = updated,
+  lease = now + lease, retain = ttl, fp = fp}, lease + ttl)
 return {1, 'P', attempts, created, updated, now + lease, fp, '', token}

@@ -1,9 +1,12 @@
--- complete.lua: Store.Complete, after prelude.lua.
+-- complete.lua: Store.Complete, after completefast.lua and prelude.lua: the
+-- cases the fast section leaves.
 --
 -- KEYS[1]  the record
 -- ARGV[1]  owner token
 -- ARGV[2]  TTL of the COMPLETED record, ms (> 0)
 -- ARGV[3]  result (any bytes, possibly empty)
+-- ARGV[4]  the owner field of the COMPLETED string: the first 8 bytes of
+--          SHA-1 of the token
 --
 -- Reply: 1 when the token held a live lease and the record is now the
 -- COMPLETED string, or when the record is already COMPLETED by this token
@@ -12,7 +15,7 @@
 local rec, bad = load(KEYS[1], false)
 if bad then return corrupt(bad) end
 if not rec then return 0 end
-local owner = short_hash(ARGV[1])
+local owner = ARGV[4]
 if rec.state == 'C' then
   if rec.owner == owner then return 1 end
   return 0

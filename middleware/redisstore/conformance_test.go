@@ -19,6 +19,19 @@ func TestConformanceStandalone(t *testing.T) {
 	storetest.Run(t, subjects(client))
 }
 
+// TestConformanceClaimBefore7 runs the suite with claims on the path that
+// claimfast.lua takes on Redis 5 and 6, where SET cannot take NX and GET
+// together.
+func TestConformanceClaimBefore7(t *testing.T) {
+	client := testserver.RedisClient(t)
+	storetest.Run(t, func(t *testing.T) storetest.Subject {
+		s, err := redisstore.New(client)
+		require.NoError(t, err)
+		redisstore.ClaimAsBefore7(s)
+		return storetest.Subject{Store: s, PutForeign: putForeign(client)}
+	})
+}
+
 func TestConformanceCluster(t *testing.T) {
 	addrs := testserver.StartRedisCluster(t)
 	client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs})

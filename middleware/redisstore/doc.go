@@ -13,15 +13,38 @@
 //
 // # Records
 //
-// Each key is one Redis key. While IN_PROGRESS or FAILED it is a HASH with
-// one-letter fields: state, token, attempts, created and updated times, the
-// lease deadline and the claim's TTL (in the server's milliseconds), and the
-// fingerprint. Once COMPLETED — most of the keys a busy service holds — it is
-// a packed string: a tag byte (0xC1, which no UTF-8 text contains),
+// Each key is one Redis key holding a packed string. While IN_PROGRESS or
+// FAILED: a tag byte (0xC0), the state, attempts, created and updated
+// times, the lease deadline and the claim's TTL (in the server's
+// milliseconds), the owner's token and the fingerprint. Once COMPLETED —
+// most of the keys a busy service holds — a shorter one: a tag byte (0xC1),
 // attempts, created and updated times, the first 8 bytes of the SHA-1 of the
-// token that completed it, the fingerprint and the result. A COMPLETED
-// 48-byte key without output or fingerprint takes 136 bytes of Redis memory
-// (MEMORY USAGE, jemalloc), no more than before the token hash was added.
+// token that completed it, the fingerprint and the result. Neither tag byte
+// occurs in UTF-8 text. A COMPLETED 48-byte key without output or
+// fingerprint takes 136 bytes of Redis memory (MEMORY USAGE, jemalloc), no
+// more than before the token hash was added. Earlier versions kept
+// IN_PROGRESS and FAILED records in a HASH with one-letter fields: such a
+// record is read, held, renewed, completed and claimed as it always was,
+// and its next transition writes the string.
+//
+// # The cost of a message
+//
+// A fresh message costs two calls, a claim and a completion, and each
+// settles its common case in a fast section at the head of its script,
+// before the codec (claimfast.lua, completefast.lua; renewfast.lua for a
+// renewal):
+//   - Claim sends TIME and SET NX GET: an absent key is claimed by that one
+//     write, and the reply is the server time of the claim; a COMPLETED
+//     record comes back as it is, and the store decodes and checks it in Go
+//     with the checks of the codec. On Redis 5 and 6, whose SET cannot take
+//     NX and GET together, it sends GET, then SET when the key is absent.
+//   - Complete and Renew send GET, TIME and SET when the key is an
+//     IN_PROGRESS string of the caller's token whose every field checks out.
+//
+// Every other case (a resend, a FAILED or lapsed record, another owner, a
+// record of an earlier version, a corrupt value) goes on to the full
+// transition, nothing written yet. The owner hash of a COMPLETED string is
+// computed by the store, not by the script.
 //
 // # Guarantees
 //
@@ -40,9 +63,9 @@
 //
 // Release undoes a claim whose owner never learned its outcome, if the
 // token still holds a live lease: a first attempt's key is deleted; a later
-// attempt's hash goes back to FAILED with one attempt fewer, without the
-// owner field (so no earlier owner's resent Fail or Complete matches it) and
-// the lease fields, its created time and fingerprint kept, and the key
+// attempt's record goes back to FAILED with one attempt fewer, without an
+// owner (so no earlier owner's resent Fail or Complete matches it) and
+// without a lease, its created time and fingerprint kept, and the key
 // expires the claim's TTL after the release. A lapsed lease, another token's
 // key, a FAILED, COMPLETED or absent key are left as they are, and Release
 // returns nil.
@@ -57,14 +80,19 @@
 // of them changes the record a second time.
 //
 // Decoding is strict. A value under a key that is not a record of this
-// store — another type, a string without the tag or shorter than its
-// header, text, JSON, a hash without a state or with a field that is not a
-// decimal number, an IN_PROGRESS hash without its token — makes the script
-// answer the error "IDEMPOTENCY_CORRUPT <reason>" (counted by Redis as
-// errorstat_IDEMPOTENCY_CORRUPT) without writing anything. The store returns
-// it as idempotency.ErrCorruptRecord, wrapped with the operation and key, from
-// Claim, Renew, Complete, Fail, Release and Get: it is never read as a duplicate,
-// never overwritten, never given an expiry. Delete removes it. go-redis does
+// store — another type, a string without a tag, shorter than its header or
+// of the wrong length, text, JSON, a hash without a state or with a field
+// that is not a decimal number, an IN_PROGRESS record without its token —
+// makes the script answer the error "IDEMPOTENCY_CORRUPT <reason>" (counted
+// by Redis as errorstat_IDEMPOTENCY_CORRUPT) without writing anything; a
+// COMPLETED string that a claim's fast section returns is checked by the
+// store with the same checks and reasons. The store returns it as
+// idempotency.ErrCorruptRecord, wrapped with the operation and key, from
+// Claim, Renew, Complete, Fail, Release and Get: it is never read as a
+// duplicate, never overwritten, never given an expiry. Delete removes it.
+// The fast sections read a key of another type, or a HASH of an earlier
+// version, with a command that Redis refuses (WRONGTYPE, which Redis counts
+// in errorstat_WRONGTYPE) before the codec reads it. go-redis does
 // not retry an error reply, nor does it drop the connection over one.
 //
 // Errors of the client (a Redis that is down, a timeout, a cancelled context)

@@ -34,6 +34,19 @@ func completed(attempts uint32, created, updated uint64, token string, fp, resul
 	return append(append(v, fp...), result...)
 }
 
+// pf builds an IN_PROGRESS or FAILED string as prelude.lua documents it.
+func pf(state byte, attempts uint32, created, updated, lease, retain uint64, owner string, fp []byte) []byte {
+	v := []byte{0xC0, state}
+	v = binary.BigEndian.AppendUint32(v, attempts)
+	for _, t := range []uint64{created, updated, lease, retain} {
+		v = append(v, binary.BigEndian.AppendUint64(nil, t)[2:]...)
+	}
+	v = binary.BigEndian.AppendUint32(v, uint32(len(owner)))
+	v = append(v, owner...)
+	v = binary.BigEndian.AppendUint32(v, uint32(len(fp)))
+	return append(v, fp...)
+}
+
 // newStore is a store on the shared Redis, its client, and a key prefix of
 // the test's own whose keys are deleted when the test ends.
 func newStore(t *testing.T) (*redisstore.Store, *redis.Client, string) {
@@ -148,6 +161,21 @@ func TestCorruptRecords(t *testing.T) {
 		"in progress empty owner": live("o", ""),
 		"in progress no lease":    hash("s", "P", "o", "tok", "a", "1", "c", "1", "u", "1", "r", "1"),
 		"failed bad lease":        hash("s", "F", "o", "tok", "a", "1", "c", "1", "u", "1", "l", "x"),
+		// The IN_PROGRESS and FAILED string, with "tok" as its owner where it
+		// has one, so that Renew and Complete meet their fast sections.
+		"pf too short":                str(pf('P', 1, 1, 1, 1<<46, 1000, "tok", nil)[:37]),
+		"pf bad state":                str(pf('C', 1, 1, 1, 1<<46, 1000, "tok", nil)),
+		"pf owner overruns":           str(pf('P', 1, 1, 1, 1<<46, 1000, "tok", nil)[:39]),
+		"pf fingerprint short":        str(pf('P', 1, 1, 1, 1<<46, 1000, "tok", []byte("fp"))[:41]),
+		"pf trailing byte":            str(append(pf('P', 1, 1, 1, 1<<46, 1000, "tok", []byte("fp")), 0)),
+		"pf zero attempts":            str(pf('P', 0, 1, 1, 1<<46, 1000, "tok", nil)),
+		"pf zero created":             str(pf('P', 1, 0, 1, 1<<46, 1000, "tok", nil)),
+		"pf updated before created":   str(pf('P', 1, 5, 4, 1<<46, 1000, "tok", nil)),
+		"pf in progress no owner":     str(pf('P', 1, 1, 1, 1<<46, 1000, "", nil)),
+		"pf in progress no lease":     str(pf('P', 1, 1, 1, 0, 1000, "tok", nil)),
+		"pf in progress no retention": str(pf('P', 1, 1, 1, 1<<46, 0, "tok", nil)),
+		"pf failed with a lease":      str(pf('F', 1, 1, 1, 1<<46, 0, "tok", nil)),
+		"pf failed with a retention":  str(pf('F', 1, 1, 1, 0, 1000, "tok", nil)),
 	}
 	for name, put := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -292,9 +320,10 @@ func TestLapsedLease(t *testing.T) {
 }
 
 // TestReleasedEncoding pins what Release leaves: a first attempt's key is
-// gone; a later attempt's hash is FAILED with one attempt fewer, without the
-// owner, lease and retention fields, and expires the claim's TTL after the
-// release. Such a hash, without an owner, is a valid record.
+// gone; a later attempt's string is FAILED with one attempt fewer, without
+// owner, lease and retention, and expires the claim's TTL after the
+// release. Such a record, without an owner, is valid, also in the HASH
+// layout of earlier versions.
 func TestReleasedEncoding(t *testing.T) {
 	s, client, prefix := newStore(t)
 	ctx := context.Background()
@@ -317,20 +346,32 @@ func TestReleasedEncoding(t *testing.T) {
 	_, err = s.Claim(ctx, key, req)
 	require.NoError(t, err)
 	require.NoError(t, s.Release(ctx, key, req.Token))
-	fields, err := client.HGetAll(ctx, key).Result()
+	raw, err := client.Get(ctx, key).Bytes()
 	require.NoError(t, err)
-	created := strconv.FormatInt(first.Record.CreatedAt.UnixMilli(), 10)
-	assert.Equal(t, map[string]string{"s": "F", "a": "1", "c": created, "u": fields["u"], "f": "fp"}, fields,
+	require.Greater(t, len(raw), 18)
+	updated := binary.BigEndian.Uint64(append([]byte{0, 0}, raw[12:18]...))
+	assert.Equal(t, pf('F', 1, uint64(first.Record.CreatedAt.UnixMilli()), updated, 0, 0, "", []byte("fp")), raw,
 		"FAILED, one attempt fewer, created and fingerprint kept, no owner, lease or retention")
 	pttl, err := client.PTTL(ctx, key).Result()
 	require.NoError(t, err)
 	assert.Greater(t, pttl, time.Duration(0))
 	assert.LessOrEqual(t, pttl, 30*time.Second, "the key expires the claim's TTL after the release, not the Fail's hour")
 
-	// The same layout written by hand reads back, refuses every owner, and
-	// is claimed as the next attempt.
-	key = prefix + "by-hand"
-	require.NoError(t, client.HSet(ctx, key, "s", "F", "a", "3", "c", "1000", "u", "2000").Err())
+	// The same record written by hand, in the string layout and in the HASH
+	// layout of earlier versions, reads back, refuses every owner, and is
+	// claimed as the next attempt.
+	for _, layout := range []string{"string", "hash"} {
+		t.Run(layout, func(t *testing.T) { releasedByHand(t, s, client, prefix+"by-hand-"+layout, layout == "hash") })
+	}
+}
+
+func releasedByHand(t *testing.T, s *redisstore.Store, client *redis.Client, key string, hash bool) {
+	ctx := context.Background()
+	if hash {
+		require.NoError(t, client.HSet(ctx, key, "s", "F", "a", "3", "c", "1000", "u", "2000").Err())
+	} else {
+		require.NoError(t, client.Set(ctx, key, pf('F', 3, 1000, 2000, 0, 0, "", nil), 0).Err())
+	}
 	rec, err := s.Get(ctx, key)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.Record{State: idempotency.StateFailed, Attempts: 3,
@@ -343,4 +384,80 @@ func TestReleasedEncoding(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, res.Acquired)
 	assert.Equal(t, 4, res.Record.Attempts)
+}
+
+// TestInProgressEncoding pins the IN_PROGRESS string that a claim writes
+// and a renewal rewrites, and shows that an IN_PROGRESS HASH of an earlier
+// version is refused to others, renewed and completed by its owner, and
+// taken over once its lease lapses.
+func TestInProgressEncoding(t *testing.T) {
+	s, client, prefix := newStore(t)
+	ctx := context.Background()
+	ms := func(at time.Time) uint64 { return uint64(at.UnixMilli()) }
+
+	key := prefix + "fresh"
+	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Hour, Fingerprint: []byte("fp")}
+	res, err := s.Claim(ctx, key, req)
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	rec := res.Record
+	assert.Equal(t, rec.CreatedAt, rec.UpdatedAt)
+	assert.Equal(t, rec.CreatedAt.Add(time.Minute), rec.LeaseExpiresAt)
+	raw, err := client.Get(ctx, key).Bytes()
+	require.NoError(t, err)
+	assert.Equal(t, pf('P', 1, ms(rec.CreatedAt), ms(rec.UpdatedAt), ms(rec.LeaseExpiresAt), uint64(time.Hour.Milliseconds()), req.Token, []byte("fp")), raw,
+		"tag, state, attempts, created, updated, lease deadline, retention, owner, fingerprint")
+	pttl, err := client.PTTL(ctx, key).Result()
+	require.NoError(t, err)
+	assert.Greater(t, pttl, time.Hour, "the key outlives the lease by the retention")
+	assert.LessOrEqual(t, pttl, time.Hour+time.Minute)
+	got, err := s.Get(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, rec, got, "Get reads what the claim reported")
+
+	time.Sleep(5 * time.Millisecond)
+	require.NoError(t, s.Renew(ctx, key, req.Token, 2*time.Minute))
+	renewed, err := client.Get(ctx, key).Bytes()
+	require.NoError(t, err)
+	got, err = s.Get(ctx, key)
+	require.NoError(t, err)
+	assert.True(t, got.LeaseExpiresAt.After(rec.LeaseExpiresAt.Add(time.Minute)), "the deadline moved to 2 minutes from the renewal")
+	assert.Equal(t, pf('P', 1, ms(rec.CreatedAt), ms(rec.UpdatedAt), ms(got.LeaseExpiresAt), uint64(time.Hour.Milliseconds()), req.Token, []byte("fp")), renewed,
+		"a renewal changes the lease deadline alone")
+	pttl, err = client.PTTL(ctx, key).Result()
+	require.NoError(t, err)
+	assert.Greater(t, pttl, time.Hour+time.Minute, "and the key's expiry with it")
+
+	// An IN_PROGRESS hash of an earlier version, held by "tok".
+	key = prefix + "hash"
+	far := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+	require.NoError(t, client.HSet(ctx, key, "s", "P", "o", "tok", "a", "2", "c", "1000", "u", "2000", "l", far, "r", "60000", "f", "fp").Err())
+	other, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
+	require.NoError(t, err)
+	assert.False(t, other.Acquired, "a live lease of an earlier version is held")
+	assert.Equal(t, idempotency.StateInProgress, other.Record.State)
+	assert.Empty(t, other.Record.Token)
+	require.NoError(t, s.Renew(ctx, key, "tok", time.Minute))
+	typ, err := client.Type(ctx, key).Result()
+	require.NoError(t, err)
+	assert.Equal(t, "string", typ, "its renewal writes the string layout")
+	require.NoError(t, s.Complete(ctx, key, "tok", []byte("out"), time.Hour))
+	got, err = s.Get(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateCompleted, got.State)
+	assert.Equal(t, 2, got.Attempts)
+	assert.Equal(t, time.UnixMilli(1000), got.CreatedAt)
+	assert.Equal(t, []byte("fp"), got.Fingerprint)
+	assert.Equal(t, []byte("out"), got.Result)
+
+	// A lapsed one is the next attempt's.
+	key = prefix + "hash-lapsed"
+	require.NoError(t, client.HSet(ctx, key, "s", "P", "o", "tok", "a", "2", "c", "1000", "u", "2000", "l", "3000", "r", "60000").Err())
+	require.NoError(t, client.PExpire(ctx, key, time.Minute).Err())
+	assert.ErrorIs(t, s.Complete(ctx, key, "tok", nil, time.Hour), idempotency.ErrLeaseLost, "its owner is fenced")
+	next, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
+	require.NoError(t, err)
+	require.True(t, next.Acquired)
+	assert.Equal(t, 3, next.Record.Attempts)
+	assert.Equal(t, time.UnixMilli(1000), next.Record.CreatedAt)
 }

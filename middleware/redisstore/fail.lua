@@ -14,8 +14,7 @@ if not rec or rec.state == 'C' or rec.owner ~= ARGV[1] then return 0 end
 if rec.state == 'F' then return 1 end
 local now = now_ms()
 if lapsed(rec, now) then return 0 end
--- o keeps the failing token, for a resent Fail; the lease is over.
-redis.call('HSET', KEYS[1], 's', 'F', 'u', math.max(now, rec.updated))
-redis.call('HDEL', KEYS[1], 'l', 'r')
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- The owner stays the failing token, for a resent Fail; the lease is over.
+rec.state, rec.updated, rec.lease, rec.retain = 'F', math.max(now, rec.updated), nil, nil
+store_pf(KEYS[1], rec, ARGV[2])
 return 1

@@ -60,13 +60,10 @@ func newAutoPipeliner(client *redis.Client) (*redis.AutoPipeliner, error) {
 // Release waits for it, so that the release is not sent on another
 // connection ahead of the claim it undoes.
 func (s *Store) autoPipelined(ctx context.Context, op string, keys []string, script *redis.Script, args []any) *redis.Cmd {
-	track := ""
-	if op == "claim" {
-		track = claimID(keys[0], args[0].(string))
-	}
+	track := op == "claim"
 	loads := s.scripts.loaded(script)
 	cmd := s.submit(ctx, track, keys, script, args)
-	if !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	if !isNoScript(cmd.Err()) {
 		return cmd
 	}
 	if err := s.scripts.load(ctx, s.client, script, loads); err != nil {
@@ -75,7 +72,7 @@ func (s *Store) autoPipelined(ctx context.Context, op string, keys []string, scr
 		return cmd
 	}
 	cmd = s.submit(ctx, track, keys, script, args)
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") { // flushed again meanwhile
+	if isNoScript(cmd.Err()) { // flushed again meanwhile
 		cmd = script.Eval(ctx, s.client, keys, args...)
 	}
 	return cmd
@@ -85,9 +82,10 @@ func (s *Store) autoPipelined(ctx context.Context, op string, keys []string, scr
 // until ctx ends. A call whose context has ended is not handed over. One
 // that gives up waiting leaves its command to go-redis, which sends it with
 // its batch; it may still run, as a command already written to a plain
-// client's connection may. With track set, such a command is recorded in
-// s.pending under track until its batch is answered.
-func (s *Store) submit(ctx context.Context, track string, keys []string, script *redis.Script, args []any) *redis.Cmd {
+// client's connection may. With track set (a claim, whose first argument is
+// its token), such a command is recorded in s.pending under its claimID
+// until its batch is answered.
+func (s *Store) submit(ctx context.Context, track bool, keys []string, script *redis.Script, args []any) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
@@ -103,8 +101,8 @@ func (s *Store) submit(ctx context.Context, track string, keys []string, script 
 	fut := s.ap.Submit(ctx, cmd)
 	if err := fut.WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The batch may still be writing cmd: answer with a command of our own.
-		if track != "" {
-			s.pending.add(track, fut)
+		if track {
+			s.pending.add(claimID(keys[0], args[0].(string)), fut)
 		}
 		given := redis.NewCmd(ctx)
 		given.SetErr(err)
@@ -180,6 +178,12 @@ func (l *scriptLoads) load(ctx context.Context, client redis.UniversalClient, sc
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// isNoScript reports whether err is Redis's NOSCRIPT reply; nil, the common
+// case, is checked first, without go-redis's allocation.
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
 // claimID names a claim of key by token in pendingClaims.

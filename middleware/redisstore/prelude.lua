@@ -1,23 +1,36 @@
 -- prelude.lua is the record codec that every script of redisstore starts
 -- with (scripts.go prepends it); it is not a script on its own.
 --
--- A record lives under its own key, KEYS[1], in one of two encodings.
+-- A record lives under its own key, KEYS[1], as a STRING in one of two
+-- layouts (all integers big-endian, times in server ms):
 --
--- IN_PROGRESS and FAILED: a HASH
---   s  'P' (IN_PROGRESS) or 'F' (FAILED)
---   o  while P, the owner token; while F, the token whose Fail made it F
---      (so that Fail resent by that owner succeeds), or absent when a
---      Release made it F (no resend matches it); never shown as F's
---   a  attempts, decimal, >= 1
---   c  created, server ms, > 0
---   u  updated, server ms, >= c
---   l  lease deadline, server ms (P only)
---   r  retention, ms: how long the record outlives its lease (the claim's
---      TTL), so that Renew can set the key's PEXPIRE to lease + r (P only)
---   f  fingerprint (absent when none)
--- A P record whose lease deadline has passed (now >= l) has lapsed: it reads
--- as FAILED with LeaseExpiresAt = l, a Claim takes it with a + 1, and its
--- owner is fenced. The key itself expires at l + r.
+-- IN_PROGRESS and FAILED
+--   offset  size  field
+--   0       1     tag 0xC0 (never a byte of UTF-8 text)
+--   1       1     state 'P' (IN_PROGRESS) or 'F' (FAILED)
+--   2       4     attempts, >= 1
+--   6       6     created, > 0
+--   12      6     updated, >= created
+--   18      6     lease deadline (P: > 0; F: 0)
+--   24      6     retention, ms: how long the record outlives its lease
+--                 (the claim's TTL), so that Renew can set the key's expiry
+--                 to lease + retention (P: > 0; F: 0)
+--   30      4     owner length n: while P, the owner token (n > 0); while
+--                 F, the token whose Fail made it F (so that Fail resent by
+--                 that owner succeeds), or none (n = 0) when a Release made
+--                 it F; never shown as F's
+--   34      n     owner
+--   34+n    4     fingerprint length m
+--   38+n    m     fingerprint; the value ends here (38 + n + m bytes)
+-- A P record whose lease deadline has passed (now >= deadline) has lapsed:
+-- it reads as FAILED with LeaseExpiresAt = the deadline, a Claim takes it
+-- with attempts + 1, and its owner is fenced. The key itself expires at the
+-- deadline + retention.
+--
+-- Records of earlier versions hold IN_PROGRESS and FAILED in a HASH (s the
+-- state, o owner, a attempts, c created, u updated, l lease deadline, r
+-- retention, f fingerprint; decimal fields); they are read as such, and the
+-- next transition writes the string.
 --
 -- COMPLETED, most of the keys a busy service holds: a compact STRING
 --   offset  size  field
@@ -34,8 +47,9 @@
 --   ...     rest  result
 -- The header is 26 bytes (30 with the long fingerprint length).
 --
--- Anything else under the key (another type, a string without the tag or
--- too short, a hash without s or with non-numeric fields) is corrupt: the
+-- Anything else under the key (another type, a string without a tag, too
+-- short or of the wrong length, a hash without s or with non-numeric
+-- fields) is corrupt: the
 -- script answers the error reply "IDEMPOTENCY_CORRUPT <reason>" and writes
 -- nothing. Every check returns its reason instead of raising an error, so
 -- the reply carries no script position and reads the same on every Redis
@@ -43,6 +57,8 @@
 
 local TAG = '\193'
 local HEADER = 26
+local PF_TAG = '\192'
+local PF_HEADER = 38
 local MAX_U32 = 4294967295
 
 local function corrupt(reason)
@@ -62,13 +78,6 @@ local function uint(v)
     return nil
   end
   return tonumber(v)
-end
-
--- short_hash is the owner field of a COMPLETED string: the first 8 bytes of
--- SHA-1 of the token.
-local function short_hash(token)
-  local hex = redis.sha1hex(token)
-  return struct.pack('>I4I4', tonumber(string.sub(hex, 1, 8), 16), tonumber(string.sub(hex, 9, 16), 16))
 end
 
 -- check_times validates the fields every record has.
@@ -100,6 +109,32 @@ local function load_hash(key)
     if not rec.retain then return nil, 'hash: in progress without retention' end
   else
     rec.lease = nil -- a FAILED record has ended its lease
+  end
+  return rec
+end
+
+-- load_pf decodes an IN_PROGRESS or FAILED string.
+local function load_pf(v)
+  if #v < PF_HEADER then return nil, 'string: too short' end
+  local rec = {state = string.sub(v, 2, 2)}
+  local lease, retain, n, pos
+  rec.attempts, rec.created, rec.updated, lease, retain, n, pos = struct.unpack('>I4I6I6I6I6I4', v, 3)
+  if rec.state ~= 'P' and rec.state ~= 'F' then return nil, 'string: bad state' end
+  if pos + n + 3 > #v then return nil, 'string: owner overruns the value' end
+  rec.owner = string.sub(v, pos, pos + n - 1)
+  local m
+  m, pos = struct.unpack('>I4', v, pos + n)
+  if pos - 1 + m ~= #v then return nil, 'string: fingerprint length does not match the value' end
+  rec.fp = string.sub(v, pos)
+  local bad = check_times(rec)
+  if bad then return nil, 'string: ' .. bad end
+  if rec.state == 'P' then
+    if n == 0 then return nil, 'string: in progress without owner' end
+    if lease < 1 then return nil, 'string: in progress without lease deadline' end
+    if retain < 1 then return nil, 'string: in progress without retention' end
+    rec.lease, rec.retain = lease, retain
+  elseif lease ~= 0 or retain ~= 0 then
+    return nil, 'string: failed with a lease'
   end
   return rec
 end
@@ -142,7 +177,10 @@ local function load(key, full)
   local t = redis.call('TYPE', key).ok
   if t == 'none' then return nil end
   if t == 'hash' then return load_hash(key) end
-  if t == 'string' then return load_string(key, full) end
+  if t == 'string' then
+    if redis.call('GETRANGE', key, 0, 0) == PF_TAG then return load_pf(redis.call('GET', key)) end
+    return load_string(key, full)
+  end
   return nil, 'wrong type ' .. t
 end
 
@@ -174,4 +212,18 @@ local function encode_completed(rec, owner, updated, result)
   local fplen
   if n < 255 then fplen = struct.pack('B', n) else fplen = struct.pack('>BI4', 255, n) end
   return TAG .. struct.pack('>I4I6I6', rec.attempts, rec.created, updated) .. owner .. fplen .. rec.fp .. result
+end
+
+-- encode_pf is the IN_PROGRESS or FAILED string of rec: its state,
+-- attempts, created, updated, lease deadline and retention (0 when absent),
+-- owner ('' for none) and fingerprint.
+local function encode_pf(rec)
+  return PF_TAG .. rec.state .. struct.pack('>I4I6I6I6I6I4', rec.attempts, rec.created, rec.updated,
+    rec.lease or 0, rec.retain or 0, #rec.owner) .. rec.owner .. struct.pack('>I4', #rec.fp) .. rec.fp
+end
+
+-- store_pf writes rec as the IN_PROGRESS or FAILED string, expiring px ms
+-- from now.
+local function store_pf(key, rec, px)
+  redis.call('SET', key, encode_pf(rec), 'PX', px)
 end

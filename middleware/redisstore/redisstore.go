@@ -36,6 +36,8 @@ type Store struct {
 	// pending holds the claims given up while go-redis still had them;
 	// Release waits for them.
 	pending pendingClaims
+	// claim is claimScript; the tests swap in its Redis 5 and 6 path.
+	claim *redis.Script
 }
 
 var _ idempotency.Store = (*Store)(nil)
@@ -75,7 +77,7 @@ func NewWithOptions(client redis.UniversalClient, opts Options) (*Store, error) 
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{client: client, ack: ack}
+	s := &Store{client: client, ack: ack, claim: claimScript}
 	if c, primary := client.(*redis.Client); primary && !opts.DisableAutoPipelining && boundsSocketIO(c) {
 		if s.ap, err = newAutoPipeliner(c); err != nil {
 			return nil, fmt.Errorf("redisstore: auto-pipelining: %w", err)
@@ -128,12 +130,26 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	if err := idempotency.CheckClaim(key, req); err != nil {
 		return idempotency.ClaimResult{}, wrap("claim", key, err)
 	}
-	v, err := s.runScript(ctx, "claim", key, claimScript,
-		req.Token, millis(req.Lease), millis(req.TTL), req.Fingerprint).Slice()
+	lease, ttl := millis(req.Lease), millis(req.TTL)
+	v, err := s.runScript(ctx, "claim", key, s.claim, req.Token, lease, ttl, req.Fingerprint).Result()
 	if err != nil {
 		return idempotency.ClaimResult{}, scriptError(ctx, "claim", key, err)
 	}
-	res, err := parseClaim(v)
+	var res idempotency.ClaimResult
+	switch v := v.(type) {
+	case int64: // claimfast.lua: a fresh claim, at this server time
+		res = freshClaim(v, lease, req)
+	case string: // claimfast.lua: a COMPLETED string, as it is
+		var rec idempotency.Record
+		if rec, err = decodeCompleted(v); err != nil {
+			return idempotency.ClaimResult{}, wrap("claim", key, err)
+		}
+		res = idempotency.ClaimResult{Record: rec}
+	case []any:
+		res, err = parseClaim(v)
+	default:
+		err = malformed(fmt.Sprintf("claim reply %#v", v))
+	}
 	if err != nil {
 		return idempotency.ClaimResult{}, wrap("claim", key, err)
 	}
@@ -149,7 +165,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duratio
 	if err := idempotency.CheckOwner(key, token, lease); err != nil {
 		return wrap("renew", key, err)
 	}
-	return s.owned(ctx, "renew", key, renewScript, token, millis(lease))
+	return s.owned(ctx, "renew", key, renewScript, token, millis(lease), ownerField(token))
 }
 
 // Complete implements idempotency.Store with one EVALSHA (pipelined with
@@ -158,7 +174,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, result []byte, 
 	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
 		return wrap("complete", key, err)
 	}
-	return s.owned(ctx, "complete", key, completeScript, token, millis(ttl), result)
+	return s.owned(ctx, "complete", key, completeScript, token, millis(ttl), result, ownerField(token))
 }
 
 // Fail implements idempotency.Store with one EVALSHA.

@@ -19,8 +19,9 @@ if rec.attempts == 1 then
   redis.call('DEL', KEYS[1])
   return 1
 end
--- c and f stay as the claim left them; u records this transition.
-redis.call('HSET', KEYS[1], 's', 'F', 'a', rec.attempts - 1, 'u', math.max(now, rec.updated))
-redis.call('HDEL', KEYS[1], 'o', 'l', 'r')
-redis.call('PEXPIRE', KEYS[1], rec.retain)
+-- created and the fingerprint stay as the claim left them; updated records
+-- this transition.
+local retain = rec.retain
+rec.state, rec.owner, rec.attempts, rec.updated, rec.lease, rec.retain = 'F', '', rec.attempts - 1, math.max(now, rec.updated), nil, nil
+store_pf(KEYS[1], rec, retain)
 return 1

@@ -1,8 +1,10 @@
--- renew.lua: Store.Renew, after prelude.lua.
+-- renew.lua: Store.Renew, after renewfast.lua and prelude.lua: the cases
+-- the fast section leaves.
 --
 -- KEYS[1]  the record
 -- ARGV[1]  owner token
 -- ARGV[2]  lease, ms (> 0)
+-- ARGV[3]  the token's owner field in a COMPLETED string (see complete.lua)
 --
 -- Reply: 1 when the token holds a live lease, now ending ARGV[2] from now
 -- (the key then expires the record's retention after that); 2 when the
@@ -13,11 +15,11 @@
 -- written.
 local rec, bad = load(KEYS[1], false)
 if bad then return corrupt(bad) end
-if rec and rec.state == 'C' and rec.owner == short_hash(ARGV[1]) then return 2 end
+if rec and rec.state == 'C' and rec.owner == ARGV[3] then return 2 end
 if not rec or rec.state ~= 'P' or rec.owner ~= ARGV[1] then return 0 end
 local now = now_ms()
 if lapsed(rec, now) then return 0 end
 local lease = tonumber(ARGV[2])
-redis.call('HSET', KEYS[1], 'l', now + lease)
-redis.call('PEXPIRE', KEYS[1], lease + rec.retain)
+rec.lease = now + lease
+store_pf(KEYS[1], rec, lease + rec.retain)
 return 1

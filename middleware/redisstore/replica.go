@@ -172,7 +172,7 @@ func (s *Store) runOne(ctx context.Context, op string, keys []string, script *re
 	cmd, acked, werr := s.pipelined(ctx, pipeliner, func(p redis.Pipeliner) *redis.Cmd {
 		return script.EvalSha(ctx, p, keys, args...)
 	})
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	if isNoScript(cmd.Err()) {
 		cmd, acked, werr = s.pipelined(ctx, pipeliner, func(p redis.Pipeliner) *redis.Cmd {
 			return script.Eval(ctx, p, keys, args...)
 		})

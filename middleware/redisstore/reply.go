@@ -1,7 +1,10 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha1"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -162,4 +165,81 @@ func replyString(v []any, i int) (string, error) {
 		return "", malformed(fmt.Sprintf("field %d: %#v is not a string", i, v[i]))
 	}
 	return s, nil
+}
+
+// freshClaim is the result of a claim that claimfast.lua installed on an
+// absent key at server time now (ms): attempt 1 of a new record.
+func freshClaim(now, leaseMillis int64, req idempotency.ClaimRequest) idempotency.ClaimResult {
+	at := time.UnixMilli(now)
+	rec := idempotency.Record{State: idempotency.StateInProgress, Token: req.Token, Attempts: 1,
+		CreatedAt: at, UpdatedAt: at, LeaseExpiresAt: time.UnixMilli(now + leaseMillis)}
+	if len(req.Fingerprint) > 0 {
+		rec.Fingerprint = bytes.Clone(req.Fingerprint)
+	}
+	return idempotency.ClaimResult{Acquired: true, Record: rec}
+}
+
+// ownerField is the owner field of a COMPLETED string for token: the first
+// 8 bytes of its SHA-1 (see prelude.lua).
+func ownerField(token string) string {
+	sum := sha1.Sum([]byte(token))
+	return string(sum[:8])
+}
+
+// The COMPLETED string, as prelude.lua documents it.
+const (
+	completedTag    = 0xC1
+	completedHeader = 26
+)
+
+// decodeCompleted reads a COMPLETED string that claimfast.lua returned as
+// it is, with the checks of prelude.lua's load_string: a value that fails
+// one is idempotency.ErrCorruptRecord with the same reason.
+func decodeCompleted(v string) (idempotency.Record, error) {
+	corrupt := func(reason string) (idempotency.Record, error) {
+		return idempotency.Record{}, fmt.Errorf("%w: string: %s", idempotency.ErrCorruptRecord, reason)
+	}
+	if len(v) < completedHeader {
+		return corrupt("too short")
+	}
+	if v[0] != completedTag {
+		return corrupt("unknown tag")
+	}
+	b := []byte(v[:completedHeader])
+	attempts := uint64(binary.BigEndian.Uint32(b[1:5]))
+	created := uint48(b[5:11])
+	updated := uint48(b[11:17])
+	n, pos := uint64(b[25]), uint64(completedHeader)
+	if n == 255 {
+		if len(v) < completedHeader+4 {
+			return corrupt("too short")
+		}
+		n, pos = uint64(binary.BigEndian.Uint32([]byte(v[completedHeader:completedHeader+4]))), completedHeader+4
+		if n < 255 {
+			return corrupt("bad fingerprint length")
+		}
+	}
+	if pos+n > uint64(len(v)) {
+		return corrupt("fingerprint overruns the value")
+	}
+	switch {
+	case attempts < 1:
+		return corrupt("bad attempts")
+	case created < 1:
+		return corrupt("bad created time")
+	case updated < created:
+		return corrupt("bad updated time")
+	}
+	rec := idempotency.Record{State: idempotency.StateCompleted, Attempts: int(attempts),
+		CreatedAt: time.UnixMilli(int64(created)), UpdatedAt: time.UnixMilli(int64(updated)),
+		Result: []byte(v[pos+n:])}
+	if n > 0 {
+		rec.Fingerprint = []byte(v[pos : pos+n])
+	}
+	return rec, nil
+}
+
+// uint48 reads a 6-byte big-endian integer.
+func uint48(b []byte) uint64 {
+	return uint64(b[0])<<40 | uint64(b[1])<<32 | uint64(binary.BigEndian.Uint32(b[2:6]))
 }

@@ -7,14 +7,26 @@ import (
 )
 
 // Each transition is one Lua script, run by EVALSHA: one round trip, atomic
-// on the server, touching only KEYS[1] (Cluster-safe). Every script starts
-// with prelude.lua, the record codec, whose header documents both
-// encodings; each script's own header documents its KEYS, ARGV and reply.
+// on the server, touching only KEYS[1] (Cluster-safe). Every script holds
+// prelude.lua, the record codec, whose header documents both layouts; each
+// script's own header documents its KEYS, ARGV and reply.
+//
+// Claim, Renew and Complete start with a fast section (claimfast.lua,
+// renewfast.lua, completefast.lua) that settles their common cases with the
+// fewest commands and returns before the codec's functions are even
+// defined; every other case falls through to the codec and the full
+// transition.
 
 //go:embed prelude.lua
 var prelude string
 
 var (
+	//go:embed claimfast.lua
+	claimFastLua string
+	//go:embed renewfast.lua
+	renewFastLua string
+	//go:embed completefast.lua
+	completeFastLua string
 	//go:embed claim.lua
 	claimLua string
 	//go:embed renew.lua
@@ -32,9 +44,9 @@ var (
 )
 
 var (
-	claimScript    = redis.NewScript(prelude + claimLua)
-	renewScript    = redis.NewScript(prelude + renewLua)
-	completeScript = redis.NewScript(prelude + completeLua)
+	claimScript    = redis.NewScript(claimFastLua + prelude + claimLua)
+	renewScript    = redis.NewScript(renewFastLua + prelude + renewLua)
+	completeScript = redis.NewScript(completeFastLua + prelude + completeLua)
 	failScript     = redis.NewScript(prelude + failLua)
 	releaseScript  = redis.NewScript(prelude + releaseLua)
 	getScript      = redis.NewScript(prelude + getLua)
