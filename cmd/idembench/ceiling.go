@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha1"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -102,7 +103,8 @@ func runCeiling(o options, rc *redis.Client) Ceiling {
 		if err := rc.EvalSha(ctx, ce.ClaimSHA, []string{k}, tok, leaseMs, ttlMs, "").Err(); err != nil {
 			return err
 		}
-		return rc.EvalSha(ctx, ce.FinishSHA, []string{k}, tok, ttlMs, "").Err()
+		owner := sha1.Sum([]byte(tok)) // the complete script's owner field (redisstore's prelude.lua)
+		return rc.EvalSha(ctx, ce.FinishSHA, []string{k}, tok, ttlMs, "", string(owner[:8])).Err()
 	})
 	ce.GoMessages = float64(n) / secs
 	cleanup(rc, o.prefix+":ceil:")

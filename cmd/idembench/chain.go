@@ -56,7 +56,7 @@ var (
 type chainCase struct {
 	handler message.HandlerFunc
 	// idem is ours, nil for the others.
-	idem  *idempotency.Idempotency
+	idem  *idempotency.Middleware
 	close func()
 }
 

@@ -26,7 +26,7 @@ type e2eRun struct {
 	c      int
 	dedup  string // one of e2eDedups
 	chain  message.HandlerMiddleware
-	idem   *idempotency.Idempotency // nil without the middleware
+	idem   *idempotency.Middleware // nil without the middleware
 	group  string
 	cfg    backends.Config
 }

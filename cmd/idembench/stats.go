@@ -207,7 +207,7 @@ func (b *statsBench) cost(pipelining bool, conc int) []Cost {
 	b.send(chain, 1, b.newKeys(1))
 	b.send(uncachedChain, 1, b.newKeys(1))
 	n := b.o.statsKeys
-	measure := func(load string, idem *idempotency.Idempotency, f func()) Cost {
+	measure := func(load string, idem *idempotency.Middleware, f func()) Cost {
 		hits0, misses0 := cacheCounts(idem)
 		before := commandStats(b.c)
 		cb, rb := b.rec.counts()

@@ -25,7 +25,7 @@ func newRedisStore(rc redis.UniversalClient, noPipelining bool) *redisstore.Stor
 
 // newIdempotency returns the middleware of cfg, with its local cache off
 // when noCache.
-func newIdempotency(cfg idempotency.Config, noCache bool) *idempotency.Idempotency {
+func newIdempotency(cfg idempotency.Config, noCache bool) *idempotency.Middleware {
 	cfg.DisableCache = noCache
 	idem, err := idempotency.New(cfg, nil)
 	if err != nil {
@@ -35,7 +35,7 @@ func newIdempotency(cfg idempotency.Config, noCache bool) *idempotency.Idempoten
 }
 
 // cacheCounts returns the hits and misses of idem's local cache so far.
-func cacheCounts(idem *idempotency.Idempotency) (hits, misses uint64) {
+func cacheCounts(idem *idempotency.Middleware) (hits, misses uint64) {
 	st := idem.CacheStats()
 	return uint64(st.Hits), uint64(st.Misses)
 }
