@@ -25,7 +25,9 @@
 // more than before the token hash was added. Earlier versions kept
 // IN_PROGRESS and FAILED records in a HASH with one-letter fields: such a
 // record is read, held, renewed, completed and claimed as it always was,
-// and its next transition writes the string.
+// and its next transition writes the string. A consumer of an earlier version
+// reads the IN_PROGRESS and FAILED strings as corrupt records: upgrade
+// every consumer of one store together.
 //
 // # The cost of a message
 //
