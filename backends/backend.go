@@ -129,9 +129,11 @@ func (b *Backend) Close() error {
 // with the production settings described in the package documentation.
 //
 // New copies cfg, fills its defaults and validates it (see Config.Validate);
-// a nil logger means watermill.NopLogger{}. It connects before it returns:
-// a broker that does not answer within cfg.DialTimeout is an ErrUnreachable
-// naming the address tried, and nothing is left open.
+// a nil logger means watermill.NopLogger{}. A broker whose package the
+// program does not import is an ErrBrokerNotLinked naming the import to
+// add. New connects before it returns: a broker that does not answer within
+// cfg.DialTimeout is an ErrUnreachable naming the address tried, and
+// nothing is left open.
 func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}
@@ -144,47 +146,39 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger = logger.With(watermill.LogFields{"broker": string(ep.broker), "consumer_group": cfg.Group})
-	if ep.broker != GoChannel {
+	d, err := driverFor(ep.Broker)
+	if err != nil {
+		return nil, err
+	}
+	logger = logger.With(watermill.LogFields{"broker": string(ep.Broker), "consumer_group": cfg.Group})
+	if len(ep.Addrs) > 0 {
 		if err := dialAny(ep, cfg.DialTimeout); err != nil {
 			return nil, err
 		}
 	}
-
-	var b *Backend
-	switch ep.broker {
-	case Kafka:
-		b, err = newKafka(cfg, ep, logger)
-	case RedisStreams:
-		b, err = newRedisStreams(cfg, ep, logger)
-	case AMQP:
-		b, err = newAMQP(cfg, ep, logger)
-	case NATS:
-		b, err = newNATS(cfg, ep, logger)
-	case GoChannel:
-		b, err = newGoChannel(cfg, logger)
-	default:
-		// parseEndpoint knows only the brokers above.
-		err = fmt.Errorf("%w: %q", ErrUnknownBroker, ep.broker)
-	}
+	c, err := d.Open(cfg, ep, logger)
 	if err != nil {
 		return nil, err
 	}
-	b.Broker = ep.broker
-	b.group = cfg.Group
-	return b, nil
+	return &Backend{
+		Broker:        ep.Broker,
+		Publisher:     c.Publisher,
+		Subscriber:    c.Subscriber,
+		newSubscriber: c.NewSubscriber,
+		group:         cfg.Group,
+	}, nil
 }
 
 // dialAny returns nil as soon as one of addrs accepts a TCP connection, and
 // otherwise an ErrUnreachable naming every address, after at most timeout.
 // Client libraries retry and back off on their own, some for minutes; this
 // check lets New fail fast and say where it looked.
-func dialAny(ep endpoint, timeout time.Duration) error {
+func dialAny(ep Endpoint, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var d net.Dialer
 	var errs []string
-	for _, addr := range ep.addrs {
+	for _, addr := range ep.Addrs {
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			_ = c.Close()
@@ -192,13 +186,5 @@ func dialAny(ep endpoint, timeout time.Duration) error {
 		}
 		errs = append(errs, err.Error())
 	}
-	return unreachable(ep, timeout, errors.New(strings.Join(errs, "; ")))
-}
-
-// unreachable is an ErrUnreachable naming ep's addresses, with the client
-// library's error text scrubbed of ep's user information: a library that
-// parses the URL again (nats.go does, per server) may quote it.
-func unreachable(ep endpoint, timeout time.Duration, err error) error {
-	return fmt.Errorf("%w: %s at %s (within %v): %s", ErrUnreachable, ep.broker, strings.Join(ep.addrs, ","), timeout,
-		scrubUserinfo(err.Error(), ep.url))
+	return ep.Unreachable(timeout, errors.New(strings.Join(errs, "; ")))
 }

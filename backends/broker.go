@@ -30,11 +30,12 @@ var brokerByScheme = map[string]Broker{
 	"gochannel": GoChannel,
 }
 
-// Broker returns the broker that c.URL selects.
+// Broker returns the broker that c.URL selects, after checking the URL as
+// ParseURL does.
 func (c Config) Broker() (Broker, error) {
 	ep, err := parseEndpoint(c.URL)
 	if err != nil {
 		return "", err
 	}
-	return ep.broker, nil
+	return ep.Broker, nil
 }

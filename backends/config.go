@@ -1,15 +1,14 @@
 package backends
 
-import (
-	"time"
-
-	"github.com/IBM/sarama"
-)
+import "time"
 
 // Config selects a broker and tells New how to use it. A service moves from
-// one broker to another by changing URL (BROKER_URL) alone: every other field
-// has a default that suits every broker, and the per-broker sections are read
-// only by their own broker.
+// one broker to another by changing URL (BROKER_URL) alone, among the
+// brokers whose packages it imports: every other field has a default that
+// suits every broker, and the per-broker sections are read only by their
+// own broker. The sections are plain values, declared here rather than in
+// the broker packages, so that one Config (and FromEnv) serves every broker
+// without linking any.
 //
 // Every zero field means its documented default; only URL is required, and
 // Group for every broker but gochannel.
@@ -93,9 +92,22 @@ type KafkaConfig struct {
 
 	// Tune, when set, is called last on each sarama.Config the backend
 	// builds (one for the publisher, one for the subscriber and topic
-	// administration): the place for SASL, TLS or timeouts. Nil means no
-	// changes. It cannot be set from the environment.
-	Tune func(*sarama.Config)
+	// administration): the place for SASL, TLS or timeouts. Set it with
+	// kafkabackend.TuneFunc, which takes a func(*sarama.Config):
+	//
+	//	cfg.Kafka.Tune = kafkabackend.TuneFunc(func(c *sarama.Config) { c.Net.SASL.Enable = true })
+	//
+	// Nil means no changes. It cannot be set from the environment.
+	Tune KafkaTuner
+}
+
+// KafkaTuner changes the client configuration that the Kafka backend
+// builds. It is an interface so that this package need not link sarama;
+// kafkabackend.TuneFunc implements it for a func(*sarama.Config).
+type KafkaTuner interface {
+	// TuneKafka is called with each *sarama.Config the Kafka backend
+	// builds, after the backend's own settings.
+	TuneKafka(saramaConfig any)
 }
 
 // RedisConfig holds the Redis Streams backend's settings.

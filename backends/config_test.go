@@ -313,7 +313,8 @@ func closedPort(t *testing.T) int {
 }
 
 func TestErrorsAreDistinct(t *testing.T) {
-	all := []error{backends.ErrUnknownBroker, backends.ErrInvalidURL, backends.ErrMissingGroup, backends.ErrInvalidConfig, backends.ErrUnreachable}
+	all := []error{backends.ErrUnknownBroker, backends.ErrBrokerNotLinked, backends.ErrInvalidURL, backends.ErrMissingGroup,
+		backends.ErrInvalidConfig, backends.ErrUnreachable, backends.ErrDuplicatePublish, backends.ErrUnroutable}
 	for i, a := range all {
 		for j, b := range all {
 			assert.Equal(t, i == j, errors.Is(a, b), "%v vs %v", a, b)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,10 +13,13 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
+	"github.com/idempotency/watermill-idempotency/backends/kafkabackend"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -47,18 +49,6 @@ import (
 //   - TestContinueAfterSubscribeClose and TestConcurrentClose on gochannel:
 //     they need messages to outlive an instance (Persistent), which an
 //     in-process channel cannot.
-//
-// runID keeps this run's consumer groups apart from other runs' on the shared
-// servers.
-var runID = watermill.NewShortUUID()
-
-// testLogger is silent unless BACKENDS_TEST_LOG is set.
-func testLogger() watermill.LoggerAdapter {
-	if os.Getenv("BACKENDS_TEST_LOG") != "" {
-		return watermill.NewStdLogger(true, false)
-	}
-	return watermill.NopLogger{}
-}
 
 // groupFor returns one group per test: every constructor call of one suite
 // test shares it, as the processes of one service would, while tests running
@@ -67,7 +57,7 @@ func testLogger() watermill.LoggerAdapter {
 func groupFor(t *testing.T) string {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(t.Name()))
-	return fmt.Sprintf("g-%s-%08x", runID, h.Sum32())
+	return fmt.Sprintf("g-%s-%08x", backendtest.RunID, h.Sum32())
 }
 
 // conformance runs tests.TestPubSub on base (with Group filled per test), and
@@ -76,7 +66,7 @@ func groupFor(t *testing.T) string {
 // call: that test needs each subscriber to see every message, which with one
 // shared group would be a bug.
 //
-// Topics are named bk-<runID>-<testID> and every group used is recorded, so
+// Topics are named bk-<backendtest.RunID>-<testID> and every group used is recorded, so
 // that cleanup (when not nil) can remove exactly what this run created on a
 // shared server, after every subtest has finished.
 func conformance(t *testing.T, base backends.Config, features tests.Features, newGroupReadsHistory bool,
@@ -86,7 +76,7 @@ func conformance(t *testing.T, base backends.Config, features tests.Features, ne
 		mu             sync.Mutex
 		topics, groups []string
 	)
-	topicPrefix := "bk-" + runID + "-"
+	topicPrefix := "bk-" + backendtest.RunID + "-"
 	features.GenerateTopicFunc = func(tctx tests.TestContext) string {
 		topic := topicPrefix + string(tctx.TestID)
 		mu.Lock()
@@ -113,7 +103,7 @@ func conformance(t *testing.T, base backends.Config, features tests.Features, ne
 		mu.Lock()
 		groups = append(groups, group)
 		mu.Unlock()
-		b, err := backends.New(cfg, testLogger())
+		b, err := backends.New(cfg, backendtest.Logger())
 		require.NoError(t, err)
 		return b.Publisher, b.Subscriber
 	}
@@ -142,12 +132,9 @@ func conformance(t *testing.T, base backends.Config, features tests.Features, ne
 	}
 }
 
-// fastNack keeps the suite's nack tests quick; production keeps the 1 s default.
-const fastNack = 50 * time.Millisecond
-
 func TestConformance_GoChannel(t *testing.T) {
 	t.Parallel()
-	conformance(t, backends.Config{URL: "gochannel://", NackResendSleep: fastNack}, tests.Features{
+	conformance(t, backends.Config{URL: "gochannel://", NackResendSleep: backendtest.FastNack}, tests.Features{
 		ConsumerGroups:        false,
 		ExactlyOnceDelivery:   true,
 		GuaranteedOrder:       false,
@@ -163,16 +150,10 @@ func TestConformance_Kafka(t *testing.T) {
 	conformance(t, backends.Config{
 		URL:             "kafka://" + strings.Join(brokers, ","),
 		Group:           "set-per-test",
-		NackResendSleep: fastNack,
+		NackResendSleep: backendtest.FastNack,
 		Kafka: backends.KafkaConfig{
 			Partitions: 4,
-			// Members of the suite's groups come and go by the dozen; fast
-			// heartbeats make each rebalance take well under a second.
-			Tune: func(c *sarama.Config) {
-				c.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
-				c.Consumer.Group.Session.Timeout = 6 * time.Second
-				c.Consumer.Group.Rebalance.Timeout = 3 * time.Second
-			},
+			Tune:       fastRebalance,
 		},
 	}, tests.Features{
 		ConsumerGroups:      true,
@@ -181,7 +162,7 @@ func TestConformance_Kafka(t *testing.T) {
 		GuaranteedOrder: false,
 		Persistent:      true,
 		ForceShort:      true,
-	}, true, nil) // kfake goes away at cleanup; a shared KAFKA_BROKERS cluster keeps the bk-<runID>-* topics
+	}, true, nil) // kfake goes away at cleanup; a shared KAFKA_BROKERS cluster keeps the bk-<backendtest.RunID>-* topics
 }
 
 func TestConformance_RedisStreams(t *testing.T) {
@@ -190,7 +171,7 @@ func TestConformance_RedisStreams(t *testing.T) {
 	conformance(t, backends.Config{
 		URL:             "redis://" + addr + "/0",
 		Group:           "set-per-test",
-		NackResendSleep: fastNack,
+		NackResendSleep: backendtest.FastNack,
 		Redis: backends.RedisConfig{
 			// The suite closes subscribers holding unacked messages and
 			// expects another to get them within seconds.
@@ -221,7 +202,7 @@ func TestConformance_AMQP(t *testing.T) {
 	conformance(t, backends.Config{
 		URL:             url,
 		Group:           "set-per-test",
-		NackResendSleep: fastNack,
+		NackResendSleep: backendtest.FastNack,
 	}, tests.Features{
 		ConsumerGroups:                      true,
 		ExactlyOnceDelivery:                 false,
@@ -240,7 +221,7 @@ func TestConformance_NATS(t *testing.T) {
 	conformance(t, backends.Config{
 		URL:             url,
 		Group:           "set-per-test",
-		NackResendSleep: fastNack,
+		NackResendSleep: backendtest.FastNack,
 		// The suite closes subscribers holding unacked messages and expects
 		// another to get them within seconds.
 		NATS: backends.NATSConfig{AckWait: 3 * time.Second},
@@ -255,3 +236,26 @@ func TestConformance_NATS(t *testing.T) {
 		deleteNATSStreams(t, url, prefix)
 	})
 }
+
+// deleteNATSStreams deletes the streams whose names start with prefix.
+func deleteNATSStreams(t *testing.T, url, prefix string) {
+	testserver.WithJetStream(t, url, func(js nats.JetStreamContext) {
+		var doomed []string
+		for name := range js.StreamNames() {
+			if strings.HasPrefix(name, prefix) {
+				doomed = append(doomed, name)
+			}
+		}
+		for _, name := range doomed {
+			_ = js.DeleteStream(name)
+		}
+	})
+}
+
+// fastRebalance makes a Kafka consumer group rebalance in well under a
+// second: the members of the suites' groups come and go by the dozen.
+var fastRebalance = kafkabackend.TuneFunc(func(c *sarama.Config) {
+	c.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
+	c.Consumer.Group.Session.Timeout = 6 * time.Second
+	c.Consumer.Group.Rebalance.Timeout = 3 * time.Second
+})

@@ -9,6 +9,12 @@ var (
 	// ErrUnknownBroker is returned for a URL whose scheme names no supported
 	// broker.
 	ErrUnknownBroker = errors.New("backends: unknown broker")
+	// ErrBrokerNotLinked is returned for a URL that names a supported broker
+	// whose package the program does not import (Kafka, Redis Streams, AMQP
+	// and NATS each live in a package of their own, so that a program links
+	// only the client libraries it uses). The message names the import to
+	// add, e.g. import _ "github.com/idempotency/watermill-idempotency/backends/kafkabackend".
+	ErrBrokerNotLinked = errors.New("backends: broker not linked")
 	// ErrInvalidURL is returned for a broker URL that cannot be parsed or
 	// lacks a part its broker needs (a host, a port).
 	ErrInvalidURL = errors.New("backends: invalid broker URL")
@@ -25,16 +31,19 @@ var (
 	// about the broker, not the Config: the same Config may succeed once the
 	// broker is up.
 	ErrUnreachable = errors.New("backends: broker unreachable")
-	// ErrDuplicatePublish is returned by the NATS Publisher for a message
-	// that JetStream did not store because the stream already holds one
-	// with the same Nats-Msg-Id within its duplicate window. The backend
-	// sends no Nats-Msg-Id of its own; a message whose metadata sets one
-	// asks for this.
+	// ErrDuplicatePublish is returned by the NATS Publisher (package
+	// natsbackend) for a message that JetStream did not store because the
+	// stream already holds one with the same Nats-Msg-Id within its
+	// duplicate window. The backend sends no Nats-Msg-Id of its own; a
+	// message whose metadata sets one asks for this. It is declared here,
+	// not in natsbackend, so that code handling a Publish error checks it
+	// without linking a broker.
 	ErrDuplicatePublish = errors.New("backends: publish dropped by the broker as a duplicate")
-	// ErrUnroutable is returned by the AMQP Publisher for a message that
-	// RabbitMQ confirmed but could not route to any queue (it returned the
-	// message): no group's queue is bound to the topic's exchange, because
-	// no group has subscribed to the topic yet and none is listed in
-	// AMQPConfig.PublishGroups, or because the queue was deleted.
+	// ErrUnroutable is returned by the AMQP Publisher (package amqpbackend)
+	// for a message that RabbitMQ confirmed but could not route to any
+	// queue (it returned the message): no group's queue is bound to the
+	// topic's exchange, because no group has subscribed to the topic yet
+	// and none is listed in AMQPConfig.PublishGroups, or because the queue
+	// was deleted. Declared here for the same reason as ErrDuplicatePublish.
 	ErrUnroutable = errors.New("backends: publish unroutable: no queue bound to the topic")
 )

@@ -1,10 +1,29 @@
 package backends
 
 import (
+	"errors"
+	"strings"
+
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+
+	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
+
+// goChannelDriver is built in: gochannel is part of Watermill, which this
+// package depends on anyway, and it lets tests, examples and demos run with
+// nothing but this package linked.
+var goChannelDriver = Driver{
+	Broker: GoChannel,
+	ParseURL: func(raw string) (Endpoint, error) {
+		if _, rest, _ := strings.Cut(raw, "://"); rest != "" && rest != "/" {
+			return Endpoint{}, errors.New("gochannel takes nothing after gochannel://")
+		}
+		return Endpoint{URL: raw}, nil
+	},
+	Open: newGoChannel,
+}
 
 // newGoChannel builds one persistent in-process GoChannel and returns it as
 // both Publisher and Subscriber: GoChannel has no state outside its instance,
@@ -12,17 +31,17 @@ import (
 // Persistent makes a late subscriber receive what was published before it
 // subscribed, as a broker would; it keeps every message in memory for the
 // life of the instance.
-func newGoChannel(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
+func newGoChannel(cfg Config, _ Endpoint, logger watermill.LoggerAdapter) (Clients, error) {
 	gc := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
-	return &Backend{
+	return Clients{
 		Publisher:  gc,
-		Subscriber: newNackDelaySubscriber(gc, cfg.NackResendSleep),
+		Subscriber: brokerkit.NewNackDelaySubscriber(gc, cfg.NackResendSleep),
 		// Every subscriber of a GoChannel receives every message: a
 		// "group" is one more subscriber of the same instance, whose Close
 		// leaves the instance open for the others.
-		newSubscriber: func(string) (message.Subscriber, error) {
-			sub := newNackDelaySubscriber(gc, cfg.NackResendSleep)
-			sub.keepOpen = true
+		NewSubscriber: func(string) (message.Subscriber, error) {
+			sub := brokerkit.NewNackDelaySubscriber(gc, cfg.NackResendSleep)
+			sub.KeepOpen = true
 			return sub, nil
 		},
 	}, nil

@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -30,18 +30,14 @@ var groupedBrokers = []groupedBroker{
 		name: "kafka",
 		config: func(t *testing.T, group string) backends.Config {
 			return backends.Config{URL: "kafka://" + strings.Join(testserver.KafkaBrokers(t), ","), Group: group,
-				NackResendSleep: fastNack, Kafka: backends.KafkaConfig{Partitions: 2, Tune: func(c *sarama.Config) {
-					c.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
-					c.Consumer.Group.Session.Timeout = 6 * time.Second
-					c.Consumer.Group.Rebalance.Timeout = 3 * time.Second
-				}}}
+				NackResendSleep: backendtest.FastNack, Kafka: backends.KafkaConfig{Partitions: 2, Tune: fastRebalance}}
 		},
 		cleanup: func(*testing.T, string, ...string) {}, // kfake goes away with the test binary
 	},
 	{
 		name: "redis",
 		config: func(t *testing.T, group string) backends.Config {
-			return backends.Config{URL: "redis://" + testserver.RedisAddr(t) + "/0", Group: group, NackResendSleep: fastNack}
+			return backends.Config{URL: "redis://" + testserver.RedisAddr(t) + "/0", Group: group, NackResendSleep: backendtest.FastNack}
 		},
 		cleanup: func(t *testing.T, topic string, _ ...string) {
 			_ = testserver.RedisClient(t).Del(context.Background(), topic).Err()
@@ -50,7 +46,7 @@ var groupedBrokers = []groupedBroker{
 	{
 		name: "amqp",
 		config: func(t *testing.T, group string) backends.Config {
-			return backends.Config{URL: testserver.RabbitMQURL(t), Group: group, NackResendSleep: fastNack}
+			return backends.Config{URL: testserver.RabbitMQURL(t), Group: group, NackResendSleep: backendtest.FastNack}
 		},
 		cleanup: func(t *testing.T, topic string, groups ...string) {
 			testserver.DeleteAMQP(t, testserver.RabbitMQURL(t), []string{topic}, groups)
@@ -59,7 +55,7 @@ var groupedBrokers = []groupedBroker{
 	{
 		name: "nats",
 		config: func(t *testing.T, group string) backends.Config {
-			return backends.Config{URL: testserver.NATSURL(t), Group: group, NackResendSleep: fastNack}
+			return backends.Config{URL: testserver.NATSURL(t), Group: group, NackResendSleep: backendtest.FastNack}
 		},
 		cleanup: func(t *testing.T, topic string, _ ...string) {
 			testserver.DeleteNATSStreams(t, testserver.NATSURL(t), topic)
@@ -80,18 +76,18 @@ func TestSubscriberForGroup_TwoHandlersOneTopic(t *testing.T) {
 	}) {
 		t.Run(gb.name, func(t *testing.T) {
 			t.Parallel()
-			topic := uniqueTopic("orders")
-			group := "shop-" + runID
+			topic := backendtest.UniqueTopic("orders")
+			group := "shop-" + backendtest.RunID
 			notifyGroup := group + ".notify"
 			t.Cleanup(func() { gb.cleanup(t, topic, group, notifyGroup) })
-			b := newBackend(t, gb.config(t, group))
+			b := backendtest.NewBackend(t, gb.config(t, group))
 			notifySub, err := b.SubscriberForGroup(notifyGroup)
 			require.NoError(t, err)
 
 			const n = 20
 			var mu sync.Mutex
 			seen := map[string]map[string]bool{"charge": {}, "notify": {}}
-			router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, testLogger())
+			router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, backendtest.Logger())
 			require.NoError(t, err)
 			for name, sub := range map[string]message.Subscriber{"charge": b.Subscriber, "notify": notifySub} {
 				router.AddConsumerHandler(name, topic, sub, func(msg *message.Message) error {
@@ -137,15 +133,15 @@ func TestSubscriberForGroup_TwoHandlersOneTopic(t *testing.T) {
 // Backend.Close closes what it built.
 func TestSubscriberForGroup_Validation(t *testing.T) {
 	t.Parallel()
-	b := newBackend(t, backends.Config{URL: "redis://" + testserver.RedisAddr(t) + "/0", Group: "g-" + runID})
+	b := backendtest.NewBackend(t, backends.Config{URL: "redis://" + testserver.RedisAddr(t) + "/0", Group: "g-" + backendtest.RunID})
 	_, err := b.SubscriberForGroup(" ")
 	require.ErrorIs(t, err, backends.ErrMissingGroup)
 	// Config.Group itself would be one group with b.Subscriber, dividing
 	// the messages, where the doc promises a group of its own.
-	_, err = b.SubscriberForGroup(" g-" + runID)
+	_, err = b.SubscriberForGroup(" g-" + backendtest.RunID)
 	require.Error(t, err, "SubscriberForGroup of Config.Group")
 
-	gc := newBackend(t, backends.Config{URL: "gochannel://"})
+	gc := backendtest.NewBackend(t, backends.Config{URL: "gochannel://"})
 	sub, err := gc.SubscriberForGroup("")
 	require.NoError(t, err)
 	msgs, err := sub.Subscribe(context.Background(), "orders")
@@ -154,8 +150,8 @@ func TestSubscriberForGroup_Validation(t *testing.T) {
 	_, open := <-msgs
 	assert.False(t, open, "Close ends the group subscriber's subscriptions")
 	// The shared instance stays open for the Backend's own Subscriber.
-	publish(t, gc.Publisher, "orders", "still open")
-	assert.Equal(t, "still open", receive(t, subscribe(t, gc, "orders")))
+	backendtest.Publish(t, gc.Publisher, "orders", "still open")
+	assert.Equal(t, "still open", backendtest.Receive(t, backendtest.Subscribe(t, gc, "orders")))
 }
 
 // Backend.Close closes the Subscribers of SubscriberForGroup (their
@@ -169,10 +165,10 @@ func TestSubscriberForGroup_Close(t *testing.T) {
 		}
 		t.Run(br.name, func(t *testing.T) {
 			t.Parallel()
-			topic := uniqueTopic("group-close")
-			group := "close-" + runID
+			topic := backendtest.UniqueTopic("group-close")
+			group := "close-" + backendtest.RunID
 			t.Cleanup(func() { br.cleanup(t, topic, group, group+".other") })
-			b, err := backends.New(br.config(t, group), testLogger())
+			b, err := backends.New(br.config(t, group), backendtest.Logger())
 			require.NoError(t, err)
 			other, err := b.SubscriberForGroup(group + ".other")
 			require.NoError(t, err)

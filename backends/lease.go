@@ -26,7 +26,8 @@ var ErrLeaseNotBelowRedelivery = errors.New("backends: the idempotency lease is 
 // peers are kept busy. It returns an error matching
 // ErrLeaseNotBelowRedelivery that names both values, or nil; Kafka, AMQP
 // and gochannel have no such timer and always pass. It reads cfg.URL only
-// for its scheme: an invalid URL is the error of New.
+// for its scheme (a broker that is not linked is checked all the same): an
+// invalid URL is the error of New.
 //
 // Call it at start-up, where both configs are known:
 //
@@ -34,7 +35,7 @@ var ErrLeaseNotBelowRedelivery = errors.New("backends: the idempotency lease is 
 //		return err // or log it as a warning
 //	}
 func (c Config) CheckLease(idem idempotency.Config) error {
-	ep, err := parseEndpoint(c.URL)
+	broker, err := brokerOf(c.URL)
 	if err != nil {
 		return err
 	}
@@ -45,7 +46,7 @@ func (c Config) CheckLease(idem idempotency.Config) error {
 	}
 	var timer time.Duration
 	var name string
-	switch ep.broker {
+	switch broker {
 	case NATS:
 		timer, name = c.NATS.AckWait, "NATS.AckWait ("+EnvNATSAckWait+")"
 	case RedisStreams:

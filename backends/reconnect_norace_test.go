@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -35,7 +36,7 @@ func watermillReconnect(t *testing.T, b privateBroker) {
 		GenerateTopicFunc:     func(tctx tests.TestContext) string { return "reconnect-" + string(tctx.TestID) },
 	}
 	ctor := func(t *testing.T) (message.Publisher, message.Subscriber) {
-		backend, err := backends.New(b.cfg, testLogger())
+		backend, err := backends.New(b.cfg, backendtest.Logger())
 		require.NoError(t, err)
 		g := &publishGate{published: map[string]*publishMark{}}
 		return gatedPublisher{backend.Publisher, g}, gatedSubscriber{backend.Subscriber, g}

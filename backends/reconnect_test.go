@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -48,7 +48,7 @@ func privateRedis(t *testing.T) privateBroker {
 	return privateBroker{cfg: backends.Config{
 		URL:             "redis://" + srv.Addr + "/0",
 		Group:           "restart",
-		NackResendSleep: fastNack,
+		NackResendSleep: backendtest.FastNack,
 		// Messages read but not acked when the server went away stay
 		// pending, and are claimed again after MaxIdleTime.
 		Redis: backends.RedisConfig{MaxIdleTime: 3 * time.Second, ClaimInterval: time.Second},
@@ -60,7 +60,7 @@ func privateNATS(t *testing.T) privateBroker {
 	return privateBroker{cfg: backends.Config{
 		URL:             srv.URL,
 		Group:           "restart",
-		NackResendSleep: fastNack,
+		NackResendSleep: backendtest.FastNack,
 		NATS:            backends.NATSConfig{AckWait: 3 * time.Second},
 	}, restart: srv.Restart}
 }
@@ -70,14 +70,8 @@ func privateKafka(t *testing.T) privateBroker {
 	return privateBroker{cfg: backends.Config{
 		URL:             "kafka://" + strings.Join(cluster.Addrs(), ","),
 		Group:           "restart",
-		NackResendSleep: fastNack,
-		Kafka: backends.KafkaConfig{
-			Tune: func(c *sarama.Config) {
-				c.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
-				c.Consumer.Group.Session.Timeout = 6 * time.Second
-				c.Consumer.Group.Rebalance.Timeout = 3 * time.Second
-			},
-		},
+		NackResendSleep: backendtest.FastNack,
+		Kafka:           backends.KafkaConfig{Tune: fastRebalance},
 	}, restart: cluster.Restart}
 }
 
@@ -86,7 +80,7 @@ func privateAMQP(t *testing.T) privateBroker {
 	return privateBroker{cfg: backends.Config{
 		URL:             node.URL,
 		Group:           "restart",
-		NackResendSleep: fastNack,
+		NackResendSleep: backendtest.FastNack,
 	}, restart: node.Restart}
 }
 
@@ -97,7 +91,7 @@ func privateAMQP(t *testing.T) privateBroker {
 // once: a restart may redeliver what was being acked).
 func restartDuring(t *testing.T, b privateBroker) {
 	const messages, publishers = 2000, 20
-	backend, err := backends.New(b.cfg, testLogger())
+	backend, err := backends.New(b.cfg, backendtest.Logger())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = backend.Close() })
 	topic := "restart-" + watermill.NewShortUUID()

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
 )
 
 // A message that fails into Watermill's PoisonQueue and is put back on its
@@ -29,17 +30,17 @@ func TestRequeuedMessageIsDeliveredAgain(t *testing.T) {
 	}) {
 		t.Run(gb.name, func(t *testing.T) {
 			t.Parallel()
-			topic, poisonTopic := uniqueTopic("orders"), uniqueTopic("orders-poison")
-			group := "shop-" + runID
+			topic, poisonTopic := backendtest.UniqueTopic("orders"), backendtest.UniqueTopic("orders-poison")
+			group := "shop-" + backendtest.RunID
 			t.Cleanup(func() {
 				gb.cleanup(t, topic, group)
 				gb.cleanup(t, poisonTopic, group+".requeue")
 			})
-			b := newBackend(t, gb.config(t, group))
+			b := backendtest.NewBackend(t, gb.config(t, group))
 			requeueSub, err := b.SubscriberForGroup(group + ".requeue")
 			require.NoError(t, err)
 
-			router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, testLogger())
+			router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, backendtest.Logger())
 			require.NoError(t, err)
 			poison, err := middleware.PoisonQueue(b.Publisher, poisonTopic)
 			require.NoError(t, err)
@@ -62,7 +63,7 @@ func TestRequeuedMessageIsDeliveredAgain(t *testing.T) {
 					return topic, nil
 				},
 				Router: router,
-			}, testLogger())
+			}, backendtest.Logger())
 			require.NoError(t, err)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)

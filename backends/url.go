@@ -2,20 +2,17 @@ package backends
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-
-	amqp091 "github.com/rabbitmq/amqp091-go"
-	"github.com/redis/go-redis/v9"
 )
 
 // ParseURL returns a Config that selects the broker rawURL names, after
 // checking the URL as Validate does. Group and the other fields are left
-// zero.
+// zero. A URL of a broker whose package the program does not import is an
+// ErrBrokerNotLinked: its Driver checks the URL.
 //
 // Its errors, like every error of this package, name the URL's scheme and
 // host alone: never the URL itself, its user information (a user name, a
@@ -28,139 +25,41 @@ func ParseURL(rawURL string) (Config, error) {
 	return Config{URL: rawURL}, nil
 }
 
-// endpoint is a parsed Config.URL.
-type endpoint struct {
-	broker Broker
-	// url is the URL handed to the broker's client library.
-	url string
-	// addrs are the host:port pairs the client dials, for reachability
-	// checks and error messages.
-	addrs []string
-}
-
-func parseEndpoint(raw string) (endpoint, error) {
+// brokerOf returns the broker that raw's scheme selects, linked or not.
+func brokerOf(raw string) (Broker, error) {
 	raw = strings.TrimSpace(raw)
 	if raw == "" {
-		return endpoint{}, fmt.Errorf("%w: empty (set %s, e.g. kafka://localhost:9092)", ErrInvalidURL, EnvURL)
+		return "", fmt.Errorf("%w: empty (set %s, e.g. kafka://localhost:9092)", ErrInvalidURL, EnvURL)
 	}
-	scheme, rest, ok := strings.Cut(raw, "://")
+	scheme, _, ok := strings.Cut(raw, "://")
 	if !ok {
-		return endpoint{}, fmt.Errorf("%w: no scheme:// (want e.g. kafka://localhost:9092)", ErrInvalidURL)
+		return "", fmt.Errorf("%w: no scheme:// (want e.g. kafka://localhost:9092)", ErrInvalidURL)
 	}
 	broker, ok := brokerByScheme[strings.ToLower(scheme)]
 	if !ok {
-		return endpoint{}, fmt.Errorf("%w: scheme %s (want kafka, redis, rediss, amqp, amqps, nats or gochannel)",
+		return "", fmt.Errorf("%w: scheme %s (want kafka, redis, rediss, amqp, amqps, nats or gochannel)",
 			ErrUnknownBroker, safeScheme(scheme))
 	}
-	switch broker {
-	case Kafka:
-		return parseHostList(Kafka, raw, "9092")
-	case RedisStreams:
-		if err := checkAuthority(raw, rest); err != nil {
-			return endpoint{}, err
-		}
-		opts, err := redis.ParseURL(raw)
-		if err != nil {
-			// The parser's text may quote the password: never pass it on.
-			return endpoint{}, invalidURL(raw, "go-redis cannot parse it: check the host, the port, the database number "+
-				"(a number after the /) and the options (go-redis URL options only)")
-		}
-		return endpoint{broker: RedisStreams, url: raw, addrs: []string{opts.Addr}}, nil
-	case AMQP:
-		if err := checkAuthority(raw, rest); err != nil {
-			return endpoint{}, err
-		}
-		uri, err := amqp091.ParseURI(raw)
-		if err != nil {
-			return endpoint{}, invalidURL(raw, "amqp091 cannot parse it: check the host, the port and the options")
-		}
-		return endpoint{broker: AMQP, url: raw, addrs: []string{net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))}}, nil
-	case NATS:
-		return parseHostList(NATS, raw, "4222")
-	default:
-		if rest != "" && rest != "/" {
-			return endpoint{}, invalidURL(raw, "gochannel takes nothing after gochannel://")
-		}
-		return endpoint{broker: GoChannel, url: raw}, nil
-	}
+	return broker, nil
 }
 
-// checkAuthority rejects a URL with an '@' after the end of its host part:
-// a user name or password holding an unescaped '/', '?' or '#', which URL
-// parsers then read as the start of the path, and part of the password as
-// the host, the port or the path, where an error message or a dial would
-// show it.
-func checkAuthority(raw, rest string) error {
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 && strings.Contains(rest[i:], "@") {
-		return invalidURL(raw, "an '@' after a '/', '?' or '#': percent-encode '/', '?', '#' and '@' "+
-			"in user names and passwords (%2F, %3F, %23, %40)")
+// parseEndpoint checks raw with the Driver of the broker it selects.
+func parseEndpoint(raw string) (Endpoint, error) {
+	broker, err := brokerOf(raw)
+	if err != nil {
+		return Endpoint{}, err
 	}
-	return nil
-}
-
-// parseHostList parses scheme://[user:pass@]host[:port][,host[:port]...], the
-// form Kafka and NATS take, filling defPort where a host has none. It splits
-// by hand: net/url rejects a host list whose last host has no port.
-func parseHostList(b Broker, raw, defPort string) (endpoint, error) {
-	scheme, rest, _ := strings.Cut(raw, "://")
-	// The user information ends at the last '@' (a token or password
-	// written with an unescaped '/', '#' or '?' is refused below, but never
-	// shown); whatever precedes it is never shown.
-	var userinfo string
-	if i := strings.LastIndex(rest, "@"); i >= 0 {
-		userinfo, rest = rest[:i], rest[i+1:]
-		if b == Kafka {
-			return endpoint{}, invalidURL(raw, "put Kafka credentials in KafkaConfig.Tune (SASL), not in the URL")
-		}
-		if strings.Contains(userinfo, ",") {
-			// nats.Connect splits its URL at every ',' and would read part
-			// of the password as a server.
-			return endpoint{}, invalidURL(raw, "a ',' in the user name or password: percent-encode it (%2C)")
-		}
+	d, err := driverFor(broker)
+	if err != nil {
+		return Endpoint{}, err
 	}
-	authority, tail := rest, ""
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		authority, tail = rest[:i], rest[i:]
+	raw = strings.TrimSpace(raw)
+	ep, err := d.ParseURL(raw)
+	if err != nil {
+		return Endpoint{}, invalidURL(raw, err.Error())
 	}
-	if tail != "" && tail != "/" {
-		return endpoint{}, invalidURL(raw, string(b)+" takes only host:port pairs, no path, query or fragment")
-	}
-	var addrs, urls []string
-	for _, h := range strings.Split(authority, ",") {
-		h = strings.TrimSpace(h)
-		if h == "" {
-			return endpoint{}, invalidURL(raw, "an empty host")
-		}
-		host, port, err := net.SplitHostPort(h)
-		if err != nil {
-			// No port, or a bare IPv6 address in brackets.
-			host, port = strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"), defPort
-		}
-		if host == "" || strings.ContainsAny(host, " []@:") && !strings.Contains(h, "[") {
-			return endpoint{}, invalidURL(raw, "a bad host")
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return endpoint{}, invalidURL(raw, "a bad port (want 1 to 65535)")
-		}
-		addr := net.JoinHostPort(host, port)
-		addrs = append(addrs, addr)
-		u := strings.ToLower(scheme) + "://"
-		if userinfo != "" {
-			u += userinfo + "@"
-		}
-		u += addr
-		// nats.Connect parses each URL with net/url: user information it
-		// reads otherwise (an unescaped '/', '?' or '#' ends it early, a
-		// bad escape fails) would make it take part of a password for the
-		// host or the port, and quote it in its error.
-		if parsed, err := url.Parse(u); err != nil || parsed.Host != addr || parsed.User.String() == "" && userinfo != "" {
-			return endpoint{}, invalidURL(raw, "the user name or password does not parse: percent-encode '/', '?', "+
-				"'#', '@' and '%' in it (%2F, %3F, %23, %40, %25)")
-		}
-		urls = append(urls, u)
-	}
-	// nats.Connect takes a comma-separated list of full URLs.
-	return endpoint{broker: b, url: strings.Join(urls, ","), addrs: addrs}, nil
+	ep.Broker = broker
+	return ep, nil
 }
 
 // invalidURL is an ErrInvalidURL that names raw by its scheme and host only.

@@ -1,13 +1,13 @@
 package backends
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/IBM/sarama"
 
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
 )
@@ -17,7 +17,7 @@ const (
 	defaultDialTimeout        = 10 * time.Second
 	defaultNackResendSleep    = time.Second
 	defaultKafkaPartitions    = 12
-	defaultKafkaMaxReplicas   = 3
+	defaultKafkaVersion       = "2.1.0"
 	defaultRedisMaxIdleTime   = 60 * time.Second
 	defaultRedisClaimInterval = 5 * time.Second
 	defaultAMQPPrefetch       = 1
@@ -28,21 +28,31 @@ const (
 // Validate reports every problem that keeps New from using c, not only the
 // first: errors.Join of one error per problem, each matching
 // ErrInvalidConfig, in this fixed order: URL (it must name a supported
-// broker and parse for it; such a problem matches ErrUnknownBroker or
-// ErrInvalidURL as well); Group, where the URL's broker needs one (a
-// problem that matches ErrMissingGroup as well); NackResendSleep,
+// broker whose package the program imports, and parse for it; such a
+// problem matches ErrUnknownBroker, ErrBrokerNotLinked or ErrInvalidURL as
+// well); Group, where the URL's broker needs one (a problem that matches
+// ErrMissingGroup as well; reported for a broker that is not linked too); NackResendSleep,
 // DialTimeout, Redis.MaxIdleTime, Redis.ClaimInterval, NATS.AckWait (none
 // negative); Kafka.Partitions, Kafka.ReplicationFactor, Redis.MaxLen,
 // AMQP.Prefetch, NATS.MaxAckPending (none negative); Kafka.Version (a
-// version sarama knows); AMQP.PublishGroups (no empty group). Zero values
+// version as sarama reads it: 3.6.0, or 0.11.0.2 before Kafka 1);
+// AMQP.PublishGroups (no empty group). Zero values
 // are valid: they mean the documented defaults. Validate does not contact
 // the broker.
 func (c Config) Validate() error {
 	l := configerr.New(ErrInvalidConfig)
-	if ep, err := parseEndpoint(c.URL); err != nil {
+	broker, err := brokerOf(c.URL)
+	if err == nil {
+		_, err = parseEndpoint(c.URL)
+	}
+	if err != nil {
 		l.Add(err)
-	} else if ep.broker != GoChannel && strings.TrimSpace(c.Group) == "" {
-		l.Add(fmt.Errorf("%w: %s needs one (set %s)", ErrMissingGroup, ep.broker, EnvGroup))
+	}
+	// A broker that is known but not linked still says whether it needs a
+	// group, so that one run names both fixes.
+	if broker != "" && (err == nil || errors.Is(err, ErrBrokerNotLinked)) &&
+		broker != GoChannel && strings.TrimSpace(c.Group) == "" {
+		l.Add(fmt.Errorf("%w: %s needs one (set %s)", ErrMissingGroup, broker, EnvGroup))
 	}
 	for _, d := range []struct {
 		name string
@@ -72,16 +82,20 @@ func (c Config) Validate() error {
 			l.Addf("%s is negative (%d)", n.name, n.v)
 		}
 	}
-	if c.Kafka.Version != "" {
-		if _, err := sarama.ParseKafkaVersion(c.Kafka.Version); err != nil {
-			l.Addf("Kafka.Version %q: %v", c.Kafka.Version, err)
-		}
+	if c.Kafka.Version != "" && !kafkaVersion.MatchString(c.Kafka.Version) {
+		l.Addf("Kafka.Version %q is not a version such as 3.6.0", c.Kafka.Version)
 	}
 	if slices.ContainsFunc(c.AMQP.PublishGroups, func(g string) bool { return strings.TrimSpace(g) == "" }) {
 		l.Addf("AMQP.PublishGroups holds an empty group")
 	}
 	return l.Err()
 }
+
+// kafkaVersion is the form sarama.ParseKafkaVersion reads: major.minor.patch
+// since Kafka 1, 0.major.minor.patch before. The Kafka backend parses the
+// version with sarama again; checking the form here keeps Validate's answer
+// the same whether or not the program links Kafka.
+var kafkaVersion = regexp.MustCompile(`^(0\.\d+\.\d+\.\d+|[1-9]\d*\.\d+\.\d+)$`)
 
 // withDefaults returns c with every zero field replaced by its default.
 func (c Config) withDefaults() Config {
@@ -100,7 +114,7 @@ func (c Config) withDefaults() Config {
 		c.Kafka.Partitions = defaultKafkaPartitions
 	}
 	if c.Kafka.Version == "" {
-		c.Kafka.Version = sarama.DefaultVersion.String()
+		c.Kafka.Version = defaultKafkaVersion
 	}
 	if c.Redis.MaxIdleTime == 0 {
 		c.Redis.MaxIdleTime = defaultRedisMaxIdleTime

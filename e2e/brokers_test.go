@@ -11,6 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	// The scenarios run on every broker.
+	_ "github.com/idempotency/watermill-idempotency/backends/all"
+	"github.com/idempotency/watermill-idempotency/backends/kafkabackend"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -133,11 +136,11 @@ func childEnv(cfg backends.Config) []string {
 // kafkaTune makes consumer-group rebalances take seconds: every scenario
 // starts a new group whose members join one by one, and the crash scenario
 // waits for the killed member's session to time out.
-func kafkaTune(c *sarama.Config) {
+var kafkaTune = kafkabackend.TuneFunc(func(c *sarama.Config) {
 	c.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
 	c.Consumer.Group.Session.Timeout = 6 * time.Second
 	c.Consumer.Group.Rebalance.Timeout = 3 * time.Second
-}
+})
 
 var brokers = []*broker{
 	{

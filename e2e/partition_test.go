@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/kafkabackend"
 )
 
 var errStuck = errors.New("stuck handler failed on purpose")
@@ -41,10 +42,10 @@ func stuckPartition(e *env) {
 	part := newPinnedPartitioner(stuck, behind)
 	e.configure = func(cfg *backends.Config) {
 		cfg.Kafka.Partitions = 0 // the backends' default is under test
-		cfg.Kafka.Tune = func(c *sarama.Config) {
+		cfg.Kafka.Tune = kafkabackend.TuneFunc(func(c *sarama.Config) {
 			kafkaTune(c)
 			c.Producer.Partitioner = func(string) sarama.Partitioner { return part }
-		}
+		})
 	}
 	e.publishWith("pinned-publisher")
 

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	_ "github.com/idempotency/watermill-idempotency/backends/all"
 	"github.com/idempotency/watermill-idempotency/internal/brokeradmin"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )

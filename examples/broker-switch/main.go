@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	_ "github.com/idempotency/watermill-idempotency/backends/all" // every broker: BROKER_URL picks one
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 

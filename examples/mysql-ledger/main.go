@@ -20,6 +20,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	_ "github.com/idempotency/watermill-idempotency/backends/all" // every broker; or import only yours
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
 )

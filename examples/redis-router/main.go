@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	_ "github.com/idempotency/watermill-idempotency/backends/all" // every broker; or import only yours (README: Brokers)
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )

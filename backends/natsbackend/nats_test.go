@@ -1,4 +1,4 @@
-package backends_test
+package natsbackend_test
 
 import (
 	"testing"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -20,10 +21,10 @@ import (
 func TestNATS_RepeatedHeaderIsHandedOn(t *testing.T) {
 	t.Parallel()
 	url := testserver.NATSURL(t)
-	topic := uniqueTopic("headers")
+	topic := backendtest.UniqueTopic("headers")
 	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
-	b := newBackend(t, backends.Config{URL: url, Group: "billing-" + runID})
-	msgs := subscribe(t, b, topic) // creates the stream
+	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: "billing-" + backendtest.RunID})
+	msgs := backendtest.Subscribe(t, b, topic) // creates the stream
 
 	nc, err := nats.Connect(url)
 	require.NoError(t, err)
@@ -58,13 +59,13 @@ func TestNATS_RepeatedHeaderIsHandedOn(t *testing.T) {
 func TestNATS_RepublishedUUIDIsDelivered(t *testing.T) {
 	t.Parallel()
 	cfg, topic := shortAckWait(t, "republish")
-	b := newBackend(t, cfg)
-	msgs := subscribe(t, b, topic)
+	b := backendtest.NewBackend(t, cfg)
+	msgs := backendtest.Subscribe(t, b, topic)
 	m := message.NewMessage(watermill.NewUUID(), []byte("again"))
 	require.NoError(t, b.Publisher.Publish(topic, m))
-	assert.Equal(t, "again", receive(t, msgs))
+	assert.Equal(t, "again", backendtest.Receive(t, msgs))
 	require.NoError(t, b.Publisher.Publish(topic, message.NewMessage(m.UUID, []byte("again"))))
-	assert.Equal(t, "again", receive(t, msgs), "the republished copy")
+	assert.Equal(t, "again", backendtest.Receive(t, msgs), "the republished copy")
 }
 
 // A publish that JetStream drops as a duplicate (the message set its own
@@ -72,7 +73,7 @@ func TestNATS_RepublishedUUIDIsDelivered(t *testing.T) {
 func TestNATS_DroppedDuplicateIsAnError(t *testing.T) {
 	t.Parallel()
 	cfg, topic := shortAckWait(t, "duplicate")
-	b := newBackend(t, cfg)
+	b := backendtest.NewBackend(t, cfg)
 	first := message.NewMessage(watermill.NewUUID(), []byte("x"))
 	first.Metadata.Set(nats.MsgIdHdr, "order-7")
 	require.NoError(t, b.Publisher.Publish(topic, first))
@@ -91,11 +92,11 @@ func TestNATS_BufferedMessageKeepsItsAckWait(t *testing.T) {
 	t.Parallel()
 	const ackWait = 4 * time.Second
 	url := testserver.NATSURL(t)
-	topic := uniqueTopic("buffered")
+	topic := backendtest.UniqueTopic("buffered")
 	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
-	b := newBackend(t, backends.Config{URL: url, Group: "billing-" + runID, NATS: backends.NATSConfig{AckWait: ackWait}})
-	msgs := subscribe(t, b, topic)
-	publish(t, b.Publisher, topic, "slow", "buffered")
+	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: "billing-" + backendtest.RunID, NATS: backends.NATSConfig{AckWait: ackWait}})
+	msgs := backendtest.Subscribe(t, b, topic)
+	backendtest.Publish(t, b.Publisher, topic, "slow", "buffered")
 
 	first := <-msgs
 	require.Equal(t, "slow", string(first.Payload))
@@ -111,7 +112,7 @@ func TestNATS_BufferedMessageKeepsItsAckWait(t *testing.T) {
 	require.Equal(t, "buffered", string(second.Payload))
 	time.Sleep(ackWait / 2) // its handler works
 	second.Ack()
-	nothingFor(t, msgs, ackWait/2)
+	backendtest.NothingFor(t, msgs, ackWait/2)
 }
 
 // A topic's stream deleted after the publisher first used it (an operator,
@@ -121,14 +122,14 @@ func TestNATS_BufferedMessageKeepsItsAckWait(t *testing.T) {
 func TestNATS_DeletedStreamIsCreatedAgain(t *testing.T) {
 	t.Parallel()
 	url := testserver.NATSURL(t)
-	topic := uniqueTopic("deleted-stream")
+	topic := backendtest.UniqueTopic("deleted-stream")
 	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
-	b := newBackend(t, backends.Config{URL: url, Group: "billing-" + runID})
-	publish(t, b.Publisher, topic, "one")
+	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: "billing-" + backendtest.RunID})
+	backendtest.Publish(t, b.Publisher, topic, "one")
 
 	testserver.DeleteNATSStreams(t, url, topic)
-	require.NoError(t, b.Publisher.Publish(topic, newMessage("two")), "a publish after the stream was deleted")
+	require.NoError(t, b.Publisher.Publish(topic, backendtest.NewMessage("two")), "a publish after the stream was deleted")
 
-	msgs := subscribe(t, b, topic)
-	assert.Equal(t, "two", receive(t, msgs))
+	msgs := backendtest.Subscribe(t, b, topic)
+	assert.Equal(t, "two", backendtest.Receive(t, msgs))
 }

@@ -1,4 +1,4 @@
-package backends_test
+package redisbackend_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -22,18 +23,18 @@ func TestRedisStreams_FailingMessageStaysWithItsConsumer(t *testing.T) {
 	t.Parallel()
 	const maxIdle = time.Second
 	addr := testserver.RedisAddr(t)
-	topic := uniqueTopic("poison")
-	group := "billing-" + runID
+	topic := backendtest.UniqueTopic("poison")
+	group := "billing-" + backendtest.RunID
 	t.Cleanup(func() { _ = testserver.RedisClient(t).Del(context.Background(), topic).Err() })
 
 	var mu sync.Mutex
 	poisonedAt := map[string]bool{}
 	healthy := map[string]bool{}
 	for _, consumer := range []string{"pod-1", "pod-2"} {
-		b := newBackend(t, backends.Config{URL: "redis://" + addr + "/0", Group: group, Consumer: consumer,
+		b := backendtest.NewBackend(t, backends.Config{URL: "redis://" + addr + "/0", Group: group, Consumer: consumer,
 			NackResendSleep: 100 * time.Millisecond,
 			Redis:           backends.RedisConfig{MaxIdleTime: maxIdle, ClaimInterval: 200 * time.Millisecond}})
-		msgs := subscribe(t, b, topic)
+		msgs := backendtest.Subscribe(t, b, topic)
 		go func() {
 			for m := range msgs {
 				mu.Lock()
@@ -49,15 +50,15 @@ func TestRedisStreams_FailingMessageStaysWithItsConsumer(t *testing.T) {
 			}
 		}()
 	}
-	pub := newBackend(t, backends.Config{URL: "redis://" + addr + "/0", Group: group, Consumer: "publisher"})
-	publish(t, pub.Publisher, topic, "poison")
+	pub := backendtest.NewBackend(t, backends.Config{URL: "redis://" + addr + "/0", Group: group, Consumer: "publisher"})
+	backendtest.Publish(t, pub.Publisher, topic, "poison")
 	// Long enough for the other consumer to claim the poison message if
 	// its idle time grew: MaxIdleTime, twice, and the claim interval.
 	time.Sleep(2*maxIdle + 500*time.Millisecond)
 
 	start := time.Now()
 	want := []string{"h1", "h2", "h3", "h4", "h5", "h6"}
-	publish(t, pub.Publisher, topic, want...)
+	backendtest.Publish(t, pub.Publisher, topic, want...)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		mu.Lock()
@@ -88,17 +89,17 @@ func TestRedisStreams_FailingMessageStaysWithItsConsumerThroughALongNackSleep(t 
 	t.Parallel()
 	const maxIdle = 300 * time.Millisecond
 	addr := testserver.RedisAddr(t)
-	topic := uniqueTopic("poison-long-sleep")
-	group := "billing-" + runID
+	topic := backendtest.UniqueTopic("poison-long-sleep")
+	group := "billing-" + backendtest.RunID
 	t.Cleanup(func() { _ = testserver.RedisClient(t).Del(context.Background(), topic).Err() })
 
 	var mu sync.Mutex
 	nacks := map[string]int{}
 	for _, consumer := range []string{"pod-1", "pod-2"} {
-		b := newBackend(t, backends.Config{URL: "redis://" + addr + "/0", Group: group, Consumer: consumer,
+		b := backendtest.NewBackend(t, backends.Config{URL: "redis://" + addr + "/0", Group: group, Consumer: consumer,
 			NackResendSleep: 4 * maxIdle,
 			Redis:           backends.RedisConfig{MaxIdleTime: maxIdle, ClaimInterval: 50 * time.Millisecond}})
-		msgs := subscribe(t, b, topic)
+		msgs := backendtest.Subscribe(t, b, topic)
 		go func() {
 			for m := range msgs {
 				mu.Lock()
@@ -108,8 +109,8 @@ func TestRedisStreams_FailingMessageStaysWithItsConsumerThroughALongNackSleep(t 
 			}
 		}()
 	}
-	pub := newBackend(t, backends.Config{URL: "redis://" + addr + "/0", Group: group, Consumer: "publisher"})
-	publish(t, pub.Publisher, topic, "poison")
+	pub := backendtest.NewBackend(t, backends.Config{URL: "redis://" + addr + "/0", Group: group, Consumer: "publisher"})
+	backendtest.Publish(t, pub.Publisher, topic, "poison")
 	// Four deliveries: three nack sleeps, each four times MaxIdleTime.
 	deadline := time.Now().Add(20 * time.Second)
 	for {

@@ -1,4 +1,4 @@
-package backends_test
+package amqpbackend_test
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -46,20 +47,20 @@ func queueExists(t *testing.T, url, queue string) (bool, int) {
 func TestAMQP_UnroutablePublishIsAnError(t *testing.T) {
 	t.Parallel()
 	url := testserver.RabbitMQURL(t)
-	topic := uniqueTopic("unroutable")
-	group := "billing-" + runID
+	topic := backendtest.UniqueTopic("unroutable")
+	group := "billing-" + backendtest.RunID
 	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
 
-	b := newBackend(t, backends.Config{URL: url, Group: group})
-	msgs := subscribe(t, b, topic)
-	publish(t, b.Publisher, topic, "one")
-	assert.Equal(t, "one", receive(t, msgs))
+	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: group})
+	msgs := backendtest.Subscribe(t, b, topic)
+	backendtest.Publish(t, b.Publisher, topic, "one")
+	assert.Equal(t, "one", backendtest.Receive(t, msgs))
 
 	amqpAdmin(t, url, func(ch *amqp091.Channel) {
 		_, err := ch.QueueDelete(topic+"_"+group, false, false, false)
 		require.NoError(t, err)
 	})
-	err := b.Publisher.Publish(topic, newMessage("two"))
+	err := b.Publisher.Publish(topic, backendtest.NewMessage("two"))
 	require.ErrorIs(t, err, backends.ErrUnroutable, "a publish that no queue receives")
 }
 
@@ -69,24 +70,24 @@ func TestAMQP_UnroutablePublishIsAnError(t *testing.T) {
 func TestAMQP_DeletedQueueIsDeclaredAgain(t *testing.T) {
 	t.Parallel()
 	url := testserver.RabbitMQURL(t)
-	topic := uniqueTopic("redeclare")
-	group := "billing-" + runID
+	topic := backendtest.UniqueTopic("redeclare")
+	group := "billing-" + backendtest.RunID
 	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
 
-	producer := newBackend(t, backends.Config{URL: url, Group: "producer-" + runID,
+	producer := backendtest.NewBackend(t, backends.Config{URL: url, Group: "producer-" + backendtest.RunID,
 		AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
-	publish(t, producer.Publisher, topic, "one")
+	backendtest.Publish(t, producer.Publisher, topic, "one")
 	amqpAdmin(t, url, func(ch *amqp091.Channel) {
 		_, err := ch.QueuePurge(topic+"_"+group, false)
 		require.NoError(t, err)
 		_, err = ch.QueueDelete(topic+"_"+group, false, false, false)
 		require.NoError(t, err)
 	})
-	publish(t, producer.Publisher, topic, "two")
+	backendtest.Publish(t, producer.Publisher, topic, "two")
 
-	consumer := newBackend(t, backends.Config{URL: url, Group: group})
-	msgs := subscribe(t, consumer, topic)
-	assert.Equal(t, "two", receive(t, msgs))
+	consumer := backendtest.NewBackend(t, backends.Config{URL: url, Group: group})
+	msgs := backendtest.Subscribe(t, consumer, topic)
+	assert.Equal(t, "two", backendtest.Receive(t, msgs))
 }
 
 // A service publishes to topics it does not consume (bill consumes orders
@@ -97,17 +98,17 @@ func TestAMQP_DeletedQueueIsDeclaredAgain(t *testing.T) {
 func TestAMQP_NoQueueForATopicTheGroupDoesNotConsume(t *testing.T) {
 	t.Parallel()
 	url := testserver.RabbitMQURL(t)
-	invoices := uniqueTopic("invoices")
-	billing, accounting := "billing-"+runID, "accounting-"+runID
+	invoices := backendtest.UniqueTopic("invoices")
+	billing, accounting := "billing-"+backendtest.RunID, "accounting-"+backendtest.RunID
 	t.Cleanup(func() {
 		testserver.DeleteAMQP(t, url, []string{invoices}, []string{billing, accounting})
 	})
 
-	reader := newBackend(t, backends.Config{URL: url, Group: accounting})
-	msgs := subscribe(t, reader, invoices)
-	bill := newBackend(t, backends.Config{URL: url, Group: billing})
-	publish(t, bill.Publisher, invoices, "invoice 1", "invoice 2", "invoice 3")
-	assert.Equal(t, "invoice 1", receive(t, msgs))
+	reader := backendtest.NewBackend(t, backends.Config{URL: url, Group: accounting})
+	msgs := backendtest.Subscribe(t, reader, invoices)
+	bill := backendtest.NewBackend(t, backends.Config{URL: url, Group: billing})
+	backendtest.Publish(t, bill.Publisher, invoices, "invoice 1", "invoice 2", "invoice 3")
+	assert.Equal(t, "invoice 1", backendtest.Receive(t, msgs))
 
 	exists, n := queueExists(t, url, invoices+"_"+billing)
 	assert.False(t, exists, "a queue of the publisher's group on a topic it does not consume (%d messages)", n)
@@ -120,23 +121,23 @@ func TestAMQP_NoQueueForATopicTheGroupDoesNotConsume(t *testing.T) {
 func TestAMQP_DeletedExchangeIsDeclaredAgain(t *testing.T) {
 	t.Parallel()
 	url := testserver.RabbitMQURL(t)
-	topic := uniqueTopic("exchange")
-	group := "billing-" + runID
+	topic := backendtest.UniqueTopic("exchange")
+	group := "billing-" + backendtest.RunID
 	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
 
-	b := newBackend(t, backends.Config{URL: url, Group: group, AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
-	publish(t, b.Publisher, topic, "one")
+	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: group, AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
+	backendtest.Publish(t, b.Publisher, topic, "one")
 	amqpAdmin(t, url, func(ch *amqp091.Channel) {
 		require.NoError(t, ch.ExchangeDelete(topic, false, false))
 	})
 	// The first publish after the deletion may fail; one must then succeed.
-	if err := b.Publisher.Publish(topic, newMessage("two")); err != nil {
+	if err := b.Publisher.Publish(topic, backendtest.NewMessage("two")); err != nil {
 		t.Logf("first publish after the exchange was deleted: %v", err)
-		publish(t, b.Publisher, topic, "two")
+		backendtest.Publish(t, b.Publisher, topic, "two")
 	}
-	msgs := subscribe(t, b, topic)
-	assert.Equal(t, "one", receive(t, msgs))
-	assert.Equal(t, "two", receive(t, msgs))
+	msgs := backendtest.Subscribe(t, b, topic)
+	assert.Equal(t, "one", backendtest.Receive(t, msgs))
+	assert.Equal(t, "two", backendtest.Receive(t, msgs))
 }
 
 // A group's queue deleted under its running consumer: the consumer gets no
@@ -147,13 +148,13 @@ func TestAMQP_DeletedExchangeIsDeclaredAgain(t *testing.T) {
 func TestAMQP_QueueDeletedUnderItsConsumer(t *testing.T) {
 	t.Parallel()
 	url := testserver.RabbitMQURL(t)
-	topic := uniqueTopic("cancelled")
-	group := "billing-" + runID
+	topic := backendtest.UniqueTopic("cancelled")
+	group := "billing-" + backendtest.RunID
 	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
-	b := newBackend(t, backends.Config{URL: url, Group: group})
-	msgs := subscribe(t, b, topic)
-	publish(t, b.Publisher, topic, "one")
-	assert.Equal(t, "one", receive(t, msgs))
+	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: group})
+	msgs := backendtest.Subscribe(t, b, topic)
+	backendtest.Publish(t, b.Publisher, topic, "one")
+	assert.Equal(t, "one", backendtest.Receive(t, msgs))
 
 	amqpAdmin(t, url, func(ch *amqp091.Channel) {
 		_, err := ch.QueueDelete(topic+"_"+group, false, false, false)
@@ -161,7 +162,7 @@ func TestAMQP_QueueDeletedUnderItsConsumer(t *testing.T) {
 	})
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		err := b.Publisher.Publish(topic, newMessage("two"))
+		err := b.Publisher.Publish(topic, backendtest.NewMessage("two"))
 		if err == nil {
 			break
 		}
@@ -169,7 +170,7 @@ func TestAMQP_QueueDeletedUnderItsConsumer(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "the consumer did not declare its queue again within 15 s")
 		time.Sleep(100 * time.Millisecond)
 	}
-	assert.Equal(t, "two", receive(t, msgs), "the next message, not an empty one")
+	assert.Equal(t, "two", backendtest.Receive(t, msgs), "the next message, not an empty one")
 }
 
 // A listed group's queue deleted while another group's queue still takes
@@ -179,22 +180,22 @@ func TestAMQP_QueueDeletedUnderItsConsumer(t *testing.T) {
 func TestAMQP_ListedQueueDeletedBesideAnother(t *testing.T) {
 	t.Parallel()
 	url := testserver.RabbitMQURL(t)
-	topic := uniqueTopic("beside")
-	billing, audit := "billing-"+runID, "audit-"+runID
+	topic := backendtest.UniqueTopic("beside")
+	billing, audit := "billing-"+backendtest.RunID, "audit-"+backendtest.RunID
 	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{billing, audit}) })
 
-	producer := newBackend(t, backends.Config{URL: url, Group: "producer-" + runID,
+	producer := backendtest.NewBackend(t, backends.Config{URL: url, Group: "producer-" + backendtest.RunID,
 		AMQP: backends.AMQPConfig{PublishGroups: []string{billing, audit}}})
-	publish(t, producer.Publisher, topic, "one")
+	backendtest.Publish(t, producer.Publisher, topic, "one")
 	amqpAdmin(t, url, func(ch *amqp091.Channel) {
 		_, err := ch.QueueDelete(topic+"_"+billing, false, false, false)
 		require.NoError(t, err)
 	})
-	publish(t, producer.Publisher, topic, "two")
+	backendtest.Publish(t, producer.Publisher, topic, "two")
 
-	consumer := newBackend(t, backends.Config{URL: url, Group: billing})
-	msgs := subscribe(t, consumer, topic)
-	assert.Equal(t, "two", receive(t, msgs))
+	consumer := backendtest.NewBackend(t, backends.Config{URL: url, Group: billing})
+	msgs := backendtest.Subscribe(t, consumer, topic)
+	assert.Equal(t, "two", backendtest.Receive(t, msgs))
 }
 
 // Publishes from many goroutines at once each get their own outcome: a
@@ -203,10 +204,10 @@ func TestAMQP_ListedQueueDeletedBesideAnother(t *testing.T) {
 func TestAMQP_ConcurrentPublishesGetTheirOwnOutcome(t *testing.T) {
 	t.Parallel()
 	url := testserver.RabbitMQURL(t)
-	routed, unrouted := uniqueTopic("concurrent-routed"), uniqueTopic("concurrent-unrouted")
-	group := "concurrent-" + runID
+	routed, unrouted := backendtest.UniqueTopic("concurrent-routed"), backendtest.UniqueTopic("concurrent-unrouted")
+	group := "concurrent-" + backendtest.RunID
 	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{routed, unrouted}, []string{group}) })
-	b := newBackend(t, backends.Config{URL: url, Group: group})
+	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: group})
 	require.NoError(t, b.Subscriber.(message.SubscribeInitializer).SubscribeInitialize(routed))
 
 	const n = 40
@@ -220,7 +221,7 @@ func TestAMQP_ConcurrentPublishesGetTheirOwnOutcome(t *testing.T) {
 			if i%2 == 1 {
 				topic = unrouted
 			}
-			errs[i] = b.Publisher.Publish(topic, newMessage(fmt.Sprint(i)))
+			errs[i] = b.Publisher.Publish(topic, backendtest.NewMessage(fmt.Sprint(i)))
 		}()
 	}
 	wg.Wait()
@@ -231,10 +232,10 @@ func TestAMQP_ConcurrentPublishesGetTheirOwnOutcome(t *testing.T) {
 			assert.NoError(t, err, "publish %d to the topic with a queue", i)
 		}
 	}
-	msgs := subscribe(t, b, routed)
+	msgs := backendtest.Subscribe(t, b, routed)
 	got := map[string]bool{}
 	for range n {
-		got[receive(t, msgs)] = true
+		got[backendtest.Receive(t, msgs)] = true
 	}
 	assert.Len(t, got, n, "every confirmed message, once each")
 }
@@ -245,17 +246,17 @@ func TestAMQP_ConcurrentPublishesGetTheirOwnOutcome(t *testing.T) {
 func TestAMQP_ChannelClosedByBrokerIsAnError(t *testing.T) {
 	t.Parallel()
 	url := testserver.RabbitMQURL(t)
-	topic := uniqueTopic("wrong-type")
-	group := "wrongtype-" + runID
+	topic := backendtest.UniqueTopic("wrong-type")
+	group := "wrongtype-" + backendtest.RunID
 	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
 	amqpAdmin(t, url, func(ch *amqp091.Channel) {
 		require.NoError(t, ch.ExchangeDeclare(topic, "direct", false, true, false, false, nil))
 	})
-	b := newBackend(t, backends.Config{URL: url, Group: group, AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
+	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: group, AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
 
 	publishWithin := func(payload string) error {
 		done := make(chan error, 1)
-		go func() { done <- b.Publisher.Publish(topic, newMessage(payload)) }()
+		go func() { done <- b.Publisher.Publish(topic, backendtest.NewMessage(payload)) }()
 		select {
 		case err := <-done:
 			return err
@@ -272,5 +273,5 @@ func TestAMQP_ChannelClosedByBrokerIsAnError(t *testing.T) {
 		require.NoError(t, ch.ExchangeDelete(topic, false, false))
 	})
 	require.NoError(t, publishWithin("two"))
-	assert.Equal(t, "two", receive(t, subscribe(t, b, topic)))
+	assert.Equal(t, "two", backendtest.Receive(t, backendtest.Subscribe(t, b, topic)))
 }

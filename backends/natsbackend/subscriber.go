@@ -1,4 +1,4 @@
-package backends
+package natsbackend
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
+
+	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
 
 // natsSubscriber consumes a topic through the group's durable consumer,
@@ -33,16 +35,16 @@ import (
 type natsSubscriber struct {
 	conn          *nats.Conn
 	js            nats.JetStreamContext
-	streams       *topicSet[string]
+	streams       *brokerkit.TopicSet[string]
 	group         string
 	ackWait       time.Duration
 	maxAckPending int
 	nakDelay      time.Duration
 	logger        watermill.LoggerAdapter
 
-	closer    // its mu also guards consumers
-	consumers map[string]bool
-	subs      sync.WaitGroup
+	brokerkit.Closer // its Mu also guards consumers
+	consumers        map[string]bool
+	subs             sync.WaitGroup
 }
 
 var (
@@ -57,9 +59,9 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	if s.Closed {
 		return nil, errors.New("backends: nats subscriber closed")
 	}
 
@@ -90,7 +92,7 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 		defer s.subs.Done()
 		select {
 		case <-ctx.Done():
-		case <-s.closing:
+		case <-s.Closing:
 		}
 		close(stop)
 		// The durable was created by us, not by this subscription, so
@@ -169,10 +171,10 @@ func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *me
 				s.logger.Error("Cannot extend AckWait of a message in progress", err, logFields)
 			}
 		case <-stop:
-			settleOnStop(msg, ack, nack, func() { _ = m.Nak() })
+			brokerkit.SettleOnStop(msg, ack, nack, func() { _ = m.Nak() })
 			return
 		case <-ctx.Done():
-			settleOnStop(msg, ack, nack, func() { _ = m.Nak() })
+			brokerkit.SettleOnStop(msg, ack, nack, func() { _ = m.Nak() })
 			return
 		}
 	}
@@ -192,8 +194,8 @@ func (s *natsSubscriber) initialize(topic string) (stream, durable string, err e
 		return "", "", err
 	}
 	durable = natsDurable(s.group, topic)
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
 	if s.consumers[topic] {
 		return stream, durable, nil
 	}
@@ -227,7 +229,7 @@ func (s *natsSubscriber) initialize(topic string) (stream, durable string, err e
 // Close ends every subscription, nacking held messages, waits until their
 // channels are closed, and drains the connection. It is idempotent.
 func (s *natsSubscriber) Close() error {
-	if !s.markClosed() {
+	if !s.MarkClosed() {
 		return nil
 	}
 	s.subs.Wait()

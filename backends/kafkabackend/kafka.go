@@ -1,4 +1,4 @@
-package backends
+package kafkabackend
 
 import (
 	"context"
@@ -10,9 +10,28 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
 
-// newKafka builds a Kafka publisher and consumer-group subscriber.
+func init() {
+	backends.Register(backends.Driver{Broker: backends.Kafka, ParseURL: parseURL, Open: open})
+}
+
+// defaultMaxReplicas caps the replication factor of a created topic when
+// Kafka.ReplicationFactor is zero.
+const defaultMaxReplicas = 3
+
+// parseURL reads kafka://host:9092[,host2:9092]; credentials belong in
+// Kafka.Tune (SASL), never in the URL.
+func parseURL(raw string) (backends.Endpoint, error) {
+	urls, addrs, err := brokerkit.HostList(raw, "9092", false,
+		"put Kafka credentials in KafkaConfig.Tune (SASL), not in the URL")
+	return backends.Endpoint{URL: urls, Addrs: addrs}, err
+}
+
+// open builds a Kafka publisher and consumer-group subscriber.
 //
 // Choices over watermill-kafka's defaults:
 //   - protocol version Kafka.Version (2.1.0), where watermill pins 1.0.0,
@@ -29,10 +48,10 @@ import (
 //     partition rather than the whole topic;
 //   - NackResendSleep as configured (redelivered in-process: a nacked
 //     message holds back its partition until it is acked).
-func newKafka(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend, error) {
+func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdapter) (backends.Clients, error) {
 	version, err := sarama.ParseKafkaVersion(cfg.Kafka.Version)
 	if err != nil {
-		return nil, fmt.Errorf("%w: Kafka.Version: %v", ErrInvalidConfig, err)
+		return backends.Clients{}, fmt.Errorf("%w: Kafka.Version: %v", backends.ErrInvalidConfig, err)
 	}
 	base := func(c *sarama.Config) {
 		c.Version = version
@@ -47,34 +66,34 @@ func newKafka(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend
 	base(subConf)
 	subConf.Consumer.Offsets.Initial = sarama.OffsetOldest
 	if cfg.Kafka.Tune != nil {
-		cfg.Kafka.Tune(pubConf)
-		cfg.Kafka.Tune(subConf)
+		cfg.Kafka.Tune.TuneKafka(pubConf)
+		cfg.Kafka.Tune.TuneKafka(subConf)
 	}
 	if err := subConf.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: Kafka: %v", ErrInvalidConfig, err)
+		return backends.Clients{}, fmt.Errorf("%w: Kafka: %v", backends.ErrInvalidConfig, err)
 	}
 
 	topics := &kafkaTopics{
-		brokers:     ep.addrs,
+		brokers:     ep.Addrs,
 		conf:        subConf,
 		partitions:  cfg.Kafka.Partitions,
 		replication: cfg.Kafka.ReplicationFactor,
-		created:     newTopicSet[struct{}](),
+		created:     brokerkit.NewTopicSet[struct{}](),
 	}
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{
-		Brokers:               ep.addrs,
+		Brokers:               ep.Addrs,
 		Marshaler:             kafka.DefaultMarshaler{},
 		OverwriteSaramaConfig: pubConf,
 	}, logger)
 	if err != nil {
-		return nil, unreachable(ep, cfg.DialTimeout, err)
+		return backends.Clients{}, ep.Unreachable(cfg.DialTimeout, err)
 	}
 	newSubscriber := func(group string) (message.Subscriber, error) {
 		// A copy of the config per subscriber: nothing is shared but the
 		// values.
 		conf := *subConf
 		sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
-			Brokers:               ep.addrs,
+			Brokers:               ep.Addrs,
 			Unmarshaler:           kafka.DefaultMarshaler{},
 			OverwriteSaramaConfig: &conf,
 			ConsumerGroup:         group,
@@ -88,12 +107,12 @@ func newKafka(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend
 	sub, err := newSubscriber(cfg.Group)
 	if err != nil {
 		_ = pub.Close()
-		return nil, err
+		return backends.Clients{}, err
 	}
-	return &Backend{
-		Publisher:     ensuringPublisher{Publisher: pub, ensure: topics.ensure},
+	return backends.Clients{
+		Publisher:     brokerkit.EnsuringPublisher{Publisher: pub, Ensure: topics.ensure},
 		Subscriber:    sub,
-		newSubscriber: newSubscriber,
+		NewSubscriber: newSubscriber,
 	}, nil
 }
 
@@ -111,12 +130,12 @@ type kafkaTopics struct {
 	conf        *sarama.Config
 	partitions  int32
 	replication int16
-	created     *topicSet[struct{}]
+	created     *brokerkit.TopicSet[struct{}]
 }
 
 // ensure creates topic unless this process already did, or it exists.
 func (k *kafkaTopics) ensure(topic string) error {
-	_, err := k.created.ensure(topic, k.create)
+	_, err := k.created.Ensure(topic, k.create)
 	return err
 }
 
@@ -133,7 +152,7 @@ func (k *kafkaTopics) create(topic string) (struct{}, error) {
 		if err != nil {
 			return struct{}{}, fmt.Errorf("backends: kafka describe cluster: %w", err)
 		}
-		replication = int16(min(len(brokers), defaultKafkaMaxReplicas))
+		replication = int16(min(len(brokers), defaultMaxReplicas))
 	}
 	err = admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: k.partitions, ReplicationFactor: replication}, false)
 	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {

@@ -1,4 +1,4 @@
-package backends
+package brokerkit
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// nackDelaySubscriber delays every nack by a fixed time before passing it to
+// NackDelaySubscriber delays every nack by a fixed time before passing it to
 // the wrapped Subscriber, for brokers whose library redelivers a nacked
 // message at once (RabbitMQ requeues it to the head of the queue, gochannel
 // resends it in a loop). Without it a failing handler, or a message whose
@@ -18,39 +18,42 @@ import (
 // Messages are handed on one at a time per subscription, as the wrapped
 // libraries do themselves, so the delay holds back the messages behind the
 // nacked one just as Kafka's and Redis Streams' NackResendSleep does.
-type nackDelaySubscriber struct {
-	sub   message.Subscriber
-	delay time.Duration
-	// keepOpen: Close stops this subscriber's subscriptions but leaves sub
-	// open (a shared GoChannel that others still use).
-	keepOpen bool
-	// beforeNack, when set, runs before a nack is passed on, after the
-	// delay, and every refreshEvery (when positive) during the delay; not
+//
+// Set the exported fields before the first Subscribe.
+type NackDelaySubscriber struct {
+	// KeepOpen: Close stops this subscriber's subscriptions but leaves the
+	// wrapped Subscriber open (a shared GoChannel that others still use).
+	KeepOpen bool
+	// BeforeNack, when set, runs before a nack is passed on, after the
+	// delay, and every RefreshEvery (when positive) during the delay; not
 	// when the delay is cut short by the end of the message's context or by
 	// Close.
-	beforeNack   func(topic string, msg *message.Message)
-	refreshEvery time.Duration
+	BeforeNack   func(topic string, msg *message.Message)
+	RefreshEvery time.Duration
 
-	closer
+	sub   message.Subscriber
+	delay time.Duration
+	Closer
 	wg      sync.WaitGroup
-	cancels []context.CancelFunc // of the subscriptions, for keepOpen; guarded by mu
+	cancels []context.CancelFunc // of the subscriptions, for KeepOpen; guarded by Mu
 }
 
 var (
-	_ message.Subscriber           = (*nackDelaySubscriber)(nil)
-	_ message.SubscribeInitializer = (*nackDelaySubscriber)(nil)
+	_ message.Subscriber           = (*NackDelaySubscriber)(nil)
+	_ message.SubscribeInitializer = (*NackDelaySubscriber)(nil)
 )
 
-func newNackDelaySubscriber(sub message.Subscriber, delay time.Duration) *nackDelaySubscriber {
-	return &nackDelaySubscriber{sub: sub, delay: delay, closer: newCloser()}
+// NewNackDelaySubscriber wraps sub, delaying each nack by delay.
+func NewNackDelaySubscriber(sub message.Subscriber, delay time.Duration) *NackDelaySubscriber {
+	return &NackDelaySubscriber{sub: sub, delay: delay, Closer: NewCloser()}
 }
 
 // Subscribe subscribes to topic on the wrapped Subscriber and relays its
 // messages, delaying nacks.
-func (s *nackDelaySubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+func (s *NackDelaySubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	s.Mu.Lock()
+	defer s.Mu.Unlock()
+	if s.Closed {
 		return nil, errors.New("backends: subscriber closed")
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -81,7 +84,7 @@ func (s *nackDelaySubscriber) Subscribe(ctx context.Context, topic string) (<-ch
 // comes (watermill-amqp waits on Ack or Nack, not on the context). Once
 // handed on, the copy is waited for until the consumer settles it or the
 // subscriber closes: a router settles every message it received.
-func (s *nackDelaySubscriber) relay(topic string, msg *message.Message, out chan<- *message.Message) {
+func (s *NackDelaySubscriber) relay(topic string, msg *message.Message, out chan<- *message.Message) {
 	ctx := msg.Context()
 	fwd := msg.Copy()
 	fwd.SetContext(ctx)
@@ -90,7 +93,7 @@ func (s *nackDelaySubscriber) relay(topic string, msg *message.Message, out chan
 	case <-ctx.Done():
 		msg.Nack()
 		return
-	case <-s.closing:
+	case <-s.Closing:
 		msg.Nack()
 		return
 	}
@@ -98,24 +101,24 @@ func (s *nackDelaySubscriber) relay(topic string, msg *message.Message, out chan
 	case <-fwd.Acked():
 		msg.Ack()
 	case <-fwd.Nacked():
-		if s.wait(ctx, topic, msg) && s.beforeNack != nil {
-			s.beforeNack(topic, msg)
+		if s.wait(ctx, topic, msg) && s.BeforeNack != nil {
+			s.BeforeNack(topic, msg)
 		}
 		msg.Nack()
-	case <-s.closing:
-		settleOnStop(fwd, func() { msg.Ack() }, func() { msg.Nack() }, func() { msg.Nack() })
+	case <-s.Closing:
+		SettleOnStop(fwd, func() { msg.Ack() }, func() { msg.Nack() }, func() { msg.Nack() })
 	}
 }
 
-// wait waits out the nack delay of msg, running beforeNack every
-// refreshEvery meanwhile; false when ctx ended or the subscriber closed
+// wait waits out the nack delay of msg, running BeforeNack every
+// RefreshEvery meanwhile; false when ctx ended or the subscriber closed
 // first.
-func (s *nackDelaySubscriber) wait(ctx context.Context, topic string, msg *message.Message) bool {
+func (s *NackDelaySubscriber) wait(ctx context.Context, topic string, msg *message.Message) bool {
 	t := time.NewTimer(s.delay)
 	defer t.Stop()
 	var refresh <-chan time.Time
-	if s.beforeNack != nil && s.refreshEvery > 0 {
-		tick := time.NewTicker(s.refreshEvery)
+	if s.BeforeNack != nil && s.RefreshEvery > 0 {
+		tick := time.NewTicker(s.RefreshEvery)
 		defer tick.Stop()
 		refresh = tick.C
 	}
@@ -125,59 +128,45 @@ func (s *nackDelaySubscriber) wait(ctx context.Context, topic string, msg *messa
 			return true
 		case <-ctx.Done():
 			return false
-		case <-s.closing:
+		case <-s.Closing:
 			return false
 		case <-refresh:
-			s.beforeNack(topic, msg)
+			s.BeforeNack(topic, msg)
 		}
 	}
 }
 
 // SubscribeInitialize passes through to the wrapped Subscriber when it has
 // one, and otherwise does nothing.
-func (s *nackDelaySubscriber) SubscribeInitialize(topic string) error {
+func (s *NackDelaySubscriber) SubscribeInitialize(topic string) error {
 	if si, ok := s.sub.(message.SubscribeInitializer); ok {
 		return si.SubscribeInitialize(topic)
 	}
 	return nil
 }
 
-// Close stops relaying, closes the wrapped Subscriber (with keepOpen, ends
+// Close stops relaying, closes the wrapped Subscriber (with KeepOpen, ends
 // this subscriber's subscriptions on it instead) and waits until every
 // output channel is closed. It is idempotent.
-func (s *nackDelaySubscriber) Close() error {
-	if !s.markClosed() {
+func (s *NackDelaySubscriber) Close() error {
+	if !s.MarkClosed() {
 		return nil
 	}
 	var err error
-	if s.keepOpen {
-		s.mu.Lock()
+	if s.KeepOpen {
+		s.Mu.Lock()
 		for _, cancel := range s.cancels {
 			cancel()
 		}
-		s.mu.Unlock()
+		s.Mu.Unlock()
 	} else {
 		err = s.sub.Close()
 	}
 	s.wg.Wait()
-	s.mu.Lock()
+	s.Mu.Lock()
 	for _, cancel := range s.cancels {
 		cancel()
 	}
-	s.mu.Unlock()
+	s.Mu.Unlock()
 	return err
-}
-
-// settleOnStop settles a message when its subscription stops: as the handler
-// did if it answered just before (select picks among ready cases at random,
-// so an ack must not lose to the stop signal), else with abandon.
-func settleOnStop(msg *message.Message, ack, nack, abandon func()) {
-	select {
-	case <-msg.Acked():
-		ack()
-	case <-msg.Nacked():
-		nack()
-	default:
-		abandon()
-	}
 }

@@ -1,16 +1,38 @@
-package backends
+package amqpbackend
 
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
 
-// newAMQP builds an AMQP (RabbitMQ) publisher and subscriber on Watermill's
+func init() {
+	backends.Register(backends.Driver{Broker: backends.AMQP, ParseURL: parseURL, Open: open})
+}
+
+// parseURL reads amqp:// and amqps:// URLs as amqp091 does.
+func parseURL(raw string) (backends.Endpoint, error) {
+	if err := brokerkit.CheckAuthority(raw); err != nil {
+		return backends.Endpoint{}, err
+	}
+	uri, err := amqp091.ParseURI(raw)
+	if err != nil {
+		// The parser's text may quote the password: never pass it on.
+		return backends.Endpoint{}, errors.New("amqp091 cannot parse it: check the host, the port and the options")
+	}
+	return backends.Endpoint{URL: raw, Addrs: []string{net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))}}, nil
+}
+
+// open builds an AMQP (RabbitMQ) publisher and subscriber on Watermill's
 // durable pub/sub topology: one durable fanout exchange per topic, and one
 // durable queue per topic and group, named topic_group. Subscribers of one
 // group compete for the messages of its queue; every group's queue receives
@@ -20,7 +42,7 @@ import (
 //   - the publisher is the backend's own (amqpPublisher), on a
 //     watermill-amqp connection: every publish is mandatory and confirmed,
 //     and a message RabbitMQ returns as unroutable (no queue bound to the
-//     exchange) is an ErrUnroutable, where watermill-amqp's publisher
+//     exchange) is a backends.ErrUnroutable, where watermill-amqp's publisher
 //     returned nil for a message the exchange discarded;
 //   - at every publish the publisher declares and binds the queues of
 //     AMQP.PublishGroups (none by default), and declares them again and
@@ -32,9 +54,9 @@ import (
 //
 // Each side owns its connection; a dropped connection is redialled with
 // Watermill's exponential backoff.
-func newAMQP(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend, error) {
+func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdapter) (backends.Clients, error) {
 	amqpConfig := func(group string) amqp.Config {
-		c := amqp.NewDurablePubSubConfig(ep.url, amqp.GenerateQueueNameTopicNameWithSuffix(group))
+		c := amqp.NewDurablePubSubConfig(ep.URL, amqp.GenerateQueueNameTopicNameWithSuffix(group))
 		props := amqp091.NewConnectionProperties()
 		props.SetClientConnectionName(cfg.Consumer)
 		c.Connection.AmqpConfig = &amqp091.Config{
@@ -53,27 +75,27 @@ func newAMQP(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend,
 	pubConfig := amqpConfig(cfg.Group)
 	conn, err := amqp.NewConnection(pubConfig.Connection, logger)
 	if err != nil {
-		return nil, unreachable(ep, cfg.DialTimeout, err)
+		return backends.Clients{}, ep.Unreachable(cfg.DialTimeout, err)
 	}
 	pub := &amqpPublisher{
 		conn:     conn,
 		config:   pubConfig,
 		groups:   cfg.AMQP.PublishGroups,
 		logger:   logger,
-		declared: newTopicSet[struct{}](),
+		declared: brokerkit.NewTopicSet[struct{}](),
 	}
 	newSubscriber := func(group string) (message.Subscriber, error) {
 		sub, err := amqp.NewSubscriber(amqpConfig(group), logger)
 		if err != nil {
-			return nil, unreachable(ep, cfg.DialTimeout, err)
+			return nil, ep.Unreachable(cfg.DialTimeout, err)
 		}
-		return newNackDelaySubscriber(sub, cfg.NackResendSleep), nil
+		return brokerkit.NewNackDelaySubscriber(sub, cfg.NackResendSleep), nil
 	}
 	sub, err := newSubscriber(cfg.Group)
 	if err != nil {
-		return nil, errors.Join(err, pub.Close())
+		return backends.Clients{}, errors.Join(err, pub.Close())
 	}
-	return &Backend{Publisher: pub, Subscriber: sub, newSubscriber: newSubscriber}, nil
+	return backends.Clients{Publisher: pub, Subscriber: sub, NewSubscriber: newSubscriber}, nil
 }
 
 // amqpPublisher publishes each message mandatory and with a publisher
@@ -88,14 +110,14 @@ type amqpPublisher struct {
 	config   amqp.Config
 	groups   []string
 	logger   watermill.LoggerAdapter
-	declared *topicSet[struct{}]
+	declared *brokerkit.TopicSet[struct{}]
 }
 
 var _ message.Publisher = (*amqpPublisher)(nil)
 
 // Publish publishes msgs to topic's exchange one after another, each
 // confirmed before the next, and returns at the first that RabbitMQ did not
-// take: an error, or an ErrUnroutable for one that no queue was bound to
+// take: an error, or a backends.ErrUnroutable for one that no queue was bound to
 // receive. When PublishGroups lists groups, their queues are declared and
 // bound at every Publish (so a listed group's deleted queue is back before
 // the message goes out), and an unroutable message is retried once after
@@ -136,19 +158,19 @@ func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) (err err
 	returns := ch.NotifyReturn(make(chan amqp091.Return, 1))
 	for _, msg := range msgs {
 		err := p.publish(ch, returns, topic, msg)
-		if errors.Is(err, ErrUnroutable) && len(p.groups) > 0 {
+		if errors.Is(err, backends.ErrUnroutable) && len(p.groups) > 0 {
 			// A listed group's queue is gone: declare it again, and retry.
-			p.declared.forget(topic)
+			p.declared.Forget(topic)
 			if derr := p.ensure(ch, topic); derr != nil {
 				return errors.Join(err, derr)
 			}
 			err = p.publish(ch, returns, topic, msg)
 		}
 		if err != nil {
-			if !errors.Is(err, ErrUnroutable) {
+			if !errors.Is(err, backends.ErrUnroutable) {
 				// The exchange may be gone (RabbitMQ closes the channel
 				// with 404): declare it again on the next publish.
-				p.declared.forget(topic)
+				p.declared.Forget(topic)
 			}
 			return err
 		}
@@ -182,7 +204,7 @@ func (p *amqpPublisher) publish(ch *amqp091.Channel, returns <-chan amqp091.Retu
 	case r := <-returns:
 		return fmt.Errorf("%w: RabbitMQ returned message %s published to exchange %q (%d %s): no queue is bound to it; "+
 			"a group's queue exists from its first subscribe, or list the group in %s",
-			ErrUnroutable, msg.UUID, exchange, r.ReplyCode, r.ReplyText, EnvAMQPPublishGroups)
+			backends.ErrUnroutable, msg.UUID, exchange, r.ReplyCode, r.ReplyText, backends.EnvAMQPPublishGroups)
 	default:
 		return nil
 	}
@@ -191,7 +213,7 @@ func (p *amqpPublisher) publish(ch *amqp091.Channel, returns <-chan amqp091.Retu
 // ensure declares the topic's exchange and the groups' queues once per
 // process (again after forget).
 func (p *amqpPublisher) ensure(ch *amqp091.Channel, topic string) error {
-	_, err := p.declared.ensure(topic, func(topic string) (struct{}, error) { return struct{}{}, p.declare(ch, topic) })
+	_, err := p.declared.Ensure(topic, func(topic string) (struct{}, error) { return struct{}{}, p.declare(ch, topic) })
 	return err
 }
 

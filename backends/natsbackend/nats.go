@@ -1,4 +1,4 @@
-package backends
+package natsbackend
 
 import (
 	"errors"
@@ -12,9 +12,23 @@ import (
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
+
+	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
 
-// newNATS builds a NATS JetStream publisher and subscriber.
+func init() {
+	backends.Register(backends.Driver{Broker: backends.NATS, ParseURL: parseURL, Open: open})
+}
+
+// parseURL reads nats://[user:pass@]host:4222[,host2:4222] into the
+// comma-separated list of full URLs that nats.Connect takes.
+func parseURL(raw string) (backends.Endpoint, error) {
+	urls, addrs, err := brokerkit.HostList(raw, "4222", true, "")
+	return backends.Endpoint{URL: urls, Addrs: addrs}, err
+}
+
+// open builds a NATS JetStream publisher and subscriber.
 //
 // Every topic is a subject captured by a stream: an existing stream that
 // captures it, or else one the backend creates, named after the topic, with
@@ -45,17 +59,17 @@ import (
 //     (Watermill's requeuer does that) within the stream's duplicate
 //     window, while Publish returned nil. A publish that JetStream still
 //     reports as a duplicate (the message's metadata set Nats-Msg-Id) is an
-//     ErrDuplicatePublish;
+//     backends.ErrDuplicatePublish;
 //   - reconnects never give up (nats.go stops after 60 attempts).
-func newNATS(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend, error) {
+func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdapter) (backends.Clients, error) {
 	connect := func(role string) (*nats.Conn, nats.JetStreamContext, error) {
-		conn, err := nats.Connect(ep.url,
+		conn, err := nats.Connect(ep.URL,
 			nats.Name(cfg.Consumer+"-"+role),
 			nats.Timeout(cfg.DialTimeout),
 			nats.MaxReconnects(-1),
 		)
 		if err != nil {
-			return nil, nil, unreachable(ep, cfg.DialTimeout, err)
+			return nil, nil, ep.Unreachable(cfg.DialTimeout, err)
 		}
 		js, err := conn.JetStream(nats.MaxWait(cfg.DialTimeout))
 		if err == nil {
@@ -64,15 +78,15 @@ func newNATS(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend,
 		if err != nil {
 			conn.Close()
 			// Not ConnectedUrlRedacted: it shows a token, which is a user name.
-			return nil, nil, fmt.Errorf("backends: nats at %s: JetStream not available: %w", strings.Join(ep.addrs, ","), err)
+			return nil, nil, fmt.Errorf("backends: nats at %s: JetStream not available: %w", strings.Join(ep.Addrs, ","), err)
 		}
 		return conn, js, nil
 	}
 
-	streams := newTopicSet[string]()
+	streams := brokerkit.NewTopicSet[string]()
 	pubConn, pubJS, err := connect("pub")
 	if err != nil {
-		return nil, err
+		return backends.Clients{}, err
 	}
 	pub := &natsPublisher{conn: pubConn, js: pubJS, streams: streams, logger: logger}
 
@@ -90,15 +104,15 @@ func newNATS(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend,
 			maxAckPending: cfg.NATS.MaxAckPending,
 			nakDelay:      cfg.NackResendSleep,
 			logger:        logger,
-			closer:        newCloser(),
+			Closer:        brokerkit.NewCloser(),
 			consumers:     map[string]bool{},
 		}, nil
 	}
 	sub, err := newSubscriber(cfg.Group)
 	if err != nil {
-		return nil, errors.Join(err, pub.Close())
+		return backends.Clients{}, errors.Join(err, pub.Close())
 	}
-	return &Backend{Publisher: pub, Subscriber: sub, newSubscriber: newSubscriber}, nil
+	return backends.Clients{Publisher: pub, Subscriber: sub, NewSubscriber: newSubscriber}, nil
 }
 
 var invalidNATSNameChars = regexp.MustCompile(`[^A-Za-z0-9_-]`)
@@ -127,8 +141,8 @@ func natsDurable(group, topic string) string {
 
 // ensureStream returns the stream capturing topic, creating one (named after
 // the topic) if none does; streams remembers the answer per process.
-func ensureStream(streams *topicSet[string], js nats.JetStreamContext, topic string) (string, error) {
-	return streams.ensure(topic, func(topic string) (string, error) {
+func ensureStream(streams *brokerkit.TopicSet[string], js nats.JetStreamContext, topic string) (string, error) {
+	return streams.Ensure(topic, func(topic string) (string, error) {
 		name, err := js.StreamNameBySubject(topic)
 		if errors.Is(err, nats.ErrNoMatchingStream) || errors.Is(err, nats.ErrStreamNotFound) {
 			var info *nats.StreamInfo
@@ -151,7 +165,7 @@ func ensureStream(streams *topicSet[string], js nats.JetStreamContext, topic str
 type natsPublisher struct {
 	conn    *nats.Conn
 	js      nats.JetStreamContext
-	streams *topicSet[string]
+	streams *brokerkit.TopicSet[string]
 	logger  watermill.LoggerAdapter
 }
 
@@ -159,7 +173,7 @@ var _ message.Publisher = (*natsPublisher)(nil)
 
 // Publish publishes msgs to topic one after another, creating the topic's
 // stream first if none captures it (again if it was deleted since), and returns at the first that JetStream
-// did not store: an error, or an ErrDuplicatePublish for one it dropped as
+// did not store: an error, or a backends.ErrDuplicatePublish for one it dropped as
 // a duplicate of an earlier Nats-Msg-Id.
 func (p *natsPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if _, err := ensureStream(p.streams, p.js, topic); err != nil {
@@ -180,7 +194,7 @@ func (p *natsPublisher) Publish(topic string, msgs ...*message.Message) error {
 			// No stream captures the topic any more (deleted since this
 			// process created or found it): nothing was stored, so create
 			// it again and publish once more.
-			p.streams.forget(topic)
+			p.streams.Forget(topic)
 			if _, serr := ensureStream(p.streams, p.js, topic); serr != nil {
 				return errors.Join(fmt.Errorf("backends: nats publish message %s to %q: %w", msg.UUID, topic, err), serr)
 			}
@@ -191,7 +205,7 @@ func (p *natsPublisher) Publish(topic string, msgs ...*message.Message) error {
 		}
 		if ack.Duplicate {
 			return fmt.Errorf("%w: nats: JetStream dropped message %s on %q: stream %s already holds Nats-Msg-Id %q "+
-				"(sequence %d) within its duplicate window", ErrDuplicatePublish, msg.UUID, topic, ack.Stream,
+				"(sequence %d) within its duplicate window", backends.ErrDuplicatePublish, msg.UUID, topic, ack.Stream,
 				m.Header.Get(nats.MsgIdHdr), ack.Sequence)
 		}
 	}

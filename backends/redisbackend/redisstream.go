@@ -1,4 +1,4 @@
-package backends
+package redisbackend
 
 import (
 	"context"
@@ -10,9 +10,30 @@ import (
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
 
-// newRedisStreams builds a Redis Streams publisher and consumer-group
+func init() {
+	backends.Register(backends.Driver{Broker: backends.RedisStreams, ParseURL: parseURL, Open: open})
+}
+
+// parseURL reads redis:// and rediss:// URLs as go-redis does.
+func parseURL(raw string) (backends.Endpoint, error) {
+	if err := brokerkit.CheckAuthority(raw); err != nil {
+		return backends.Endpoint{}, err
+	}
+	opts, err := redis.ParseURL(raw)
+	if err != nil {
+		// The parser's text may quote the password: never pass it on.
+		return backends.Endpoint{}, errors.New("go-redis cannot parse it: check the host, the port, the database number " +
+			"(a number after the /) and the options (go-redis URL options only)")
+	}
+	return backends.Endpoint{URL: raw, Addrs: []string{opts.Addr}}, nil
+}
+
+// open builds a Redis Streams publisher and consumer-group
 // subscriber, each with its own client: watermill-redisstream closes the
 // client it is given when the publisher or subscriber closes, and a router
 // closes both.
@@ -32,13 +53,13 @@ import (
 //     never waits on a read that cannot be cancelled;
 //   - a new group starts at the beginning of the stream ("0"), so nothing
 //     published before its first start is skipped.
-func newRedisStreams(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*Backend, error) {
+func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdapter) (backends.Clients, error) {
 	newClient := func() (*redis.Client, error) {
-		opts, err := redis.ParseURL(ep.url)
+		opts, err := redis.ParseURL(ep.URL)
 		if err != nil {
-			// parseEndpoint parsed it already; the parser's text may quote
-			// the password.
-			return nil, invalidURL(ep.url, "go-redis cannot parse it")
+			// parseURL parsed it already; the parser's text may quote the
+			// password.
+			return nil, fmt.Errorf("%w: go-redis cannot parse it", backends.ErrInvalidURL)
 		}
 		if opts.ClientName == "" {
 			opts.ClientName = cfg.Consumer
@@ -48,14 +69,14 @@ func newRedisStreams(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*
 		defer cancel()
 		if err := c.Ping(ctx).Err(); err != nil {
 			_ = c.Close()
-			return nil, unreachable(ep, cfg.DialTimeout, err)
+			return nil, ep.Unreachable(cfg.DialTimeout, err)
 		}
 		return c, nil
 	}
 
 	pubClient, err := newClient()
 	if err != nil {
-		return nil, err
+		return backends.Clients{}, err
 	}
 	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{
 		Client:        pubClient,
@@ -63,7 +84,7 @@ func newRedisStreams(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*
 	}, logger)
 	if err != nil {
 		_ = pubClient.Close()
-		return nil, fmt.Errorf("backends: redis streams publisher: %w", err)
+		return backends.Clients{}, fmt.Errorf("backends: redis streams publisher: %w", err)
 	}
 
 	newSubscriber := func(group string) (message.Subscriber, error) {
@@ -91,16 +112,16 @@ func newRedisStreams(cfg Config, ep endpoint, logger watermill.LoggerAdapter) (*
 		// (every third of MaxIdleTime) and at its end: a NackResendSleep
 		// longer than MaxIdleTime left the entry idle long enough for
 		// another consumer to claim it.
-		wrapped := newNackDelaySubscriber(sub, cfg.NackResendSleep)
-		wrapped.beforeNack = (&redisNackRefresh{client: subClient, group: group, consumer: cfg.Consumer, logger: logger}).refresh
-		wrapped.refreshEvery = max(cfg.Redis.MaxIdleTime/3, 10*time.Millisecond)
+		wrapped := brokerkit.NewNackDelaySubscriber(sub, cfg.NackResendSleep)
+		wrapped.BeforeNack = (&redisNackRefresh{client: subClient, group: group, consumer: cfg.Consumer, logger: logger}).refresh
+		wrapped.RefreshEvery = max(cfg.Redis.MaxIdleTime/3, 10*time.Millisecond)
 		return wrapped, nil
 	}
 	sub, err := newSubscriber(cfg.Group)
 	if err != nil {
-		return nil, errors.Join(err, pub.Close())
+		return backends.Clients{}, errors.Join(err, pub.Close())
 	}
-	return &Backend{Publisher: pub, Subscriber: sub, newSubscriber: newSubscriber}, nil
+	return backends.Clients{Publisher: pub, Subscriber: sub, NewSubscriber: newSubscriber}, nil
 }
 
 // redisNackRefresh keeps a nacked message with the consumer that holds it.

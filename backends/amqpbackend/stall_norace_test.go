@@ -1,6 +1,6 @@
 //go:build !race
 
-package backends_test
+package amqpbackend_test
 
 import (
 	neturl "net/url"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -18,7 +19,7 @@ import (
 // waiting for a confirm that never comes. Built only without the race
 // detector: watermill-amqp's reconnect, which the stall sets off, writes
 // the connection field that its Close reads without a lock (as in
-// TestRestart_AMQP); .ci/run runs it, required.
+// TestRestart_AMQP of package backends); .ci/run runs it, required.
 func TestAMQP_StalledConnectionFailsThePublish(t *testing.T) {
 	t.Parallel()
 	url := testserver.RabbitMQURL(t)
@@ -26,17 +27,17 @@ func TestAMQP_StalledConnectionFailsThePublish(t *testing.T) {
 	require.NoError(t, err)
 	proxy := testserver.StartFaultProxy(t, u.Host)
 	u.Host = proxy.Addr
-	topic := uniqueTopic("stalled")
-	group := "stalled-" + runID
+	topic := backendtest.UniqueTopic("stalled")
+	group := "stalled-" + backendtest.RunID
 	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
-	b := newBackend(t, backends.Config{URL: u.String(), Group: group,
+	b := backendtest.NewBackend(t, backends.Config{URL: u.String(), Group: group,
 		AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
-	publish(t, b.Publisher, topic, "before")
+	backendtest.Publish(t, b.Publisher, topic, "before")
 
 	require.Positive(t, proxy.StallAll())
 	t.Cleanup(proxy.ResumeAll)
 	done := make(chan error, 1)
-	go func() { done <- b.Publisher.Publish(topic, newMessage("stalled")) }()
+	go func() { done <- b.Publisher.Publish(topic, backendtest.NewMessage("stalled")) }()
 	select {
 	case err := <-done:
 		require.Error(t, err, "a publish that RabbitMQ never confirmed")

@@ -1,0 +1,54 @@
+// Package kafkabackend is the Kafka broker of package backends. Imported
+// for its side effect, it registers the broker, and backends.New then
+// builds a Publisher and Subscriber for kafka://host:9092[,host2:9092]:
+//
+//	import _ "github.com/idempotency/watermill-idempotency/backends/kafkabackend"
+//
+// It links watermill-kafka and sarama (with gokrb5, for Kerberos), which a
+// program that does not import it does without; New refuses a kafka:// URL
+// there with backends.ErrBrokerNotLinked. Beside the broker, the package
+// exports TuneFunc, for backends.Config.Kafka.Tune.
+//
+// The settings named below (Group, Consumer, NackResendSleep and the Kafka
+// section) are fields of backends.Config, which holds every broker's
+// settings so that one Config, and backends.FromEnv, serves them all.
+//
+// watermill-kafka (sarama). The subscriber joins the consumer group Group;
+// a new group starts at the oldest offset (sarama's default is the newest).
+// The protocol version is Kafka.Version, 2.1.0 by default: watermill pins
+// 1.0.0, which Kafka 4 rejects. The producer waits for all in-sync replicas
+// (sarama waits for the leader alone, which loses acknowledged messages on a
+// leader change).
+//
+// Topics are created by the backend before its first publish or subscribe to
+// them, with Kafka.Partitions partitions (12 by default) and a replication
+// factor of Kafka.ReplicationFactor, or min(3, brokers in the cluster).
+// Nothing depends on auto.create.topics.enable, which production clusters
+// usually disable and which creates topics with the broker's defaults (one
+// partition). Existing topics are left unchanged. Messages are published
+// without a key, so sarama's partitioner spreads them over the partitions at
+// random, and order holds only within one.
+//
+// Why 12 partitions: a partition is consumed one message at a time, so a
+// message that keeps failing, or that waits while its key is in progress
+// elsewhere, holds back every message behind it in its partition. With one
+// partition that is the whole topic; with 12 it is a twelfth, and the other
+// eleven flow on. Partitions also bound a group's parallelism (one consumer
+// per partition): 12 lets a group grow to 12 consumers and splits evenly
+// over 1, 2, 3, 4, 6 or 12 of them, where 16 would give 3 or 6 consumers
+// unequal shares. Partitions cost the brokers memory and file handles per
+// replica, but 12 per topic is small; and since partitions can be added but
+// never removed, and adding them moves keys to other partitions, it is
+// better to start with enough. Set Kafka.Partitions
+// (BROKER_KAFKA_PARTITIONS) for a topic that needs more.
+//
+// A nacked message is resent by the subscriber itself after NackResendSleep
+// and holds back the rest of its partition until it is acked. A message
+// delivered to a consumer that dies is redelivered after the group
+// rebalances (sarama's session timeout, 10 s), from the last committed
+// offset: messages after it that were already handled come again too, and the
+// idempotency middleware acks them as duplicates.
+//
+// SASL, TLS and timeouts go through Kafka.Tune, which receives the
+// sarama.Config of both sides: set it with TuneFunc.
+package kafkabackend

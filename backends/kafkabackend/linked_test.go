@@ -1,0 +1,12 @@
+package kafkabackend_test
+
+import (
+	"testing"
+
+	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
+)
+
+// This test binary links kafkabackend alone: a URL of another broker is
+// refused with the import to add.
+func TestBrokersNotLinked(t *testing.T) { backendtest.NotLinked(t, backends.Kafka) }

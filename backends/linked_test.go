@@ -1,0 +1,79 @@
+package backends_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The client libraries of each broker, by module path.
+var (
+	kafkaModules = []string{"github.com/ThreeDotsLabs/watermill-kafka/v3", "github.com/IBM/sarama", "github.com/jcmturner/gokrb5/v8"}
+	redisModules = []string{"github.com/ThreeDotsLabs/watermill-redisstream", "github.com/redis/go-redis/v9"}
+	amqpModules  = []string{"github.com/ThreeDotsLabs/watermill-amqp/v3", "github.com/rabbitmq/amqp091-go"}
+	natsModules  = []string{"github.com/ThreeDotsLabs/watermill-nats/v2", "github.com/nats-io/nats.go"}
+)
+
+// TestLinkedModules lists the modules that each program in
+// testdata/linked links (go list -deps) and checks that a program links
+// the client libraries of the brokers it imports and of no other: a
+// program that imports backends and backends/redisbackend links neither
+// sarama and gokrb5 (Kafka), nor amqp091-go (AMQP), nor nats.go (NATS).
+// The program that imports backends/all links them all, which shows that
+// the listing sees them. It builds each program too, and logs its size.
+func TestLinkedModules(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		program       string
+		links, misses [][]string
+	}{
+		{"redisbackend", [][]string{redisModules}, [][]string{kafkaModules, amqpModules, natsModules}},
+		{"natsbackend", [][]string{natsModules}, [][]string{kafkaModules, redisModules, amqpModules}},
+		{"kafkabackend", [][]string{kafkaModules}, [][]string{redisModules, amqpModules, natsModules}},
+		{"amqpbackend", [][]string{amqpModules}, [][]string{kafkaModules, redisModules, natsModules}},
+		{"none", nil, [][]string{kafkaModules, redisModules, amqpModules, natsModules}},
+		{"all", [][]string{kafkaModules, redisModules, amqpModules, natsModules}, nil},
+	} {
+		t.Run(tc.program, func(t *testing.T) {
+			t.Parallel()
+			pkg := "./testdata/linked/" + tc.program
+			out := goCommand(t, "list", "-deps", "-f", "{{with .Module}}{{.Path}}{{end}}", pkg)
+			modules := slices.Compact(slices.Sorted(slices.Values(strings.Fields(out))))
+			require.Contains(t, modules, "github.com/ThreeDotsLabs/watermill", "the listing names modules")
+			for _, m := range slices.Concat(tc.links...) {
+				assert.True(t, slices.Contains(modules, m), "%s does not link %s, its broker's client", tc.program, m)
+			}
+			for _, m := range slices.Concat(tc.misses...) {
+				assert.False(t, slices.Contains(modules, m), "%s links %s, of a broker it does not import", tc.program, m)
+			}
+			t.Logf("%s links %d modules: %s", tc.program, len(modules), strings.Join(modules, " "))
+
+			bin := filepath.Join(t.TempDir(), tc.program)
+			goCommand(t, "build", "-o", bin, pkg)
+			info, err := os.Stat(bin)
+			require.NoError(t, err)
+			t.Logf("%s: %.1f MB", tc.program, float64(info.Size())/1e6)
+		})
+	}
+}
+
+// goCommand runs the go command in this package's directory, offline
+// (every module is in the cache: this test's binary needed them).
+func goCommand(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOWORK=off", "GOFLAGS=-mod=readonly -buildvcs=false")
+	out, err := cmd.Output()
+	var stderr string
+	if ee, ok := err.(*exec.ExitError); ok {
+		stderr = string(ee.Stderr)
+	}
+	require.NoError(t, err, "go %s: %s", strings.Join(args, " "), stderr)
+	return string(out)
+}
