@@ -20,13 +20,15 @@ var (
 	natsModules  = []string{"github.com/ThreeDotsLabs/watermill-nats/v2", "github.com/nats-io/nats.go"}
 )
 
-// TestLinkedModules lists the modules that each program in
-// testdata/linked links (go list -deps) and checks that a program links
-// the client libraries of the brokers it imports and of no other: a
-// program that imports backends and backends/redisbackend links neither
-// sarama and gokrb5 (Kafka), nor amqp091-go (AMQP), nor nats.go (NATS).
-// The program that imports backends/all links them all, which shows that
-// the listing sees them. It builds each program too, and logs its size.
+// TestLinkedModules lists the modules that testdata/linked/consumer links
+// (go list -deps) under each of its build tags, each of which adds the
+// blank import of one broker package (or of backends/all; no tag, none),
+// and checks that the program links the client libraries of the brokers it
+// imports and of no other: a program that imports backends and
+// backends/redisbackend links neither sarama and gokrb5 (Kafka), nor
+// amqp091-go (AMQP), nor nats.go (NATS). The build that imports
+// backends/all links them all, which shows that the listing sees them. It
+// builds each one too, and logs its size.
 func TestLinkedModules(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -42,8 +44,12 @@ func TestLinkedModules(t *testing.T) {
 	} {
 		t.Run(tc.program, func(t *testing.T) {
 			t.Parallel()
-			pkg := "./testdata/linked/" + tc.program
-			out := goCommand(t, "list", "-deps", "-f", "{{with .Module}}{{.Path}}{{end}}", pkg)
+			const pkg = "./testdata/linked/consumer"
+			tags := "-tags=" + tc.program
+			if tc.program == "none" {
+				tags = "-tags="
+			}
+			out := goCommand(t, "list", tags, "-deps", "-f", "{{with .Module}}{{.Path}}{{end}}", pkg)
 			modules := slices.Compact(slices.Sorted(slices.Values(strings.Fields(out))))
 			require.Contains(t, modules, "github.com/ThreeDotsLabs/watermill", "the listing names modules")
 			for _, m := range slices.Concat(tc.links...) {
@@ -55,7 +61,7 @@ func TestLinkedModules(t *testing.T) {
 			t.Logf("%s links %d modules: %s", tc.program, len(modules), strings.Join(modules, " "))
 
 			bin := filepath.Join(t.TempDir(), tc.program)
-			goCommand(t, "build", "-o", bin, pkg)
+			goCommand(t, "build", tags, "-o", bin, pkg)
 			info, err := os.Stat(bin)
 			require.NoError(t, err)
 			t.Logf("%s: %.1f MB", tc.program, float64(info.Size())/1e6)

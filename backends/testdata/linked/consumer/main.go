@@ -1,5 +1,8 @@
-// Command amqpbackend links package backends with amqpbackend, its one broker beside gochannel.
-// TestLinkedModules lists the modules it links.
+// Command consumer is a consumer of the broker BROKER_URL names, among the
+// brokers its build tags link: package backends alone (gochannel) without
+// a tag; redisbackend, natsbackend, kafkabackend or amqpbackend with the
+// tag of that name; every broker with the tag all. TestLinkedModules lists
+// the modules it links under each tag.
 package main
 
 import (
@@ -9,7 +12,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idempotency/watermill-idempotency/backends"
-	_ "github.com/idempotency/watermill-idempotency/backends/amqpbackend"
 )
 
 func main() {
