@@ -973,3 +973,45 @@ func TestOddKeyBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimOfARecordAtTheMostAttempts claims records whose attempts field is
+// at its widest (2^32 - 1, the 4 bytes of the string layout; a HASH of an
+// earlier version holds it in decimal): the claim must not write an
+// attempts field that wraps to 0, which the store itself would then read as
+// corrupt (the new owner's Renew and Complete failing with
+// ErrCorruptRecord), nor report a count it did not store. The count stays
+// at its widest.
+func TestClaimOfARecordAtTheMostAttempts(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	const most = math.MaxUint32
+	records := map[string]func(key string) error{
+		"failed string": func(key string) error {
+			return r.client.Set(ctx, key, pf('F', most, 1000, 2000, 0, 0, "tok", nil), time.Hour).Err()
+		},
+		"lapsed string": func(key string) error {
+			return r.client.Set(ctx, key, pf('P', most, 1000, 2000, 3000, 60000, "tok", nil), time.Hour).Err()
+		},
+		"failed hash": func(key string) error {
+			return r.client.HSet(ctx, key, "s", "F", "a", strconv.Itoa(most), "c", "1000", "u", "2000").Err()
+		},
+	}
+	for name, put := range records {
+		for path, s := range r.claimers() {
+			t.Run(name+"/"+path, func(t *testing.T) {
+				key := "most:" + path + ":" + name
+				require.NoError(t, put(key))
+				req := claimReq(time.Minute, nil)
+				res, err := s.Claim(ctx, key, req)
+				require.NoError(t, err)
+				require.True(t, res.Acquired)
+				got, err := r.store.Get(ctx, key)
+				require.NoError(t, err, "the claim wrote a record the store reads")
+				assert.Equal(t, res.Record, got, "the claim reported what it stored")
+				assert.Equal(t, most, got.Attempts)
+				require.NoError(t, r.store.Renew(ctx, key, req.Token, time.Minute))
+				require.NoError(t, r.store.Complete(ctx, key, req.Token, nil, time.Minute))
+			})
+		}
+	}
+}

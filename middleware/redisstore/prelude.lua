@@ -8,7 +8,7 @@
 --   offset  size  field
 --   0       1     tag 0xC0 (never a byte of UTF-8 text)
 --   1       1     state 'P' (IN_PROGRESS) or 'F' (FAILED)
---   2       4     attempts, >= 1
+--   2       4     attempts, >= 1 (a claim counts no further than 2^32 - 1)
 --   6       6     created, > 0
 --   12      6     updated, >= created
 --   18      6     lease deadline (P: > 0; F: 0)
