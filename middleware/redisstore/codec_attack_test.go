@@ -1015,3 +1015,56 @@ func TestClaimOfARecordAtTheMostAttempts(t *testing.T) {
 		}
 	}
 }
+
+// TestHashFieldsWiderThanTheStringLayout puts HASH records (the layout of
+// earlier versions, decimal fields of up to 15 digits) whose times or
+// retention do not fit the 6 bytes of the string layout. No earlier version
+// wrote one (its times were the server's clock, its retention at most
+// MaxTTL), and the next transition would write the string with the field
+// cut to its low 48 bits: another record than the one read (a claim
+// reporting one created time and storing another), or one the store itself
+// reads as corrupt. Such a hash is corrupt: ErrCorruptRecord from every
+// method, nothing written.
+func TestHashFieldsWiderThanTheStringLayout(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	const wide = "281474976710656" // 2^48
+	live := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+	cases := map[string][]string{
+		"created":            {"s", "F", "o", "tok", "a", "1", "c", wide, "u", wide},
+		"updated":            {"s", "F", "o", "tok", "a", "1", "c", "1000", "u", wide},
+		"created, 15 digits": {"s", "F", "o", "tok", "a", "1", "c", "999999999999999", "u", "999999999999999"},
+		"lease deadline":     {"s", "P", "o", "tok", "a", "1", "c", "1000", "u", "2000", "l", wide, "r", "60000"},
+		"retention":          {"s", "P", "o", "tok", "a", "1", "c", "1000", "u", "2000", "l", live, "r", wide},
+	}
+	for name, fields := range cases {
+		t.Run(name, func(t *testing.T) {
+			key := "wide:" + name
+			require.NoError(t, r.client.HSet(ctx, key, fields).Err())
+			untouched(t, r.client, key, func() {
+				_, err := r.store.Get(ctx, key)
+				assert.ErrorIs(t, err, idempotency.ErrCorruptRecord, "get")
+				for path, s := range r.claimers() {
+					_, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
+					assert.ErrorIs(t, err, idempotency.ErrCorruptRecord, "claim on the %s path", path)
+				}
+				assert.ErrorIs(t, r.store.Renew(ctx, key, "tok", time.Minute), idempotency.ErrCorruptRecord, "renew")
+				assert.ErrorIs(t, r.store.Complete(ctx, key, "tok", nil, time.Minute), idempotency.ErrCorruptRecord, "complete")
+				assert.ErrorIs(t, r.store.Fail(ctx, key, "tok", time.Minute), idempotency.ErrCorruptRecord, "fail")
+				assert.ErrorIs(t, r.store.Release(ctx, key, "tok"), idempotency.ErrCorruptRecord, "release")
+			})
+		})
+	}
+
+	// The widest values that fit are a record.
+	key := "wide:fits"
+	const widest = "281474976710655"
+	require.NoError(t, r.client.HSet(ctx, key, "s", "F", "o", "tok", "a", "1", "c", widest, "u", widest).Err())
+	res, err := r.store.Claim(ctx, key, claimReq(time.Minute, nil))
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	got, err := r.store.Get(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, res.Record, got)
+	assert.Equal(t, time.UnixMilli(1<<48-1), got.CreatedAt)
+}
