@@ -202,6 +202,13 @@ func TestCorruptValuesPastTheFastSections(t *testing.T) {
 		"completed, updated too early, result":  str(completed(1, 2000, 1999, "tok", []byte("fp"), []byte("result"))),
 		"completed tag then text":               str(append([]byte{0xC1}, strings.Repeat("x", 40)...)),
 		"zset":                                  func(key string) error { return r.client.ZAdd(ctx, key, redis.Z{Score: 1, Member: "a"}).Err() },
+		"list":                                  func(key string) error { return r.client.RPush(ctx, key, "\xC1").Err() },
+		"set":                                   func(key string) error { return r.client.SAdd(ctx, key, "a").Err() },
+		"text":                                  str([]byte(strings.Repeat("not a record, ", 8))),
+		"integer":                               str([]byte("12345678901234567890123456789012345678")),
+		"hash without state": func(key string) error {
+			return r.client.HSet(ctx, key, "o", "tok", "a", "1", "c", "1", "u", "1").Err()
+		},
 		"stream": func(key string) error {
 			return r.client.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []string{"s", "P"}}).Err()
 		},
@@ -640,16 +647,16 @@ type lossyRedis struct {
 	lossyB7     *redisstore.Store
 }
 
-func startLossyRedis(t *testing.T) *lossyRedis {
+func startLossyRedis(t *testing.T, opts redisstore.Options) *lossyRedis {
 	t.Helper()
 	srv := testserver.StartRedis(t)
 	l := &lossyRedis{codecRedis: newCodecRedis(t, srv.Addr), proxy: testserver.StartProxy(t, srv.Addr)}
 	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: l.proxy.Addr})
 	t.Cleanup(func() { _ = client.Close() })
 	var err error
-	l.lossy, err = redisstore.New(client)
+	l.lossy, err = redisstore.NewWithOptions(client, opts)
 	require.NoError(t, err)
-	l.lossyB7, err = redisstore.New(client)
+	l.lossyB7, err = redisstore.NewWithOptions(client, opts)
 	require.NoError(t, err)
 	redisstore.ClaimAsBefore7(l.lossyB7)
 	return l // newCodecRedis loaded every script on the server
@@ -680,135 +687,146 @@ func (l *lossyRedis) dropOnce(t *testing.T, key string, call func() error) (int6
 // resend must answer what the first try would have, count no attempt, and
 // write no second time where the transition is already done.
 func TestLostRepliesOfTheFastPaths(t *testing.T) {
-	l := startLossyRedis(t)
-	ctx := context.Background()
+	modes := map[string]redisstore.Options{
+		"auto-pipelined": {},
+		"on its own":     {DisableAutoPipelining: true},
+		// Script and WAIT in one pipeline, resent whole; the test's Redis
+		// has no replica, so each WAIT falls short after its timeout.
+		"replica acknowledgement": {Replicas: 1, ReplicaTimeout: 10 * time.Millisecond},
+	}
+	for mode, opts := range modes {
+		t.Run(mode, func(t *testing.T) {
+			l := startLossyRedis(t, opts)
+			ctx := context.Background()
 
-	for path, s := range l.lossyClaimers() {
-		t.Run("fresh claim/"+path, func(t *testing.T) {
-			key := "lost:fresh:" + path
-			req := claimReq(time.Minute, []byte("fp"))
-			var res idempotency.ClaimResult
-			_, err := l.dropOnce(t, key, func() (err error) { res, err = s.Claim(ctx, key, req); return err })
-			require.NoError(t, err)
-			assert.True(t, res.Acquired, "the resend re-acquires its own claim")
-			assert.Equal(t, 1, res.Record.Attempts, "and counts no attempt")
-			assert.Equal(t, req.Token, res.Record.Token)
-			assert.Equal(t, []byte("fp"), res.Record.Fingerprint)
-			got, err := l.store.Get(ctx, key)
-			require.NoError(t, err)
-			assert.Equal(t, res.Record, got)
-		})
+			for path, s := range l.lossyClaimers() {
+				t.Run("fresh claim/"+path, func(t *testing.T) {
+					key := "lost:fresh:" + path
+					req := claimReq(time.Minute, []byte("fp"))
+					var res idempotency.ClaimResult
+					_, err := l.dropOnce(t, key, func() (err error) { res, err = s.Claim(ctx, key, req); return err })
+					require.NoError(t, err)
+					assert.True(t, res.Acquired, "the resend re-acquires its own claim")
+					assert.Equal(t, 1, res.Record.Attempts, "and counts no attempt")
+					assert.Equal(t, req.Token, res.Record.Token)
+					assert.Equal(t, []byte("fp"), res.Record.Fingerprint)
+					got, err := l.store.Get(ctx, key)
+					require.NoError(t, err)
+					assert.Equal(t, res.Record, got)
+				})
 
-		t.Run("claim of a completed key/"+path, func(t *testing.T) {
-			key := "lost:duplicate:" + path
-			require.NoError(t, l.client.Set(ctx, key, completed(2, 1000, 2000, "tok", []byte("fp"), []byte("out")), time.Hour).Err())
-			var res idempotency.ClaimResult
-			n, err := l.dropOnce(t, key, func() (err error) { res, err = s.Claim(ctx, key, claimReq(time.Minute, nil)); return err })
-			require.NoError(t, err)
-			assert.Zero(t, n, "neither try wrote")
-			assert.False(t, res.Acquired)
-			assert.Equal(t, idempotency.StateCompleted, res.Record.State)
-			assert.Equal(t, []byte("out"), res.Record.Result)
-		})
+				t.Run("claim of a completed key/"+path, func(t *testing.T) {
+					key := "lost:duplicate:" + path
+					require.NoError(t, l.client.Set(ctx, key, completed(2, 1000, 2000, "tok", []byte("fp"), []byte("out")), time.Hour).Err())
+					var res idempotency.ClaimResult
+					n, err := l.dropOnce(t, key, func() (err error) { res, err = s.Claim(ctx, key, claimReq(time.Minute, nil)); return err })
+					require.NoError(t, err)
+					assert.Zero(t, n, "neither try wrote")
+					assert.False(t, res.Acquired)
+					assert.Equal(t, idempotency.StateCompleted, res.Record.State)
+					assert.Equal(t, []byte("out"), res.Record.Result)
+				})
 
-		t.Run("claim of a lapsed hash/"+path, func(t *testing.T) {
-			key := "lost:lapsed-hash:" + path
-			legacyHashes()[1].put(t, l.client, key)
-			req := claimReq(time.Minute, nil)
-			var res idempotency.ClaimResult
-			_, err := l.dropOnce(t, key, func() (err error) { res, err = s.Claim(ctx, key, req); return err })
-			require.NoError(t, err)
-			assert.True(t, res.Acquired)
-			assert.Equal(t, 3, res.Record.Attempts, "one attempt more than the hash's, not two")
-			assert.Equal(t, time.UnixMilli(1000), res.Record.CreatedAt)
+				t.Run("claim of a lapsed hash/"+path, func(t *testing.T) {
+					key := "lost:lapsed-hash:" + path
+					legacyHashes()[1].put(t, l.client, key)
+					req := claimReq(time.Minute, nil)
+					var res idempotency.ClaimResult
+					_, err := l.dropOnce(t, key, func() (err error) { res, err = s.Claim(ctx, key, req); return err })
+					require.NoError(t, err)
+					assert.True(t, res.Acquired)
+					assert.Equal(t, 3, res.Record.Attempts, "one attempt more than the hash's, not two")
+					assert.Equal(t, time.UnixMilli(1000), res.Record.CreatedAt)
+				})
+			}
+
+			t.Run("complete", func(t *testing.T) {
+				key := "lost:complete"
+				req := claimReq(time.Minute, []byte("fp"))
+				_, err := l.lossy.Claim(ctx, key, req)
+				require.NoError(t, err)
+				n, err := l.dropOnce(t, key, func() error { return l.lossy.Complete(ctx, key, req.Token, []byte("out"), time.Hour) })
+				require.NoError(t, err, "the resent Complete succeeds")
+				assert.Equal(t, int64(1), n, "one write: the resend found the record completed by its token")
+				rec, err := l.store.Get(ctx, key)
+				require.NoError(t, err)
+				assert.Equal(t, idempotency.StateCompleted, rec.State)
+				assert.Equal(t, []byte("out"), rec.Result)
+			})
+
+			t.Run("renew", func(t *testing.T) {
+				key := "lost:renew"
+				req := claimReq(time.Minute, nil)
+				_, err := l.lossy.Claim(ctx, key, req)
+				require.NoError(t, err)
+				n, err := l.dropOnce(t, key, func() error { return l.lossy.Renew(ctx, key, req.Token, time.Hour) })
+				require.NoError(t, err, "the resent Renew renews again")
+				assert.Equal(t, int64(2), n)
+				rec, err := l.store.Get(ctx, key)
+				require.NoError(t, err)
+				assert.Equal(t, idempotency.StateInProgress, rec.State)
+				assert.True(t, rec.LeaseExpiresAt.After(time.Now().Add(59*time.Minute)))
+			})
+
+			t.Run("renew of a completed key", func(t *testing.T) {
+				// The renewal's first try lands, its reply is lost, and the owner's
+				// Complete is applied before the resend: the resend meets the
+				// owner's COMPLETED string.
+				key := "lost:renew-completed"
+				req := claimReq(time.Minute, nil)
+				_, err := l.lossy.Claim(ctx, key, req)
+				require.NoError(t, err)
+				require.NoError(t, l.store.Complete(ctx, key, req.Token, nil, time.Hour))
+				n, err := l.dropOnce(t, key, func() error { return l.lossy.Renew(ctx, key, req.Token, time.Hour) })
+				assert.ErrorIs(t, err, idempotency.ErrCompletedByOwner)
+				assert.Zero(t, n)
+			})
+
+			t.Run("complete of a live hash", func(t *testing.T) {
+				key := "lost:complete-hash"
+				legacyHashes()[0].put(t, l.client, key)
+				n, err := l.dropOnce(t, key, func() error { return l.lossy.Complete(ctx, key, "tok", []byte("out"), time.Hour) })
+				require.NoError(t, err)
+				assert.Equal(t, int64(1), n)
+				rec, err := l.store.Get(ctx, key)
+				require.NoError(t, err)
+				assert.Equal(t, idempotency.StateCompleted, rec.State)
+				assert.Equal(t, 2, rec.Attempts)
+			})
+
+			t.Run("fail of a live hash", func(t *testing.T) {
+				key := "lost:fail-hash"
+				legacyHashes()[0].put(t, l.client, key)
+				n, err := l.dropOnce(t, key, func() error { return l.lossy.Fail(ctx, key, "tok", time.Hour) })
+				require.NoError(t, err, "the resent Fail finds the FAILED string of its token")
+				assert.Equal(t, int64(1), n)
+				next, err := l.store.Claim(ctx, key, claimReq(time.Minute, nil))
+				require.NoError(t, err)
+				assert.True(t, next.Acquired)
+				assert.Equal(t, 3, next.Record.Attempts)
+			})
+
+			t.Run("release of a live hash", func(t *testing.T) {
+				key := "lost:release-hash"
+				legacyHashes()[0].put(t, l.client, key)
+				n, err := l.dropOnce(t, key, func() error { return l.lossy.Release(ctx, key, "tok") })
+				require.NoError(t, err)
+				assert.Equal(t, int64(1), n, "the resend undid nothing a second time")
+				rec, err := l.store.Get(ctx, key)
+				require.NoError(t, err)
+				assert.Equal(t, idempotency.StateFailed, rec.State)
+				assert.Equal(t, 1, rec.Attempts)
+			})
+
+			t.Run("renew of a live hash", func(t *testing.T) {
+				key := "lost:renew-hash"
+				legacyHashes()[0].put(t, l.client, key)
+				_, err := l.dropOnce(t, key, func() error { return l.lossy.Renew(ctx, key, "tok", time.Hour) })
+				require.NoError(t, err, "the resend renews the string the first try wrote")
+				require.NoError(t, l.store.Complete(ctx, key, "tok", nil, time.Hour))
+			})
 		})
 	}
-
-	t.Run("complete", func(t *testing.T) {
-		key := "lost:complete"
-		req := claimReq(time.Minute, []byte("fp"))
-		_, err := l.lossy.Claim(ctx, key, req)
-		require.NoError(t, err)
-		n, err := l.dropOnce(t, key, func() error { return l.lossy.Complete(ctx, key, req.Token, []byte("out"), time.Hour) })
-		require.NoError(t, err, "the resent Complete succeeds")
-		assert.Equal(t, int64(1), n, "one write: the resend found the record completed by its token")
-		rec, err := l.store.Get(ctx, key)
-		require.NoError(t, err)
-		assert.Equal(t, idempotency.StateCompleted, rec.State)
-		assert.Equal(t, []byte("out"), rec.Result)
-	})
-
-	t.Run("renew", func(t *testing.T) {
-		key := "lost:renew"
-		req := claimReq(time.Minute, nil)
-		_, err := l.lossy.Claim(ctx, key, req)
-		require.NoError(t, err)
-		n, err := l.dropOnce(t, key, func() error { return l.lossy.Renew(ctx, key, req.Token, time.Hour) })
-		require.NoError(t, err, "the resent Renew renews again")
-		assert.Equal(t, int64(2), n)
-		rec, err := l.store.Get(ctx, key)
-		require.NoError(t, err)
-		assert.Equal(t, idempotency.StateInProgress, rec.State)
-		assert.True(t, rec.LeaseExpiresAt.After(time.Now().Add(59*time.Minute)))
-	})
-
-	t.Run("renew of a completed key", func(t *testing.T) {
-		// The renewal's first try lands, its reply is lost, and the owner's
-		// Complete is applied before the resend: the resend meets the
-		// owner's COMPLETED string.
-		key := "lost:renew-completed"
-		req := claimReq(time.Minute, nil)
-		_, err := l.lossy.Claim(ctx, key, req)
-		require.NoError(t, err)
-		require.NoError(t, l.store.Complete(ctx, key, req.Token, nil, time.Hour))
-		n, err := l.dropOnce(t, key, func() error { return l.lossy.Renew(ctx, key, req.Token, time.Hour) })
-		assert.ErrorIs(t, err, idempotency.ErrCompletedByOwner)
-		assert.Zero(t, n)
-	})
-
-	t.Run("complete of a live hash", func(t *testing.T) {
-		key := "lost:complete-hash"
-		legacyHashes()[0].put(t, l.client, key)
-		n, err := l.dropOnce(t, key, func() error { return l.lossy.Complete(ctx, key, "tok", []byte("out"), time.Hour) })
-		require.NoError(t, err)
-		assert.Equal(t, int64(1), n)
-		rec, err := l.store.Get(ctx, key)
-		require.NoError(t, err)
-		assert.Equal(t, idempotency.StateCompleted, rec.State)
-		assert.Equal(t, 2, rec.Attempts)
-	})
-
-	t.Run("fail of a live hash", func(t *testing.T) {
-		key := "lost:fail-hash"
-		legacyHashes()[0].put(t, l.client, key)
-		n, err := l.dropOnce(t, key, func() error { return l.lossy.Fail(ctx, key, "tok", time.Hour) })
-		require.NoError(t, err, "the resent Fail finds the FAILED string of its token")
-		assert.Equal(t, int64(1), n)
-		next, err := l.store.Claim(ctx, key, claimReq(time.Minute, nil))
-		require.NoError(t, err)
-		assert.True(t, next.Acquired)
-		assert.Equal(t, 3, next.Record.Attempts)
-	})
-
-	t.Run("release of a live hash", func(t *testing.T) {
-		key := "lost:release-hash"
-		legacyHashes()[0].put(t, l.client, key)
-		n, err := l.dropOnce(t, key, func() error { return l.lossy.Release(ctx, key, "tok") })
-		require.NoError(t, err)
-		assert.Equal(t, int64(1), n, "the resend undid nothing a second time")
-		rec, err := l.store.Get(ctx, key)
-		require.NoError(t, err)
-		assert.Equal(t, idempotency.StateFailed, rec.State)
-		assert.Equal(t, 1, rec.Attempts)
-	})
-
-	t.Run("renew of a live hash", func(t *testing.T) {
-		key := "lost:renew-hash"
-		legacyHashes()[0].put(t, l.client, key)
-		_, err := l.dropOnce(t, key, func() error { return l.lossy.Renew(ctx, key, "tok", time.Hour) })
-		require.NoError(t, err, "the resend renews the string the first try wrote")
-		require.NoError(t, l.store.Complete(ctx, key, "tok", nil, time.Hour))
-	})
 }
 
 // TestCompleteResentAfterTheLeaseLapsed: the owner's Complete is applied,
@@ -1067,4 +1085,271 @@ func TestHashFieldsWiderThanTheStringLayout(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, res.Record, got)
 	assert.Equal(t, time.UnixMilli(1<<48-1), got.CreatedAt)
+}
+
+// TestReplicaGetsTheFastPathsWrites acknowledges every claim, renewal and
+// completion by a replica (Options.Replicas) while they take the fast
+// sections (SET NX GET on Redis 7, GET then SET before it, GET TIME SET)
+// and the codec (a HASH of an earlier version): each is acknowledged, and
+// the replica holds the primary's very bytes and expiry after each, so a
+// failover to it keeps what the owner was told.
+func TestReplicaGetsTheFastPathsWrites(t *testing.T) {
+	t.Parallel()
+	master, replica := startReplicated(t)
+	r := newCodecRedis(t, master.Addr)
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rc.Close() })
+	ctx := context.Background()
+	ack := func(claimAsBefore7 bool) *redisstore.Store {
+		s, err := redisstore.NewWithOptions(r.client, redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
+		require.NoError(t, err)
+		if claimAsBefore7 {
+			redisstore.ClaimAsBefore7(s)
+		}
+		return s
+	}
+	same := func(t *testing.T, key, step string) {
+		t.Helper()
+		assert.Equal(t, dump(t, r.client, key), dump(t, rc, key), "%s: the replica holds the primary's value", step)
+		mt, err := r.client.PExpireTime(ctx, key).Result()
+		require.NoError(t, err)
+		rt, err := rc.PExpireTime(ctx, key).Result()
+		require.NoError(t, err)
+		assert.Equal(t, mt, rt, "%s: and its expiry", step)
+	}
+	for path, s := range map[string]*redisstore.Store{"redis7": ack(false), "before7": ack(true)} {
+		t.Run(path, func(t *testing.T) {
+			before := s.ReplicaStats()
+			key := "replica:" + path
+			req := claimReq(time.Minute, []byte("fp"))
+			res, err := s.Claim(ctx, key, req)
+			require.NoError(t, err)
+			require.True(t, res.Acquired)
+			same(t, key, "claim")
+			require.NoError(t, s.Renew(ctx, key, req.Token, time.Hour))
+			same(t, key, "renew")
+			require.NoError(t, s.Complete(ctx, key, req.Token, []byte("out"), time.Hour))
+			same(t, key, "complete")
+			dup, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
+			require.NoError(t, err)
+			assert.False(t, dup.Acquired)
+			assert.Equal(t, []byte("out"), dup.Record.Result)
+
+			hash := "replica-hash:" + path
+			legacyHashes()[2].put(t, r.client, hash)
+			require.Eventually(t, func() bool { return dump(t, rc, hash) != "" }, 5*time.Second, 10*time.Millisecond)
+			req = claimReq(time.Minute, nil)
+			res, err = s.Claim(ctx, hash, req)
+			require.NoError(t, err)
+			require.True(t, res.Acquired)
+			assert.Equal(t, 3, res.Record.Attempts)
+			same(t, hash, "claim of a hash")
+			require.NoError(t, s.Complete(ctx, hash, req.Token, nil, time.Hour))
+			same(t, hash, "complete after a hash")
+
+			assert.Equal(t, redisstore.ReplicaStats{Acknowledged: before.Acknowledged + 6}, s.ReplicaStats(), "every transition acknowledged")
+		})
+	}
+}
+
+// TestClusterFastPathsAndLegacyHashes spreads keys over the three primaries
+// of a Cluster and runs them through the fast sections (both claim paths),
+// the codec (HASH records of earlier versions) and the Go decoding of a
+// claim's COMPLETED string, corrupt values included: the same answers as
+// on one Redis, each script touching only its key's node.
+func TestClusterFastPathsAndLegacyHashes(t *testing.T) {
+	t.Parallel()
+	addrs := testserver.StartRedisCluster(t)
+	client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs})
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := redisstore.New(client)
+	require.NoError(t, err)
+	before7, err := redisstore.New(client)
+	require.NoError(t, err)
+	redisstore.ClaimAsBefore7(before7)
+	ctx := context.Background()
+	for path, c := range map[string]*redisstore.Store{"redis7": s, "before7": before7} {
+		for i := range 9 {
+			key := "cluster:" + path + ":" + strconv.Itoa(i)
+			req := claimReq(time.Minute, []byte("fp"))
+			res, err := c.Claim(ctx, key, req)
+			require.NoError(t, err)
+			require.True(t, res.Acquired)
+			require.NoError(t, s.Renew(ctx, key, req.Token, time.Minute))
+			require.NoError(t, s.Complete(ctx, key, req.Token, []byte("out"), time.Hour))
+			require.NoError(t, s.Complete(ctx, key, req.Token, []byte("out"), time.Hour), "resent")
+			dup, err := c.Claim(ctx, key, claimReq(time.Minute, nil))
+			require.NoError(t, err)
+			assert.False(t, dup.Acquired)
+			assert.Equal(t, []byte("out"), dup.Record.Result)
+
+			hash := "cluster-hash:" + path + ":" + strconv.Itoa(i)
+			require.NoError(t, client.HSet(ctx, hash, legacyHashes()[0].fields).Err())
+			held, err := c.Claim(ctx, hash, claimReq(time.Minute, nil))
+			require.NoError(t, err)
+			assert.False(t, held.Acquired, "a live lease of an earlier version is held")
+			require.NoError(t, s.Renew(ctx, hash, "tok", time.Minute))
+			require.NoError(t, s.Complete(ctx, hash, "tok", nil, time.Hour))
+			got, err := s.Get(ctx, hash)
+			require.NoError(t, err)
+			assert.Equal(t, idempotency.StateCompleted, got.State)
+			assert.Equal(t, 2, got.Attempts)
+
+			bad := "cluster-corrupt:" + path + ":" + strconv.Itoa(i)
+			require.NoError(t, client.Set(ctx, bad, cat(cHeader(1, 1000, 2000), []byte{255, 0, 0, 0, 7}), 0).Err())
+			_, err = c.Claim(ctx, bad, claimReq(time.Minute, nil))
+			assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
+			assert.ErrorContains(t, err, "string: bad fingerprint length")
+			ttl, err := client.PTTL(ctx, bad).Result()
+			require.NoError(t, err)
+			assert.Equal(t, time.Duration(-1), ttl, "no expiry given")
+		}
+	}
+}
+
+// TestOddTokens holds keys with tokens that the fast sections compare byte
+// by byte against the owner field: NUL and tag bytes, tokens that differ
+// from the owner only in their last byte or in their length (a prefix, an
+// extension), and a token of 1 MiB. Only the exact token renews, completes
+// or fails; every near miss is ErrLeaseLost and writes nothing.
+func TestOddTokens(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	tokens := []string{"\x00", "t\x00k", "\xC0P", "\xC1\xC1\xC1", strings.Repeat("\xff", 37), strings.Repeat("k", 1<<20)}
+	for i, token := range tokens {
+		for path, s := range r.claimers() {
+			key := "token:" + path + ":" + strconv.Itoa(i)
+			res, err := s.Claim(ctx, key, idempotency.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute})
+			require.NoError(t, err)
+			require.True(t, res.Acquired)
+			assert.Equal(t, token, res.Record.Token)
+			last := []byte(token)
+			last[len(last)-1]++
+			near := []string{string(last), token + "\x00", token[:len(token)-1], "\x00" + token}
+			untouched(t, r.client, key, func() {
+				for _, other := range near {
+					if other == "" {
+						continue
+					}
+					assert.ErrorIs(t, r.store.Renew(ctx, key, other, time.Minute), idempotency.ErrLeaseLost, "%d %q", i, other)
+					assert.ErrorIs(t, r.store.Complete(ctx, key, other, nil, time.Minute), idempotency.ErrLeaseLost, "%d", i)
+					assert.ErrorIs(t, r.store.Fail(ctx, key, other, time.Minute), idempotency.ErrLeaseLost, "%d", i)
+					assert.NoError(t, r.store.Release(ctx, key, other), "%d", i)
+					again, err := s.Claim(ctx, key, idempotency.ClaimRequest{Token: other, Lease: time.Minute, TTL: time.Minute})
+					require.NoError(t, err)
+					assert.False(t, again.Acquired, "%d", i)
+				}
+			})
+			got, err := r.store.Get(ctx, key)
+			require.NoError(t, err)
+			assert.Equal(t, token, got.Token)
+			require.NoError(t, r.store.Renew(ctx, key, token, time.Minute))
+			require.NoError(t, r.store.Complete(ctx, key, token, nil, time.Minute))
+			untouched(t, r.client, key, func() {
+				for _, other := range near {
+					if other != "" {
+						assert.ErrorIs(t, r.store.Complete(ctx, key, other, nil, time.Minute), idempotency.ErrLeaseLost, "%d", i)
+					}
+				}
+				assert.NoError(t, r.store.Complete(ctx, key, token, nil, time.Minute), "%d resent", i)
+			})
+		}
+	}
+}
+
+// TestWidestFieldsThroughTheFastSections holds an IN_PROGRESS string whose
+// lease deadline and retention are the widest the 6-byte fields hold (a
+// deadline in the year 10889): the fast renewal adds the retention to the
+// new lease in Lua and sends it as PX (a double written out by Redis: it
+// must stay an integer, not 2.8e+14), and the completion keeps the created
+// and updated times.
+func TestWidestFieldsThroughTheFastSections(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	const widest = 1<<48 - 1
+	key := "widest"
+	require.NoError(t, r.client.Set(ctx, key, pf('P', 1, widest, widest, widest, widest, "tok", nil), time.Hour).Err())
+	rec, err := r.store.Get(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, time.UnixMilli(widest), rec.LeaseExpiresAt)
+	require.NoError(t, r.store.Renew(ctx, key, "tok", idempotency.MaxTTL))
+	pttl, err := r.client.Do(ctx, "pttl", key).Int64() // in ms: more than a time.Duration holds
+	require.NoError(t, err)
+	assert.InDelta(t, float64(idempotency.MaxTTL.Milliseconds()+widest), float64(pttl), float64(time.Minute.Milliseconds()), "the new lease + the retention")
+	require.NoError(t, r.store.Complete(ctx, key, "tok", []byte("r"), time.Hour))
+	done, err := r.store.Get(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateCompleted, done.State)
+	assert.Equal(t, time.UnixMilli(widest), done.CreatedAt)
+	assert.Equal(t, time.UnixMilli(widest), done.UpdatedAt, "updated never before created, the clock being earlier")
+}
+
+// TestCompletedMemoryOnEveryPath completes 48-byte keys without output or
+// fingerprint along every path that writes a COMPLETED string (the fast
+// sections, the codec after a resent claim, a FAILED record, a lapsed lease
+// and a HASH of an earlier version): each costs the same memory, under the
+// 150 bytes the package promises.
+func TestCompletedMemoryOnEveryPath(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	key := func(name string) string { return name + strings.Repeat("k", 48-len(name)) }
+	paths := map[string]func(key string) string{
+		"fast": func(k string) string {
+			req := claimReq(time.Minute, nil)
+			_, err := r.store.Claim(ctx, k, req)
+			require.NoError(t, err)
+			return req.Token
+		},
+		"before7": func(k string) string {
+			req := claimReq(time.Minute, nil)
+			_, err := r.before7.Claim(ctx, k, req)
+			require.NoError(t, err)
+			return req.Token
+		},
+		"resent claim": func(k string) string {
+			req := claimReq(time.Minute, nil)
+			for range 2 {
+				_, err := r.store.Claim(ctx, k, req)
+				require.NoError(t, err)
+			}
+			return req.Token
+		},
+		"after a fail": func(k string) string {
+			req := claimReq(time.Minute, nil)
+			_, err := r.store.Claim(ctx, k, req)
+			require.NoError(t, err)
+			require.NoError(t, r.store.Fail(ctx, k, req.Token, time.Hour))
+			req = claimReq(time.Minute, nil)
+			_, err = r.store.Claim(ctx, k, req)
+			require.NoError(t, err)
+			return req.Token
+		},
+		"hash": func(k string) string {
+			live := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+			require.NoError(t, r.client.HSet(ctx, k, "s", "P", "o", "tok", "a", "1", "c", "1000", "u", "2000", "l", live, "r", "60000").Err())
+			return "tok"
+		},
+		"renewed hash": func(k string) string {
+			live := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+			require.NoError(t, r.client.HSet(ctx, k, "s", "P", "o", "tok", "a", "1", "c", "1000", "u", "2000", "l", live, "r", "60000").Err())
+			require.NoError(t, r.store.Renew(ctx, k, "tok", time.Minute))
+			return "tok"
+		},
+	}
+	usage := map[string]int64{}
+	for name, claim := range paths {
+		k := key("mem:" + name + ":")
+		token := claim(k)
+		require.NoError(t, r.store.Complete(ctx, k, token, nil, time.Hour))
+		raw, err := r.client.Get(ctx, k).Bytes()
+		require.NoError(t, err)
+		require.Len(t, raw, 26, name)
+		usage[name], err = r.client.MemoryUsage(ctx, k).Result()
+		require.NoError(t, err)
+		assert.Less(t, usage[name], int64(150), "%s: MEMORY USAGE of a COMPLETED 48-byte key", name)
+	}
+	t.Logf("MEMORY USAGE by path: %v", usage)
+	for name, n := range usage {
+		assert.Equal(t, usage["fast"], n, "%s costs what the fast path costs", name)
+	}
 }
