@@ -130,9 +130,6 @@ func corruptReason(t *testing.T, err error) string {
 	return reason
 }
 
-// u48 appends the 6-byte big-endian form of v.
-func u48(b []byte, v uint64) []byte { return append(b, binary.BigEndian.AppendUint64(nil, v)[2:]...) }
-
 // cHeader is a COMPLETED header up to the owner hash (25 bytes), owned by
 // "tok", with the fields given.
 func cHeader(attempts uint32, created, updated uint64) []byte {
