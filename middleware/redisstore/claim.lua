@@ -35,8 +35,10 @@ if rec then
     store_pf(KEYS[1], rec, lease + ttl)
     return {1, 'P', rec.attempts, rec.created, rec.updated, now + lease, rec.fp, '', token}
   end
-  -- FAILED, or a lease that lapsed: one more attempt of the same record.
-  attempts = rec.attempts + 1
+  -- FAILED, or a lease that lapsed: one more attempt of the same record,
+  -- counted no further than the 4 bytes of the string hold (one more would
+  -- be written as 0, a record the codec refuses).
+  attempts = math.min(rec.attempts + 1, MAX_U32)
   created = rec.created
   updated = math.max(now, rec.updated) -- a clock stepped back keeps updated >= created
   if fp == '' then fp = rec.fp end

@@ -84,7 +84,8 @@
 // Decoding is strict. A value under a key that is not a record of this
 // store — another type, a string without a tag, shorter than its header or
 // of the wrong length, text, JSON, a hash without a state or with a field
-// that is not a decimal number, an IN_PROGRESS record without its token —
+// that is not a decimal number below 2^48 (what the string it is rewritten
+// as holds), an IN_PROGRESS record without its token —
 // makes the script answer the error "IDEMPOTENCY_CORRUPT <reason>" (counted
 // by Redis as errorstat_IDEMPOTENCY_CORRUPT) without writing anything; a
 // COMPLETED string that a claim's fast section returns is checked by the

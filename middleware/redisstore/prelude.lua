@@ -8,7 +8,7 @@
 --   offset  size  field
 --   0       1     tag 0xC0 (never a byte of UTF-8 text)
 --   1       1     state 'P' (IN_PROGRESS) or 'F' (FAILED)
---   2       4     attempts, >= 1
+--   2       4     attempts, >= 1 (a claim counts no further than 2^32 - 1)
 --   6       6     created, > 0
 --   12      6     updated, >= created
 --   18      6     lease deadline (P: > 0; F: 0)
@@ -29,8 +29,8 @@
 --
 -- Records of earlier versions hold IN_PROGRESS and FAILED in a HASH (s the
 -- state, o owner, a attempts, c created, u updated, l lease deadline, r
--- retention, f fingerprint; decimal fields); they are read as such, and the
--- next transition writes the string.
+-- retention, f fingerprint; decimal fields, below 2^48 as the string's are);
+-- they are read as such, and the next transition writes the string.
 --
 -- COMPLETED, most of the keys a busy service holds: a compact STRING
 --   offset  size  field
@@ -48,8 +48,8 @@
 -- The header is 26 bytes (30 with the long fingerprint length).
 --
 -- Anything else under the key (another type, a string without a tag, too
--- short or of the wrong length, a hash without s or with non-numeric
--- fields) is corrupt: the
+-- short or of the wrong length, a hash without s or with non-numeric or
+-- too wide fields) is corrupt: the
 -- script answers the error reply "IDEMPOTENCY_CORRUPT <reason>" and writes
 -- nothing. Every check returns its reason instead of raising an error, so
 -- the reply carries no script position and reads the same on every Redis
@@ -60,6 +60,7 @@ local HEADER = 26
 local PF_TAG = '\192'
 local PF_HEADER = 38
 local MAX_U32 = 4294967295
+local MAX_U48 = 281474976710655
 
 local function corrupt(reason)
   return redis.error_reply('IDEMPOTENCY_CORRUPT ' .. reason)
@@ -71,13 +72,16 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- uint parses a decimal field strictly (digits only, exact in a double);
--- nil for a missing or malformed one.
+-- uint parses a decimal field of a hash strictly (digits only, at most
+-- 2^48 - 1: the widest field of the string layout, which the hash's next
+-- transition writes); nil for a missing, malformed or wider one.
 local function uint(v)
   if type(v) ~= 'string' or #v > 15 or not string.find(v, '^%d+$') then
     return nil
   end
-  return tonumber(v)
+  local n = tonumber(v)
+  if n > MAX_U48 then return nil end
+  return n
 end
 
 -- check_times validates the fields every record has.

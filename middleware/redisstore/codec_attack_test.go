@@ -1,0 +1,1352 @@
+package redisstore_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+)
+
+// The tests of this file attack the codec and the fast sections at the head
+// of claim, complete and renew (claimfast.lua, completefast.lua,
+// renewfast.lua): values that only the codec rejects, records of earlier
+// versions (HASH) in every state, lost replies of the fast paths, TTL clamps,
+// odd keys and sizes. They run on a private Redis, whose count of writes
+// (rdb_changes_since_last_save, persistence being off) shows that a call
+// wrote nothing, and every claim is made on both paths of claimfast.lua: SET
+// NX GET (Redis 7) and GET, then SET (Redis 5 and 6).
+
+// codecRedis is a private Redis with a store on it, and the same store
+// claiming on the path of Redis 5 and 6.
+type codecRedis struct {
+	client  *redis.Client
+	store   *redisstore.Store
+	before7 *redisstore.Store
+}
+
+func startCodecRedis(t *testing.T, extraArgs ...string) *codecRedis {
+	t.Helper()
+	srv := testserver.StartRedis(t, extraArgs...)
+	return newCodecRedis(t, srv.Addr)
+}
+
+func newCodecRedis(t *testing.T, addr string) *codecRedis {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: addr})
+	t.Cleanup(func() { _ = client.Close() })
+	r := &codecRedis{client: client}
+	var err error
+	r.store, err = redisstore.New(client)
+	require.NoError(t, err)
+	r.before7, err = redisstore.New(client)
+	require.NoError(t, err)
+	redisstore.ClaimAsBefore7(r.before7)
+	loadEveryScript(t, r.store, r.before7)
+	return r
+}
+
+// loadEveryScript loads every script, the claim of Redis 5 and 6 included,
+// so that no call of a test meets NOSCRIPT.
+func loadEveryScript(t *testing.T, s, before7 *redisstore.Store) {
+	t.Helper()
+	loadScripts(t, s)
+	_, err := before7.Claim(context.Background(), "warm-before7", claimReq(time.Minute, nil))
+	require.NoError(t, err)
+}
+
+// claimers are the two paths of claimfast.lua.
+func (r *codecRedis) claimers() map[string]*redisstore.Store {
+	return map[string]*redisstore.Store{"redis7": r.store, "before7": r.before7}
+}
+
+// writes is the server's count of changes to its data: it stays the same
+// across calls that wrote nothing (a SET NX that found the key, a refused
+// transition), and grows by one per SET, PEXPIRE or DEL.
+func writes(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "persistence").Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "rdb_changes_since_last_save:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatal("no rdb_changes_since_last_save in INFO persistence")
+	return 0
+}
+
+// dump is a key's serialized value, "" when the key is absent.
+func dump(t *testing.T, c *redis.Client, key string) string {
+	t.Helper()
+	v, err := c.Dump(context.Background(), key).Result()
+	if errors.Is(err, redis.Nil) {
+		return ""
+	}
+	require.NoError(t, err)
+	return v
+}
+
+// untouched runs calls and checks that they left key as it was and wrote
+// nothing at all.
+func untouched(t *testing.T, c *redis.Client, key string, calls func()) {
+	t.Helper()
+	ctx := context.Background()
+	before, n := dump(t, c, key), writes(t, c)
+	ttl, err := c.PTTL(ctx, key).Result()
+	require.NoError(t, err)
+	calls()
+	assert.Equal(t, before, dump(t, c, key), "the value is unchanged")
+	assert.Equal(t, n, writes(t, c), "nothing was written")
+	after, err := c.PTTL(ctx, key).Result()
+	require.NoError(t, err)
+	if ttl < 0 {
+		assert.Equal(t, ttl, after, "no expiry given")
+	} else {
+		assert.InDelta(t, float64(ttl), float64(after), float64(time.Second), "the expiry is unchanged")
+	}
+}
+
+// corruptReason is what follows "corrupt record: " in err.
+func corruptReason(t *testing.T, err error) string {
+	t.Helper()
+	require.ErrorIs(t, err, idempotency.ErrCorruptRecord)
+	_, reason, ok := strings.Cut(err.Error(), "corrupt record: ")
+	require.True(t, ok, err.Error())
+	return reason
+}
+
+// cHeader is a COMPLETED header up to the owner hash (25 bytes), owned by
+// "tok", with the fields given.
+func cHeader(attempts uint32, created, updated uint64) []byte {
+	return completed(attempts, created, updated, "tok", nil, nil)[:25]
+}
+
+func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+
+// TestCorruptValuesPastTheFastSections writes values that the fast sections
+// must let through to the codec, or (a COMPLETED string that a claim
+// returns) to the store's Go decoding: each is ErrCorruptRecord from every
+// method, on both claim paths, with the token the value names, and nothing
+// is written (not the value, not an expiry, nothing else); the reason a
+// claim gives is the codec's, and Delete removes the value.
+func TestCorruptValuesPastTheFastSections(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	good := pf('P', 1, 1000, 2000, 1<<46, 60000, "tok", []byte("fp"))
+	withOwnerLength := func(n uint32) []byte {
+		v := bytes.Clone(good)
+		binary.BigEndian.PutUint32(v[30:34], n)
+		return v
+	}
+	withFingerprintLength := func(m uint32) []byte {
+		v := bytes.Clone(good)
+		binary.BigEndian.PutUint32(v[37:41], m)
+		return v
+	}
+	str := func(v []byte) func(key string) error {
+		return func(key string) error { return r.client.Set(ctx, key, v, 0).Err() }
+	}
+	cases := map[string]func(key string) error{
+		"empty string":                          str(nil),
+		"pf tag alone":                          str([]byte{0xC0}),
+		"pf tag and state, 37 bytes":            str(append([]byte{0xC0, 'P'}, make([]byte, 35)...)),
+		"pf header cut after the owner":         str(good[:37]),
+		"pf fingerprint length cut":             str(good[:40]),
+		"pf owner length u32 max":               str(withOwnerLength(math.MaxUint32)),
+		"pf owner length 2^31":                  str(withOwnerLength(1 << 31)),
+		"pf owner length one more":              str(withOwnerLength(4)),
+		"pf owner length one less":              str(withOwnerLength(2)),
+		"pf owner length zero":                  str(withOwnerLength(0)),
+		"pf fingerprint length one more":        str(withFingerprintLength(3)),
+		"pf fingerprint length one less":        str(withFingerprintLength(1)),
+		"pf fingerprint length u32 max":         str(withFingerprintLength(math.MaxUint32)),
+		"pf fingerprint length 2^31":            str(withFingerprintLength(1 << 31)),
+		"pf lowercase state":                    str(append([]byte{0xC0, 'p'}, good[2:]...)),
+		"pf completed state":                    str(append([]byte{0xC0, 'C'}, good[2:]...)),
+		"pf zero attempts":                      str(pf('P', 0, 1000, 2000, 1<<46, 60000, "tok", nil)),
+		"pf zero created":                       str(pf('P', 1, 0, 2000, 1<<46, 60000, "tok", nil)),
+		"pf updated before created":             str(pf('P', 1, 2000, 1999, 1<<46, 60000, "tok", nil)),
+		"pf zero lease":                         str(pf('P', 1, 1000, 2000, 0, 60000, "tok", nil)),
+		"pf zero retention":                     str(pf('P', 1, 1000, 2000, 1<<46, 0, "tok", nil)),
+		"pf failed with a lease":                str(pf('F', 1, 1000, 2000, 1<<46, 0, "tok", nil)),
+		"pf failed with a retention, no owner":  str(pf('F', 1, 1000, 2000, 0, 1, "", nil)),
+		"completed 25 bytes":                    str(cHeader(1, 1000, 2000)),
+		"completed 26 bytes, long length":       str(cat(cHeader(1, 1000, 2000), []byte{255})),
+		"completed 29 bytes, long length":       str(cat(cHeader(1, 1000, 2000), []byte{255, 0, 0, 1})),
+		"completed long length 254":             str(cat(cHeader(1, 1000, 2000), []byte{255, 0, 0, 0, 254}, make([]byte, 254))),
+		"completed long length 0":               str(cat(cHeader(1, 1000, 2000), []byte{255, 0, 0, 0, 0})),
+		"completed long length overruns":        str(cat(cHeader(1, 1000, 2000), []byte{255, 0, 0, 0, 255}, make([]byte, 254))),
+		"completed long length u32 max":         str(cat(cHeader(1, 1000, 2000), []byte{255, 255, 255, 255, 255}, make([]byte, 300))),
+		"completed 26 bytes, fingerprint of 1":  str(cat(cHeader(1, 1000, 2000), []byte{1})),
+		"completed 26 bytes, zero attempts":     str(completed(0, 1000, 2000, "tok", nil, nil)),
+		"completed 26 bytes, zero created":      str(completed(1, 0, 2000, "tok", nil, nil)),
+		"completed 26 bytes, updated too early": str(completed(1, 2000, 1999, "tok", nil, nil)),
+		"completed, updated too early, result":  str(completed(1, 2000, 1999, "tok", []byte("fp"), []byte("result"))),
+		"completed tag then text":               str(append([]byte{0xC1}, strings.Repeat("x", 40)...)),
+		"zset":                                  func(key string) error { return r.client.ZAdd(ctx, key, redis.Z{Score: 1, Member: "a"}).Err() },
+		"list":                                  func(key string) error { return r.client.RPush(ctx, key, "\xC1").Err() },
+		"set":                                   func(key string) error { return r.client.SAdd(ctx, key, "a").Err() },
+		"text":                                  str([]byte(strings.Repeat("not a record, ", 8))),
+		"integer":                               str([]byte("12345678901234567890123456789012345678")),
+		"hash without state": func(key string) error {
+			return r.client.HSet(ctx, key, "o", "tok", "a", "1", "c", "1", "u", "1").Err()
+		},
+		"stream": func(key string) error {
+			return r.client.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []string{"s", "P"}}).Err()
+		},
+		"hash in progress, lease 0": func(key string) error {
+			return r.client.HSet(ctx, key, "s", "P", "o", "tok", "a", "1", "c", "1", "u", "1", "l", "0", "r", "1").Err()
+		},
+		"hash failed, retention 0": func(key string) error {
+			return r.client.HSet(ctx, key, "s", "F", "o", "tok", "a", "1", "c", "1", "u", "1", "r", "0").Err()
+		},
+		"hash with 16 digits": func(key string) error {
+			return r.client.HSet(ctx, key, "s", "F", "a", "1", "c", "1000000000000000", "u", "1000000000000000").Err()
+		},
+	}
+	for name, put := range cases {
+		t.Run(name, func(t *testing.T) {
+			key := "corrupt:" + name
+			require.NoError(t, put(key))
+			var reasons []string
+			untouched(t, r.client, key, func() {
+				_, err := r.store.Get(ctx, key)
+				reasons = append(reasons, corruptReason(t, err))
+				for path, s := range r.claimers() {
+					for _, token := range []string{"tok", "other"} {
+						_, err := s.Claim(ctx, key, idempotency.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute})
+						assert.ErrorIs(t, err, idempotency.ErrCorruptRecord, "claim on the %s path by %s", path, token)
+						assert.ErrorContains(t, err, "redisstore: claim \""+key+"\": idempotency: corrupt record: ")
+						if err != nil {
+							reasons = append(reasons, corruptReason(t, err))
+						}
+					}
+				}
+				assert.ErrorIs(t, r.store.Renew(ctx, key, "tok", time.Minute), idempotency.ErrCorruptRecord, "renew")
+				assert.ErrorIs(t, r.store.Complete(ctx, key, "tok", []byte("r"), time.Minute), idempotency.ErrCorruptRecord, "complete")
+				assert.ErrorIs(t, r.store.Fail(ctx, key, "tok", time.Minute), idempotency.ErrCorruptRecord, "fail")
+				assert.ErrorIs(t, r.store.Release(ctx, key, "tok"), idempotency.ErrCorruptRecord, "release")
+			})
+			for _, reason := range reasons[1:] {
+				assert.Equal(t, reasons[0], reason, "a claim gives the reason Get gives")
+			}
+			t.Log(reasons[0])
+			require.NoError(t, r.store.Delete(ctx, key))
+			assert.Empty(t, dump(t, r.client, key), "Delete removes a corrupt value")
+		})
+	}
+}
+
+// TestCompletedStringsDecodedAlikeInGoAndLua writes valid COMPLETED strings
+// at the edges of the layout: a claim, on either path, returns the string
+// as it is and the store decodes it in Go; Get decodes it in Lua. The two
+// records must be the same, field by field (an empty result as empty, not
+// nil), whatever fingerprint the claim carries; nothing is written, and
+// the owner's resent Complete and Renew are answered from the record.
+func TestCompletedStringsDecodedAlikeInGoAndLua(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	const maxU48 = 1<<48 - 1
+	big := bytes.Repeat([]byte{0xC1, 0, 'x', 0xFF}, 3<<18) // 3 MiB
+	cases := map[string][]byte{
+		"26 bytes":                        completed(1, 1000, 1000, "tok", nil, nil),
+		"widest fields":                   completed(math.MaxUint32, maxU48, maxU48, "tok", nil, nil),
+		"fingerprint of 254, short form":  completed(2, 1000, 2000, "tok", bytes.Repeat([]byte{255}, 254), []byte("r")),
+		"fingerprint of 255, long form":   completed(2, 1000, 2000, "tok", bytes.Repeat([]byte{255}, 255), nil),
+		"long form fills the value":       completed(2, 1000, 2000, "tok", bytes.Repeat([]byte{0}, 300), nil),
+		"result of a few MB":              completed(3, 1000, 2000, "tok", []byte("fp"), big),
+		"fingerprint of a few MB":         completed(3, 1000, 2000, "tok", big, []byte("r")),
+		"result looks like a pf record":   completed(1, 1000, 2000, "tok", nil, pf('P', 1, 1, 1, 1, 1, "tok", nil)),
+		"result is a completed string":    completed(1, 1000, 2000, "tok", []byte("fp"), completed(1, 1, 1, "x", nil, nil)),
+		"fingerprint and result all 0xC1": completed(1, 1000, 2000, "tok", bytes.Repeat([]byte{0xC1}, 255), bytes.Repeat([]byte{0xC1}, 26)),
+	}
+	for name, v := range cases {
+		t.Run(name, func(t *testing.T) {
+			key := "completed:" + name
+			require.NoError(t, r.client.Set(ctx, key, v, time.Hour).Err())
+			untouched(t, r.client, key, func() {
+				want, err := r.store.Get(ctx, key)
+				require.NoError(t, err)
+				require.Equal(t, idempotency.StateCompleted, want.State)
+				require.NotNil(t, want.Result, "Get's result is never nil")
+				for path, s := range r.claimers() {
+					for _, fp := range [][]byte{nil, []byte("fp"), want.Fingerprint, []byte("other")} {
+						res, err := s.Claim(ctx, key, claimReq(time.Minute, fp))
+						require.NoError(t, err, path)
+						assert.False(t, res.Acquired, path)
+						assert.Equal(t, want, res.Record, "the claim on the %s path decodes as Get does", path)
+					}
+				}
+				assert.NoError(t, r.store.Complete(ctx, key, "tok", []byte("other result"), time.Minute), "a resent Complete")
+				assert.ErrorIs(t, r.store.Renew(ctx, key, "tok", time.Minute), idempotency.ErrCompletedByOwner)
+				assert.ErrorIs(t, r.store.Complete(ctx, key, "other", nil, time.Minute), idempotency.ErrLeaseLost)
+				assert.ErrorIs(t, r.store.Renew(ctx, key, "other", time.Minute), idempotency.ErrLeaseLost)
+				assert.ErrorIs(t, r.store.Fail(ctx, key, "tok", time.Minute), idempotency.ErrLeaseLost)
+				assert.NoError(t, r.store.Release(ctx, key, "tok"))
+			})
+		})
+	}
+}
+
+// TestFastPathsAtTheEdgesOfSizes claims, renews and completes through the
+// fast sections with fingerprints and results of 0 bytes, of 254 and 255
+// (where the COMPLETED string's fingerprint length takes its long form) and
+// of a few MB: each step leaves the documented bytes, and a later claim
+// (decoded in Go) and Get (decoded in Lua) read the same record.
+func TestFastPathsAtTheEdgesOfSizes(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	ms := func(at time.Time) uint64 { return uint64(at.UnixMilli()) }
+	few := bytes.Repeat([]byte{0, 0xC0, 0xC1, 'P'}, 1<<19) // 2 MiB
+	sizes := map[string]struct{ fp, result []byte }{
+		"empty":                   {nil, nil},
+		"empty result, fp":        {[]byte("fp"), []byte{}},
+		"fp of 254":               {bytes.Repeat([]byte("f"), 254), []byte("r")},
+		"fp of 255":               {bytes.Repeat([]byte("f"), 255), []byte("r")},
+		"fp of 256":               {bytes.Repeat([]byte("f"), 256), nil},
+		"result of a few MB":      {[]byte("fp"), few},
+		"fp of a few MB":          {few, []byte("r")},
+		"both of a few MB":        {few, few},
+		"fp of one byte 0xC1":     {[]byte{0xC1}, []byte{0xC0}},
+		"result of 26 bytes 0xC1": {nil, bytes.Repeat([]byte{0xC1}, 26)},
+	}
+	for name, size := range sizes {
+		for path, s := range r.claimers() {
+			t.Run(name+"/"+path, func(t *testing.T) {
+				key := "sizes:" + path + ":" + name
+				req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Hour, Fingerprint: size.fp}
+				n := writes(t, r.client)
+				res, err := s.Claim(ctx, key, req)
+				require.NoError(t, err)
+				require.True(t, res.Acquired)
+				assert.Equal(t, n+1, writes(t, r.client), "a fresh claim is one write")
+				raw, err := r.client.Get(ctx, key).Bytes()
+				require.NoError(t, err)
+				rec := res.Record
+				assert.True(t, bytes.Equal(pf('P', 1, ms(rec.CreatedAt), ms(rec.UpdatedAt), ms(rec.LeaseExpiresAt), uint64(time.Hour.Milliseconds()), req.Token, size.fp), raw),
+					"the claim's IN_PROGRESS string")
+				got, err := r.store.Get(ctx, key)
+				require.NoError(t, err)
+				assert.Equal(t, rec, got, "Get reads what the claim reported")
+
+				n = writes(t, r.client)
+				require.NoError(t, r.store.Renew(ctx, key, req.Token, 2*time.Minute))
+				assert.Equal(t, n+1, writes(t, r.client), "a renewal is one write")
+				renewed, err := r.store.Get(ctx, key)
+				require.NoError(t, err)
+				raw, err = r.client.Get(ctx, key).Bytes()
+				require.NoError(t, err)
+				assert.True(t, bytes.Equal(pf('P', 1, ms(rec.CreatedAt), ms(rec.UpdatedAt), ms(renewed.LeaseExpiresAt), uint64(time.Hour.Milliseconds()), req.Token, size.fp), raw),
+					"the renewal moved the deadline alone")
+
+				n = writes(t, r.client)
+				require.NoError(t, r.store.Complete(ctx, key, req.Token, size.result, 3*time.Hour))
+				assert.Equal(t, n+1, writes(t, r.client), "a completion is one write")
+				done, err := r.store.Get(ctx, key)
+				require.NoError(t, err)
+				raw, err = r.client.Get(ctx, key).Bytes()
+				require.NoError(t, err)
+				assert.True(t, bytes.Equal(completed(1, ms(rec.CreatedAt), ms(done.UpdatedAt), req.Token, size.fp, size.result), raw),
+					"the COMPLETED string")
+				pttl, err := r.client.PTTL(ctx, key).Result()
+				require.NoError(t, err)
+				assert.Greater(t, pttl, 2*time.Hour)
+				assert.LessOrEqual(t, pttl, 3*time.Hour)
+				assert.True(t, bytes.Equal(size.fp, done.Fingerprint) && bytes.Equal(size.result, done.Result), "fingerprint and result kept")
+
+				untouched(t, r.client, key, func() {
+					dup, err := s.Claim(ctx, key, claimReq(time.Minute, size.fp))
+					require.NoError(t, err)
+					assert.False(t, dup.Acquired)
+					assert.Equal(t, done, dup.Record, "the duplicate's claim reads what Get reads")
+					require.NoError(t, r.store.Complete(ctx, key, req.Token, size.result, 3*time.Hour), "resent")
+				})
+			})
+		}
+	}
+}
+
+// legacyHash is an IN_PROGRESS or FAILED record of an earlier version, a
+// HASH, of attempt 2, created at 1000 and updated at 2000, fingerprint
+// "fp".
+type legacyHash struct {
+	name   string
+	fields []string
+	// state is how the record reads; claimable whether a claim by another
+	// token takes it (as attempt 3); owned whether "tok" holds a live lease;
+	// failedBy whether "tok" failed it (so that its resent Fail succeeds).
+	state              idempotency.State
+	claimable, owned   bool
+	failedBy, hasLease bool
+}
+
+func legacyHashes() []legacyHash {
+	live := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+	base := []string{"a", "2", "c", "1000", "u", "2000", "f", "fp"}
+	return []legacyHash{
+		{name: "live", fields: append([]string{"s", "P", "o", "tok", "l", live, "r", "60000"}, base...),
+			state: idempotency.StateInProgress, owned: true, hasLease: true},
+		{name: "lapsed", fields: append([]string{"s", "P", "o", "tok", "l", "3000", "r", "60000"}, base...),
+			state: idempotency.StateFailed, claimable: true, hasLease: true},
+		{name: "failed by tok", fields: append([]string{"s", "F", "o", "tok"}, base...),
+			state: idempotency.StateFailed, claimable: true, failedBy: true},
+		{name: "failed by a release", fields: append([]string{"s", "F"}, base...),
+			state: idempotency.StateFailed, claimable: true},
+		// Fail of an earlier version left l and r in place.
+		{name: "failed with lease fields", fields: append([]string{"s", "F", "o", "tok", "l", live, "r", "60000"}, base...),
+			state: idempotency.StateFailed, claimable: true, failedBy: true},
+	}
+}
+
+func (h legacyHash) put(t *testing.T, c *redis.Client, key string) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, c.HSet(ctx, key, h.fields).Err())
+	require.NoError(t, c.PExpire(ctx, key, 10*time.Minute).Err())
+}
+
+// TestLegacyHashesThroughEveryMethod puts a HASH record of an earlier
+// version in each state and sends it every method twice (the second a
+// resend, as go-redis sends after a lost reply), claims on both paths: the
+// answers are those of the same record as a string, a refused or
+// unchanged transition writes nothing, and a transition writes the string
+// with the hash's attempts, created time and fingerprint.
+func TestLegacyHashesThroughEveryMethod(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	str := func(t *testing.T, key string) []byte {
+		t.Helper()
+		typ, err := r.client.Type(ctx, key).Result()
+		require.NoError(t, err)
+		require.Equal(t, "string", typ, "the transition wrote the string layout")
+		v, err := r.client.Get(ctx, key).Bytes()
+		require.NoError(t, err)
+		return v
+	}
+	kept := func(t *testing.T, rec idempotency.Record, attempts int) {
+		t.Helper()
+		assert.Equal(t, attempts, rec.Attempts)
+		assert.Equal(t, time.UnixMilli(1000), rec.CreatedAt)
+		assert.Equal(t, []byte("fp"), rec.Fingerprint)
+	}
+	for _, h := range legacyHashes() {
+		t.Run(h.name, func(t *testing.T) {
+			key := func(op string) string {
+				k := "legacy:" + h.name + ":" + op
+				h.put(t, r.client, k)
+				return k
+			}
+
+			t.Run("get", func(t *testing.T) {
+				k := key("get")
+				untouched(t, r.client, k, func() {
+					rec, err := r.store.Get(ctx, k)
+					require.NoError(t, err)
+					assert.Equal(t, h.state, rec.State)
+					kept(t, rec, 2)
+					if h.owned {
+						assert.Equal(t, "tok", rec.Token)
+					}
+					if h.name == "lapsed" {
+						assert.Equal(t, time.UnixMilli(3000), rec.LeaseExpiresAt, "a lapsed lease reads with its deadline")
+					}
+				})
+			})
+
+			for path, s := range r.claimers() {
+				t.Run("claim by another token/"+path, func(t *testing.T) {
+					k := key("claim-other-" + path)
+					req := claimReq(time.Minute, nil)
+					if !h.claimable {
+						untouched(t, r.client, k, func() {
+							for range 2 {
+								res, err := s.Claim(ctx, k, req)
+								require.NoError(t, err)
+								assert.False(t, res.Acquired, "a live lease of an earlier version is held")
+								assert.Equal(t, h.state, res.Record.State)
+								assert.Empty(t, res.Record.Token)
+							}
+						})
+						return
+					}
+					first, err := s.Claim(ctx, k, req)
+					require.NoError(t, err)
+					require.True(t, first.Acquired)
+					kept(t, first.Record, 3)
+					resent, err := s.Claim(ctx, k, req)
+					require.NoError(t, err)
+					require.True(t, resent.Acquired, "the resent claim re-acquires")
+					kept(t, resent.Record, 3)
+					raw := str(t, k)
+					assert.Equal(t, []byte{0xC0, 'P', 0, 0, 0, 3}, raw[:6])
+					require.NoError(t, r.store.Complete(ctx, k, req.Token, []byte("out"), time.Hour))
+					assert.ErrorIs(t, r.store.Complete(ctx, k, "tok", nil, time.Hour), idempotency.ErrLeaseLost, "the hash's owner is fenced")
+					assert.ErrorIs(t, r.store.Fail(ctx, k, "tok", time.Hour), idempotency.ErrLeaseLost, "the hash's owner is fenced")
+				})
+
+				t.Run("claim by its owner/"+path, func(t *testing.T) {
+					k := key("claim-tok-" + path)
+					req := idempotency.ClaimRequest{Token: "tok", Lease: time.Minute, TTL: time.Minute}
+					want := 3
+					if h.owned {
+						want = 2 // this very claim, resent across the upgrade
+					}
+					for range 2 {
+						res, err := s.Claim(ctx, k, req)
+						require.NoError(t, err)
+						require.True(t, res.Acquired)
+						assert.Equal(t, "tok", res.Record.Token)
+						kept(t, res.Record, want)
+					}
+					str(t, k)
+				})
+
+				t.Run("claim with another fingerprint/"+path, func(t *testing.T) {
+					k := key("claim-fp-" + path)
+					untouched(t, r.client, k, func() {
+						res, err := s.Claim(ctx, k, claimReq(time.Minute, []byte("other")))
+						require.NoError(t, err)
+						assert.False(t, res.Acquired)
+						assert.Equal(t, h.state, res.Record.State)
+						kept(t, res.Record, 2)
+					})
+				})
+			}
+
+			t.Run("renew", func(t *testing.T) {
+				k := key("renew")
+				if !h.owned {
+					untouched(t, r.client, k, func() {
+						for range 2 {
+							assert.ErrorIs(t, r.store.Renew(ctx, k, "tok", time.Minute), idempotency.ErrLeaseLost)
+						}
+					})
+					return
+				}
+				untouched(t, r.client, k, func() {
+					assert.ErrorIs(t, r.store.Renew(ctx, k, "other", time.Minute), idempotency.ErrLeaseLost)
+				})
+				for range 2 {
+					require.NoError(t, r.store.Renew(ctx, k, "tok", 2*time.Hour))
+				}
+				str(t, k)
+				pttl, err := r.client.PTTL(ctx, k).Result()
+				require.NoError(t, err)
+				assert.Greater(t, pttl, 2*time.Hour, "the key outlives the new lease by the hash's retention")
+				assert.LessOrEqual(t, pttl, 2*time.Hour+time.Minute)
+				rec, err := r.store.Get(ctx, k)
+				require.NoError(t, err)
+				assert.Equal(t, idempotency.StateInProgress, rec.State)
+				kept(t, rec, 2)
+			})
+
+			t.Run("complete", func(t *testing.T) {
+				k := key("complete")
+				if !h.owned {
+					untouched(t, r.client, k, func() {
+						for range 2 {
+							assert.ErrorIs(t, r.store.Complete(ctx, k, "tok", nil, time.Hour), idempotency.ErrLeaseLost)
+						}
+					})
+					return
+				}
+				require.NoError(t, r.store.Complete(ctx, k, "tok", []byte("out"), time.Hour))
+				untouched(t, r.client, k, func() {
+					require.NoError(t, r.store.Complete(ctx, k, "tok", []byte("out"), time.Hour), "resent")
+					assert.ErrorIs(t, r.store.Renew(ctx, k, "tok", time.Minute), idempotency.ErrCompletedByOwner)
+				})
+				rec, err := r.store.Get(ctx, k)
+				require.NoError(t, err)
+				assert.Equal(t, idempotency.StateCompleted, rec.State)
+				assert.Equal(t, []byte("out"), rec.Result)
+				kept(t, rec, 2)
+				assert.Equal(t, completed(2, 1000, uint64(rec.UpdatedAt.UnixMilli()), "tok", []byte("fp"), []byte("out")), str(t, k))
+			})
+
+			t.Run("fail", func(t *testing.T) {
+				k := key("fail")
+				switch {
+				case h.owned:
+					require.NoError(t, r.store.Fail(ctx, k, "tok", time.Hour))
+					untouched(t, r.client, k, func() {
+						require.NoError(t, r.store.Fail(ctx, k, "tok", time.Hour), "resent")
+						assert.ErrorIs(t, r.store.Complete(ctx, k, "tok", nil, time.Hour), idempotency.ErrLeaseLost)
+					})
+					raw := str(t, k)
+					rec, err := r.store.Get(ctx, k)
+					require.NoError(t, err)
+					assert.Equal(t, pf('F', 2, 1000, uint64(rec.UpdatedAt.UnixMilli()), 0, 0, "tok", []byte("fp")), raw)
+				case h.failedBy:
+					untouched(t, r.client, k, func() {
+						for range 2 {
+							require.NoError(t, r.store.Fail(ctx, k, "tok", time.Hour), "a Fail resent across the upgrade")
+						}
+					})
+				default:
+					untouched(t, r.client, k, func() {
+						for range 2 {
+							assert.ErrorIs(t, r.store.Fail(ctx, k, "tok", time.Hour), idempotency.ErrLeaseLost)
+						}
+					})
+				}
+			})
+
+			t.Run("release", func(t *testing.T) {
+				k := key("release")
+				if !h.owned {
+					untouched(t, r.client, k, func() {
+						for range 2 {
+							require.NoError(t, r.store.Release(ctx, k, "tok"))
+						}
+					})
+					return
+				}
+				require.NoError(t, r.store.Release(ctx, k, "tok"))
+				untouched(t, r.client, k, func() {
+					require.NoError(t, r.store.Release(ctx, k, "tok"), "resent")
+					assert.ErrorIs(t, r.store.Fail(ctx, k, "tok", time.Hour), idempotency.ErrLeaseLost, "released: no owner")
+				})
+				rec, err := r.store.Get(ctx, k)
+				require.NoError(t, err)
+				assert.Equal(t, idempotency.StateFailed, rec.State)
+				kept(t, rec, 1)
+				assert.Equal(t, pf('F', 1, 1000, uint64(rec.UpdatedAt.UnixMilli()), 0, 0, "", []byte("fp")), str(t, k))
+				pttl, err := r.client.PTTL(ctx, k).Result()
+				require.NoError(t, err)
+				assert.InDelta(t, float64(time.Minute), float64(pttl), float64(time.Second), "the hash's retention from the release")
+			})
+		})
+	}
+}
+
+// lossyRedis is a private Redis seen through a proxy that can drop a
+// script's reply after the script ran (go-redis then resends it), and
+// directly.
+type lossyRedis struct {
+	*codecRedis // direct
+	proxy       *testserver.Proxy
+	lossy       *redisstore.Store
+	lossyB7     *redisstore.Store
+}
+
+func startLossyRedis(t *testing.T, opts redisstore.Options) *lossyRedis {
+	t.Helper()
+	srv := testserver.StartRedis(t)
+	l := &lossyRedis{codecRedis: newCodecRedis(t, srv.Addr), proxy: testserver.StartProxy(t, srv.Addr)}
+	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: l.proxy.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	var err error
+	l.lossy, err = redisstore.NewWithOptions(client, opts)
+	require.NoError(t, err)
+	l.lossyB7, err = redisstore.NewWithOptions(client, opts)
+	require.NoError(t, err)
+	redisstore.ClaimAsBefore7(l.lossyB7)
+	return l // newCodecRedis loaded every script on the server
+}
+
+// lossyClaimers are the two paths of claimfast.lua through the proxy.
+func (l *lossyRedis) lossyClaimers() map[string]*redisstore.Store {
+	return map[string]*redisstore.Store{"redis7": l.lossy, "before7": l.lossyB7}
+}
+
+// dropOnce runs call with the reply of its first script call on key dropped,
+// checks that exactly that reply was dropped (so the call's answer is the
+// resend's), and returns how many writes the first try and the resend made
+// together.
+func (l *lossyRedis) dropOnce(t *testing.T, key string, call func() error) (int64, error) {
+	t.Helper()
+	dropped, n := l.proxy.Dropped(), writes(t, l.client)
+	l.proxy.DropReply(testserver.Command("evalsha", key))
+	err := call()
+	require.Equal(t, dropped+1, l.proxy.Dropped(), "the first reply was dropped")
+	return writes(t, l.client) - n, err
+}
+
+// TestLostRepliesOfTheFastPaths drops the reply of a transition settled by
+// a fast section (or of one that found a HASH of an earlier version, and
+// went to the codec) after Redis ran it: go-redis resends the same script,
+// which now meets what the first try wrote and goes to the codec. The
+// resend must answer what the first try would have, count no attempt, and
+// write no second time where the transition is already done.
+func TestLostRepliesOfTheFastPaths(t *testing.T) {
+	modes := map[string]redisstore.Options{
+		"auto-pipelined": {},
+		"on its own":     {DisableAutoPipelining: true},
+		// Script and WAIT in one pipeline, resent whole; the test's Redis
+		// has no replica, so each WAIT falls short after its timeout.
+		"replica acknowledgement": {Replicas: 1, ReplicaTimeout: 10 * time.Millisecond},
+	}
+	for mode, opts := range modes {
+		t.Run(mode, func(t *testing.T) {
+			l := startLossyRedis(t, opts)
+			ctx := context.Background()
+
+			for path, s := range l.lossyClaimers() {
+				t.Run("fresh claim/"+path, func(t *testing.T) {
+					key := "lost:fresh:" + path
+					req := claimReq(time.Minute, []byte("fp"))
+					var res idempotency.ClaimResult
+					_, err := l.dropOnce(t, key, func() (err error) { res, err = s.Claim(ctx, key, req); return err })
+					require.NoError(t, err)
+					assert.True(t, res.Acquired, "the resend re-acquires its own claim")
+					assert.Equal(t, 1, res.Record.Attempts, "and counts no attempt")
+					assert.Equal(t, req.Token, res.Record.Token)
+					assert.Equal(t, []byte("fp"), res.Record.Fingerprint)
+					got, err := l.store.Get(ctx, key)
+					require.NoError(t, err)
+					assert.Equal(t, res.Record, got)
+				})
+
+				t.Run("claim of a completed key/"+path, func(t *testing.T) {
+					key := "lost:duplicate:" + path
+					require.NoError(t, l.client.Set(ctx, key, completed(2, 1000, 2000, "tok", []byte("fp"), []byte("out")), time.Hour).Err())
+					var res idempotency.ClaimResult
+					n, err := l.dropOnce(t, key, func() (err error) { res, err = s.Claim(ctx, key, claimReq(time.Minute, nil)); return err })
+					require.NoError(t, err)
+					assert.Zero(t, n, "neither try wrote")
+					assert.False(t, res.Acquired)
+					assert.Equal(t, idempotency.StateCompleted, res.Record.State)
+					assert.Equal(t, []byte("out"), res.Record.Result)
+				})
+
+				t.Run("claim of a lapsed hash/"+path, func(t *testing.T) {
+					key := "lost:lapsed-hash:" + path
+					legacyHashes()[1].put(t, l.client, key)
+					req := claimReq(time.Minute, nil)
+					var res idempotency.ClaimResult
+					_, err := l.dropOnce(t, key, func() (err error) { res, err = s.Claim(ctx, key, req); return err })
+					require.NoError(t, err)
+					assert.True(t, res.Acquired)
+					assert.Equal(t, 3, res.Record.Attempts, "one attempt more than the hash's, not two")
+					assert.Equal(t, time.UnixMilli(1000), res.Record.CreatedAt)
+				})
+			}
+
+			t.Run("complete", func(t *testing.T) {
+				key := "lost:complete"
+				req := claimReq(time.Minute, []byte("fp"))
+				_, err := l.lossy.Claim(ctx, key, req)
+				require.NoError(t, err)
+				n, err := l.dropOnce(t, key, func() error { return l.lossy.Complete(ctx, key, req.Token, []byte("out"), time.Hour) })
+				require.NoError(t, err, "the resent Complete succeeds")
+				assert.Equal(t, int64(1), n, "one write: the resend found the record completed by its token")
+				rec, err := l.store.Get(ctx, key)
+				require.NoError(t, err)
+				assert.Equal(t, idempotency.StateCompleted, rec.State)
+				assert.Equal(t, []byte("out"), rec.Result)
+			})
+
+			t.Run("renew", func(t *testing.T) {
+				key := "lost:renew"
+				req := claimReq(time.Minute, nil)
+				_, err := l.lossy.Claim(ctx, key, req)
+				require.NoError(t, err)
+				n, err := l.dropOnce(t, key, func() error { return l.lossy.Renew(ctx, key, req.Token, time.Hour) })
+				require.NoError(t, err, "the resent Renew renews again")
+				assert.Equal(t, int64(2), n)
+				rec, err := l.store.Get(ctx, key)
+				require.NoError(t, err)
+				assert.Equal(t, idempotency.StateInProgress, rec.State)
+				assert.True(t, rec.LeaseExpiresAt.After(time.Now().Add(59*time.Minute)))
+			})
+
+			t.Run("renew of a completed key", func(t *testing.T) {
+				// The renewal's first try lands, its reply is lost, and the owner's
+				// Complete is applied before the resend: the resend meets the
+				// owner's COMPLETED string.
+				key := "lost:renew-completed"
+				req := claimReq(time.Minute, nil)
+				_, err := l.lossy.Claim(ctx, key, req)
+				require.NoError(t, err)
+				require.NoError(t, l.store.Complete(ctx, key, req.Token, nil, time.Hour))
+				n, err := l.dropOnce(t, key, func() error { return l.lossy.Renew(ctx, key, req.Token, time.Hour) })
+				assert.ErrorIs(t, err, idempotency.ErrCompletedByOwner)
+				assert.Zero(t, n)
+			})
+
+			t.Run("complete of a live hash", func(t *testing.T) {
+				key := "lost:complete-hash"
+				legacyHashes()[0].put(t, l.client, key)
+				n, err := l.dropOnce(t, key, func() error { return l.lossy.Complete(ctx, key, "tok", []byte("out"), time.Hour) })
+				require.NoError(t, err)
+				assert.Equal(t, int64(1), n)
+				rec, err := l.store.Get(ctx, key)
+				require.NoError(t, err)
+				assert.Equal(t, idempotency.StateCompleted, rec.State)
+				assert.Equal(t, 2, rec.Attempts)
+			})
+
+			t.Run("fail of a live hash", func(t *testing.T) {
+				key := "lost:fail-hash"
+				legacyHashes()[0].put(t, l.client, key)
+				n, err := l.dropOnce(t, key, func() error { return l.lossy.Fail(ctx, key, "tok", time.Hour) })
+				require.NoError(t, err, "the resent Fail finds the FAILED string of its token")
+				assert.Equal(t, int64(1), n)
+				next, err := l.store.Claim(ctx, key, claimReq(time.Minute, nil))
+				require.NoError(t, err)
+				assert.True(t, next.Acquired)
+				assert.Equal(t, 3, next.Record.Attempts)
+			})
+
+			t.Run("release of a live hash", func(t *testing.T) {
+				key := "lost:release-hash"
+				legacyHashes()[0].put(t, l.client, key)
+				n, err := l.dropOnce(t, key, func() error { return l.lossy.Release(ctx, key, "tok") })
+				require.NoError(t, err)
+				assert.Equal(t, int64(1), n, "the resend undid nothing a second time")
+				rec, err := l.store.Get(ctx, key)
+				require.NoError(t, err)
+				assert.Equal(t, idempotency.StateFailed, rec.State)
+				assert.Equal(t, 1, rec.Attempts)
+			})
+
+			t.Run("renew of a live hash", func(t *testing.T) {
+				key := "lost:renew-hash"
+				legacyHashes()[0].put(t, l.client, key)
+				_, err := l.dropOnce(t, key, func() error { return l.lossy.Renew(ctx, key, "tok", time.Hour) })
+				require.NoError(t, err, "the resend renews the string the first try wrote")
+				require.NoError(t, l.store.Complete(ctx, key, "tok", nil, time.Hour))
+			})
+		})
+	}
+}
+
+// TestCompleteResentAfterTheLeaseLapsed: the owner's Complete is applied,
+// its lease would have lapsed since, and the Complete comes again (a resend
+// that waited out a slow network): it still succeeds, and the owner's
+// Renew is ErrCompletedByOwner, not ErrLeaseLost, from a string claim and
+// from a hash of an earlier version alike.
+func TestCompleteResentAfterTheLeaseLapsed(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	const lease = 30 * time.Millisecond
+
+	req := claimReq(lease, nil)
+	_, err := r.store.Claim(ctx, "lapsed-after:string", req)
+	require.NoError(t, err)
+	require.NoError(t, r.store.Complete(ctx, "lapsed-after:string", req.Token, []byte("out"), time.Hour))
+
+	far := strconv.FormatInt(time.Now().Add(lease).UnixMilli(), 10)
+	require.NoError(t, r.client.HSet(ctx, "lapsed-after:hash", "s", "P", "o", "tok", "a", "1", "c", "1000", "u", "1000", "l", far, "r", "60000").Err())
+	require.NoError(t, r.store.Complete(ctx, "lapsed-after:hash", "tok", []byte("out"), time.Hour))
+
+	time.Sleep(2 * lease)
+	for key, token := range map[string]string{"lapsed-after:string": req.Token, "lapsed-after:hash": "tok"} {
+		untouched(t, r.client, key, func() {
+			assert.NoError(t, r.store.Complete(ctx, key, token, []byte("out"), time.Hour), key)
+			assert.ErrorIs(t, r.store.Renew(ctx, key, token, lease), idempotency.ErrCompletedByOwner, key)
+			assert.ErrorIs(t, r.store.Fail(ctx, key, token, time.Hour), idempotency.ErrLeaseLost, key)
+			assert.ErrorIs(t, r.store.Complete(ctx, key, "other", nil, time.Hour), idempotency.ErrLeaseLost, key)
+		})
+	}
+}
+
+// TestOneMillisecondLease claims with the shortest lease there is (1 ns,
+// rounded up to 1 ms): once it has lapsed, the fast sections fence the
+// owner without writing (Renew and Complete answer ErrLeaseLost from
+// there), Fail and Release change nothing, and the next claim on either
+// path counts the lapsed attempt.
+func TestOneMillisecondLease(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	for path, s := range r.claimers() {
+		t.Run(path, func(t *testing.T) {
+			key := "1ms:" + path
+			req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Nanosecond, TTL: time.Minute}
+			res, err := s.Claim(ctx, key, req)
+			require.NoError(t, err)
+			require.True(t, res.Acquired)
+			assert.Equal(t, res.Record.CreatedAt.Add(time.Millisecond), res.Record.LeaseExpiresAt)
+			time.Sleep(5 * time.Millisecond)
+			untouched(t, r.client, key, func() {
+				assert.ErrorIs(t, r.store.Renew(ctx, key, req.Token, time.Nanosecond), idempotency.ErrLeaseLost)
+				assert.ErrorIs(t, r.store.Complete(ctx, key, req.Token, nil, time.Nanosecond), idempotency.ErrLeaseLost)
+				assert.ErrorIs(t, r.store.Fail(ctx, key, req.Token, time.Nanosecond), idempotency.ErrLeaseLost)
+				assert.NoError(t, r.store.Release(ctx, key, req.Token))
+				rec, err := r.store.Get(ctx, key)
+				require.NoError(t, err)
+				assert.Equal(t, idempotency.StateFailed, rec.State)
+				assert.Equal(t, res.Record.LeaseExpiresAt, rec.LeaseExpiresAt)
+			})
+			next, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
+			require.NoError(t, err)
+			require.True(t, next.Acquired)
+			assert.Equal(t, 2, next.Record.Attempts)
+		})
+	}
+}
+
+// TestTTLClampsThroughTheFastPaths claims, renews and completes with the
+// longest durations a caller can pass (time.Duration(math.MaxInt64), and
+// idempotency.MaxTTL itself), on both claim paths and from a HASH of an
+// earlier version: each is clamped to MaxTTL, the 6-byte fields hold the
+// deadline and the retention exactly, and the key's expiry is lease + TTL,
+// never an overflow into the past or a SET error.
+func TestTTLClampsThroughTheFastPaths(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	maxMs := uint64(idempotency.MaxTTL.Milliseconds())
+	ms := func(at time.Time) uint64 { return uint64(at.UnixMilli()) }
+	pttl := func(t *testing.T, key string) time.Duration {
+		t.Helper()
+		d, err := r.client.PTTL(ctx, key).Result()
+		require.NoError(t, err)
+		return d
+	}
+	for _, d := range []time.Duration{time.Duration(math.MaxInt64), idempotency.MaxTTL, idempotency.MaxTTL + 1} {
+		for path, s := range r.claimers() {
+			t.Run(d.String()+"/"+path, func(t *testing.T) {
+				key := "clamp:" + path + ":" + d.String()
+				req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: d, TTL: d}
+				res, err := s.Claim(ctx, key, req)
+				require.NoError(t, err)
+				require.True(t, res.Acquired)
+				rec := res.Record
+				assert.Equal(t, rec.CreatedAt.Add(idempotency.MaxTTL), rec.LeaseExpiresAt)
+				raw, err := r.client.Get(ctx, key).Bytes()
+				require.NoError(t, err)
+				assert.Equal(t, pf('P', 1, ms(rec.CreatedAt), ms(rec.CreatedAt), ms(rec.CreatedAt)+maxMs, maxMs, req.Token, nil), raw)
+				assert.InDelta(t, float64(2*idempotency.MaxTTL), float64(pttl(t, key)), float64(time.Minute), "lease + TTL")
+
+				require.NoError(t, r.store.Renew(ctx, key, req.Token, d))
+				got, err := r.store.Get(ctx, key)
+				require.NoError(t, err)
+				assert.Equal(t, idempotency.StateInProgress, got.State)
+				assert.InDelta(t, float64(time.Now().Add(idempotency.MaxTTL).UnixMilli()), float64(got.LeaseExpiresAt.UnixMilli()), float64(time.Minute.Milliseconds()))
+				assert.InDelta(t, float64(2*idempotency.MaxTTL), float64(pttl(t, key)), float64(time.Minute))
+
+				require.NoError(t, r.store.Complete(ctx, key, req.Token, []byte("r"), d))
+				assert.InDelta(t, float64(idempotency.MaxTTL), float64(pttl(t, key)), float64(time.Minute))
+				got, err = r.store.Get(ctx, key)
+				require.NoError(t, err)
+				assert.Equal(t, idempotency.StateCompleted, got.State)
+			})
+		}
+	}
+
+	t.Run("hash", func(t *testing.T) {
+		key := "clamp:hash"
+		legacyHashes()[0].put(t, r.client, key)
+		require.NoError(t, r.store.Renew(ctx, key, "tok", time.Duration(math.MaxInt64)))
+		assert.InDelta(t, float64(idempotency.MaxTTL+time.Minute), float64(pttl(t, key)), float64(time.Minute), "the new lease + the hash's retention")
+		require.NoError(t, r.store.Fail(ctx, key, "tok", time.Duration(math.MaxInt64)))
+		assert.InDelta(t, float64(idempotency.MaxTTL), float64(pttl(t, key)), float64(time.Minute))
+		res, err := r.store.Claim(ctx, key, idempotency.ClaimRequest{Token: "next", Lease: time.Duration(math.MaxInt64), TTL: time.Duration(math.MaxInt64)})
+		require.NoError(t, err)
+		require.True(t, res.Acquired)
+		assert.Equal(t, 3, res.Record.Attempts)
+		assert.InDelta(t, float64(2*idempotency.MaxTTL), float64(pttl(t, key)), float64(time.Minute))
+	})
+}
+
+// TestOddKeyBytes runs every transition, through the fast sections and the
+// codec, under keys of bytes that a script would mangle if a key were ever
+// spliced into its text or compared as text: NUL, the tag bytes, CR LF,
+// Lua pattern characters, quotes, invalid UTF-8, and a long key.
+func TestOddKeyBytes(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	keys := []string{"\x00", "\xC0P", "\xC1", "a\r\nb", "%d+$^.*[", "'\"]]--", "\xff\xfe", "{slot}", strings.Repeat("\xC0\x00", 500)}
+	for i, key := range keys {
+		for path, s := range r.claimers() {
+			key := key + ":" + path
+			req := claimReq(time.Minute, []byte(key))
+			res, err := s.Claim(ctx, key, req)
+			require.NoError(t, err, i)
+			require.True(t, res.Acquired, i)
+			require.NoError(t, r.store.Renew(ctx, key, req.Token, time.Minute), i)
+			require.NoError(t, r.store.Fail(ctx, key, req.Token, time.Minute), i)
+			req = claimReq(time.Minute, nil)
+			res, err = s.Claim(ctx, key, req)
+			require.NoError(t, err, i)
+			require.True(t, res.Acquired, i)
+			assert.Equal(t, 2, res.Record.Attempts, i)
+			require.NoError(t, r.store.Complete(ctx, key, req.Token, []byte(key), time.Minute), i)
+			dup, err := s.Claim(ctx, key, claimReq(time.Minute, []byte(key)))
+			require.NoError(t, err, i)
+			assert.False(t, dup.Acquired, i)
+			assert.Equal(t, []byte(key), dup.Record.Result, i)
+			assert.Equal(t, []byte(key), dup.Record.Fingerprint, i)
+			n, err := r.client.Exists(ctx, key).Result()
+			require.NoError(t, err)
+			assert.Equal(t, int64(1), n, "the record is under the key as given (%d)", i)
+		}
+	}
+}
+
+// TestClaimOfARecordAtTheMostAttempts claims records whose attempts field is
+// at its widest (2^32 - 1, the 4 bytes of the string layout; a HASH of an
+// earlier version holds it in decimal): the claim must not write an
+// attempts field that wraps to 0, which the store itself would then read as
+// corrupt (the new owner's Renew and Complete failing with
+// ErrCorruptRecord), nor report a count it did not store. The count stays
+// at its widest.
+func TestClaimOfARecordAtTheMostAttempts(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	const most = math.MaxUint32
+	records := map[string]func(key string) error{
+		"failed string": func(key string) error {
+			return r.client.Set(ctx, key, pf('F', most, 1000, 2000, 0, 0, "tok", nil), time.Hour).Err()
+		},
+		"lapsed string": func(key string) error {
+			return r.client.Set(ctx, key, pf('P', most, 1000, 2000, 3000, 60000, "tok", nil), time.Hour).Err()
+		},
+		"failed hash": func(key string) error {
+			return r.client.HSet(ctx, key, "s", "F", "a", strconv.Itoa(most), "c", "1000", "u", "2000").Err()
+		},
+	}
+	for name, put := range records {
+		for path, s := range r.claimers() {
+			t.Run(name+"/"+path, func(t *testing.T) {
+				key := "most:" + path + ":" + name
+				require.NoError(t, put(key))
+				req := claimReq(time.Minute, nil)
+				res, err := s.Claim(ctx, key, req)
+				require.NoError(t, err)
+				require.True(t, res.Acquired)
+				got, err := r.store.Get(ctx, key)
+				require.NoError(t, err, "the claim wrote a record the store reads")
+				assert.Equal(t, res.Record, got, "the claim reported what it stored")
+				assert.Equal(t, most, got.Attempts)
+				require.NoError(t, r.store.Renew(ctx, key, req.Token, time.Minute))
+				require.NoError(t, r.store.Complete(ctx, key, req.Token, nil, time.Minute))
+			})
+		}
+	}
+}
+
+// TestHashFieldsWiderThanTheStringLayout puts HASH records (the layout of
+// earlier versions, decimal fields of up to 15 digits) whose times or
+// retention do not fit the 6 bytes of the string layout. No earlier version
+// wrote one (its times were the server's clock, its retention at most
+// MaxTTL), and the next transition would write the string with the field
+// cut to its low 48 bits: another record than the one read (a claim
+// reporting one created time and storing another), or one the store itself
+// reads as corrupt. Such a hash is corrupt: ErrCorruptRecord from every
+// method, nothing written.
+func TestHashFieldsWiderThanTheStringLayout(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	const wide = "281474976710656" // 2^48
+	live := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+	cases := map[string][]string{
+		"created":            {"s", "F", "o", "tok", "a", "1", "c", wide, "u", wide},
+		"updated":            {"s", "F", "o", "tok", "a", "1", "c", "1000", "u", wide},
+		"created, 15 digits": {"s", "F", "o", "tok", "a", "1", "c", "999999999999999", "u", "999999999999999"},
+		"lease deadline":     {"s", "P", "o", "tok", "a", "1", "c", "1000", "u", "2000", "l", wide, "r", "60000"},
+		"retention":          {"s", "P", "o", "tok", "a", "1", "c", "1000", "u", "2000", "l", live, "r", wide},
+	}
+	for name, fields := range cases {
+		t.Run(name, func(t *testing.T) {
+			key := "wide:" + name
+			require.NoError(t, r.client.HSet(ctx, key, fields).Err())
+			untouched(t, r.client, key, func() {
+				_, err := r.store.Get(ctx, key)
+				assert.ErrorIs(t, err, idempotency.ErrCorruptRecord, "get")
+				for path, s := range r.claimers() {
+					_, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
+					assert.ErrorIs(t, err, idempotency.ErrCorruptRecord, "claim on the %s path", path)
+				}
+				assert.ErrorIs(t, r.store.Renew(ctx, key, "tok", time.Minute), idempotency.ErrCorruptRecord, "renew")
+				assert.ErrorIs(t, r.store.Complete(ctx, key, "tok", nil, time.Minute), idempotency.ErrCorruptRecord, "complete")
+				assert.ErrorIs(t, r.store.Fail(ctx, key, "tok", time.Minute), idempotency.ErrCorruptRecord, "fail")
+				assert.ErrorIs(t, r.store.Release(ctx, key, "tok"), idempotency.ErrCorruptRecord, "release")
+			})
+		})
+	}
+
+	// The widest values that fit are a record.
+	key := "wide:fits"
+	const widest = "281474976710655"
+	require.NoError(t, r.client.HSet(ctx, key, "s", "F", "o", "tok", "a", "1", "c", widest, "u", widest).Err())
+	res, err := r.store.Claim(ctx, key, claimReq(time.Minute, nil))
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	got, err := r.store.Get(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, res.Record, got)
+	assert.Equal(t, time.UnixMilli(1<<48-1), got.CreatedAt)
+}
+
+// TestReplicaGetsTheFastPathsWrites acknowledges every claim, renewal and
+// completion by a replica (Options.Replicas) while they take the fast
+// sections (SET NX GET on Redis 7, GET then SET before it, GET TIME SET)
+// and the codec (a HASH of an earlier version): each is acknowledged, and
+// the replica holds the primary's very bytes and expiry after each, so a
+// failover to it keeps what the owner was told.
+func TestReplicaGetsTheFastPathsWrites(t *testing.T) {
+	t.Parallel()
+	master, replica := startReplicated(t)
+	r := newCodecRedis(t, master.Addr)
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rc.Close() })
+	ctx := context.Background()
+	ack := func(claimAsBefore7 bool) *redisstore.Store {
+		s, err := redisstore.NewWithOptions(r.client, redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
+		require.NoError(t, err)
+		if claimAsBefore7 {
+			redisstore.ClaimAsBefore7(s)
+		}
+		return s
+	}
+	same := func(t *testing.T, key, step string) {
+		t.Helper()
+		assert.Equal(t, dump(t, r.client, key), dump(t, rc, key), "%s: the replica holds the primary's value", step)
+		mt, err := r.client.PExpireTime(ctx, key).Result()
+		require.NoError(t, err)
+		rt, err := rc.PExpireTime(ctx, key).Result()
+		require.NoError(t, err)
+		assert.Equal(t, mt, rt, "%s: and its expiry", step)
+	}
+	for path, s := range map[string]*redisstore.Store{"redis7": ack(false), "before7": ack(true)} {
+		t.Run(path, func(t *testing.T) {
+			before := s.ReplicaStats()
+			key := "replica:" + path
+			req := claimReq(time.Minute, []byte("fp"))
+			res, err := s.Claim(ctx, key, req)
+			require.NoError(t, err)
+			require.True(t, res.Acquired)
+			same(t, key, "claim")
+			require.NoError(t, s.Renew(ctx, key, req.Token, time.Hour))
+			same(t, key, "renew")
+			require.NoError(t, s.Complete(ctx, key, req.Token, []byte("out"), time.Hour))
+			same(t, key, "complete")
+			dup, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
+			require.NoError(t, err)
+			assert.False(t, dup.Acquired)
+			assert.Equal(t, []byte("out"), dup.Record.Result)
+
+			hash := "replica-hash:" + path
+			legacyHashes()[2].put(t, r.client, hash)
+			require.Eventually(t, func() bool { return dump(t, rc, hash) != "" }, 5*time.Second, 10*time.Millisecond)
+			req = claimReq(time.Minute, nil)
+			res, err = s.Claim(ctx, hash, req)
+			require.NoError(t, err)
+			require.True(t, res.Acquired)
+			assert.Equal(t, 3, res.Record.Attempts)
+			same(t, hash, "claim of a hash")
+			require.NoError(t, s.Complete(ctx, hash, req.Token, nil, time.Hour))
+			same(t, hash, "complete after a hash")
+
+			assert.Equal(t, redisstore.ReplicaStats{Acknowledged: before.Acknowledged + 6}, s.ReplicaStats(), "every transition acknowledged")
+		})
+	}
+}
+
+// TestClusterFastPathsAndLegacyHashes spreads keys over the three primaries
+// of a Cluster and runs them through the fast sections (both claim paths),
+// the codec (HASH records of earlier versions) and the Go decoding of a
+// claim's COMPLETED string, corrupt values included: the same answers as
+// on one Redis, each script touching only its key's node.
+func TestClusterFastPathsAndLegacyHashes(t *testing.T) {
+	t.Parallel()
+	addrs := testserver.StartRedisCluster(t)
+	client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs})
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := redisstore.New(client)
+	require.NoError(t, err)
+	before7, err := redisstore.New(client)
+	require.NoError(t, err)
+	redisstore.ClaimAsBefore7(before7)
+	ctx := context.Background()
+	for path, c := range map[string]*redisstore.Store{"redis7": s, "before7": before7} {
+		for i := range 9 {
+			key := "cluster:" + path + ":" + strconv.Itoa(i)
+			req := claimReq(time.Minute, []byte("fp"))
+			res, err := c.Claim(ctx, key, req)
+			require.NoError(t, err)
+			require.True(t, res.Acquired)
+			require.NoError(t, s.Renew(ctx, key, req.Token, time.Minute))
+			require.NoError(t, s.Complete(ctx, key, req.Token, []byte("out"), time.Hour))
+			require.NoError(t, s.Complete(ctx, key, req.Token, []byte("out"), time.Hour), "resent")
+			dup, err := c.Claim(ctx, key, claimReq(time.Minute, nil))
+			require.NoError(t, err)
+			assert.False(t, dup.Acquired)
+			assert.Equal(t, []byte("out"), dup.Record.Result)
+
+			hash := "cluster-hash:" + path + ":" + strconv.Itoa(i)
+			require.NoError(t, client.HSet(ctx, hash, legacyHashes()[0].fields).Err())
+			held, err := c.Claim(ctx, hash, claimReq(time.Minute, nil))
+			require.NoError(t, err)
+			assert.False(t, held.Acquired, "a live lease of an earlier version is held")
+			require.NoError(t, s.Renew(ctx, hash, "tok", time.Minute))
+			require.NoError(t, s.Complete(ctx, hash, "tok", nil, time.Hour))
+			got, err := s.Get(ctx, hash)
+			require.NoError(t, err)
+			assert.Equal(t, idempotency.StateCompleted, got.State)
+			assert.Equal(t, 2, got.Attempts)
+
+			bad := "cluster-corrupt:" + path + ":" + strconv.Itoa(i)
+			require.NoError(t, client.Set(ctx, bad, cat(cHeader(1, 1000, 2000), []byte{255, 0, 0, 0, 7}), 0).Err())
+			_, err = c.Claim(ctx, bad, claimReq(time.Minute, nil))
+			assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
+			assert.ErrorContains(t, err, "string: bad fingerprint length")
+			ttl, err := client.PTTL(ctx, bad).Result()
+			require.NoError(t, err)
+			assert.Equal(t, time.Duration(-1), ttl, "no expiry given")
+		}
+	}
+}
+
+// TestOddTokens holds keys with tokens that the fast sections compare byte
+// by byte against the owner field: NUL and tag bytes, tokens that differ
+// from the owner only in their last byte or in their length (a prefix, an
+// extension), and a token of 1 MiB. Only the exact token renews, completes
+// or fails; every near miss is ErrLeaseLost and writes nothing.
+func TestOddTokens(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	tokens := []string{"\x00", "t\x00k", "\xC0P", "\xC1\xC1\xC1", strings.Repeat("\xff", 37), strings.Repeat("k", 1<<20)}
+	for i, token := range tokens {
+		for path, s := range r.claimers() {
+			key := "token:" + path + ":" + strconv.Itoa(i)
+			res, err := s.Claim(ctx, key, idempotency.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute})
+			require.NoError(t, err)
+			require.True(t, res.Acquired)
+			assert.Equal(t, token, res.Record.Token)
+			last := []byte(token)
+			last[len(last)-1]++
+			near := []string{string(last), token + "\x00", token[:len(token)-1], "\x00" + token}
+			untouched(t, r.client, key, func() {
+				for _, other := range near {
+					if other == "" {
+						continue
+					}
+					assert.ErrorIs(t, r.store.Renew(ctx, key, other, time.Minute), idempotency.ErrLeaseLost, "%d %q", i, other)
+					assert.ErrorIs(t, r.store.Complete(ctx, key, other, nil, time.Minute), idempotency.ErrLeaseLost, "%d", i)
+					assert.ErrorIs(t, r.store.Fail(ctx, key, other, time.Minute), idempotency.ErrLeaseLost, "%d", i)
+					assert.NoError(t, r.store.Release(ctx, key, other), "%d", i)
+					again, err := s.Claim(ctx, key, idempotency.ClaimRequest{Token: other, Lease: time.Minute, TTL: time.Minute})
+					require.NoError(t, err)
+					assert.False(t, again.Acquired, "%d", i)
+				}
+			})
+			got, err := r.store.Get(ctx, key)
+			require.NoError(t, err)
+			assert.Equal(t, token, got.Token)
+			require.NoError(t, r.store.Renew(ctx, key, token, time.Minute))
+			require.NoError(t, r.store.Complete(ctx, key, token, nil, time.Minute))
+			untouched(t, r.client, key, func() {
+				for _, other := range near {
+					if other != "" {
+						assert.ErrorIs(t, r.store.Complete(ctx, key, other, nil, time.Minute), idempotency.ErrLeaseLost, "%d", i)
+					}
+				}
+				assert.NoError(t, r.store.Complete(ctx, key, token, nil, time.Minute), "%d resent", i)
+			})
+		}
+	}
+}
+
+// TestWidestFieldsThroughTheFastSections holds an IN_PROGRESS string whose
+// lease deadline and retention are the widest the 6-byte fields hold (a
+// deadline in the year 10889): the fast renewal adds the retention to the
+// new lease in Lua and sends it as PX (a double written out by Redis: it
+// must stay an integer, not 2.8e+14), and the completion keeps the created
+// and updated times.
+func TestWidestFieldsThroughTheFastSections(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	const widest = 1<<48 - 1
+	key := "widest"
+	require.NoError(t, r.client.Set(ctx, key, pf('P', 1, widest, widest, widest, widest, "tok", nil), time.Hour).Err())
+	rec, err := r.store.Get(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, time.UnixMilli(widest), rec.LeaseExpiresAt)
+	require.NoError(t, r.store.Renew(ctx, key, "tok", idempotency.MaxTTL))
+	pttl, err := r.client.Do(ctx, "pttl", key).Int64() // in ms: more than a time.Duration holds
+	require.NoError(t, err)
+	assert.InDelta(t, float64(idempotency.MaxTTL.Milliseconds()+widest), float64(pttl), float64(time.Minute.Milliseconds()), "the new lease + the retention")
+	require.NoError(t, r.store.Complete(ctx, key, "tok", []byte("r"), time.Hour))
+	done, err := r.store.Get(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateCompleted, done.State)
+	assert.Equal(t, time.UnixMilli(widest), done.CreatedAt)
+	assert.Equal(t, time.UnixMilli(widest), done.UpdatedAt, "updated never before created, the clock being earlier")
+}
+
+// TestCompletedMemoryOnEveryPath completes 48-byte keys without output or
+// fingerprint along every path that writes a COMPLETED string (the fast
+// sections, the codec after a resent claim, a FAILED record, a lapsed lease
+// and a HASH of an earlier version): each costs the same memory, under the
+// 150 bytes the package promises.
+func TestCompletedMemoryOnEveryPath(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	key := func(name string) string { return name + strings.Repeat("k", 48-len(name)) }
+	paths := map[string]func(key string) string{
+		"fast": func(k string) string {
+			req := claimReq(time.Minute, nil)
+			_, err := r.store.Claim(ctx, k, req)
+			require.NoError(t, err)
+			return req.Token
+		},
+		"before7": func(k string) string {
+			req := claimReq(time.Minute, nil)
+			_, err := r.before7.Claim(ctx, k, req)
+			require.NoError(t, err)
+			return req.Token
+		},
+		"resent claim": func(k string) string {
+			req := claimReq(time.Minute, nil)
+			for range 2 {
+				_, err := r.store.Claim(ctx, k, req)
+				require.NoError(t, err)
+			}
+			return req.Token
+		},
+		"after a fail": func(k string) string {
+			req := claimReq(time.Minute, nil)
+			_, err := r.store.Claim(ctx, k, req)
+			require.NoError(t, err)
+			require.NoError(t, r.store.Fail(ctx, k, req.Token, time.Hour))
+			req = claimReq(time.Minute, nil)
+			_, err = r.store.Claim(ctx, k, req)
+			require.NoError(t, err)
+			return req.Token
+		},
+		"hash": func(k string) string {
+			live := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+			require.NoError(t, r.client.HSet(ctx, k, "s", "P", "o", "tok", "a", "1", "c", "1000", "u", "2000", "l", live, "r", "60000").Err())
+			return "tok"
+		},
+		"renewed hash": func(k string) string {
+			live := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+			require.NoError(t, r.client.HSet(ctx, k, "s", "P", "o", "tok", "a", "1", "c", "1000", "u", "2000", "l", live, "r", "60000").Err())
+			require.NoError(t, r.store.Renew(ctx, k, "tok", time.Minute))
+			return "tok"
+		},
+	}
+	usage := map[string]int64{}
+	for name, claim := range paths {
+		k := key("mem:" + name + ":")
+		token := claim(k)
+		require.NoError(t, r.store.Complete(ctx, k, token, nil, time.Hour))
+		raw, err := r.client.Get(ctx, k).Bytes()
+		require.NoError(t, err)
+		require.Len(t, raw, 26, name)
+		usage[name], err = r.client.MemoryUsage(ctx, k).Result()
+		require.NoError(t, err)
+		assert.Less(t, usage[name], int64(150), "%s: MEMORY USAGE of a COMPLETED 48-byte key", name)
+	}
+	t.Logf("MEMORY USAGE by path: %v", usage)
+	for name, n := range usage {
+		assert.Equal(t, usage["fast"], n, "%s costs what the fast path costs", name)
+	}
+}
