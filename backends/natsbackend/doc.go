@@ -26,7 +26,7 @@
 // UUID (Watermill's requeuer) is delivered again, and the idempotency
 // middleware, not the broker, deduplicates. The publisher reads every
 // PubAck: a message whose metadata sets Nats-Msg-Id and that JetStream
-// drops as a duplicate is an backends.ErrDuplicatePublish, not a success.
+// drops as a duplicate is a backends.ErrDuplicatePublish, not a success.
 //
 // Each group reads a topic through a durable push consumer named
 // group_topic, with a deliver group of the same name, which the backend

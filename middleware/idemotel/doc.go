@@ -26,7 +26,7 @@
 //   - idempotency.scope (string): the Watermill handler's name (the
 //     scope of the stored key), the HTTP route pattern (or "http"), or
 //     OnceConfig.Name. Never a tenant's identity.
-//   - idempotency.outcome (string): a idempotency.Outcome (processed,
+//   - idempotency.outcome (string): an idempotency.Outcome (processed,
 //     duplicate, handler_failed, in_progress, …).
 //   - idempotency.attempt (int): the key's attempt count as the claim read
 //     it: the number of this run when the handler ran, the stored count when

@@ -48,8 +48,10 @@ func DefaultKeyMetadata() []string { return []string{"requestId", "Idempotency-K
 // documented default; only Store is required. LeaseTTL and the TTLs are at
 // most MaxTTL.
 type Config struct {
-	// Store keeps the state of every key. Required: redisstore for
-	// production, memstore for tests and single-process demos.
+	// Store keeps the state of every key. Required: redisstore for effects
+	// outside your database, pgstore or mysqlstore for effects in it
+	// (committed with COMPLETED in one transaction), memstore for tests and
+	// single-process demos.
 	Store Store
 
 	// KeyMetadata are the metadata fields read, in order, for the key; the

@@ -197,10 +197,11 @@
 //     idempotent or transactional themselves: a handler that charged a card
 //     and then crashed before COMPLETED was written runs again after its
 //     lease. The middleware narrows that window to the crash; it cannot
-//     close it. A database effect can close it: with package pgstore as the
-//     store, the handler writes its effect and COMPLETED in one transaction
-//     (pgstore's CompleteInTx, through RunFromContext), so they commit
-//     together or not at all, and a stale owner's transaction rolls back.
+//     close it. A database effect can close it: with package pgstore or
+//     mysqlstore as the store, the handler writes its effect and COMPLETED in
+//     one transaction (the store's CompleteInTx, through RunFromContext), so
+//     they commit together or not at all, and a stale owner's transaction
+//     rolls back.
 //     Until that commit is known (Run.CompletedInTransaction), the run keeps
 //     its lease: a failed COMMIT followed by a retry inside the handler, or
 //     by Watermill's Retry inside this middleware, still holds the key.
