@@ -123,6 +123,13 @@ func NotLinked(t *testing.T, linked backends.Broker) {
 	t.Helper()
 	require.ElementsMatch(t, []backends.Broker{backends.GoChannel, linked}, backends.Linked())
 	links := "(this program links " + strings.Join(slices.Sorted(slices.Values([]string{"gochannel", string(linked)})), ", ") + ")"
+	// An empty URL, or one without a scheme, names the brokers the program
+	// links, not one it may not.
+	for _, raw := range []string{"", "localhost:6379"} {
+		_, err := backends.ParseURL(raw)
+		require.ErrorIs(t, err, backends.ErrInvalidURL)
+		require.ErrorContains(t, err, "a broker this program links: "+strings.Join(slices.Sorted(slices.Values([]string{"gochannel", string(linked)})), ", "))
+	}
 	for _, s := range sampleURLs {
 		t.Run(string(s.broker), func(t *testing.T) {
 			cfg := backends.Config{URL: s.url, Group: "g"}
