@@ -137,12 +137,17 @@ type notLinkedError struct {
 }
 
 func (e notLinkedError) Error() string {
-	linked := make([]string, len(e.linked))
-	for i, b := range e.linked {
-		linked[i] = string(b)
-	}
 	return fmt.Sprintf("backends: broker %q is not linked: import _ %q (this program links %s)",
-		e.broker, importPath[e.broker], strings.Join(linked, ", "))
+		e.broker, importPath[e.broker], brokerNames(e.linked))
+}
+
+// brokerNames lists brokers for an error message: "gochannel, redis".
+func brokerNames(brokers []Broker) string {
+	names := make([]string, len(brokers))
+	for i, b := range brokers {
+		names[i] = string(b)
+	}
+	return strings.Join(names, ", ")
 }
 
 func (e notLinkedError) Unwrap() error { return ErrBrokerNotLinked }

@@ -25,25 +25,16 @@ func ParseURL(rawURL string) (Config, error) {
 	return Config{URL: rawURL}, nil
 }
 
-// linkedList names the brokers this program links, for an error message.
-func linkedList() string {
-	var names []string
-	for _, b := range Linked() {
-		names = append(names, string(b))
-	}
-	return strings.Join(names, ", ")
-}
-
 // brokerOf returns the broker that raw's scheme selects, linked or not.
 func brokerOf(raw string) (Broker, error) {
 	raw = strings.TrimSpace(raw)
 	if raw == "" {
 		return "", fmt.Errorf("%w: empty (set %s to a URL of a broker this program links: %s; gochannel:// for one process)",
-			ErrInvalidURL, EnvURL, linkedList())
+			ErrInvalidURL, EnvURL, brokerNames(Linked()))
 	}
 	scheme, _, ok := strings.Cut(raw, "://")
 	if !ok {
-		return "", fmt.Errorf("%w: no scheme:// (want the URL of a broker this program links: %s)", ErrInvalidURL, linkedList())
+		return "", fmt.Errorf("%w: no scheme:// (want the URL of a broker this program links: %s)", ErrInvalidURL, brokerNames(Linked()))
 	}
 	broker, ok := brokerByScheme[strings.ToLower(scheme)]
 	if !ok {
