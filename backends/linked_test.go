@@ -83,3 +83,29 @@ func goCommand(t *testing.T, args ...string) string {
 	require.NoError(t, err, "go %s: %s", strings.Join(args, " "), stderr)
 	return string(out)
 }
+
+// TestREADMEQuotesTheNotLinkedError runs the consumer of testdata/linked
+// linked with NATS and Redis Streams, as the README's import snippet is,
+// on a kafka:// URL, and checks that it stops with the very message the
+// README quotes.
+func TestREADMEQuotesTheNotLinkedError(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	var quoted string
+	for line := range strings.Lines(string(readme)) {
+		if strings.Contains(line, "is not linked: import _") {
+			quoted = strings.TrimSuffix(strings.TrimSpace(line), ".")
+			quoted = strings.Trim(quoted, "`")
+		}
+	}
+	require.NotEmpty(t, quoted, "the README quotes the error of a broker that is not linked")
+
+	bin := filepath.Join(t.TempDir(), "consumer")
+	goCommand(t, "build", "-tags=natsbackend,redisbackend", "-o", bin, "./testdata/linked/consumer")
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "BROKER_URL=kafka://localhost:9092", "BROKER_GROUP=g")
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "the consumer stops at start-up")
+	first, _, _ := strings.Cut(string(out), "\n")
+	assert.Equal(t, "panic: "+quoted, first)
+}
