@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlrecord"
 )
 
 // This file is what an operator's tool (cmd/idemctl) needs: reading many
@@ -98,11 +99,11 @@ func (s *Store) inspectSQL() inspectStatements {
 // Now returns the server's clock, UTC_TIMESTAMP(6), the clock of every
 // record's times.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
-	var us int64
-	if err := s.db.QueryRowContext(ctx, s.inspectSQL().now).Scan(&us); err != nil {
+	var now time.Time
+	if err := s.db.QueryRowContext(ctx, s.inspectSQL().now).Scan(sqlrecord.Micros{At: &now}); err != nil {
 		return time.Time{}, fmt.Errorf("mysqlstore: now: %w", withContext(ctx, err))
 	}
-	return timeOf(us), nil
+	return now, nil
 }
 
 // Inspect returns key's record, how long its row has left before it counts
@@ -121,13 +122,13 @@ func (s *Store) Inspect(ctx context.Context, key string) (rec idempotency.Record
 	if err != nil {
 		return rec, 0, 0, s.queryError(ctx, "inspect", key, err)
 	}
-	if err := r.check(); err != nil {
+	if err := r.Check(); err != nil {
 		return rec, 0, bytes, wrap("inspect", key, err)
 	}
-	if r.expired() {
+	if r.Expired() {
 		return idempotency.Record{State: idempotency.StateAbsent}, 0, 0, nil
 	}
-	return r.record(true), r.ttl(), bytes, nil
+	return r.Record(true), r.TTL(), bytes, nil
 }
 
 // Records walks the live records whose key starts with prefix (all when it
@@ -167,11 +168,11 @@ func (s *Store) Records(ctx context.Context, prefix string, batch int) iter.Seq2
 				n++
 				after = hash
 				e.Key = string(key)
-				if e.Err = r.check(); e.Err != nil {
+				if e.Err = r.Check(); e.Err != nil {
 					e.Err = wrap("records", e.Key, e.Err)
 				} else {
-					e.Record = r.record(true)
-					e.TTL = r.ttl()
+					e.Record = r.Record(true)
+					e.TTL = r.TTL()
 				}
 				page = append(page, e)
 			}
@@ -264,7 +265,7 @@ func (s *Store) DeleteIf(ctx context.Context, key string, states ...idempotency.
 		if _, err := s.Get(ctx, key); err != nil {
 			return 0, false, err
 		}
-		return 0, false, wrap("delete if", key, fmt.Errorf("%w: %w", idempotency.ErrCorruptRecord, errMalformed))
+		return 0, false, wrap("delete if", key, fmt.Errorf("%w: %w", idempotency.ErrCorruptRecord, sqlrecord.ErrMalformed))
 	case expired:
 		return idempotency.StateAbsent, false, nil
 	case !wanted[state]:

@@ -155,22 +155,22 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 		if err != nil {
 			return idempotency.ClaimResult{}, s.queryError(ctx, "claim", key, err)
 		}
-		if err := r.check(); err != nil {
+		if err := r.Check(); err != nil {
 			return idempotency.ClaimResult{}, wrap("claim", key, err)
 		}
-		refusedFP := fp != nil && len(r.fingerprint) > 0 && string(req.Fingerprint) != string(r.fingerprint)
-		if !r.expired() && r.claimedBy(req.Token) && !refusedFP {
+		refusedFP := fp != nil && len(r.Fingerprint) > 0 && string(req.Fingerprint) != string(r.Fingerprint)
+		if !r.Expired() && r.ClaimedBy(req.Token) && !refusedFP {
 			s.prepareCompletion(ctx)
 			return idempotency.ClaimResult{Acquired: true, Record: r.claimedRecord()}, nil
 		}
-		claimable := r.expired() || *r.state == stateFailed || (*r.state == stateInProgress && !r.live())
+		claimable := r.Expired() || *r.State == stateFailed || (*r.State == stateInProgress && !r.Live())
 		if claimable && !refusedFP && i < maxClaimReads {
 			continue // the record moved on since the write
 		}
-		if r.expired() {
+		if r.Expired() {
 			return idempotency.ClaimResult{Record: idempotency.Record{State: idempotency.StateAbsent}}, nil
 		}
-		return idempotency.ClaimResult{Record: r.record(false)}, nil
+		return idempotency.ClaimResult{Record: r.Record(false)}, nil
 	}
 }
 
@@ -274,20 +274,20 @@ func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string
 		return s.queryError(ctx, op, key, err)
 	}
 	if found {
-		if err := r.check(); err != nil {
+		if err := r.Check(); err != nil {
 			return wrap(op, key, err)
 		}
-		own := !r.expired() && string(r.token) == token
+		own := !r.Expired() && string(r.Token) == token
 		switch {
-		case own && op == "renew" && r.live():
+		case own && op == "renew" && r.Live():
 			return nil // matched, but nothing changed within the microsecond
-		case own && op == "renew" && *r.state == stateCompleted:
+		case own && op == "renew" && *r.State == stateCompleted:
 			// The owner's own Complete, most often its transaction's,
 			// committed: the lease ended without anyone taking it.
 			return wrap(op, key, idempotency.ErrCompletedByOwner)
-		case own && (op == "complete" && *r.state == stateCompleted || op == "fail" && *r.state == stateFailed):
+		case own && (op == "complete" && *r.State == stateCompleted || op == "fail" && *r.State == stateFailed):
 			return nil // the token's own transition, resent
-		case own && op == opCompleteTx && *r.state == stateCompleted:
+		case own && op == opCompleteTx && *r.State == stateCompleted:
 			// Not a resend: another transaction of this run committed its
 			// effect and COMPLETED already; this one must not commit.
 			return wrap(op, key, ErrAlreadyCompleted)
@@ -316,13 +316,13 @@ func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error)
 	if err != nil {
 		return idempotency.Record{}, s.queryError(ctx, "get", key, err)
 	}
-	if err := r.check(); err != nil {
+	if err := r.Check(); err != nil {
 		return idempotency.Record{}, wrap("get", key, err)
 	}
-	if r.expired() {
+	if r.Expired() {
 		return idempotency.Record{State: idempotency.StateAbsent}, nil
 	}
-	return r.record(true), nil
+	return r.Record(true), nil
 }
 
 // Delete implements idempotency.Store with one DELETE, which removes any row,

@@ -15,5 +15,5 @@ func CheckScan(src pgx.Row, extra ...any) (checkErr, scanErr error) {
 	if err := src.Scan(append(extra, r.dest()...)...); err != nil {
 		return nil, err
 	}
-	return r.check(), nil
+	return r.Check(), nil
 }

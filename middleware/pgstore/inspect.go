@@ -100,13 +100,13 @@ func (s *Store) Inspect(ctx context.Context, key string) (rec idempotency.Record
 	if err != nil {
 		return rec, 0, 0, s.queryError(ctx, "inspect", key, err)
 	}
-	if err := r.check(); err != nil {
+	if err := r.Check(); err != nil {
 		return rec, 0, bytes, wrap("inspect", key, err)
 	}
-	if r.expired() {
+	if r.Expired() {
 		return idempotency.Record{State: idempotency.StateAbsent}, 0, 0, nil
 	}
-	return r.record(true), r.expiresAt.Sub(r.now), bytes, nil
+	return r.Record(true), r.TTL(), bytes, nil
 }
 
 // Records walks the live records whose key starts with prefix (all when it
@@ -146,11 +146,11 @@ func (s *Store) Records(ctx context.Context, prefix string, batch int) iter.Seq2
 				n++
 				after = hash
 				e.Key = string(key)
-				if e.Err = r.check(); e.Err != nil {
+				if e.Err = r.Check(); e.Err != nil {
 					e.Err = wrap("records", e.Key, e.Err)
 				} else {
-					e.Record = r.record(true)
-					e.TTL = r.expiresAt.Sub(r.now)
+					e.Record = r.Record(true)
+					e.TTL = r.TTL()
 				}
 				page = append(page, e)
 			}

@@ -93,10 +93,10 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	if err != nil {
 		return idempotency.ClaimResult{}, s.queryError(ctx, "claim", key, err)
 	}
-	if err := r.check(); err != nil {
+	if err := r.Check(); err != nil {
 		return idempotency.ClaimResult{}, wrap("claim", key, err)
 	}
-	if r.expired() {
+	if r.Expired() {
 		// The statement overwrites an expired well-formed row, so this is a
 		// row it failed to understand: reported, never trusted.
 		return idempotency.ClaimResult{}, wrap("claim", key, fmt.Errorf("%w: the claim returned an expired record", idempotency.ErrCorruptRecord))
@@ -104,11 +104,11 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	// The statement acquired the key iff the row is now a live lease of the
 	// request's token, unless the fingerprints differ: that refusal keeps the
 	// row as it was, which a resent claim may have left under this token.
-	refusedFP := len(fp) > 0 && len(r.fingerprint) > 0 && string(fp) != string(r.fingerprint)
-	if r.holds(req.Token) && !refusedFP {
-		return idempotency.ClaimResult{Acquired: true, Record: r.record(true)}, nil
+	refusedFP := len(fp) > 0 && len(r.Fingerprint) > 0 && string(fp) != string(r.Fingerprint)
+	if r.Holds(req.Token) && !refusedFP {
+		return idempotency.ClaimResult{Acquired: true, Record: r.Record(true)}, nil
 	}
-	return idempotency.ClaimResult{Record: r.record(false)}, nil
+	return idempotency.ClaimResult{Record: r.Record(false)}, nil
 }
 
 // Renew implements idempotency.Store with one UPDATE. It answers
@@ -184,25 +184,25 @@ func (s *Store) owned(ctx context.Context, q Querier, op, key, token, stmt strin
 		return nil
 	}
 	if found {
-		if err := r.check(); err != nil {
+		if err := r.Check(); err != nil {
 			return wrap(op, key, err)
 		}
-		if !r.expired() && string(r.token) == token &&
-			(op == "complete" && *r.state == stateCompleted || op == "fail" && *r.state == stateFailed) {
+		if !r.Expired() && string(r.Token) == token &&
+			(op == "complete" && *r.State == stateCompleted || op == "fail" && *r.State == stateFailed) {
 			return nil // the token's own transition, resent
 		}
-		if !r.expired() && string(r.token) == token && op == opCompleteTx && *r.state == stateCompleted {
+		if !r.Expired() && string(r.Token) == token && op == opCompleteTx && *r.State == stateCompleted {
 			// Not a resend: another transaction of this run committed its
 			// effect and COMPLETED already; this one must not commit.
 			return wrap(op, key, ErrAlreadyCompleted)
 		}
-		if op == "renew" && !r.expired() && string(r.token) == token {
+		if op == "renew" && !r.Expired() && string(r.Token) == token {
 			switch {
-			case *r.state == stateCompleted:
+			case *r.State == stateCompleted:
 				// The owner's own Complete, most often its transaction's,
 				// committed: the lease ended without anyone taking it.
 				return wrap(op, key, idempotency.ErrCompletedByOwner)
-			case r.live():
+			case r.Live():
 				return errRenewRaced
 			}
 		}
@@ -230,13 +230,13 @@ func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error)
 	if err != nil {
 		return idempotency.Record{}, s.queryError(ctx, "get", key, err)
 	}
-	if err := r.check(); err != nil {
+	if err := r.Check(); err != nil {
 		return idempotency.Record{}, wrap("get", key, err)
 	}
-	if r.expired() {
+	if r.Expired() {
 		return idempotency.Record{State: idempotency.StateAbsent}, nil
 	}
-	return r.record(true), nil
+	return r.Record(true), nil
 }
 
 // Delete implements idempotency.Store with one DELETE, which removes any row,

@@ -1,148 +1,22 @@
 package pgstore
 
-import (
-	"errors"
-	"fmt"
-	"time"
-
-	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
-)
+import "github.com/idempotency/watermill-idempotency/middleware/internal/sqlrecord"
 
 // The values of the state column.
 const (
-	stateInProgress = "in_progress"
-	stateCompleted  = "completed"
-	stateFailed     = "failed"
+	stateInProgress = sqlrecord.StateInProgress
+	stateCompleted  = sqlrecord.StateCompleted
+	stateFailed     = sqlrecord.StateFailed
 )
 
-// row is a record as the statements return it (sql.go's columns), every
-// column nullable: a table made by someone else may lack the NOT NULL and
-// CHECK constraints of Schema, and nothing is assumed before check.
-type row struct {
-	state       *string
-	token       []byte
-	attempts    *int64
-	fingerprint []byte
-	result      []byte
-	created     *time.Time
-	updated     *time.Time
-	leaseUntil  *time.Time
-	claimTTL    *int64 // microseconds
-	expiresAt   *time.Time
-	now         time.Time // the statement's clock
-}
+// row is a record as the statements return it (sql.go's columns); its
+// checks and its reading are sqlrecord's, shared with mysqlstore. Check
+// accepts exactly the rows validSQL (sql.go) holds true for; a test keeps
+// the two in step.
+type row struct{ sqlrecord.Row }
 
 // dest returns the scan destinations of the columns, in order.
 func (r *row) dest() []any {
-	return []any{&r.state, &r.token, &r.attempts, &r.fingerprint, &r.result,
-		&r.created, &r.updated, &r.leaseUntil, &r.claimTTL, &r.expiresAt, &r.now}
-}
-
-// errMalformed is the reason check gives; it is only ever returned wrapped in
-// idempotency.ErrCorruptRecord.
-var errMalformed = errors.New("row violates the record's invariants")
-
-// check returns nil for a well-formed record and otherwise an error matching
-// idempotency.ErrCorruptRecord that says what is wrong. It accepts exactly the
-// rows validSQL (sql.go) holds true for; a test keeps the two in step.
-func (r *row) check() error {
-	bad := func(what string) error {
-		return fmt.Errorf("%w: %w: %s", idempotency.ErrCorruptRecord, errMalformed, what)
-	}
-	switch {
-	case r.state == nil:
-		return bad("no state")
-	case r.attempts == nil || *r.attempts < 1:
-		return bad("attempts missing or below 1")
-	case r.created == nil || r.updated == nil || r.expiresAt == nil:
-		return bad("a time is missing")
-	}
-	switch *r.state {
-	case stateInProgress:
-		switch {
-		case len(r.token) == 0:
-			return bad("in_progress without a token")
-		case r.leaseUntil == nil:
-			return bad("in_progress without a lease")
-		case r.claimTTL == nil || *r.claimTTL <= 0:
-			return bad("in_progress without a positive claim TTL")
-		case r.result != nil:
-			return bad("in_progress with a result")
-		}
-	case stateCompleted:
-		switch {
-		case len(r.token) == 0:
-			return bad("completed without the completing token")
-		case r.leaseUntil != nil || r.claimTTL != nil:
-			return bad("completed with a lease")
-		case r.result == nil:
-			return bad("completed without a result")
-		}
-	case stateFailed:
-		switch {
-		case r.leaseUntil != nil || r.claimTTL != nil:
-			return bad("failed with a lease")
-		case r.result != nil:
-			return bad("failed with a result")
-		}
-	default:
-		s := *r.state
-		if len(s) > 32 {
-			s = s[:32] + "…"
-		}
-		return bad(fmt.Sprintf("unknown state %q", s))
-	}
-	return nil
-}
-
-// expired reports whether the (checked) record has expired: it then counts as
-// absent.
-func (r *row) expired() bool {
-	return !r.now.Before(*r.expiresAt)
-}
-
-// live reports whether the (checked) record is IN_PROGRESS with a lease that
-// has not lapsed.
-func (r *row) live() bool {
-	return *r.state == stateInProgress && r.now.Before(*r.leaseUntil)
-}
-
-// holds reports whether token holds the (checked) record's live lease.
-func (r *row) holds(token string) bool {
-	return r.live() && string(r.token) == token
-}
-
-// record returns the (checked, unexpired) row as a Record; its token only if
-// withToken and the lease is live. A lapsed lease reads as FAILED with its
-// deadline.
-func (r *row) record(withToken bool) idempotency.Record {
-	rec := idempotency.Record{
-		Attempts:    int(*r.attempts),
-		Result:      r.result,
-		Fingerprint: r.fingerprint,
-		CreatedAt:   *r.created,
-		UpdatedAt:   *r.updated,
-	}
-	if len(rec.Fingerprint) == 0 {
-		rec.Fingerprint = nil
-	}
-	switch *r.state {
-	case stateInProgress:
-		rec.State = idempotency.StateInProgress
-		rec.LeaseExpiresAt = *r.leaseUntil
-		switch {
-		case !r.live():
-			rec.State = idempotency.StateFailed // the owner stopped renewing: the attempt failed
-		case withToken:
-			rec.Token = string(r.token)
-		}
-	case stateCompleted:
-		rec.State = idempotency.StateCompleted
-		if rec.Result == nil {
-			rec.Result = []byte{}
-		}
-	case stateFailed:
-		rec.State = idempotency.StateFailed
-	}
-	return rec
+	return []any{&r.State, &r.Token, &r.Attempts, &r.Fingerprint, &r.Result,
+		&r.Created, &r.Updated, &r.LeaseUntil, &r.ClaimTTL, &r.ExpiresAt, &r.Now}
 }
