@@ -34,6 +34,7 @@ import (
 type codecRedis struct {
 	client  *redis.Client
 	store   *redisstore.Store
+	script7 *redisstore.Store
 	before7 *redisstore.Store
 }
 
@@ -51,6 +52,9 @@ func newCodecRedis(t *testing.T, addr string) *codecRedis {
 	var err error
 	r.store, err = redisstore.New(client)
 	require.NoError(t, err)
+	r.script7, err = redisstore.New(client)
+	require.NoError(t, err)
+	redisstore.ClaimWithScriptOnly(r.script7)
 	r.before7, err = redisstore.New(client)
 	require.NoError(t, err)
 	redisstore.ClaimAsBefore7(r.before7)
@@ -69,7 +73,33 @@ func loadEveryScript(t *testing.T, s, before7 *redisstore.Store) {
 
 // claimers are the two paths of claimfast.lua.
 func (r *codecRedis) claimers() map[string]*redisstore.Store {
-	return map[string]*redisstore.Store{"redis7": r.store, "before7": r.before7}
+	return map[string]*redisstore.Store{"plain": r.store, "redis7": r.script7, "before7": r.before7}
+}
+
+// claimedRaw is the string that a claim on path of an absent key leaves,
+// rec being what the claim reported: the N record of the plain claim, the
+// P record of claimfast.lua.
+func claimedRaw(path string, rec idempotency.Record, lease, retain time.Duration, token string, fp []byte) []byte {
+	if path == "plain" {
+		return pf('N', 1, 0, 0, uint64(lease.Milliseconds()), uint64(retain.Milliseconds()), token, fp)
+	}
+	ms := func(at time.Time) uint64 { return uint64(at.UnixMilli()) }
+	return pf('P', 1, ms(rec.CreatedAt), ms(rec.UpdatedAt), ms(rec.LeaseExpiresAt), uint64(retain.Milliseconds()), token, fp)
+}
+
+// sameClaim asserts that Get read (got) the record a fresh claim on path
+// reported (claimed): the same, but for the plain claim's times, which are
+// the client's clock at the send, a little behind the server's.
+func sameClaim(t *testing.T, path string, claimed, got idempotency.Record, msg string) {
+	t.Helper()
+	if path == "plain" {
+		assert.WithinDuration(t, claimed.CreatedAt, got.CreatedAt, freshClaimTimes, msg)
+		assert.WithinDuration(t, claimed.UpdatedAt, got.UpdatedAt, freshClaimTimes, msg)
+		assert.WithinDuration(t, claimed.LeaseExpiresAt, got.LeaseExpiresAt, freshClaimTimes, msg)
+		assert.False(t, got.LeaseExpiresAt.Before(claimed.LeaseExpiresAt), "%s: the server's lease ends no earlier than the client counts it", msg)
+		claimed.CreatedAt, claimed.UpdatedAt, claimed.LeaseExpiresAt = got.CreatedAt, got.UpdatedAt, got.LeaseExpiresAt
+	}
+	assert.Equal(t, claimed, got, msg)
 }
 
 // writes is the server's count of changes to its data: it stays the same
@@ -161,6 +191,10 @@ func TestCorruptValuesPastTheFastSections(t *testing.T) {
 	str := func(v []byte) func(key string) error {
 		return func(key string) error { return r.client.Set(ctx, key, v, 0).Err() }
 	}
+	// expiring writes v with the expiry a plain claim gives its N record.
+	expiring := func(v []byte) func(key string) error {
+		return func(key string) error { return r.client.Set(ctx, key, v, 2*time.Minute).Err() }
+	}
 	cases := map[string]func(key string) error{
 		"empty string":                          str(nil),
 		"pf tag alone":                          str([]byte{0xC0}),
@@ -185,6 +219,14 @@ func TestCorruptValuesPastTheFastSections(t *testing.T) {
 		"pf zero retention":                     str(pf('P', 1, 1000, 2000, 1<<46, 0, "tok", nil)),
 		"pf failed with a lease":                str(pf('F', 1, 1000, 2000, 1<<46, 0, "tok", nil)),
 		"pf failed with a retention, no owner":  str(pf('F', 1, 1000, 2000, 0, 1, "", nil)),
+		"new without expiry":                    str(pf('N', 1, 0, 0, 60000, 60000, "tok", nil)),
+		"new with times":                        expiring(pf('N', 1, 1000, 1000, 60000, 60000, "tok", nil)),
+		"new with a created time":               expiring(pf('N', 1, 1000, 0, 60000, 60000, "tok", nil)),
+		"new zero lease":                        expiring(pf('N', 1, 0, 0, 0, 60000, "tok", nil)),
+		"new zero retention":                    expiring(pf('N', 1, 0, 0, 60000, 0, "tok", nil)),
+		"new zero attempts":                     expiring(pf('N', 0, 0, 0, 60000, 60000, "tok", nil)),
+		"new without owner":                     expiring(pf('N', 1, 0, 0, 60000, 60000, "", nil)),
+		"new fingerprint length one more":       expiring(append(pf('N', 1, 0, 0, 60000, 60000, "tok", nil)[:37:37], 0, 0, 0, 1)),
 		"completed 25 bytes":                    str(cHeader(1, 1000, 2000)),
 		"completed 26 bytes, long length":       str(cat(cHeader(1, 1000, 2000), []byte{255})),
 		"completed 29 bytes, long length":       str(cat(cHeader(1, 1000, 2000), []byte{255, 0, 0, 1})),
@@ -337,12 +379,11 @@ func TestFastPathsAtTheEdgesOfSizes(t *testing.T) {
 				assert.Equal(t, n+1, writes(t, r.client), "a fresh claim is one write")
 				raw, err := r.client.Get(ctx, key).Bytes()
 				require.NoError(t, err)
-				rec := res.Record
-				assert.True(t, bytes.Equal(pf('P', 1, ms(rec.CreatedAt), ms(rec.UpdatedAt), ms(rec.LeaseExpiresAt), uint64(time.Hour.Milliseconds()), req.Token, size.fp), raw),
+				assert.True(t, bytes.Equal(claimedRaw(path, res.Record, time.Minute, time.Hour, req.Token, size.fp), raw),
 					"the claim's IN_PROGRESS string")
-				got, err := r.store.Get(ctx, key)
+				rec, err := r.store.Get(ctx, key)
 				require.NoError(t, err)
-				assert.Equal(t, rec, got, "Get reads what the claim reported")
+				sameClaim(t, path, res.Record, rec, "Get reads what the claim reported")
 
 				n = writes(t, r.client)
 				require.NoError(t, r.store.Renew(ctx, key, req.Token, 2*time.Minute))
@@ -641,6 +682,7 @@ type lossyRedis struct {
 	*codecRedis // direct
 	proxy       *testserver.Proxy
 	lossy       *redisstore.Store
+	lossyS7     *redisstore.Store
 	lossyB7     *redisstore.Store
 }
 
@@ -653,6 +695,9 @@ func startLossyRedis(t *testing.T, opts redisstore.Options) *lossyRedis {
 	var err error
 	l.lossy, err = redisstore.NewWithOptions(client, opts)
 	require.NoError(t, err)
+	l.lossyS7, err = redisstore.NewWithOptions(client, opts)
+	require.NoError(t, err)
+	redisstore.ClaimWithScriptOnly(l.lossyS7)
 	l.lossyB7, err = redisstore.NewWithOptions(client, opts)
 	require.NoError(t, err)
 	redisstore.ClaimAsBefore7(l.lossyB7)
@@ -661,7 +706,7 @@ func startLossyRedis(t *testing.T, opts redisstore.Options) *lossyRedis {
 
 // lossyClaimers are the two paths of claimfast.lua through the proxy.
 func (l *lossyRedis) lossyClaimers() map[string]*redisstore.Store {
-	return map[string]*redisstore.Store{"redis7": l.lossy, "before7": l.lossyB7}
+	return map[string]*redisstore.Store{"plain": l.lossy, "redis7": l.lossyS7, "before7": l.lossyB7}
 }
 
 // dropOnce runs call with the reply of its first script call on key dropped,
@@ -670,8 +715,15 @@ func (l *lossyRedis) lossyClaimers() map[string]*redisstore.Store {
 // together.
 func (l *lossyRedis) dropOnce(t *testing.T, key string, call func() error) (int64, error) {
 	t.Helper()
+	return l.dropOnceOf(t, "evalsha", key, call)
+}
+
+// dropOnceOf is dropOnce of the first command named command on key: the
+// plain claim's "set", or a script's "evalsha".
+func (l *lossyRedis) dropOnceOf(t *testing.T, command, key string, call func() error) (int64, error) {
+	t.Helper()
 	dropped, n := l.proxy.Dropped(), writes(t, l.client)
-	l.proxy.DropReply(testserver.Command("evalsha", key))
+	l.proxy.DropReply(testserver.Command(command, key))
 	err := call()
 	require.Equal(t, dropped+1, l.proxy.Dropped(), "the first reply was dropped")
 	return writes(t, l.client) - n, err
@@ -697,11 +749,15 @@ func TestLostRepliesOfTheFastPaths(t *testing.T) {
 			ctx := context.Background()
 
 			for path, s := range l.lossyClaimers() {
+				command := "evalsha"
+				if path == "plain" {
+					command = "set"
+				}
 				t.Run("fresh claim/"+path, func(t *testing.T) {
 					key := "lost:fresh:" + path
 					req := claimReq(time.Minute, []byte("fp"))
 					var res idempotency.ClaimResult
-					_, err := l.dropOnce(t, key, func() (err error) { res, err = s.Claim(ctx, key, req); return err })
+					_, err := l.dropOnceOf(t, command, key, func() (err error) { res, err = s.Claim(ctx, key, req); return err })
 					require.NoError(t, err)
 					assert.True(t, res.Acquired, "the resend re-acquires its own claim")
 					assert.Equal(t, 1, res.Record.Attempts, "and counts no attempt")
@@ -716,7 +772,7 @@ func TestLostRepliesOfTheFastPaths(t *testing.T) {
 					key := "lost:duplicate:" + path
 					require.NoError(t, l.client.Set(ctx, key, completed(2, 1000, 2000, "tok", []byte("fp"), []byte("out")), time.Hour).Err())
 					var res idempotency.ClaimResult
-					n, err := l.dropOnce(t, key, func() (err error) { res, err = s.Claim(ctx, key, claimReq(time.Minute, nil)); return err })
+					n, err := l.dropOnceOf(t, command, key, func() (err error) { res, err = s.Claim(ctx, key, claimReq(time.Minute, nil)); return err })
 					require.NoError(t, err)
 					assert.Zero(t, n, "neither try wrote")
 					assert.False(t, res.Acquired)
@@ -729,7 +785,7 @@ func TestLostRepliesOfTheFastPaths(t *testing.T) {
 					legacyHashes()[1].put(t, l.client, key)
 					req := claimReq(time.Minute, nil)
 					var res idempotency.ClaimResult
-					_, err := l.dropOnce(t, key, func() (err error) { res, err = s.Claim(ctx, key, req); return err })
+					_, err := l.dropOnceOf(t, command, key, func() (err error) { res, err = s.Claim(ctx, key, req); return err })
 					require.NoError(t, err)
 					assert.True(t, res.Acquired)
 					assert.Equal(t, 3, res.Record.Attempts, "one attempt more than the hash's, not two")
@@ -900,8 +956,6 @@ func TestOneMillisecondLease(t *testing.T) {
 func TestTTLClampsThroughTheFastPaths(t *testing.T) {
 	r := startCodecRedis(t)
 	ctx := context.Background()
-	maxMs := uint64(idempotency.MaxTTL.Milliseconds())
-	ms := func(at time.Time) uint64 { return uint64(at.UnixMilli()) }
 	pttl := func(t *testing.T, key string) time.Duration {
 		t.Helper()
 		d, err := r.client.PTTL(ctx, key).Result()
@@ -920,7 +974,7 @@ func TestTTLClampsThroughTheFastPaths(t *testing.T) {
 				assert.Equal(t, rec.CreatedAt.Add(idempotency.MaxTTL), rec.LeaseExpiresAt)
 				raw, err := r.client.Get(ctx, key).Bytes()
 				require.NoError(t, err)
-				assert.Equal(t, pf('P', 1, ms(rec.CreatedAt), ms(rec.CreatedAt), ms(rec.CreatedAt)+maxMs, maxMs, req.Token, nil), raw)
+				assert.Equal(t, claimedRaw(path, rec, idempotency.MaxTTL, idempotency.MaxTTL, req.Token, nil), raw)
 				assert.InDelta(t, float64(2*idempotency.MaxTTL), float64(pttl(t, key)), float64(time.Minute), "lease + TTL")
 
 				require.NoError(t, r.store.Renew(ctx, key, req.Token, d))

@@ -19,4 +19,15 @@ var claimScriptBefore7 = func() *redis.Script {
 
 // ClaimAsBefore7 makes s claim on the path the fast section takes on
 // Redis 5 and 6.
-func ClaimAsBefore7(s *Store) { s.claim = claimScriptBefore7 }
+func ClaimAsBefore7(s *Store) { s.claim = claimScriptBefore7; s.scriptClaims.Store(true) }
+
+// ClaimWithScriptOnly makes s claim with claim.lua alone, as on a server
+// that refused the fresh claim's SET.
+func ClaimWithScriptOnly(s *Store) { s.scriptClaims.Store(true) }
+
+// ClaimsWithScriptOnly reports whether s has gone over to claim.lua alone.
+func ClaimsWithScriptOnly(s *Store) bool { return s.scriptClaims.Load() }
+
+// AddFreshClaimArgs adds args to the fresh claim's SET, so that a test can
+// make the server refuse it as a server before Redis 7 does.
+func AddFreshClaimArgs(s *Store, args ...any) { s.freshClaimArgs = append(s.freshClaimArgs, args...) }

@@ -79,30 +79,40 @@ func (s *Store) autoPipelined(ctx context.Context, op string, keys []string, scr
 }
 
 // submit hands one EVALSHA to the auto-pipeliner and waits for its reply
-// until ctx ends. A call whose context has ended is not handed over. One
-// that gives up waiting leaves its command to go-redis, which sends it with
-// its batch; it may still run, as a command already written to a plain
-// client's connection may. With track set (a claim, whose first argument is
-// its token), such a command is recorded in s.pending under its claimID
-// until its batch is answered.
+// as submitArgs does; with track set (a claim, whose first argument is its
+// token) the command is tracked under its claimID.
 func (s *Store) submit(ctx context.Context, track bool, keys []string, script *redis.Script, args []any) *redis.Cmd {
-	if err := ctx.Err(); err != nil {
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(err)
-		return cmd
-	}
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, "evalsha", script.Hash(), len(keys))
 	for _, k := range keys {
 		cmdArgs = append(cmdArgs, k)
 	}
 	cmdArgs = append(cmdArgs, args...)
+	id := ""
+	if track {
+		id = claimID(keys[0], args[0].(string))
+	}
+	return s.submitArgs(ctx, id, cmdArgs)
+}
+
+// submitArgs hands one command to the auto-pipeliner and waits for its
+// reply until ctx ends. A call whose context has ended is not handed over.
+// One that gives up waiting leaves its command to go-redis, which sends it
+// with its batch; it may still run, as a command already written to a
+// plain client's connection may. With a claimID (a claim), such a command
+// is recorded in s.pending under it until its batch is answered.
+func (s *Store) submitArgs(ctx context.Context, claim string, cmdArgs []any) *redis.Cmd {
+	if err := ctx.Err(); err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
 	cmd := redis.NewCmd(ctx, cmdArgs...)
 	fut := s.ap.Submit(ctx, cmd)
 	if err := fut.WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The batch may still be writing cmd: answer with a command of our own.
-		if track {
-			s.pending.add(claimID(keys[0], args[0].(string)), fut)
+		if claim != "" {
+			s.pending.add(claim, fut)
 		}
 		given := redis.NewCmd(ctx)
 		given.SetErr(err)

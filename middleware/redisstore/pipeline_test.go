@@ -44,10 +44,10 @@ func countedClient(t *testing.T) (*redis.Client, *roundTrips, *testserver.FaultP
 	return client, hook, proxy
 }
 
-// scriptTrips counts the round trips that carry scripts (EVALSHA, EVAL)
-// or WAIT, and those commands.
+// scriptTrips counts the round trips that carry the store's transitions
+// (EVALSHA, EVAL, the plain claim's SET) or WAIT, and those commands.
 func scriptTrips() *roundTrips {
-	return &roundTrips{only: map[string]bool{"evalsha": true, "eval": true, "wait": true}}
+	return &roundTrips{only: map[string]bool{"evalsha": true, "eval": true, "set": true, "wait": true}}
 }
 
 // keyPrefix returns a prefix of the test's own; its keys are deleted when
@@ -243,7 +243,7 @@ func TestConformanceWithoutAutoPipelining(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Subject {
 		s, err := redisstore.NewWithOptions(client, redisstore.Options{DisableAutoPipelining: true})
 		require.NoError(t, err)
-		return storetest.Subject{Store: s, PutForeign: putForeign(client)}
+		return storetest.Subject{Store: s, PutForeign: putForeign(client), FreshClaimTimes: freshClaimTimes}
 	})
 }
 

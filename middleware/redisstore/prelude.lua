@@ -27,6 +27,16 @@
 -- with attempts + 1, and its owner is fenced. The key itself expires at the
 -- deadline + retention.
 --
+-- A fresh claim on Redis 7 is one plain SET NX PX GET from the Go side,
+-- which cannot read the server's clock: it writes state 'N' (new), the P
+-- layout with created and updated 0 and, at offset 18, the lease's length
+-- in ms instead of its deadline. Its times come from the key's expiry, set
+-- by the server's clock: the SET's PX is lease + retention, so the lease
+-- deadline is PEXPIRETIME - retention (Redis 7, as SET NX GET is), and
+-- created = updated = deadline - lease. The codec reads an N record as
+-- that P record (an N without an expiry is corrupt), and its next
+-- transition writes the P string.
+--
 -- Records of earlier versions hold IN_PROGRESS and FAILED in a HASH (s the
 -- state, o owner, a attempts, c created, u updated, l lease deadline, r
 -- retention, f fingerprint; decimal fields, below 2^48 as the string's are);
@@ -117,12 +127,29 @@ local function load_hash(key)
   return rec
 end
 
--- load_pf decodes an IN_PROGRESS or FAILED string.
-local function load_pf(v)
+-- new_times returns the created time and the lease deadline of an N
+-- record under key whose lease is lease ms and retention retain ms (see
+-- the layout above), or nil and a reason.
+local function new_times(key, lease, retain)
+  local deadline = redis.call('PEXPIRETIME', key) - retain
+  if deadline - lease < 1 then return nil, 'string: new record without expiry' end
+  return deadline - lease, deadline
+end
+
+-- load_pf decodes an IN_PROGRESS or FAILED string under key.
+local function load_pf(key, v)
   if #v < PF_HEADER then return nil, 'string: too short' end
   local rec = {state = string.sub(v, 2, 2)}
   local lease, retain, n, pos
   rec.attempts, rec.created, rec.updated, lease, retain, n, pos = struct.unpack('>I4I6I6I6I6I4', v, 3)
+  if rec.state == 'N' then
+    if rec.created ~= 0 or rec.updated ~= 0 then return nil, 'string: new record with times' end
+    if lease < 1 then return nil, 'string: new record without lease' end
+    if retain < 1 then return nil, 'string: in progress without retention' end
+    local created, deadline = new_times(key, lease, retain) -- deadline: the reason when created is nil
+    if not created then return nil, deadline end
+    rec.state, rec.created, rec.updated, lease = 'P', created, created, deadline
+  end
   if rec.state ~= 'P' and rec.state ~= 'F' then return nil, 'string: bad state' end
   if pos + n + 3 > #v then return nil, 'string: owner overruns the value' end
   rec.owner = string.sub(v, pos, pos + n - 1)
@@ -182,7 +209,7 @@ local function load(key, full)
   if t == 'none' then return nil end
   if t == 'hash' then return load_hash(key) end
   if t == 'string' then
-    if redis.call('GETRANGE', key, 0, 0) == PF_TAG then return load_pf(redis.call('GET', key)) end
+    if redis.call('GETRANGE', key, 0, 0) == PF_TAG then return load_pf(key, redis.call('GET', key)) end
     return load_string(key, full)
   end
   return nil, 'wrong type ' .. t

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,6 +40,12 @@ type Store struct {
 	pending pendingClaims
 	// claim is claimScript; the tests swap in its Redis 5 and 6 path.
 	claim *redis.Script
+	// scriptClaims is set once the server has refused the fresh claim's
+	// SET NX PX GET (Redis 5 and 6): every claim then runs claim.lua.
+	scriptClaims atomic.Bool
+	// freshClaimArgs are extra arguments of the fresh claim's SET; nil but
+	// in tests.
+	freshClaimArgs []any
 }
 
 var _ idempotency.Store = (*Store)(nil)
@@ -124,13 +132,23 @@ func isNil(c redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// Claim implements idempotency.Store with one EVALSHA (pipelined with WAIT
-// under Options.Replicas).
+// Claim implements idempotency.Store. On Redis 7 and newer a claim is
+// first one plain SET NX PX GET of a new record (see the package
+// documentation, Claim): it settles an absent key (acquired) and a
+// COMPLETED one (a duplicate, decoded and checked here) in one command.
+// A key in any other state, or a server older than Redis 7, takes
+// claim.lua by EVALSHA. Under Options.Replicas each is pipelined with WAIT.
 func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	if err := idempotency.CheckClaim(key, req); err != nil {
 		return idempotency.ClaimResult{}, wrap("claim", key, err)
 	}
 	lease, ttl := millis(req.Lease), millis(req.TTL)
+	if !s.scriptClaims.Load() {
+		res, done, err := s.freshClaim(ctx, key, req, lease, ttl)
+		if done || err != nil {
+			return res, err
+		}
+	}
 	v, err := s.runScript(ctx, "claim", key, s.claim, req.Token, lease, ttl, req.Fingerprint).Result()
 	if err != nil {
 		return idempotency.ClaimResult{}, scriptError(ctx, "claim", key, err)
@@ -138,7 +156,7 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	var res idempotency.ClaimResult
 	switch v := v.(type) {
 	case int64: // claimfast.lua: a fresh claim, at this server time
-		res = freshClaim(v, lease, req)
+		res = acquiredFresh(time.UnixMilli(v), lease, req)
 	case string: // claimfast.lua: a COMPLETED string, as it is
 		var rec idempotency.Record
 		if rec, err = decodeCompleted(v); err != nil {
@@ -157,6 +175,52 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 		return idempotency.ClaimResult{}, wrap("claim", key, malformed("acquired under another token"))
 	}
 	return res, nil
+}
+
+// freshClaim sends the plain claim: SET key <N record> NX PX lease+ttl GET.
+// done reports a claim it settled (an absent key, acquired; a COMPLETED
+// one, refused); otherwise claim.lua must decide, and nothing was written.
+func (s *Store) freshClaim(ctx context.Context, key string, req idempotency.ClaimRequest, lease, ttl int64) (_ idempotency.ClaimResult, done bool, _ error) {
+	args := append(make([]any, 0, 8+len(s.freshClaimArgs)), "set", key, encodeNew(req, lease, ttl), "nx", "px", lease+ttl, "get")
+	args = append(args, s.freshClaimArgs...)
+	sent := time.Now()
+	cmd, count := s.runPlain(ctx, "claim", key, claimID(key, req.Token), args)
+	v, err := cmd.Text()
+	switch {
+	case err == redis.Nil: // the key was absent: this claim wrote it
+		count()
+		return acquiredFresh(sent, lease, req), true, nil
+	case err != nil && isSyntaxError(err):
+		// A server before Redis 7, which has no SET NX GET: claim.lua from
+		// now on.
+		s.scriptClaims.Store(true)
+		return idempotency.ClaimResult{}, false, nil
+	case err != nil && isWrongType(err): // not a string: claim.lua reads it
+		return idempotency.ClaimResult{}, false, nil
+	case err != nil:
+		return idempotency.ClaimResult{}, false, callError(ctx, "claim", key, err)
+	case len(v) == 0 || v[0] != completedTag: // not COMPLETED: claim.lua decides
+		return idempotency.ClaimResult{}, false, nil
+	}
+	rec, err := decodeCompleted(v)
+	if err != nil {
+		return idempotency.ClaimResult{}, false, wrap("claim", key, err)
+	}
+	count()
+	return idempotency.ClaimResult{Record: rec}, true, nil
+}
+
+// isSyntaxError reports the error reply of a server that does not know a
+// command's options (SET NX GET before Redis 7).
+func isSyntaxError(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "ERR syntax error")
+}
+
+// isWrongType reports the error reply of a command on a key of another type.
+func isWrongType(err error) bool {
+	var rerr redis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE")
 }
 
 // Renew implements idempotency.Store with one EVALSHA (pipelined with WAIT

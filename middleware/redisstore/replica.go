@@ -152,6 +152,32 @@ func (s *Store) runScript(ctx context.Context, op, key string, script *redis.Scr
 	return s.runOne(ctx, op, []string{key}, script, wait, args)
 }
 
+// runPlain runs one plain command on key (the fresh claim's SET) as
+// runScript runs a claim: through the auto-pipeliner, tracked under claim
+// if given up; on its own without one; pipelined with WAIT under replica
+// acknowledgement. count records that WAIT's outcome (a no-op without
+// one): the caller calls it when the command settled the transition, so
+// that a claim that goes on to claim.lua is counted once.
+func (s *Store) runPlain(ctx context.Context, op, key, claim string, args []any) (_ *redis.Cmd, count func()) {
+	none := func() {}
+	if s.ack == nil {
+		if s.ap != nil && !s.ap.IsClosed() {
+			return s.submitArgs(ctx, claim, args), none
+		}
+		cmd := redis.NewCmd(ctx, args...)
+		_ = s.client.Process(ctx, cmd)
+		return cmd, none
+	}
+	pipeliner, err := s.pipelinerFor(ctx, key)
+	if err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd, none
+	}
+	cmd, acked, werr := s.pipelined(ctx, pipeliner, func(p redis.Pipeliner) *redis.Cmd { return p.Do(ctx, args...) })
+	return cmd, func() { s.ack.count(op, key, acked, werr) }
+}
+
 // runOne runs one script call on its own. With wait it is pipelined with
 // WAIT: one round trip. A server that does not know the script answers
 // NOSCRIPT, and the call is sent once more with EVAL, which loads it: the

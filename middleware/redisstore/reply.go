@@ -167,16 +167,40 @@ func replyString(v []any, i int) (string, error) {
 	return s, nil
 }
 
-// freshClaim is the result of a claim that claimfast.lua installed on an
-// absent key at server time now (ms): attempt 1 of a new record.
-func freshClaim(now, leaseMillis int64, req idempotency.ClaimRequest) idempotency.ClaimResult {
-	at := time.UnixMilli(now)
+// acquiredFresh is the result of a claim that installed attempt 1 of a new
+// record on an absent key at time at (ms precision): the server's clock
+// for claimfast.lua, which reads it; the client's at the send for the plain
+// claim, which cannot (see the package documentation, Claim).
+func acquiredFresh(at time.Time, leaseMillis int64, req idempotency.ClaimRequest) idempotency.ClaimResult {
+	at = at.Truncate(time.Millisecond)
 	rec := idempotency.Record{State: idempotency.StateInProgress, Token: req.Token, Attempts: 1,
-		CreatedAt: at, UpdatedAt: at, LeaseExpiresAt: time.UnixMilli(now + leaseMillis)}
+		CreatedAt: at, UpdatedAt: at, LeaseExpiresAt: at.Add(time.Duration(leaseMillis) * time.Millisecond)}
 	if len(req.Fingerprint) > 0 {
 		rec.Fingerprint = bytes.Clone(req.Fingerprint)
 	}
 	return idempotency.ClaimResult{Acquired: true, Record: rec}
+}
+
+// encodeNew is the N record of a fresh claim (see prelude.lua): the P
+// string's layout, attempt 1, created and updated 0, the lease's length
+// where P holds its deadline, the retention, the owner and the fingerprint.
+func encodeNew(req idempotency.ClaimRequest, lease, retain int64) string {
+	b := make([]byte, 0, pfHeader+len(req.Token)+len(req.Fingerprint))
+	b = append(b, pfTag, 'N')
+	b = binary.BigEndian.AppendUint32(b, 1)
+	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) // created, updated
+	b = appendUint48(b, uint64(lease))
+	b = appendUint48(b, uint64(retain))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(req.Token)))
+	b = append(b, req.Token...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(req.Fingerprint)))
+	b = append(b, req.Fingerprint...)
+	return string(b)
+}
+
+// appendUint48 appends v's low 6 bytes, big-endian.
+func appendUint48(b []byte, v uint64) []byte {
+	return append(b, byte(v>>40), byte(v>>32), byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
 }
 
 // ownerField is the owner field of a COMPLETED string for token: the first
@@ -186,10 +210,12 @@ func ownerField(token string) string {
 	return string(sum[:8])
 }
 
-// The COMPLETED string, as prelude.lua documents it.
+// The strings of prelude.lua's layouts.
 const (
 	completedTag    = 0xC1
 	completedHeader = 26
+	pfTag           = 0xC0
+	pfHeader        = 38
 )
 
 // decodeCompleted reads a COMPLETED string that claimfast.lua returned as

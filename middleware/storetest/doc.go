@@ -77,8 +77,10 @@
 //   - Delete of any state; cancelled contexts; rejection of empty keys and
 //     tokens and of leases and TTLs that are not positive, changing nothing.
 //
-// The store's clock is read through the times it reports (a fresh claim's
-// UpdatedAt is its "now"), never compared with the test's own wall clock.
+// The store's clock is read through the times it reports (a fresh key's
+// UpdatedAt, as Get reads it, is its "now"), never compared with the test's
+// own wall clock. The times a claim of an absent key reports are compared
+// with the ones the store keeps within Subject.FreshClaimTimes.
 //
 // Benchmark measures a store alone (claim+complete of a fresh key, claim of
 // a completed key), so a third-party store can be compared with the

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
@@ -85,13 +86,20 @@ func (h *harness) get(key string) idempotency.Record {
 }
 
 // storeNow returns the current time of the store's clock (for Redis, the
-// server's), which the suite cannot read directly: the UpdatedAt of a claim
-// of a fresh key.
+// server's), which the suite cannot read directly: the UpdatedAt of a
+// fresh key's claim, as Get reads it from the store.
 func (h *harness) storeNow() time.Time {
 	h.t.Helper()
-	res := h.claim(h.key("now:"+randomHex(4)), nil)
-	require.True(h.t, res.Acquired)
-	return res.Record.UpdatedAt
+	k := h.key("now:" + randomHex(4))
+	require.True(h.t, h.claim(k, nil).Acquired)
+	return h.get(k).UpdatedAt
+}
+
+// freshTime asserts that a time the store keeps (kept) is one that a claim
+// of an absent key reported (claimed), within Subject.FreshClaimTimes.
+func (h *harness) freshTime(claimed, kept time.Time, what string) {
+	h.t.Helper()
+	assert.WithinDuration(h.t, claimed, kept, max(h.FreshClaimTimes, time.Millisecond), what)
 }
 
 func randomHex(n int) string {

@@ -24,6 +24,14 @@ type Subject struct {
 	// write (memstore): the corrupt-record case then logs that it does not
 	// apply, and checks nothing.
 	PutForeign func(key string, kind Foreign) error
+	// FreshClaimTimes is how far the times that a claim of an absent key
+	// reports may be from the ones the store keeps for it, which Get reads.
+	// Zero means they are the same (to the millisecond): the store read its
+	// clock to answer. A store whose fresh claim answers without reading
+	// its clock (redisstore's plain SET) reports the client's clock at the
+	// send, which is behind the store's by the time the command took to
+	// arrive, plus any skew between the hosts' clocks.
+	FreshClaimTimes time.Duration
 }
 
 // Foreign is a kind of value that is not a record, for Subject.PutForeign.
