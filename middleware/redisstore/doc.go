@@ -1,8 +1,9 @@
 // Package redisstore is the Redis implementation of idempotency.Store, for any
 // number of processes sharing one Redis (standalone, Sentinel or Cluster).
 //
-// Every transition, and Get, is one Lua script run by EVALSHA: one round
-// trip, atomic on the server; a server that does not know the script yet
+// Every transition, and Get, is one Lua script run by EVALSHA, but for the
+// common claim, which is one plain SET (see The cost of a message): one
+// round trip, atomic on the server; a server that does not know the script yet
 // answers NOSCRIPT and the script is loaded once (EVAL on a call sent on its
 // own, SCRIPT LOAD for auto-pipelined calls) and the call sent again.
 // Keys and values travel only as KEYS and ARGV, never spliced into script
@@ -16,7 +17,11 @@
 // Each key is one Redis key holding a packed string. While IN_PROGRESS or
 // FAILED: a tag byte (0xC0), the state, attempts, created and updated
 // times, the lease deadline and the claim's TTL (in the server's
-// milliseconds), the owner's token and the fingerprint. Once COMPLETED —
+// milliseconds), the owner's token and the fingerprint. A fresh claim
+// writes the same layout in state N, without times and with the lease's
+// length where the deadline goes: its times come from the key's expiry
+// (PEXPIRETIME), which the server set, and its next transition writes them
+// out. Once COMPLETED —
 // most of the keys a busy service holds — a shorter one: a tag byte (0xC1),
 // attempts, created and updated times, the first 8 bytes of the SHA-1 of the
 // token that completed it, the fingerprint and the result. Neither tag byte
@@ -31,27 +36,48 @@
 //
 // # The cost of a message
 //
-// A fresh message costs two calls, a claim and a completion, and each
-// settles its common case in a fast section at the head of its script,
-// before the codec (claimfast.lua, completefast.lua; renewfast.lua for a
-// renewal):
-//   - Claim sends TIME and SET NX GET: an absent key is claimed by that one
-//     write, and the reply is the server time of the claim; a COMPLETED
-//     record comes back as it is, and the store decodes and checks it in Go
-//     with the checks of the codec. On Redis 5 and 6, whose SET cannot take
-//     NX and GET together, it sends GET, then SET when the key is absent.
-//   - Complete and Renew send GET, TIME and SET when the key is an
-//     IN_PROGRESS string of the caller's token whose every field checks out.
+// A fresh message costs two calls, a claim and a completion, and a
+// duplicate one call:
+//   - Claim is one plain command, no script: SET key <N record> NX PX
+//     lease+TTL GET. An absent key is claimed by that one write (acquired);
+//     a COMPLETED record comes back as it is, nothing written, and the store
+//     decodes and checks it in Go with the checks of the codec (a
+//     duplicate). Redis runs it at the cost of a plain SET, a third of a
+//     script's. Any other reply (a key held, FAILED or lapsed, the caller's
+//     own claim resent, a record of an earlier version, a corrupt value) has
+//     written nothing, and the claim goes on to claim.lua: a second round
+//     trip, for keys that are not the common case.
+//   - Complete and Renew settle their common case in a fast section at the
+//     head of their script, before the codec (completefast.lua,
+//     renewfast.lua): GET, TIME (and PEXPIRETIME for an N record) and SET
+//     when the key is an IN_PROGRESS string of the caller's token whose
+//     every field checks out. Every other case goes on to the full
+//     transition, nothing written yet.
 //
-// Every other case (a resend, a FAILED or lapsed record, another owner, a
-// record of an earlier version, a corrupt value) goes on to the full
-// transition, nothing written yet. The owner hash of a COMPLETED string is
-// computed by the store, not by the script.
+// claim.lua starts with a fast section too (claimfast.lua): TIME and SET NX
+// GET, or GET then SET on Redis 5 and 6, whose SET cannot take NX and GET
+// together. A server that answers the plain claim with a syntax error (Redis
+// 5 and 6) has every claim of the store run claim.lua from then on. The
+// owner hash of a COMPLETED string is computed by the store, not by a
+// script.
+//
+// The plain claim cannot read the server's clock, and does not need to: the
+// lease is the PX that Redis counts from when it runs the SET, and the
+// record's times are the key's expiry less the TTL and the lease. What it
+// cannot do is report them: an acquired plain claim reports CreatedAt,
+// UpdatedAt and LeaseExpiresAt from this host's clock when it sent the
+// SET, to the millisecond, which is behind the server's by the time the
+// command took to arrive plus any skew between the two clocks. Get, and
+// every later transition, read the server's. The owner's renewals and
+// deadlines are counted on its own monotonic clock from before the send,
+// so they never rely on those reported times (see idempotency.Lease).
 //
 // # Guarantees
 //
-// Expiry is Redis's own, and every time is the server's (TIME), never a
-// client's clock. A claim sets the key to expire its TTL after the lease
+// Expiry is Redis's own, and every time a record holds is the server's
+// (TIME, or an expiry the server set), never a client's clock; only the
+// times an acquired plain claim reports are the client's (see above). A
+// claim sets the key to expire its TTL after the lease
 // deadline; Renew moves both. A lease that lapses (its owner stopped
 // renewing and never completed nor failed) leaves the record in place: it
 // reads as FAILED, with LeaseExpiresAt the lapsed deadline and its attempts
@@ -147,7 +173,8 @@
 //
 // NewWithOptions with Options.Replicas set to N makes Claim, Renew and
 // Complete wait until N replicas have the transition: each is sent as
-// EVALSHA followed by WAIT N, in one pipeline of its own on one connection
+// EVALSHA (or the plain claim's SET) followed by WAIT N, in one pipeline of
+// its own on one connection
 // (never auto-pipelined: see Auto-pipelining), so it is still one round
 // trip (and, when the server answers NOSCRIPT, a second one with EVAL, once
 // per script and server). A Sentinel failover (or a Cluster failover) to a
@@ -193,7 +220,7 @@
 // API experimental; the store is tested with v9.23.0. A call that finds the
 // pipeliner idle is flushed at once, on its own (go-redis does not wait for
 // a batch to fill); calls that arrive while batches are on the wire go out
-// together. Each call is still its own EVALSHA, so a fresh message costs
+// together. Each call is still its own command, so a fresh message costs
 // two commands and a duplicate one; what batching saves is round trips, the
 // client's and the server's system calls per command, which bound a loaded
 // store on a small machine.
