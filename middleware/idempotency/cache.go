@@ -57,7 +57,11 @@ type CacheStats struct {
 
 // completedCache holds COMPLETED records by stored key: an LRU bounded in
 // bytes, sharded by the key's hash so that concurrent claims of different
-// keys seldom wait on one mutex. A COMPLETED record changes only when it
+// keys seldom wait on one mutex. A shard's map is keyed by that hash, not by
+// the key: the key is hashed once per lookup, and an eviction deletes by the
+// hash kept in the entry, without reading the evicted key, which has long
+// left the processor's caches. Two keys with one 64-bit hash share a slot:
+// a lookup compares the key, and a put replaces the other key's entry. A COMPLETED record changes only when it
 // expires or is deleted, so an entry that lives no longer than the record
 // answers exactly as the store would; see OnceConfig.CacheTTL for the one
 // exception (an operator's Delete).
@@ -71,7 +75,7 @@ type completedCache struct {
 
 type cacheShard struct {
 	mu      sync.Mutex
-	entries map[string]*cacheEntry
+	entries map[uint64]*cacheEntry // by the key's hash
 	// lru is the sentinel of a ring of the entries: lru.next is the most
 	// recently used, lru.prev the next to evict.
 	lru                     cacheEntry
@@ -83,6 +87,7 @@ type cacheShard struct {
 
 type cacheEntry struct {
 	key        string
+	hash       uint64
 	rec        Record
 	expires    time.Time
 	size       int
@@ -97,23 +102,28 @@ func newCompletedCache(ttl time.Duration, maxBytes int) *completedCache {
 	c := &completedCache{seed: maphash.MakeSeed(), shards: make([]cacheShard, n), mask: uint64(n - 1), ttl: ttl, shardMax: maxBytes / n}
 	for i := range c.shards {
 		s := &c.shards[i]
-		s.entries = map[string]*cacheEntry{}
+		s.entries = map[uint64]*cacheEntry{}
 		s.lru.next, s.lru.prev = &s.lru, &s.lru
 	}
 	return c
 }
 
-func (c *completedCache) shard(key string) *cacheShard {
-	return &c.shards[maphash.String(c.seed, key)&c.mask]
+// shard returns the shard of key and key's hash.
+func (c *completedCache) shard(key string) (*cacheShard, uint64) {
+	h := maphash.String(c.seed, key)
+	return &c.shards[h&c.mask], h
 }
 
 // get returns the live record of key, read-only: callers that hand it out
 // copy its slices (see cloneRecord).
 func (c *completedCache) get(key string, now time.Time) (Record, bool) {
-	s := c.shard(key)
+	s, h := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.entries[key]
+	e := s.entries[h]
+	if e != nil && e.key != key {
+		e = nil // another key with the same hash
+	}
 	if e != nil && !now.Before(e.expires) {
 		s.remove(e)
 		e = nil
@@ -138,10 +148,10 @@ func (c *completedCache) put(key string, rec Record, now, expires time.Time) {
 		return
 	}
 	size := len(key) + len(rec.Result) + len(rec.Fingerprint) + cacheEntryOverhead
-	s := c.shard(key)
+	s, h := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old := s.entries[key]; old != nil {
+	if old := s.entries[h]; old != nil {
 		s.remove(old)
 	}
 	if size > c.shardMax {
@@ -151,8 +161,8 @@ func (c *completedCache) put(key string, rec Record, now, expires time.Time) {
 		s.remove(s.lru.prev)
 		s.evictions++
 	}
-	e := &cacheEntry{key: key, rec: frozenRecord(rec), expires: expires, size: size}
-	s.entries[key] = e
+	e := &cacheEntry{key: key, hash: h, rec: frozenRecord(rec), expires: expires, size: size}
+	s.entries[h] = e
 	s.bytes += size
 	s.pushFront(e)
 }
@@ -174,7 +184,7 @@ func (c *completedCache) stats() CacheStats {
 
 func (s *cacheShard) remove(e *cacheEntry) {
 	s.unlink(e)
-	delete(s.entries, e.key)
+	delete(s.entries, e.hash)
 	s.bytes -= e.size
 }
 

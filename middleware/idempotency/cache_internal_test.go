@@ -127,7 +127,7 @@ func TestCacheConcurrent(t *testing.T) {
 		for e := s.lru.next; e != &s.lru; e = e.next {
 			n++
 			bytes += e.size
-			assert.Same(t, e, s.entries[e.key])
+			assert.Same(t, e, s.entries[e.hash])
 		}
 	}
 	assert.Equal(t, st.Entries, n, "the LRU rings hold every entry of the maps")
