@@ -148,20 +148,32 @@ func (c *completedCache) put(key string, rec Record, now, expires time.Time) {
 		return
 	}
 	size := len(key) + len(rec.Result) + len(rec.Fingerprint) + cacheEntryOverhead
+	fits := size <= c.shardMax
+	if fits {
+		rec = frozenRecord(rec) // its copy is made outside the lock
+	}
 	s, h := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old := s.entries[h]; old != nil {
 		s.remove(old)
 	}
-	if size > c.shardMax {
+	if !fits {
 		return
 	}
+	// The last entry evicted holds the new one: a full cache evicts one
+	// entry per put, and reusing it, whose memory the eviction just read,
+	// saves an allocation. Nothing outside the shard points to an entry.
+	var e *cacheEntry
 	for s.bytes+size > c.shardMax {
-		s.remove(s.lru.prev)
+		e = s.lru.prev
+		s.remove(e)
 		s.evictions++
 	}
-	e := &cacheEntry{key: key, hash: h, rec: frozenRecord(rec), expires: expires, size: size}
+	if e == nil {
+		e = new(cacheEntry)
+	}
+	*e = cacheEntry{key: key, hash: h, rec: rec, expires: expires, size: size}
 	s.entries[h] = e
 	s.bytes += size
 	s.pushFront(e)

@@ -133,3 +133,37 @@ func TestCacheConcurrent(t *testing.T) {
 	assert.Equal(t, st.Entries, n, "the LRU rings hold every entry of the maps")
 	assert.Equal(t, st.Bytes, bytes)
 }
+
+// TestCacheFullAnswersEachKeyItsOwn: a full cache evicts an entry per put
+// and holds the new record in the evicted entry's place; every key still
+// cached answers its own record, and a record a lookup returned before is
+// not changed by the puts that follow.
+func TestCacheFullAnswersEachKeyItsOwn(t *testing.T) {
+	c := newCompletedCache(time.Hour, 64<<10)
+	require.Len(t, c.shards, 1)
+	now := time.Now()
+	record := func(i int) Record {
+		return Record{State: StateCompleted, Attempts: i, Result: []byte(fmt.Sprintf("r%d", i)), Fingerprint: []byte(fmt.Sprintf("f%d", i)),
+			CreatedAt: now.Add(-time.Duration(i) * time.Second), UpdatedAt: now.Add(-time.Duration(i) * time.Millisecond)}
+	}
+	const keys = 2000
+	c.put("k0", record(0), now, now.Add(time.Hour))
+	first, ok := c.get("k0", now)
+	require.True(t, ok)
+	for i := 1; i < keys; i++ {
+		c.put(fmt.Sprintf("k%d", i), record(i), now, now.Add(time.Hour))
+	}
+	st := c.stats()
+	require.NotZero(t, st.Evictions, "the cache filled up")
+	hits := 0
+	for i := range keys {
+		got, ok := c.get(fmt.Sprintf("k%d", i), now)
+		if !ok {
+			continue
+		}
+		hits++
+		assert.Equal(t, record(i), got, "k%d", i)
+	}
+	assert.Equal(t, st.Entries, hits, "every entry answers its own key")
+	assert.Equal(t, record(0), first, "what a lookup returned stays as it was")
+}
