@@ -61,10 +61,10 @@ type CacheStats struct {
 // the key: the key is hashed once per lookup, and an eviction deletes by the
 // hash kept in the entry, without reading the evicted key, which has long
 // left the processor's caches. Two keys with one 64-bit hash share a slot:
-// a lookup compares the key, and a put replaces the other key's entry. A COMPLETED record changes only when it
-// expires or is deleted, so an entry that lives no longer than the record
-// answers exactly as the store would; see OnceConfig.CacheTTL for the one
-// exception (an operator's Delete).
+// a lookup compares the key, and a put replaces the other key's entry. A
+// COMPLETED record changes only when it expires or is deleted, so an entry
+// that lives no longer than the record answers exactly as the store would;
+// see OnceConfig.CacheTTL for the one exception (an operator's Delete).
 type completedCache struct {
 	seed     maphash.Seed
 	shards   []cacheShard
