@@ -21,7 +21,12 @@
 // writes the same layout in state N, without times and with the lease's
 // length where the deadline goes: its times come from the key's expiry
 // (PEXPIRETIME), which the server set, and its next transition writes them
-// out. Once COMPLETED —
+// out. So an operator who changes such a key's expiry changes its lease: an
+// N record without an expiry (PERSIST), or whose expiry was moved later so
+// far that it would have been created more than a minute after the
+// server's clock (an allowance for a clock stepped back), is corrupt rather
+// than claimed for as long as the new expiry says; one moved earlier ends
+// its lease early. Once COMPLETED —
 // most of the keys a busy service holds — a shorter one: a tag byte (0xC1),
 // attempts, created and updated times, the first 8 bytes of the SHA-1 of the
 // token that completed it, the fingerprint and the result. Neither tag byte
