@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -246,4 +247,309 @@ func TestPlainClaimExpiryMoved(t *testing.T) {
 			assert.True(t, next.Acquired, "Delete removes it")
 		})
 	}
+}
+
+// TestPlainClaimTransitionsKeepTheServerTimes: every transition of an N
+// record (a renewal, the owner's resent claim, a Fail, a Complete) writes
+// out the times the record held, read from its expiry: the created time
+// Get read before it stays to the millisecond, the record becomes the P
+// (or F, or COMPLETED) string, and the key's expiry is the transition's.
+func TestPlainClaimTransitionsKeepTheServerTimes(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	claimN := func(t *testing.T, key string) (idempotency.ClaimRequest, idempotency.Record) {
+		t.Helper()
+		req := claimReq(time.Minute, []byte("fp"))
+		res, err := r.store.Claim(ctx, key, req)
+		require.NoError(t, err)
+		require.True(t, res.Acquired)
+		raw, err := r.client.Get(ctx, key).Bytes()
+		require.NoError(t, err)
+		require.Equal(t, byte('N'), raw[1])
+		kept, err := r.store.Get(ctx, key)
+		require.NoError(t, err)
+		require.Equal(t, kept.CreatedAt, kept.UpdatedAt)
+		require.Equal(t, kept.CreatedAt.Add(time.Minute), kept.LeaseExpiresAt)
+		time.Sleep(15 * time.Millisecond) // the transitions' clock is later than the claim's
+		return req, kept
+	}
+	state := func(t *testing.T, key string) byte {
+		raw, err := r.client.Get(ctx, key).Bytes()
+		require.NoError(t, err)
+		return raw[1]
+	}
+
+	t.Run("renew", func(t *testing.T) {
+		req, kept := claimN(t, "times:renew")
+		require.NoError(t, r.store.Renew(ctx, "times:renew", req.Token, 2*time.Hour))
+		assert.Equal(t, byte('P'), state(t, "times:renew"))
+		rec, err := r.store.Get(ctx, "times:renew")
+		require.NoError(t, err)
+		assert.Equal(t, kept.CreatedAt, rec.CreatedAt)
+		assert.Equal(t, kept.UpdatedAt, rec.UpdatedAt, "a renewal is no new transition of the record's times")
+		assert.WithinDuration(t, time.Now().Add(2*time.Hour), rec.LeaseExpiresAt, time.Second)
+		pttl, err := r.client.PTTL(ctx, "times:renew").Result()
+		require.NoError(t, err)
+		assert.InDelta(t, float64(2*time.Hour+time.Minute), float64(pttl), float64(time.Second), "the lease and the claim's TTL")
+		require.NoError(t, r.store.Complete(ctx, "times:renew", req.Token, []byte("out"), time.Hour))
+		done, err := r.store.Get(ctx, "times:renew")
+		require.NoError(t, err)
+		assert.Equal(t, kept.CreatedAt, done.CreatedAt)
+	})
+	t.Run("resent claim", func(t *testing.T) {
+		req, kept := claimN(t, "times:resent")
+		again, err := r.store.Claim(ctx, "times:resent", req)
+		require.NoError(t, err)
+		require.True(t, again.Acquired)
+		assert.Equal(t, byte('P'), state(t, "times:resent"))
+		assert.Equal(t, kept.CreatedAt, again.Record.CreatedAt, "the server's time, exact")
+		assert.True(t, again.Record.LeaseExpiresAt.After(kept.LeaseExpiresAt), "the lease counted from the resend")
+		rec, err := r.store.Get(ctx, "times:resent")
+		require.NoError(t, err)
+		assert.Equal(t, again.Record, rec)
+		require.NoError(t, r.store.Complete(ctx, "times:resent", req.Token, []byte("out"), time.Hour))
+		done, err := r.store.Get(ctx, "times:resent")
+		require.NoError(t, err)
+		assert.Equal(t, kept.CreatedAt, done.CreatedAt)
+		assert.Equal(t, 1, done.Attempts)
+	})
+	t.Run("complete", func(t *testing.T) {
+		req, kept := claimN(t, "times:complete")
+		require.NoError(t, r.store.Complete(ctx, "times:complete", req.Token, []byte("out"), time.Hour))
+		done, err := r.store.Get(ctx, "times:complete")
+		require.NoError(t, err)
+		assert.Equal(t, idempotency.StateCompleted, done.State)
+		assert.Equal(t, kept.CreatedAt, done.CreatedAt)
+		assert.True(t, done.UpdatedAt.After(kept.UpdatedAt), "completed at its own time")
+		assert.Equal(t, []byte("fp"), done.Fingerprint)
+		pttl, err := r.client.PTTL(ctx, "times:complete").Result()
+		require.NoError(t, err)
+		assert.InDelta(t, float64(time.Hour), float64(pttl), float64(time.Second))
+		require.NoError(t, r.store.Complete(ctx, "times:complete", req.Token, []byte("out"), time.Hour), "resent")
+	})
+	t.Run("fail", func(t *testing.T) {
+		req, kept := claimN(t, "times:fail")
+		require.NoError(t, r.store.Fail(ctx, "times:fail", req.Token, time.Hour))
+		assert.Equal(t, byte('F'), state(t, "times:fail"))
+		rec, err := r.store.Get(ctx, "times:fail")
+		require.NoError(t, err)
+		assert.Equal(t, idempotency.StateFailed, rec.State)
+		assert.Equal(t, kept.CreatedAt, rec.CreatedAt)
+		for path, s := range r.claimers() {
+			next, err := s.Claim(ctx, "times:fail", claimReq(time.Minute, nil))
+			require.NoError(t, err)
+			if path == "plain" || next.Acquired {
+				require.True(t, next.Acquired, path)
+				assert.Equal(t, 2, next.Record.Attempts)
+				assert.Equal(t, kept.CreatedAt, next.Record.CreatedAt)
+				assert.Equal(t, []byte("fp"), next.Record.Fingerprint)
+			}
+		}
+	})
+	t.Run("release", func(t *testing.T) {
+		req, _ := claimN(t, "times:release")
+		require.NoError(t, r.store.Release(ctx, "times:release", req.Token))
+		n, err := r.client.Exists(ctx, "times:release").Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "a first attempt's release deletes the key")
+	})
+}
+
+// TestPlainClaimKeyReusedThroughOnce: a COMPLETED key claimed with another
+// fingerprint through Once is answered by the plain claim alone (one SET,
+// no script) with the record as claim.lua would have given it: not
+// acquired, its own fingerprint, which Once's callers compare.
+func TestPlainClaimKeyReusedThroughOnce(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	admin, client, _ := statClients(t, srv.Addr)
+	s, err := redisstore.New(client)
+	require.NoError(t, err)
+	script, err := redisstore.New(client)
+	require.NoError(t, err)
+	redisstore.ClaimWithScriptOnly(script)
+	loadScripts(t, s)
+	ctx := context.Background()
+	req := claimReq(time.Minute, []byte("payload A"))
+	_, err = s.Claim(ctx, "reused", req)
+	require.NoError(t, err)
+	require.NoError(t, s.Complete(ctx, "reused", req.Token, []byte("out"), time.Hour))
+
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: s, DisableCache: true}, nil)
+	require.NoError(t, err)
+	require.NoError(t, admin.ConfigResetStat(ctx).Err())
+	lease, res, err := once.Claim(ctx, "reused", idempotency.ClaimOptions{Fingerprint: []byte("payload B")})
+	require.NoError(t, err)
+	assert.Nil(t, lease, "a COMPLETED key is not acquired")
+	assert.False(t, res.Acquired)
+	assert.Equal(t, idempotency.StateCompleted, res.Record.State)
+	assert.Equal(t, []byte("payload A"), res.Record.Fingerprint, "the stored fingerprint, for the caller's ErrKeyReused")
+	assert.Equal(t, []byte("out"), res.Record.Result)
+	calls := commandCalls(t, admin)
+	assert.Equal(t, 1, calls["set"], "stats %v", calls)
+	assert.Zero(t, calls["evalsha"], "stats %v", calls)
+
+	byScript, err := script.Claim(ctx, "reused", claimReq(time.Minute, []byte("payload B")))
+	require.NoError(t, err)
+	assert.Equal(t, byScript, res, "claim.lua refuses it with the same record")
+}
+
+// TestPlainClaimReplicaReadsTheSameTimes: the plain claim under Replicas 1
+// with a real replica is one pipeline of SET and WAIT, counted once; a
+// claim that goes on to claim.lua (a held key) is counted once too, for its
+// script's WAIT; and the replica reads the N record's times exactly as the
+// primary does (Redis propagates SET PX as an absolute expiry), so a
+// failover keeps them.
+func TestPlainClaimReplicaReadsTheSameTimes(t *testing.T) {
+	master, replica := startReplicated(t)
+	admin, client, hook := statClients(t, master.Addr)
+	s, err := redisstore.NewWithOptions(client, redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
+	require.NoError(t, err)
+	loadScripts(t, s)
+	rclient := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: replica.Addr})
+	t.Cleanup(func() { _ = rclient.Close() })
+	onReplica, err := redisstore.New(rclient)
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	before := s.ReplicaStats()
+	require.NoError(t, admin.ConfigResetStat(ctx).Err())
+	hook.reset()
+	req := claimReq(time.Minute, []byte("fp"))
+	res, err := s.Claim(ctx, "replicated", req)
+	require.NoError(t, err)
+	require.True(t, res.Acquired)
+	trips, cmds := hook.counts()
+	assert.Equal(t, 1, trips, "one pipeline")
+	assert.Equal(t, 2, cmds, "SET and WAIT")
+	calls := commandCalls(t, admin)
+	assert.Equal(t, 1, calls["set"], "stats %v", calls)
+	assert.Equal(t, 1, calls["wait"], "stats %v", calls)
+	assert.Equal(t, before.Acknowledged+1, s.ReplicaStats().Acknowledged)
+
+	onMaster, err := s.Get(ctx, "replicated")
+	require.NoError(t, err)
+	fromReplica, err := onReplica.Get(ctx, "replicated")
+	require.NoError(t, err, "WAIT returned: the replica has the SET")
+	assert.Equal(t, onMaster, fromReplica, "the replica derives the same times from the same absolute expiry")
+	mexp, err := admin.PExpireTime(ctx, "replicated").Result()
+	require.NoError(t, err)
+	rexp, err := rclient.PExpireTime(ctx, "replicated").Result()
+	require.NoError(t, err)
+	assert.Equal(t, mexp, rexp)
+
+	// A held key: the SET finds it (its WAIT has nothing new to wait for),
+	// and claim.lua refuses; one WAIT is counted.
+	before = s.ReplicaStats()
+	require.NoError(t, admin.ConfigResetStat(ctx).Err())
+	other, err := s.Claim(ctx, "replicated", claimReq(time.Minute, nil))
+	require.NoError(t, err)
+	assert.False(t, other.Acquired)
+	assert.Equal(t, redisstore.ReplicaStats{Acknowledged: before.Acknowledged + 1}, s.ReplicaStats(), "counted once")
+	calls = commandCalls(t, admin)
+	assert.Equal(t, 1, calls["evalsha"], "stats %v", calls)
+	assert.Equal(t, 2, calls["wait"], "the SET's pipeline and the script's, stats %v", calls)
+
+	// The owner completes it; a duplicate is the plain claim alone.
+	require.NoError(t, s.Complete(ctx, "replicated", req.Token, []byte("out"), time.Hour))
+	before = s.ReplicaStats()
+	dup, err := s.Claim(ctx, "replicated", claimReq(time.Minute, nil))
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateCompleted, dup.Record.State)
+	assert.Equal(t, redisstore.ReplicaStats{Acknowledged: before.Acknowledged + 1}, s.ReplicaStats())
+	done, err := onReplica.Get(ctx, "replicated")
+	require.NoError(t, err)
+	assert.Equal(t, onMaster.CreatedAt, done.CreatedAt)
+}
+
+// TestPlainClaimReplicaShortfallOfAHeldKey: without a replica in reach, a
+// claim of a held key under Replicas 1 is counted as one shortfall, though
+// it sends two WAITs (the SET's pipeline and the script's), each of which
+// waits out its timeout: such a claim takes at least twice ReplicaTimeout
+// (Redis ends a WAIT at its next cron tick, 100 ms at hz 10, so a WAIT of
+// 100 ms takes up to 200).
+func TestPlainClaimReplicaShortfallOfAHeldKey(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	const wait = 100 * time.Millisecond
+	s, err := redisstore.NewWithOptions(client, redisstore.Options{Replicas: 1, ReplicaTimeout: wait})
+	require.NoError(t, err)
+	loadScripts(t, s)
+	ctx := context.Background()
+	_, err = s.Claim(ctx, "held", claimReq(time.Minute, nil))
+	require.NoError(t, err)
+
+	before := s.ReplicaStats()
+	start := time.Now()
+	res, err := s.Claim(ctx, "held", claimReq(time.Minute, nil))
+	took := time.Since(start)
+	require.NoError(t, err)
+	assert.False(t, res.Acquired)
+	assert.Equal(t, redisstore.ReplicaStats{Acknowledged: before.Acknowledged, Shortfalls: before.Shortfalls + 1}, s.ReplicaStats(), "one shortfall per claim")
+	t.Logf("a claim of a held key without its replica took %v (ReplicaTimeout %v)", took.Round(time.Millisecond), wait)
+	assert.GreaterOrEqual(t, took, 2*wait, "two WAITs")
+}
+
+// TestPlainClaimSurvivesReloadAndRestart: an N record's times are read
+// back the same after DEBUG RELOAD and after a restart from the
+// append-only file: its expiry is absolute in both.
+func TestPlainClaimSurvivesReloadAndRestart(t *testing.T) {
+	srv := testserver.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes")
+	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := redisstore.New(client)
+	require.NoError(t, err)
+	ctx := context.Background()
+	req := claimReq(time.Minute, []byte("fp"))
+	_, err = s.Claim(ctx, "durable", req)
+	require.NoError(t, err)
+	kept, err := s.Get(ctx, "durable")
+	require.NoError(t, err)
+
+	require.NoError(t, client.Do(ctx, "debug", "reload").Err())
+	rec, err := s.Get(ctx, "durable")
+	require.NoError(t, err)
+	assert.Equal(t, kept, rec, "after DEBUG RELOAD")
+	require.NoError(t, client.Do(ctx, "bgrewriteaof").Err())
+	require.Eventually(t, func() bool {
+		info, err := client.Info(ctx, "persistence").Result()
+		return err == nil && containsLine(info, "aof_rewrite_in_progress:0") && containsLine(info, "aof_rewrite_scheduled:0")
+	}, 10*time.Second, 10*time.Millisecond)
+	srv.Restart()
+	rec, err = s.Get(ctx, "durable")
+	require.NoError(t, err)
+	assert.Equal(t, kept, rec, "after a restart from the rewritten append-only file")
+	require.NoError(t, s.Complete(ctx, "durable", req.Token, []byte("out"), time.Hour), "the owner still holds it")
+}
+
+func containsLine(text, line string) bool {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.TrimSpace(l) == line {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPlainClaimMemory: the N record costs what the P record of claim.lua
+// costs, byte for byte and in Redis's memory.
+func TestPlainClaimMemory(t *testing.T) {
+	r := startCodecRedis(t)
+	ctx := context.Background()
+	req := claimReq(time.Minute, []byte("0123456789abcdef0123456789abcdef"))
+	_, err := r.store.Claim(ctx, "memory:plain:", req)
+	require.NoError(t, err)
+	_, err = r.script7.Claim(ctx, "memory:script", idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: req.Lease, TTL: req.TTL, Fingerprint: req.Fingerprint})
+	require.NoError(t, err)
+	n, err := r.client.StrLen(ctx, "memory:plain:").Result()
+	require.NoError(t, err)
+	p, err := r.client.StrLen(ctx, "memory:script").Result()
+	require.NoError(t, err)
+	assert.Equal(t, p, n)
+	nm, err := r.client.MemoryUsage(ctx, "memory:plain:").Result()
+	require.NoError(t, err)
+	pm, err := r.client.MemoryUsage(ctx, "memory:script").Result()
+	require.NoError(t, err)
+	t.Logf("IN_PROGRESS record, 32-byte token and fingerprint: N %d bytes, P %d bytes (MEMORY USAGE)", nm, pm)
+	assert.Equal(t, pm, nm)
 }
