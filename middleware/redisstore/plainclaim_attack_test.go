@@ -553,3 +553,49 @@ func TestPlainClaimMemory(t *testing.T) {
 	t.Logf("IN_PROGRESS record, 32-byte token and fingerprint: N %d bytes, P %d bytes (MEMORY USAGE)", nm, pm)
 	assert.Equal(t, pm, nm)
 }
+
+// TestPlainClaimClusterRouting: on a cluster client the plain SET is routed
+// by its key, on its own and in the pipeline of SET and WAIT under
+// Replicas (to the key's primary): the N record lands on the primary of
+// its slot, a second claim of it is refused there, and every transition
+// reads it, for keys all over the slots and keys sharing one by hash tag.
+func TestPlainClaimClusterRouting(t *testing.T) {
+	t.Parallel()
+	addrs := testserver.StartRedisCluster(t)
+	client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs})
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := context.Background()
+	modes := map[string]redisstore.Options{
+		"on its own": {},
+		// The test's cluster has no replicas: each WAIT falls short.
+		"replica acknowledgement": {Replicas: 1, ReplicaTimeout: 10 * time.Millisecond},
+	}
+	for mode, opts := range modes {
+		s, err := redisstore.NewWithOptions(client, opts)
+		require.NoError(t, err)
+		for i := range 24 {
+			key := fmt.Sprintf("route:%s:%d", mode, i)
+			if i%3 == 0 {
+				key = fmt.Sprintf("{route-tag}:%s:%d", mode, i)
+			}
+			req := claimReq(time.Minute, []byte("fp"))
+			res, err := s.Claim(ctx, key, req)
+			require.NoError(t, err, key)
+			require.True(t, res.Acquired, key)
+			node, err := client.MasterForKey(ctx, key)
+			require.NoError(t, err)
+			raw, err := node.Get(ctx, key).Bytes()
+			require.NoError(t, err, "%s is on its slot's primary", key)
+			assert.Equal(t, byte('N'), raw[1])
+			other, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
+			require.NoError(t, err)
+			assert.False(t, other.Acquired, "%s has one owner", key)
+			require.NoError(t, s.Renew(ctx, key, req.Token, time.Minute))
+			require.NoError(t, s.Complete(ctx, key, req.Token, []byte("out"), time.Hour))
+			dup, err := s.Claim(ctx, key, claimReq(time.Minute, []byte("other")))
+			require.NoError(t, err)
+			assert.False(t, dup.Acquired)
+			assert.Equal(t, []byte("fp"), dup.Record.Fingerprint)
+		}
+	}
+}
