@@ -21,7 +21,12 @@
 // writes the same layout in state N, without times and with the lease's
 // length where the deadline goes: its times come from the key's expiry
 // (PEXPIRETIME), which the server set, and its next transition writes them
-// out. Once COMPLETED —
+// out. So an operator who changes such a key's expiry changes its lease: an
+// N record without an expiry (PERSIST), or whose expiry was moved later so
+// far that it would have been created more than a minute after the
+// server's clock (an allowance for a clock stepped back), is corrupt rather
+// than claimed for as long as the new expiry says; one moved earlier ends
+// its lease early. Once COMPLETED —
 // most of the keys a busy service holds — a shorter one: a tag byte (0xC1),
 // attempts, created and updated times, the first 8 bytes of the SHA-1 of the
 // token that completed it, the fingerprint and the result. Neither tag byte
@@ -44,9 +49,11 @@
 //     decodes and checks it in Go with the checks of the codec (a
 //     duplicate). Redis runs it at the cost of a plain SET, a third of a
 //     script's. Any other reply (a key held, FAILED or lapsed, the caller's
-//     own claim resent, a record of an earlier version, a corrupt value) has
-//     written nothing, and the claim goes on to claim.lua: a second round
-//     trip, for keys that are not the common case.
+//     own claim resent, a record of an earlier version, a corrupt value
+//     without the COMPLETED tag) has written nothing, and the claim goes on
+//     to claim.lua: a second round trip, for keys that are not the common
+//     case. A value with the COMPLETED tag that fails those checks is
+//     idempotency.ErrCorruptRecord at once.
 //   - Complete and Renew settle their common case in a fast section at the
 //     head of their script, before the codec (completefast.lua,
 //     renewfast.lua): GET, TIME (and PEXPIRETIME for an N record) and SET
@@ -180,7 +187,11 @@
 // per script and server). A Sentinel failover (or a Cluster failover) to a
 // replica that acknowledged keeps what the owner was told: its claim, its
 // renewed lease and its COMPLETED record. The cost is the replicas' round
-// trip on each of those calls.
+// trip on each of those calls. A claim that the plain SET leaves to
+// claim.lua (a key held, FAILED or lapsed) sends two such pipelines, one
+// WAIT each, and is counted once: while fewer than N replicas are in
+// reach, it waits out both WAITs, twice the time of any other call
+// (TestPlainClaimReplicaShortfallOfAHeldKey).
 //
 // WAIT waits at most Options.ReplicaTimeout (500 ms by default), and at
 // most half of what is left before the call's deadline. When fewer than N
@@ -290,7 +301,7 @@
 //     two stalled connections). Eight stalled connections at once stop the
 //     store's calls until their ReadTimeout.
 //
-// Every call is still the same atomic script, so the store's contract
+// Every call is still the same atomic command, so the store's contract
 // (storetest) holds with and without auto-pipelining, and so does every
 // fault test. go-redis resends a
 // batch after a network error (MaxRetries) as it resends a single command;

@@ -68,7 +68,10 @@ func TestPlainClaimTimesBracketTheSend(t *testing.T) {
 		took := time.Since(before)
 		require.NoError(t, err)
 		require.True(t, res.Acquired)
-		assert.Equal(t, before.Truncate(time.Millisecond), res.Record.CreatedAt, "the send's time, to the millisecond")
+		sent := res.Record.CreatedAt // the client's clock when the store sent the SET, after before
+		assert.False(t, sent.Before(before.Truncate(time.Millisecond)), "the send's time, to the millisecond: %v, called at %v", sent, before)
+		assert.False(t, sent.After(before.Add(took)), "the send's time, within the call: %v, called at %v for %v", sent, before, took)
+		assert.Equal(t, sent, sent.Truncate(time.Millisecond), "to the millisecond")
 		assert.Equal(t, res.Record.CreatedAt.Add(time.Minute), res.Record.LeaseExpiresAt)
 		kept, err := s.Get(ctx, key)
 		require.NoError(t, err)

@@ -34,8 +34,11 @@
 -- by the server's clock: the SET's PX is lease + retention, so the lease
 -- deadline is PEXPIRETIME - retention (Redis 7, as SET NX GET is), and
 -- created = updated = deadline - lease. The codec reads an N record as
--- that P record (an N without an expiry is corrupt), and its next
--- transition writes the P string.
+-- that P record, and its next transition writes the P string. An N
+-- without an expiry is corrupt, and so is one whose created time would be
+-- more than a minute after the server's clock (NEW_AHEAD): its expiry was
+-- moved later, which would move its lease as far (a key claimed for as
+-- long as an operator's EXPIRE says).
 --
 -- Records of earlier versions hold IN_PROGRESS and FAILED in a HASH (s the
 -- state, o owner, a attempts, c created, u updated, l lease deadline, r
@@ -127,12 +130,21 @@ local function load_hash(key)
   return rec
 end
 
+-- NEW_AHEAD is how far past the server's clock the created time of an N
+-- record may read (ms) before the record is corrupt: an allowance for a
+-- clock stepped back, beyond which its key's expiry was moved later (by an
+-- operator's EXPIRE, say), which would move its lease as far.
+local NEW_AHEAD = 60000
+
 -- new_times returns the created time and the lease deadline of an N
 -- record under key whose lease is lease ms and retention retain ms (see
--- the layout above), or nil and a reason.
+-- the layout above), or nil and a reason: without an expiry, or with one
+-- moved so far that the record would have been created more than
+-- NEW_AHEAD in the future.
 local function new_times(key, lease, retain)
   local deadline = redis.call('PEXPIRETIME', key) - retain
   if deadline - lease < 1 then return nil, 'string: new record without expiry' end
+  if deadline - lease > now_ms() + NEW_AHEAD then return nil, 'string: new record whose expiry was moved' end
   return deadline - lease, deadline
 end
 

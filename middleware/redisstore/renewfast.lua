@@ -17,9 +17,10 @@ if type(fast_v) == 'string' and #fast_v >= 38 and string.byte(fast_v, 1) == 192 
     if st == 'N' and created == 0 and updated == 0 then
       -- The lease's deadline is the key's expiry minus the retention; created
       -- is the deadline minus the lease (prelude.lua). An N record without
-      -- an expiry reads created < 1: not one this section settles.
+      -- an expiry, or with one moved later, is not one this section settles.
       created = redis.call('PEXPIRETIME', KEYS[1]) - retain - lease
       updated, lease = created, created + lease
+      if created > now + 60000 then created = 0 end -- its expiry was moved (prelude.lua's NEW_AHEAD)
     elseif st == 'N' then
       created = 0
     end
