@@ -68,6 +68,14 @@ type Record struct {
 	// LeaseExpiresAt is when the last lease ends or ended, by the store's
 	// clock: in the future while State is StateInProgress, in the past for a
 	// FAILED record whose lease lapsed, and zero otherwise.
+	//
+	// One exception to "by the store's clock": a store may answer a claim
+	// that installed a new record without reading its clock, and report that
+	// record's three times from the client's clock at the send (redisstore
+	// does on Redis 7; see its documentation). The times the store keeps,
+	// which Get and every later transition read, are still its own. The
+	// owner protocol never relies on a claim's reported times: it counts the
+	// lease on its own monotonic clock from before the claim was sent.
 	LeaseExpiresAt time.Time
 }
 
