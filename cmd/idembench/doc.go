@@ -134,6 +134,9 @@
 // renamed, removed or changing meaning makes a new one. Sections that did
 // not run are left out; targets is always there.
 //
+// -cpuprofile file writes a CPU profile of the whole run (every section
+// that runs, the Redis servers it starts excepted) for go tool pprof.
+//
 //	schema_version  2
 //	machine         {goos, goarch, cpus, gomaxprocs, go_version, cpu_model}
 //	started         RFC 3339 time, UTC

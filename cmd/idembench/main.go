@@ -8,6 +8,7 @@ import (
 	"log"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,7 @@ type options struct {
 	rounds      int
 	jsonOut     bool
 	jsonFile    string
+	cpuProfile  string
 	verbose     bool
 	prefix      string
 }
@@ -47,6 +49,10 @@ func main() {
 	log.SetFlags(0)
 	log.SetPrefix("idembench: ")
 	o := parseFlags()
+	if o.cpuProfile != "" {
+		stop := startCPUProfile(o.cpuProfile)
+		defer stop()
+	}
 	o.prefix = "idembench-" + watermill.NewShortUUID()
 	redis.SetLogger(quietRedis{})
 
@@ -71,6 +77,24 @@ func main() {
 	rep.summarise()
 	if err := writeReport(rep, o); err != nil {
 		log.Fatal(err)
+	}
+}
+
+// startCPUProfile writes a CPU profile of the run to path until stop is
+// called; a file it cannot write ends the process.
+func startCPUProfile(path string) (stop func()) {
+	f, err := os.Create(path)
+	if err != nil {
+		log.Fatalf("-cpuprofile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		log.Fatalf("-cpuprofile: %v", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			log.Printf("-cpuprofile: %v", err)
+		}
 	}
 }
 
@@ -99,6 +123,7 @@ func parseFlags() options {
 	flag.BoolVar(&o.jsonOut, "json", false, "print the report as JSON instead of tables")
 	flag.StringVar(&o.jsonFile, "o", "", "also write the report as JSON to this file")
 	flag.BoolVar(&o.verbose, "v", false, "log progress")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	flag.Parse()
 
 	o.sectionList = commalist.Split(*sections)
