@@ -237,7 +237,9 @@ type floorRun struct {
 // connection pipelining floorPipeline commands, message i of connection w
 // on key(w, i). A fresh message's second commands go in the pipeline after
 // its first's, on the same connection; when d has passed, each connection
-// sends the second commands still due, and stops.
+// sends the second commands still due, and stops. Every connection sends
+// one pipeline of messages however short d is, so that a run always
+// measures each of them.
 func runLoad(ctx context.Context, c *redis.Client, d time.Duration, shape msgShape, key func(w, i int) string) (floorRun, error) {
 	before, err := readServerUsage(ctx, c)
 	if err != nil {
@@ -256,7 +258,7 @@ func runLoad(ctx context.Context, c *redis.Client, d time.Duration, shape msgSha
 			var due []string // keys whose second commands are due
 			next := 0
 			for {
-				stopping := time.Now().After(deadline)
+				stopping := next > 0 && time.Now().After(deadline)
 				if stopping && len(due) == 0 {
 					return
 				}
