@@ -12,15 +12,18 @@ import (
 // script's own header documents its KEYS, ARGV and reply.
 //
 // Claim, Renew and Complete start with a fast section (claimfast.lua,
-// renewfast.lua, completefast.lua) that settles their common cases with the
-// fewest commands and returns before the codec's functions are even
-// defined; every other case falls through to the codec and the full
-// transition.
+// renewfast.lua, completefast.lua; the last two after ownedfast.lua, which
+// reads the caller's IN_PROGRESS string for both) that settles their common
+// cases with the fewest commands and returns before the codec's functions
+// are even defined; every other case falls through to the codec and the
+// full transition.
 
 //go:embed prelude.lua
 var prelude string
 
 var (
+	//go:embed ownedfast.lua
+	ownedFastLua string
 	//go:embed claimfast.lua
 	claimFastLua string
 	//go:embed renewfast.lua
@@ -45,8 +48,8 @@ var (
 
 var (
 	claimScript    = redis.NewScript(claimFastLua + prelude + claimLua)
-	renewScript    = redis.NewScript(renewFastLua + prelude + renewLua)
-	completeScript = redis.NewScript(completeFastLua + prelude + completeLua)
+	renewScript    = redis.NewScript(ownedFastLua + renewFastLua + prelude + renewLua)
+	completeScript = redis.NewScript(ownedFastLua + completeFastLua + prelude + completeLua)
 	failScript     = redis.NewScript(prelude + failLua)
 	releaseScript  = redis.NewScript(prelude + releaseLua)
 	getScript      = redis.NewScript(prelude + getLua)
