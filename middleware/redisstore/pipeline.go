@@ -80,7 +80,7 @@ func (s *Store) autoPipelined(ctx context.Context, op string, keys []string, scr
 
 // submit hands one EVALSHA to the auto-pipeliner and waits for its reply
 // as submitArgs does; with track set (a claim, whose first argument is its
-// token) the command is tracked under its claimID.
+// token) a command given up is tracked as that claim's.
 func (s *Store) submit(ctx context.Context, track bool, keys []string, script *redis.Script, args []any) *redis.Cmd {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, "evalsha", script.Hash(), len(keys))
@@ -88,20 +88,21 @@ func (s *Store) submit(ctx context.Context, track bool, keys []string, script *r
 		cmdArgs = append(cmdArgs, k)
 	}
 	cmdArgs = append(cmdArgs, args...)
-	id := ""
+	token := ""
 	if track {
-		id = claimID(keys[0], args[0].(string))
+		token = args[0].(string)
 	}
-	return s.submitArgs(ctx, id, cmdArgs)
+	return s.submitArgs(ctx, keys[0], token, cmdArgs)
 }
 
 // submitArgs hands one command to the auto-pipeliner and waits for its
 // reply until ctx ends. A call whose context has ended is not handed over.
 // One that gives up waiting leaves its command to go-redis, which sends it
 // with its batch; it may still run, as a command already written to a
-// plain client's connection may. With a claimID (a claim), such a command
-// is recorded in s.pending under it until its batch is answered.
-func (s *Store) submitArgs(ctx context.Context, claim string, cmdArgs []any) *redis.Cmd {
+// plain client's connection may. With a token (a claim of key by that
+// token), such a command is recorded in s.pending under its claimID until
+// its batch is answered.
+func (s *Store) submitArgs(ctx context.Context, key, token string, cmdArgs []any) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
@@ -111,8 +112,8 @@ func (s *Store) submitArgs(ctx context.Context, claim string, cmdArgs []any) *re
 	fut := s.ap.Submit(ctx, cmd)
 	if err := fut.WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		// The batch may still be writing cmd: answer with a command of our own.
-		if claim != "" {
-			s.pending.add(claim, fut)
+		if token != "" {
+			s.pending.add(claimID(key, token), fut)
 		}
 		given := redis.NewCmd(ctx)
 		given.SetErr(err)

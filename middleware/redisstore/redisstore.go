@@ -184,7 +184,7 @@ func (s *Store) freshClaim(ctx context.Context, key string, req idempotency.Clai
 	args := append(make([]any, 0, 8+len(s.freshClaimArgs)), "set", key, encodeNew(req, lease, ttl), "nx", "px", lease+ttl, "get")
 	args = append(args, s.freshClaimArgs...)
 	sent := time.Now()
-	cmd, count := s.runPlain(ctx, "claim", key, claimID(key, req.Token), args)
+	cmd, count := s.runPlain(ctx, "claim", key, req.Token, args)
 	v, err := cmd.Text()
 	switch {
 	case err == redis.Nil: // the key was absent: this claim wrote it

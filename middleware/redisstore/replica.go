@@ -153,16 +153,16 @@ func (s *Store) runScript(ctx context.Context, op, key string, script *redis.Scr
 }
 
 // runPlain runs one plain command on key (the fresh claim's SET) as
-// runScript runs a claim: through the auto-pipeliner, tracked under claim
-// if given up; on its own without one; pipelined with WAIT under replica
+// runScript runs a claim: through the auto-pipeliner, tracked as the claim
+// of key by token if given up; on its own without one; pipelined with WAIT under replica
 // acknowledgement. count records that WAIT's outcome (a no-op without
 // one): the caller calls it when the command settled the transition, so
 // that a claim that goes on to claim.lua is counted once.
-func (s *Store) runPlain(ctx context.Context, op, key, claim string, args []any) (_ *redis.Cmd, count func()) {
+func (s *Store) runPlain(ctx context.Context, op, key, token string, args []any) (_ *redis.Cmd, count func()) {
 	none := func() {}
 	if s.ack == nil {
 		if s.ap != nil && !s.ap.IsClosed() {
-			return s.submitArgs(ctx, claim, args), none
+			return s.submitArgs(ctx, key, token, args), none
 		}
 		cmd := redis.NewCmd(ctx, args...)
 		_ = s.client.Process(ctx, cmd)

@@ -184,7 +184,7 @@ func acquiredFresh(at time.Time, leaseMillis int64, req idempotency.ClaimRequest
 // encodeNew is the N record of a fresh claim (see prelude.lua): the P
 // string's layout, attempt 1, created and updated 0, the lease's length
 // where P holds its deadline, the retention, the owner and the fingerprint.
-func encodeNew(req idempotency.ClaimRequest, lease, retain int64) string {
+func encodeNew(req idempotency.ClaimRequest, lease, retain int64) []byte {
 	b := make([]byte, 0, pfHeader+len(req.Token)+len(req.Fingerprint))
 	b = append(b, pfTag, 'N')
 	b = binary.BigEndian.AppendUint32(b, 1)
@@ -194,8 +194,7 @@ func encodeNew(req idempotency.ClaimRequest, lease, retain int64) string {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(req.Token)))
 	b = append(b, req.Token...)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(req.Fingerprint)))
-	b = append(b, req.Fingerprint...)
-	return string(b)
+	return append(b, req.Fingerprint...)
 }
 
 // appendUint48 appends v's low 6 bytes, big-endian.
