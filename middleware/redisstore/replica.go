@@ -154,10 +154,10 @@ func (s *Store) runScript(ctx context.Context, op, key string, script *redis.Scr
 
 // runPlain runs one plain command on key (the fresh claim's SET) as
 // runScript runs a claim: through the auto-pipeliner, tracked as the claim
-// of key by token if given up; on its own without one; pipelined with WAIT under replica
-// acknowledgement. count records that WAIT's outcome (a no-op without
-// one): the caller calls it when the command settled the transition, so
-// that a claim that goes on to claim.lua is counted once.
+// of key by token if given up; on its own without one; pipelined with WAIT
+// under replica acknowledgement. count records that WAIT's outcome (a no-op
+// without one): the caller calls it when the command settled the
+// transition, so that a claim that goes on to claim.lua is counted once.
 func (s *Store) runPlain(ctx context.Context, op, key, token string, args []any) (_ *redis.Cmd, count func()) {
 	none := func() {}
 	if s.ack == nil {
