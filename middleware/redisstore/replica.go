@@ -37,8 +37,11 @@ type Options struct {
 	Replicas int
 	// ReplicaTimeout bounds each WAIT; a call's context deadline bounds it
 	// too (to half of what is left, so that the reply still arrives in
-	// time). It must be shorter than the client's ReadTimeout, which bounds
-	// a pipeline's reply. Zero means DefaultReplicaTimeout (500 ms).
+	// time). Redis ends a WAIT that times out on its next server tick, up to
+	// 100 ms late at its default hz (see Replica acknowledgement in the
+	// package documentation). It must be shorter than the client's
+	// ReadTimeout, which bounds a pipeline's reply. Zero means
+	// DefaultReplicaTimeout (500 ms).
 	ReplicaTimeout time.Duration
 	// OnReplicaShortfall, when not nil, is called after each transition that
 	// was applied but acknowledged by fewer than Replicas replicas in time.
