@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstoretest"
 	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
 	"github.com/idempotency/watermill-idempotency/middleware/storetest"
 )
@@ -72,56 +73,7 @@ func TestRecordsAndCounts(t *testing.T) {
 // lapsed lease is FAILED; a corrupt row is kept.
 func TestDeleteIf(t *testing.T) {
 	t.Parallel()
-	db := testDB(t)
-	ctx := context.Background()
-	s, table := newTable(t, db)
-	both := []idempotency.State{idempotency.StateInProgress, idempotency.StateFailed}
-
-	claim(t, s, "busy", time.Minute, time.Minute)
-	found, deleted, err := s.DeleteIf(ctx, "busy", idempotency.StateFailed)
-	require.NoError(t, err)
-	assert.False(t, deleted, "a live lease is not FAILED")
-	assert.Equal(t, idempotency.StateInProgress, found)
-	found, deleted, err = s.DeleteIf(ctx, "busy", both...)
-	require.NoError(t, err)
-	assert.True(t, deleted)
-	assert.Equal(t, idempotency.StateInProgress, found)
-	assert.Equal(t, 0, rows(t, db, table))
-
-	claim(t, s, "lapsed", 5*time.Millisecond, time.Minute)
-	time.Sleep(20 * time.Millisecond)
-	found, deleted, err = s.DeleteIf(ctx, "lapsed", idempotency.StateFailed)
-	require.NoError(t, err)
-	assert.True(t, deleted)
-	assert.Equal(t, idempotency.StateFailed, found)
-
-	tok := claim(t, s, "done", time.Minute, time.Minute)
-	require.NoError(t, s.Complete(ctx, "done", tok, nil, time.Minute))
-	found, deleted, err = s.DeleteIf(ctx, "done", both...)
-	require.NoError(t, err)
-	assert.False(t, deleted)
-	assert.Equal(t, idempotency.StateCompleted, found)
-
-	found, deleted, err = s.DeleteIf(ctx, "absent", both...)
-	require.NoError(t, err)
-	assert.False(t, deleted)
-	assert.Equal(t, idempotency.StateAbsent, found)
-
-	putCorrupt(t, db, table, "bad")
-	_, _, err = s.DeleteIf(ctx, "bad", idempotency.StateFailed, idempotency.StateCompleted, idempotency.StateInProgress)
-	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
-	assert.Equal(t, 2, rows(t, db, table), "the corrupt row is kept")
-
-	rec, ttl, bytes, err := s.Inspect(ctx, "done")
-	require.NoError(t, err)
-	assert.Equal(t, idempotency.StateCompleted, rec.State)
-	assert.Greater(t, ttl, 50*time.Second)
-	assert.Greater(t, bytes, int64(0))
-	rec, _, _, err = s.Inspect(ctx, "absent")
-	require.NoError(t, err)
-	assert.Equal(t, idempotency.StateAbsent, rec.State)
-	_, _, _, err = s.Inspect(ctx, "bad")
-	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
+	sqlstoretest.DeleteIf(t, sqlTable(t))
 }
 
 // putCorrupt writes a row that is not a record under key, as a table without
