@@ -24,26 +24,26 @@ func TestConformanceStandalone(t *testing.T) {
 // claimfast.lua takes on Redis 5 and 6, where SET cannot take NX and GET
 // together.
 func TestConformanceClaimBefore7(t *testing.T) {
-	client := testserver.RedisClient(t)
-	storetest.Run(t, func(t *testing.T) storetest.Subject {
-		s, err := redisstore.New(client)
-		require.NoError(t, err)
-		redisstore.ClaimAsBefore7(s)
-		return storetest.Subject{Store: s, PutForeign: putForeign(client)}
-	})
+	storetest.Run(t, scriptClaimSubjects(testserver.RedisClient(t), redisstore.ClaimAsBefore7))
 }
 
 // TestConformanceClaimScriptOnly runs the suite with every claim in
 // claim.lua (its fast section on Redis 7's path), as a key that the plain
 // claim does not settle takes it.
 func TestConformanceClaimScriptOnly(t *testing.T) {
-	client := testserver.RedisClient(t)
-	storetest.Run(t, func(t *testing.T) storetest.Subject {
+	storetest.Run(t, scriptClaimSubjects(testserver.RedisClient(t), redisstore.ClaimWithScriptOnly))
+}
+
+// scriptClaimSubjects returns storetest subjects on client whose claims
+// setup sends to claim.lua; their fresh claims read the server's clock, so
+// the suite compares their times exactly.
+func scriptClaimSubjects(client redis.UniversalClient, setup func(*redisstore.Store)) func(t *testing.T) storetest.Subject {
+	return func(t *testing.T) storetest.Subject {
 		s, err := redisstore.New(client)
 		require.NoError(t, err)
-		redisstore.ClaimWithScriptOnly(s)
+		setup(s)
 		return storetest.Subject{Store: s, PutForeign: putForeign(client)}
-	})
+	}
 }
 
 func TestConformanceCluster(t *testing.T) {
