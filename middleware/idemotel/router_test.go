@@ -64,6 +64,10 @@ func TestRouterConsumerSpans(t *testing.T) {
 	}
 	publish("first") // fails, is nacked and redelivered (same span name), then processed
 	require.Eventually(t, func() bool { return runs.Load() == 2 }, 5*time.Second, time.Millisecond)
+	// The handler's second run returns before the tracing middleware ends
+	// its span; the copy goes out once both spans of "first" have ended,
+	// so the order below is the order of the deliveries.
+	require.Eventually(t, func() bool { return len(tel.spans.Ended()) == 2 }, 5*time.Second, time.Millisecond)
 	publish("copy")
 	require.Eventually(t, func() bool { return len(tel.spans.Ended()) == 3 }, 5*time.Second, time.Millisecond)
 
