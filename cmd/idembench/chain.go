@@ -29,7 +29,17 @@ type Rate struct {
 	// cache during the measurement (chain cases of ours whose cache is on).
 	CacheHits   uint64 `json:"cache_hits,omitempty"`
 	CacheMisses uint64 `json:"cache_misses,omitempty"`
-	Note        string `json:"note,omitempty"`
+	// ClientCPU and RedisCPU are the CPU microseconds per message of this
+	// process (every goroutine: the router, the broker's client, the
+	// middleware) and of the Redis the store uses (its main thread), from
+	// the router's start to its close (e2e section).
+	ClientCPU float64 `json:"client_cpu_usec,omitempty"`
+	RedisCPU  float64 `json:"redis_cpu_usec,omitempty"`
+	// RedisReads is how many reads Redis processed per message in the same
+	// span (INFO's total_reads_processed): each is one batch that a
+	// connection delivered, so fewer reads per message mean larger batches.
+	RedisReads float64 `json:"redis_reads,omitempty"`
+	Note       string  `json:"note,omitempty"`
 }
 
 func noop(*message.Message) ([]*message.Message, error) { return nil, nil }

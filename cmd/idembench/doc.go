@@ -90,7 +90,13 @@
 //     the same keys again as duplicates (which the middleware's cache holds
 //     from the fresh phase), at each concurrency. ours ÷ none is the
 //     headline; ours ÷ floor says what our store's commands cost beyond the
-//     two a message needs at least.
+//     two a message needs at least. A second table gives each cell's CPU
+//     per message, this process's (router, broker client, middleware:
+//     getrusage) and the store's Redis's (INFO cpu, its main thread), and
+//     Redis's reads per message (INFO's total_reads_processed: one read is
+//     one batch a connection delivered), from the router's start to its
+//     close: on two shared cores a rate is the sum of these costs, and this
+//     table says which side of the difference is whose.
 //
 // Concurrency c is the number of messages a consumer may be handling at once:
 // c router handlers on one topic in one consumer group (Redis Streams,
@@ -171,7 +177,8 @@
 //	targets         [target]
 //
 //	rate      {section, broker, dedup, load, concurrency, messages, seconds,
-//	           per_second, cache_hits, cache_misses, note}
+//	           per_second, cache_hits, cache_misses, client_cpu_usec,
+//	           redis_cpu_usec, redis_reads, note}
 //	spread    {micros: [µs per message of each round, in run order],
 //	           median, min, max}
 //	cost      {load, auto_pipelining, concurrency, server_commands,

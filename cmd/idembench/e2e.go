@@ -22,6 +22,7 @@ import (
 // e2eRun is one broker at one concurrency, with or without the middleware.
 type e2eRun struct {
 	o      options
+	rc     *redis.Client // the store's Redis, whose CPU is counted
 	broker string
 	url    string
 	c      int
@@ -77,7 +78,7 @@ var e2eDedups = []string{"none", "idem", "floor"}
 // middleware on Redis with the defaults when dedup is "idem", the floor
 // when "floor", nothing otherwise) and its broker config.
 func newE2ERun(o options, rc *redis.Client, broker, url string, c int, dedup string) e2eRun {
-	r := e2eRun{o: o, broker: broker, url: url, c: c, dedup: dedup}
+	r := e2eRun{o: o, rc: rc, broker: broker, url: url, c: c, dedup: dedup}
 	r.group = fmt.Sprintf("%s-%s-c%d-%s", o.prefix, broker, c, dedup)
 	r.chain = func(h message.HandlerFunc) message.HandlerFunc { return h }
 	switch dedup {

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -86,9 +88,20 @@ func (r e2eRun) consume(rt *Rate, sub message.Subscriber, topics []string, handl
 			})
 		}
 	}
+	cpu0 := processCPU()
+	redisCPU0, reads0, ok0 := r.redisUsage()
 	rt.Note = r.runRouter(router, clock.all)
+	cpu1 := processCPU()
+	redisCPU1, reads1, ok1 := r.redisUsage()
 
 	rt.Messages = clock.count.Load()
+	if n := float64(rt.Messages); n > 0 {
+		rt.ClientCPU = (cpu1 - cpu0).Seconds() * 1e6 / n
+		if ok0 && ok1 {
+			rt.RedisCPU = (redisCPU1 - redisCPU0) * 1e6 / n
+			rt.RedisReads = (reads1 - reads0) / n
+		}
+	}
 	if rt.Messages > 1 {
 		rt.Seconds = time.Duration(clock.last.Load() - clock.first.Load()).Seconds()
 		if rt.Seconds > 0 {
@@ -172,4 +185,33 @@ func publish(pub message.Publisher, topics, keys []string) error {
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// processCPU is the CPU time this process has used so far, user and
+// system, every thread.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisUsage is what INFO says of the store's Redis so far: the CPU
+// seconds it used (its main thread where it tells) and how many reads from
+// its clients' connections it processed (each a batch of commands, one or
+// more); ok is false when it cannot be read.
+func (r e2eRun) redisUsage() (cpu, reads float64, ok bool) {
+	info, err := r.rc.Info(context.Background(), "cpu", "stats").Result()
+	if err != nil {
+		return 0, 0, false
+	}
+	cpu, ok = parseCPU(info)
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, found := strings.CutPrefix(strings.TrimSpace(line), "total_reads_processed:"); found {
+			reads, err = strconv.ParseFloat(v, 64)
+			return cpu, reads, ok && err == nil
+		}
+	}
+	return 0, 0, false
 }

@@ -326,3 +326,19 @@ func keys(m map[string]any) []string {
 	}
 	return out
 }
+
+func TestPrintE2ECPU(t *testing.T) {
+	r := &report{Config: reportConfig{Brokers: []string{"gochannel"}, Concurrency: []int{64}}}
+	r.E2E = []Rate{
+		{Broker: "gochannel", Concurrency: 64, Dedup: "none", Load: "fresh", ClientCPU: 10, RedisCPU: 0.5},
+		{Broker: "gochannel", Concurrency: 64, Dedup: "idem", Load: "fresh", ClientCPU: 40.25, RedisCPU: 12, RedisReads: 0.5},
+		{Broker: "gochannel", Concurrency: 64, Dedup: "floor", Load: "fresh", ClientCPU: 20, RedisCPU: 7, RedisReads: 0.25},
+	}
+	var b bytes.Buffer
+	r.printE2ECPU(&b)
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	fresh := strings.Fields(lines[len(lines)-2])
+	assert.Equal(t, []string{"gochannel", "64", "fresh", "10.0", "+", "0.5", "40.2", "+", "12.0", "20.0", "+", "7.0", "20.2", "+", "5.0", "0.50", "0.25"}, fresh)
+	dup := strings.Fields(lines[len(lines)-1])
+	assert.Equal(t, []string{"gochannel", "64", "duplicate", "-", "-", "-", "-", "-", "-"}, dup, "no cells measured")
+}
