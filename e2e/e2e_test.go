@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,7 +74,8 @@ var columns = append(append(append([]*broker(nil), brokers...), pgColumns...), m
 // TestE2E runs every scenario on every broker: TestE2E/<broker>/<scenario>,
 // with redisstore as the store, and again on gochannel and NATS with pgstore
 // (TestE2E/pg-<broker>/<scenario>) and on NATS with mysqlstore
-// (TestE2E/mysql-nats/<scenario>). Columns run in parallel, the scenarios
+// (TestE2E/mysql-nats/<scenario>). Columns run in parallel, all at once
+// unless -parallel says otherwise (see runEveryColumnAtOnce), the scenarios
 // of one column one after another.
 func TestE2E(t *testing.T) {
 	if testing.Short() {
@@ -134,5 +138,19 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(childRoleVar); role != "" {
 		os.Exit(runChild(role))
 	}
+	runEveryColumnAtOnce()
 	os.Exit(m.Run())
+}
+
+// runEveryColumnAtOnce lets every column of TestE2E run at once, unless
+// -parallel says how many may: go test's default, GOMAXPROCS, would run two
+// at a time on two cores, while a column spends most of its time waiting on
+// its broker, its store and its child processes, not on this process's CPU.
+func runEveryColumnAtOnce() {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(max(len(columns), runtime.GOMAXPROCS(0))))
+	}
 }
