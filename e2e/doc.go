@@ -9,7 +9,7 @@
 // Subtests are named TestE2E/<broker>/<scenario>, brokers being kafka,
 // redis, amqp, nats and gochannel, and scenarios:
 //
-//   - duplicate-storm: 2,000 keys, each published 5 times (three copies share
+//   - duplicate-storm: 1,000 keys, each published 5 times (three copies share
 //     a UUID, two have their own), consumed by 4 competing consumers.
 //   - flaky-handler: 30% of handler attempts fail; each is retried until it
 //     succeeds.
@@ -85,8 +85,8 @@
 // effects in PostgreSQL instead of the ledger, and write COMPLETED (with
 // the output) in the same transaction through pgstore.CompleteInTx; there a
 // flaky failure comes after the effect's INSERT, and the rollback must take
-// it back. Those three run a quarter of the keys on these columns, and
-// concurrent-copies half. The crash child keeps its records in the same
+// it back. flaky-handler and output-replay run a quarter of the keys on
+// these columns, duplicate-storm and concurrent-copies half. The crash child keeps its records in the same
 // table. store-outage does not apply: it kills the store's server, and the
 // PostgreSQL server is shared; nor, to keep the run short, does crash-loop.
 //

@@ -121,9 +121,8 @@ func (e *env) deleteKeys(c *redis.Client, pattern string) {
 
 // pgScale divides the key counts of the heaviest scenarios on the pg- and
 // mysql- columns: every claim there is a statement on the one shared
-// PostgreSQL or MySQL, and the columns run beside all the others, two at a
-// time on a two-CPU machine. A quarter of the keys still makes thousands of deliveries race
-// for them.
+// PostgreSQL or MySQL, and the columns run beside all the others at once.
+// A quarter of the keys still makes hundreds of deliveries race for them.
 const pgScale = 4
 
 // size is n keys, or n/pgDiv on a pg- or mysql- column.
