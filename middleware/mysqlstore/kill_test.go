@@ -1,460 +1,73 @@
 package mysqlstore_test
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"fmt"
-	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
-	"github.com/idempotency/watermill-idempotency/backends"
-	_ "github.com/idempotency/watermill-idempotency/backends/redisbackend" // the consumers read Redis Streams
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
-	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/killtest"
 	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
 )
 
-// The kill test's consumer is this test binary, re-executed with these
-// variables set; TestMain runs killChild instead of the tests.
-const (
-	killStoreVar   = "MYSQLSTORE_KILL_CHILD" // "mysqlstore"
-	killBrokerVar  = "MYSQLSTORE_KILL_BROKER"
-	killTopicVar   = "MYSQLSTORE_KILL_TOPIC"
-	killGroupVar   = "MYSQLSTORE_KILL_GROUP"
-	killTableVar   = "MYSQLSTORE_KILL_TABLE"
-	killPrefixVar  = "MYSQLSTORE_KILL_PREFIX"
-	killEffectsVar = "MYSQLSTORE_KILL_EFFECTS"
-)
-
-// Timers of the kill test, in production's order (NackDelay < NackResendSleep
-// < lease < MaxIdleTime) but scaled down so that a dead consumer's key and
-// message are taken over within a second.
-const (
-	killLease      = 400 * time.Millisecond
-	killNackDelay  = 50 * time.Millisecond
-	killNackResend = 100 * time.Millisecond
-	killIdle       = 500 * time.Millisecond // Redis Streams MaxIdleTime
-	killClaimEvery = 200 * time.Millisecond // Redis Streams ClaimInterval
-	// killWindow is how long the consumer stays in each window, so that a
-	// SIGKILL sent when it announces the window lands inside it.
-	killWindow = 20 * time.Millisecond
-	// killHandler is the router handler's name, the scope of the keys.
-	killHandler = "kill"
-)
-
-// The windows a consumer is killed in, announced on its stdout as
-// "<phase> <key>" when it enters them.
-const (
-	phaseStart     = "start"     // claimed, effect not made
-	phaseEffect    = "effect"    // effect made, not committed
-	phaseCommitted = "committed" // effect and COMPLETED committed, message not acked
-)
-
-var phaseNames = map[string]string{
-	phaseStart:     "before effect",
-	phaseEffect:    "between effect and commit",
-	phaseCommitted: "after commit",
-}
-
 // killChild consumes the topic under the idempotency middleware on
 // mysqlstore, making one row in the effects table per run of the handler,
-// and announces each window on stdout, until it is killed. The row and
-// COMPLETED commit in one READ COMMITTED transaction.
-func killChild(kind string) int {
-	fail := func(err error) int {
-		fmt.Fprintln(os.Stderr, "kill child:", err)
-		return 2
+// until it is killed. The row and COMPLETED commit in one READ COMMITTED
+// transaction.
+func killChild(c *killtest.Consumer) int {
+	if c.Kind != "mysqlstore" {
+		return c.Exit(fmt.Errorf("unknown store %q", c.Kind))
 	}
-	if kind != "mysqlstore" {
-		return fail(fmt.Errorf("unknown store %q", kind))
-	}
-	logger := watermill.NewStdLoggerWithOut(os.Stderr, false, false)
-	ctx := context.Background()
 	db, err := sql.Open("mysql", testserver.MySQLDSN())
 	if err != nil {
-		return fail(err)
+		return c.Exit(err)
 	}
 	defer db.Close()
-	insert := "INSERT INTO " + quoted(os.Getenv(killEffectsVar)) + " (k) VALUES (?)"
+	insert := "INSERT INTO " + quoted(c.Effects) + " (k) VALUES (?)"
 
-	var stdout sync.Mutex
-	say := func(phase, key string) {
-		stdout.Lock()
-		defer stdout.Unlock()
-		fmt.Fprintln(os.Stdout, phase, key) // unbuffered: one write per line
-	}
-	// ran marks, in the context the outer middleware gives each message,
-	// that the handler ran for it: a duplicate's ack is no "committed".
-	type ranKey struct{}
-	markRan := func(msg *message.Message) {
-		if p, ok := msg.Context().Value(ranKey{}).(*bool); ok {
-			*p = true
-		}
-	}
-
-	store, err := mysqlstore.New(db, mysqlstore.Config{Table: os.Getenv(killTableVar)})
+	store, err := mysqlstore.New(db, mysqlstore.Config{Table: c.Table})
 	if err != nil {
-		return fail(err)
+		return c.Exit(err)
 	}
-	handler := func(msg *message.Message) error {
-		markRan(msg)
-		key, ctx := msg.Metadata.Get("requestId"), msg.Context()
-		say(phaseStart, key)
-		time.Sleep(killWindow)
+	return c.Exit(c.Consume(store, func(ctx context.Context, key string) error {
 		return inTx(ctx, db, func(tx *sql.Tx) error {
 			if _, err := tx.ExecContext(ctx, insert, key); err != nil {
 				return err
 			}
-			say(phaseEffect, key)
+			c.Say(killtest.PhaseEffect, key)
 			// Half of the window before the completion, half after it,
 			// while the completion holds the key's row locked.
-			time.Sleep(killWindow / 2)
+			time.Sleep(killtest.Window / 2)
 			if err := store.CompleteInTx(ctx, tx); err != nil {
 				return err
 			}
-			time.Sleep(killWindow / 2)
+			time.Sleep(killtest.Window / 2)
 			return nil
 		})
-	}
+	}))
+}
 
-	idem, err := idempotency.New(idempotency.Config{
-		Store: store, KeyPrefix: os.Getenv(killPrefixVar), LeaseTTL: killLease,
-		NackDelay: killNackDelay, StoreTimeout: time.Second,
-	}, logger)
+// countEffects returns the rows of the effects table by key.
+func countEffects(ctx context.Context, db *sql.DB, table string) (map[string]int, error) {
+	rows, err := db.QueryContext(ctx, "SELECT k, count(*) FROM "+quoted(table)+" GROUP BY k")
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-	b, err := backends.New(killBrokerConfig(os.Getenv(killBrokerVar), os.Getenv(killGroupVar)), logger)
-	if err != nil {
-		return fail(err)
-	}
-	r, err := message.NewRouter(message.RouterConfig{}, logger)
-	if err != nil {
-		return fail(err)
-	}
-	// Outside the idempotency middleware: it sees the message after
-	// COMPLETED was committed and before the router acks it.
-	announceCommitted := func(h message.HandlerFunc) message.HandlerFunc {
-		return func(msg *message.Message) ([]*message.Message, error) {
-			ran := new(bool)
-			msg.SetContext(context.WithValue(msg.Context(), ranKey{}, ran))
-			out, err := h(msg)
-			if err == nil && *ran {
-				say(phaseCommitted, msg.Metadata.Get("requestId"))
-				time.Sleep(killWindow)
-			}
-			return out, err
-		}
-	}
-	r.AddMiddleware(announceCommitted, idem.Middleware)
-	r.AddConsumerHandler(killHandler, os.Getenv(killTopicVar), b.Subscriber, handler)
-	if err := r.Run(ctx); err != nil {
-		return fail(err)
-	}
-	return 0
-}
-
-// killBrokerConfig is the Redis Streams configuration of the consumers and
-// of the publisher. Every consumer has the same name, as a restarted pod
-// has: the messages its predecessor held stay pending under that name and
-// are claimed again (by itself) once idle for killIdle.
-func killBrokerConfig(url, group string) backends.Config {
-	return backends.Config{
-		URL:             url,
-		Group:           group,
-		Consumer:        "kill-consumer",
-		NackResendSleep: killNackResend,
-		Redis:           backends.RedisConfig{MaxIdleTime: killIdle, ClaimInterval: killClaimEvery},
-	}
-}
-
-// killRun is one store's run of the kill schedule.
-type killRun struct {
-	t        *testing.T
-	kind     string
-	env      []string
-	db       *sql.DB
-	store    idempotency.Store
-	effects  string
-	prefix   string
-	keys     []string
-	redis    *redis.Client
-	broker   string
-	topic    string
-	group    string
-	landed   map[string]int // kills by the window they landed in
-	children int
-}
-
-// consumer is one child process and the phase lines it printed.
-type consumer struct {
-	cmd   *exec.Cmd
-	lines chan [2]string // phase, key
-	read  chan struct{}  // closed when stdout reached EOF
-	log   string
-}
-
-func (k *killRun) start() *consumer {
-	k.t.Helper()
-	self, err := os.Executable()
-	require.NoError(k.t, err)
-	k.children++
-	logPath := filepath.Join(k.t.TempDir(), fmt.Sprintf("child-%d.log", k.children))
-	logFile, err := os.Create(logPath)
-	require.NoError(k.t, err)
-	defer logFile.Close() // the child holds its own descriptor
-	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), k.env...)
-	cmd.Stderr = logFile
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(k.t, err)
-	if err := cmd.Start(); err != nil {
-		k.t.Fatalf("%s: cannot start the consumer process %s: %v", k.kind, self, err)
-	}
-	c := &consumer{cmd: cmd, lines: make(chan [2]string, 64), read: make(chan struct{}), log: logPath}
-	k.t.Cleanup(func() { c.stop() })
-	go func() {
-		defer close(c.read)
-		defer close(c.lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if phase, key, ok := strings.Cut(sc.Text(), " "); ok && phaseNames[phase] != "" {
-				c.lines <- [2]string{phase, key}
-			}
-		}
-	}()
-	return c
-}
-
-// stop kills the process if it still runs and reaps it; Wait closes the
-// stdout pipe, so it comes after the reader saw EOF.
-func (c *consumer) stop() {
-	if c.cmd.ProcessState != nil {
-		return
-	}
-	_ = c.cmd.Process.Kill()
-	for range c.lines { // drain, so the reader reaches EOF
-	}
-	<-c.read
-	_ = c.cmd.Wait()
-}
-
-// alive discards what the consumer announced so far, so that its stdout
-// never fills, and reports whether it still runs.
-func (c *consumer) alive() bool {
-	for {
-		select {
-		case _, ok := <-c.lines:
-			if !ok {
-				return false
-			}
-		default:
-			return true
-		}
-	}
-}
-
-// exited fails the test with the log of a consumer that died on its own.
-func (c *consumer) exited(t *testing.T, kind, what string) {
-	t.Helper()
-	<-c.read
-	err := c.cmd.Wait()
-	log, _ := os.ReadFile(c.log)
-	t.Fatalf("%s: the consumer process exited (%v) %s; its log:\n%s", kind, err, what, log)
-}
-
-// killOn waits for the consumer to announce phase, SIGKILLs it, and returns
-// the last phase it announced before it died: the window the kill landed in
-// (later than phase if the consumer moved on before the signal arrived).
-func (k *killRun) killOn(c *consumer, phase string) string {
-	k.t.Helper()
-	timeout := time.NewTimer(20 * time.Second)
-	defer timeout.Stop()
-	for {
-		select {
-		case l, ok := <-c.lines:
-			if !ok {
-				c.exited(k.t, k.kind, "before it was killed")
-			}
-			if l[0] != phase {
-				continue
-			}
-			require.NoError(k.t, c.cmd.Process.Kill())
-			last := l
-			for l := range c.lines { // what it printed before the signal landed
-				last = l
-			}
-			<-c.read
-			_ = c.cmd.Wait()
-			return last[0]
-		case <-timeout.C:
-			log, _ := os.ReadFile(c.log)
-			k.t.Fatalf("%s: the consumer announced no %q within 20 s; its log:\n%s", k.kind, phase, log)
-		}
-	}
-}
-
-// storedKey is the middleware's key of a message key: prefix:scope:key.
-func (k *killRun) storedKey(key string) string {
-	return k.prefix + ":" + killHandler + ":" + key
-}
-
-// drained reports whether every key is COMPLETED and the group has acked
-// every message of the stream.
-func (k *killRun) drained(ctx context.Context) (bool, string) {
-	completed := 0
-	for _, key := range k.keys {
-		rec, err := k.store.Get(ctx, k.storedKey(key))
-		if err == nil && rec.State == idempotency.StateCompleted {
-			completed++
-		}
-	}
-	groups, err := k.redis.XInfoGroups(ctx, k.topic).Result()
-	if err != nil || len(groups) != 1 {
-		return false, fmt.Sprintf("%d of %d keys completed; consumer group: %v", completed, len(k.keys), err)
-	}
-	stream, err := k.redis.XInfoStream(ctx, k.topic).Result()
-	if err != nil {
-		return false, fmt.Sprintf("%d of %d keys completed; stream: %v", completed, len(k.keys), err)
-	}
-	g := groups[0]
-	status := fmt.Sprintf("%d of %d keys completed; %d messages pending, last delivered %s of %s",
-		completed, len(k.keys), g.Pending, g.LastDeliveredID, stream.LastGeneratedID)
-	return completed == len(k.keys) && g.Pending == 0 && g.LastDeliveredID == stream.LastGeneratedID, status
-}
-
-// killCounts is what a run left in the effects table.
-type killCounts struct {
-	keys, effects, doubles, lost int
-	perKey                       map[string]int
-}
-
-func (k *killRun) count(ctx context.Context) killCounts {
-	c := killCounts{keys: len(k.keys), perKey: map[string]int{}}
-	rows, err := k.db.QueryContext(ctx, "SELECT k, count(*) FROM "+quoted(k.effects)+" GROUP BY k")
-	require.NoError(k.t, err)
 	defer rows.Close()
+	perKey := map[string]int{}
 	for rows.Next() {
 		var (
 			key string
 			n   int
 		)
-		require.NoError(k.t, rows.Scan(&key, &n))
-		c.perKey[key] = n
-	}
-	require.NoError(k.t, rows.Err())
-	for _, key := range k.keys {
-		n := c.perKey[key]
-		c.effects += n
-		if n == 0 {
-			c.lost++
+		if err := rows.Scan(&key, &n); err != nil {
+			return nil, err
 		}
-		if n > 1 {
-			c.doubles += n - 1
-		}
+		perKey[key] = n
 	}
-	return c
-}
-
-// runKills publishes the keys, kills a consumer once per entry of schedule
-// (on the next announcement of that phase, restarting it every time), lets
-// a last consumer finish, and returns what the effects table holds.
-func (k *killRun) runKills(schedule []string) killCounts {
-	ctx := context.Background()
-	b, err := backends.New(killBrokerConfig(k.broker, k.group), watermill.NopLogger{})
-	require.NoError(k.t, err)
-	for _, key := range k.keys {
-		m := message.NewMessage(watermill.NewUUID(), []byte("book"))
-		m.Metadata.Set("requestId", key)
-		require.NoError(k.t, b.Publisher.Publish(k.topic, m))
-	}
-	require.NoError(k.t, b.Close())
-
-	k.landed = map[string]int{}
-	for _, phase := range schedule {
-		k.landed[k.killOn(k.start(), phase)]++
-	}
-
-	last := k.start()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		done, status := k.drained(ctx)
-		if done {
-			break
-		}
-		if !last.alive() {
-			last.exited(k.t, k.kind, "before it finished: "+status)
-		}
-		if time.Now().After(deadline) {
-			k.t.Fatalf("%s: the last consumer did not finish within 30 s: %s", k.kind, status)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	last.stop()
-	return k.count(ctx)
-}
-
-func (k *killRun) report(c killCounts) string {
-	var windows []string
-	total := 0
-	for _, p := range []string{phaseStart, phaseEffect, phaseCommitted} {
-		windows = append(windows, fmt.Sprintf("%d %s", k.landed[p], phaseNames[p]))
-		total += k.landed[p]
-	}
-	return fmt.Sprintf("%-10s kills %d (%s): %d keys, %d effects, %d doubles, %d lost",
-		k.kind, total, strings.Join(windows, ", "), c.keys, c.effects, c.doubles, c.lost)
-}
-
-// newKillRun prepares a run on its own tables, stream, group and key prefix,
-// all removed when the test ends.
-func newKillRun(t *testing.T, kind string, db *sql.DB, rc *redis.Client, keys []string) *killRun {
-	t.Helper()
-	k := &killRun{
-		t: t, kind: kind, db: db, redis: rc, keys: keys,
-		effects: effectsTable(t, db),
-		prefix:  testserver.UniqueName("mysqlstore-kill-"),
-		topic:   testserver.UniqueName("mysqlstore-kill-"),
-		group:   testserver.UniqueName("mysqlstore-kill-"),
-		broker:  "redis://" + rc.Options().Addr + "/0",
-	}
-	k.env = []string{
-		killStoreVar + "=" + kind,
-		killBrokerVar + "=" + k.broker,
-		killTopicVar + "=" + k.topic,
-		killGroupVar + "=" + k.group,
-		killPrefixVar + "=" + k.prefix,
-		killEffectsVar + "=" + k.effects,
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		if err := rc.Del(ctx, k.topic).Err(); err != nil {
-			t.Logf("cleanup: stream %s: %v", k.topic, err)
-		}
-		iter := rc.Scan(ctx, 0, k.prefix+":*", 1000).Iterator()
-		for iter.Next(ctx) {
-			_ = rc.Del(ctx, iter.Val()).Err()
-		}
-		if err := iter.Err(); err != nil {
-			t.Logf("cleanup: keys %s:*: %v", k.prefix, err)
-		}
-	})
-	store, table := newTable(t, db)
-	k.store = store
-	k.env = append(k.env, killTableVar+"="+table)
-	return k
+	return perKey, rows.Err()
 }
 
 // A consumer process is SIGKILLed 30 times, in the three windows of a
@@ -465,32 +78,15 @@ func newKillRun(t *testing.T, kind string, db *sql.DB, rc *redis.Client, keys []
 // so it must leave exactly one effect per key.
 func TestKillConsumerProcess(t *testing.T) {
 	db := testDB(t)
-	rc := testserver.RedisClient(t)
-	const nKeys, perWindow = 60, 10
-	keys := make([]string, nKeys)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("order-%02d", i)
+	s := killtest.Setup{
+		Kind: "mysqlstore", Effects: effectsTable(t, db),
+		Redis: testserver.RedisClient(t), Keys: killtest.Keys(60),
 	}
-	var schedule []string
-	for _, p := range []string{phaseStart, phaseEffect, phaseCommitted} {
-		for range perWindow {
-			schedule = append(schedule, p)
-		}
-	}
-	rand.Shuffle(len(schedule), func(i, j int) { schedule[i], schedule[j] = schedule[j], schedule[i] })
+	s.Store, s.Table = newTable(t, db)
+	s.CountEffects = func(ctx context.Context) (map[string]int, error) { return countEffects(ctx, db, s.Effects) }
 
-	k := newKillRun(t, "mysqlstore", db, rc, keys)
-	c := k.runKills(schedule)
-	t.Log(k.report(c))
-	for _, p := range []string{phaseStart, phaseEffect, phaseCommitted} {
-		assert.Positive(t, k.landed[p], "no kill landed %s: the schedule did not test that window", phaseNames[p])
-	}
-	assert.Zero(t, c.doubles, "doubled effects")
-	assert.Zero(t, c.lost, "keys without an effect")
-	for _, key := range keys {
-		assert.Equal(t, 1, c.perKey[key], "effects of key %s", key)
-		rec, err := k.store.Get(context.Background(), k.storedKey(key))
-		require.NoError(t, err)
-		assert.Equal(t, idempotency.StateCompleted, rec.State, "key %s", key)
-	}
+	k := killtest.New(t, s)
+	c := k.Kill(killtest.Schedule(10))
+	t.Log(k.Report(c))
+	k.AssertExactlyOnce(c)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstoretest"
 	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
 )
 
@@ -101,7 +102,7 @@ func TestAbandonedRenewalIsAppliedLate(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded, "the renewal gave up waiting")
 	require.NoError(t, tx.Rollback())
-	ok := waitFor(func() bool {
+	ok := sqlstoretest.WaitFor(func() bool {
 		rec, err := s.Get(ctx, "k")
 		require.NoError(t, err)
 		return time.Until(rec.LeaseExpiresAt) > 10*time.Second

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstoretest"
 )
 
 // renewalWaiting reports whether a statement on the records' table waits
@@ -33,7 +34,7 @@ func TestErrorAfterCommittedCompletion(t *testing.T) {
 	pool := testPool(t)
 	store, _ := newTable(t, pool)
 	table := deferredEffects(t, pool)
-	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: commitLease, NackDelay: -1}, nil)
+	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: sqlstoretest.CommitLease, NackDelay: -1}, nil)
 	require.NoError(t, err)
 	const key = "order-error-after-commit"
 
@@ -65,8 +66,8 @@ func TestCommitFailsWhileRenewalWaits(t *testing.T) {
 	pool := testPool(t)
 	store, records := newTable(t, pool)
 	table := deferredEffects(t, pool)
-	obs := &renewals{}
-	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: commitLease, NackDelay: -1, Observer: obs}, nil)
+	obs := &sqlstoretest.Renewals{}
+	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: sqlstoretest.CommitLease, NackDelay: -1, Observer: obs}, nil)
 	require.NoError(t, err)
 	const key = "order-renewal-waits"
 
@@ -86,10 +87,10 @@ func TestCommitFailsWhileRenewalWaits(t *testing.T) {
 		if err := store.CompleteInTx(ctx, tx); err != nil {
 			return nil, err
 		}
-		waited = waitFor(func() bool { return renewalWaiting(t, pool, records) }, commitLease)
+		waited = sqlstoretest.WaitFor(func() bool { return renewalWaiting(t, pool, records) }, sqlstoretest.CommitLease)
 		commitErr = tx.Commit(ctx)
 		select {
-		case <-time.After(2 * commitLease):
+		case <-time.After(2 * sqlstoretest.CommitLease):
 		case <-ctx.Done():
 		}
 		ctxErr = context.Cause(ctx)
@@ -99,8 +100,8 @@ func TestCommitFailsWhileRenewalWaits(t *testing.T) {
 	requireCommitFailed(t, commitErr)
 	require.NoError(t, ctxErr, "the run kept its lease")
 	require.NoError(t, err)
-	assert.Zero(t, obs.lost.Load())
-	assert.EqualValues(t, 1, obs.completes.Load(), "the middleware wrote COMPLETED")
+	assert.Zero(t, obs.Lost.Load())
+	assert.EqualValues(t, 1, obs.Completes.Load(), "the middleware wrote COMPLETED")
 	rec, err := store.Get(context.Background(), "idem::"+key)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateCompleted, rec.State)
@@ -116,7 +117,7 @@ func TestCompleteInTxAfterLeaseLostSaysLeaseLost(t *testing.T) {
 	pool := testPool(t)
 	store, records := newTable(t, pool)
 	table := deferredEffects(t, pool)
-	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: commitLease, NackDelay: -1}, nil)
+	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: sqlstoretest.CommitLease, NackDelay: -1}, nil)
 	require.NoError(t, err)
 	const key = "order-lost-in-tx"
 
@@ -136,7 +137,7 @@ func TestCompleteInTxAfterLeaseLostSaysLeaseLost(t *testing.T) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(10 * commitLease):
+		case <-time.After(10 * sqlstoretest.CommitLease):
 			return nil, errors.New("the lost lease did not cancel the handler's context")
 		}
 		completeErr = store.CompleteInTx(ctx, tx)
@@ -161,7 +162,7 @@ func TestOnceDoFailedCommitKeepsTheLease(t *testing.T) {
 	store, _ := newTable(t, pool)
 	table := deferredEffects(t, pool)
 	newOnce := func() *idempotency.Once {
-		o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: commitLease}, nil)
+		o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: sqlstoretest.CommitLease}, nil)
 		require.NoError(t, err)
 		return o
 	}
@@ -190,7 +191,7 @@ func TestOnceDoFailedCommitKeepsTheLease(t *testing.T) {
 			firstErr = complete(ctx, true)
 			close(retrying)
 			select {
-			case <-time.After(2 * commitLease):
+			case <-time.After(2 * sqlstoretest.CommitLease):
 			case <-ctx.Done():
 				return nil, context.Cause(ctx)
 			}
@@ -233,8 +234,8 @@ func TestRolledBackThenCommittedCompletion(t *testing.T) {
 	pool := testPool(t)
 	store, records := newTable(t, pool)
 	table := deferredEffects(t, pool)
-	obs := &renewals{}
-	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: commitLease, NackDelay: -1, Observer: obs}, nil)
+	obs := &sqlstoretest.Renewals{}
+	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: sqlstoretest.CommitLease, NackDelay: -1, Observer: obs}, nil)
 	require.NoError(t, err)
 	const key = "order-two-tx"
 
@@ -259,13 +260,13 @@ func TestRolledBackThenCommittedCompletion(t *testing.T) {
 				}
 				continue
 			}
-			waited = waitFor(func() bool { return renewalWaiting(t, pool, records) }, commitLease)
+			waited = sqlstoretest.WaitFor(func() bool { return renewalWaiting(t, pool, records) }, sqlstoretest.CommitLease)
 			if err := tx.Commit(ctx); err != nil {
 				return nil, err
 			}
 		}
 		select {
-		case <-time.After(2 * commitLease):
+		case <-time.After(2 * sqlstoretest.CommitLease):
 		case <-ctx.Done():
 		}
 		ctxErr = context.Cause(ctx)
@@ -274,9 +275,9 @@ func TestRolledBackThenCommittedCompletion(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, waited, "a renewal waited for the second transaction's row lock")
 	assert.NoError(t, ctxErr, "the committed run's context is not cancelled")
-	assert.EqualValues(t, 1, obs.completedByOwner.Load(), "the waiting renewal found the key completed by the run")
-	assert.Zero(t, obs.lost.Load())
-	assert.Zero(t, obs.completes.Load(), "no Complete call: COMPLETED rode in the second transaction")
+	assert.EqualValues(t, 1, obs.CompletedByOwner.Load(), "the waiting renewal found the key completed by the run")
+	assert.Zero(t, obs.Lost.Load())
+	assert.Zero(t, obs.Completes.Load(), "no Complete call: COMPLETED rode in the second transaction")
 	assert.Equal(t, 1, effectsOf(t, pool, table, key))
 	rec, err := store.Get(context.Background(), "idem::"+key)
 	require.NoError(t, err)

@@ -1,8 +1,10 @@
 // Package sqlstoretest holds the cases that the SQL stores (pgstore,
 // mysqlstore) share beyond the store contract that storetest checks: Purge
 // of expired rows, in batches and racing claims, and DeleteIf and Inspect
-// of every state and of a corrupt row. Each store runs them on a fresh
-// table of its own through a Table.
+// of every state and of a corrupt row, and a COMMIT after CompleteInTx
+// that fails, commits, or whose answer is lost (commit.go). Each store runs
+// them on a fresh table of its own through a Table, or a Commit that says
+// how its consumers book a key in a transaction and make its COMMIT fail.
 package sqlstoretest
 
 import (
