@@ -1,10 +1,11 @@
 // Package sqlstoretest holds the cases that the SQL stores (pgstore,
 // mysqlstore) share beyond the store contract that storetest checks: Purge
-// of expired rows, in batches and racing claims, and DeleteIf and Inspect
-// of every state and of a corrupt row, and a COMMIT after CompleteInTx
-// that fails, commits, or whose answer is lost (commit.go). Each store runs
-// them on a fresh table of its own through a Table, or a Commit that says
-// how its consumers book a key in a transaction and make its COMMIT fail.
+// of expired rows, in batches and racing claims, DeleteIf and Inspect of
+// every state and of a corrupt and an expired row, Records and Counts
+// (records.go), and a COMMIT after CompleteInTx that fails, commits, or
+// whose answer is lost (commit.go). Each store runs them on a fresh table
+// of its own through a Table, or a Commit that says how its consumers book
+// a key in a transaction and make its COMMIT fail.
 package sqlstoretest
 
 import (
@@ -185,7 +186,7 @@ func PurgeRacesClaims(t *testing.T, tb Table) {
 
 // DeleteIf deletes only in the states named and reports what it found; a
 // lapsed lease is FAILED; a corrupt row is kept. Inspect reads each state,
-// an absent key and the corrupt row.
+// an absent key, the corrupt row and an expired one.
 func DeleteIf(t *testing.T, tb Table) {
 	ctx := context.Background()
 	s := tb.Store
@@ -236,4 +237,13 @@ func DeleteIf(t *testing.T, tb Table) {
 	assert.Equal(t, idempotency.StateAbsent, rec.State)
 	_, _, _, err = s.Inspect(ctx, "bad")
 	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
+
+	tok = Claim(t, s, "expired", time.Minute, time.Minute)
+	require.NoError(t, s.Complete(ctx, "expired", tok, nil, 5*time.Millisecond))
+	time.Sleep(20 * time.Millisecond)
+	rec, ttl, bytes, err = s.Inspect(ctx, "expired")
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.Record{State: idempotency.StateAbsent}, rec, "an expired row reads absent")
+	assert.Zero(t, ttl)
+	assert.Zero(t, bytes)
 }
