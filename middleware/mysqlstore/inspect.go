@@ -122,13 +122,10 @@ func (s *Store) Inspect(ctx context.Context, key string) (rec idempotency.Record
 	if err != nil {
 		return rec, 0, 0, s.queryError(ctx, "inspect", key, err)
 	}
-	if err := r.Check(); err != nil {
+	if rec, ttl, bytes, err = r.Inspected(bytes); err != nil {
 		return rec, 0, bytes, wrap("inspect", key, err)
 	}
-	if r.Expired() {
-		return idempotency.Record{State: idempotency.StateAbsent}, 0, 0, nil
-	}
-	return r.Record(true), r.TTL(), bytes, nil
+	return rec, ttl, bytes, nil
 }
 
 // Records walks the live records whose key starts with prefix (all when it
@@ -146,51 +143,30 @@ func (s *Store) Records(ctx context.Context, prefix string, batch int) iter.Seq2
 		batch = DefaultPageSize
 	}
 	stmt := s.inspectSQL().page
-	return func(yield func(Entry, error) bool) {
-		after := []byte{}
-		for {
-			rows, err := s.db.QueryContext(ctx, stmt, after, []byte(prefix), []byte(prefix), batch)
-			if err != nil {
-				yield(Entry{}, s.queryError(ctx, "records", prefix, err))
-				return
-			}
-			var page []Entry
-			n := 0
-			for rows.Next() {
-				var hash, key []byte
-				var e Entry
-				var r row
-				if err := rows.Scan(append([]any{&hash, &key, &e.Bytes}, r.dest()...)...); err != nil {
-					_ = rows.Close()
-					yield(Entry{}, s.queryError(ctx, "records", prefix, err))
-					return
-				}
-				n++
-				after = hash
-				e.Key = string(key)
-				if e.Err = r.Check(); e.Err != nil {
-					e.Err = wrap("records", e.Key, e.Err)
-				} else {
-					e.Record = r.Record(true)
-					e.TTL = r.TTL()
-				}
-				page = append(page, e)
-			}
-			_ = rows.Close()
-			if err := rows.Err(); err != nil {
-				yield(Entry{}, s.queryError(ctx, "records", prefix, err))
-				return
-			}
-			for _, e := range page {
-				if !yield(e, nil) {
-					return
-				}
-			}
-			if n < batch {
-				return
-			}
+	return sqlrecord.Pages(batch, func(after []byte) (page []Entry, last []byte, err error) {
+		rows, err := s.db.QueryContext(ctx, stmt, after, []byte(prefix), []byte(prefix), batch)
+		if err != nil {
+			return nil, nil, s.queryError(ctx, "records", prefix, err)
 		}
-	}
+		defer rows.Close()
+		for rows.Next() {
+			var key []byte
+			var e Entry
+			var r row
+			if err := rows.Scan(append([]any{&last, &key, &e.Bytes}, r.dest()...)...); err != nil {
+				return nil, nil, s.queryError(ctx, "records", prefix, err)
+			}
+			e.Key = string(key)
+			if e.Record, e.TTL, e.Err = r.Listed(); e.Err != nil {
+				e.Err = wrap("records", e.Key, e.Err)
+			}
+			page = append(page, e)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, nil, s.queryError(ctx, "records", prefix, err)
+		}
+		return page, last, nil
+	})
 }
 
 // Counts returns how many live records under prefix are in each state (by
