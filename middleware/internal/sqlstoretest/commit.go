@@ -142,6 +142,28 @@ func Contend(t *testing.T, second Consumer, key string, ov *Overlap, firstDone <
 	}
 }
 
+// RetryBesideSecond runs h on key's message in a goroutine of its own and,
+// once its handler says it is retrying (retrying closes), has second's copy
+// of the key contend with it (Contend). It returns when h has returned: how
+// many times the copy's handler ran, and h's error. A handler that returns
+// without retrying fails the test.
+func RetryBesideSecond(t *testing.T, second Consumer, h message.HandlerFunc, key string, ov *Overlap, retrying <-chan struct{}) (ranB *atomic.Int32, err error) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, err = h(NewMessage(key))
+	}()
+	select {
+	case <-retrying:
+	case <-done:
+		t.Fatalf("the retry did not run: %v", err)
+	}
+	ranB = Contend(t, second, key, ov, done)
+	<-done
+	return ranB, err
+}
+
 // FailedCommitWithRetryInsideKeepsTheLease: a COMMIT that fails after
 // CompleteInTx, with Watermill's Retry inside the middleware: the retry
 // still holds the key, so a second consumer's copy is refused until the
@@ -177,18 +199,7 @@ func FailedCommitWithRetryInsideKeepsTheLease(t *testing.T, c Commit) {
 			return nil, c.First.Book(ctx, key, false)
 		}))
 
-	done := make(chan struct{})
-	var aErr error
-	go func() {
-		defer close(done)
-		_, aErr = h(NewMessage(key))
-	}()
-	select {
-	case <-retrying:
-	case <-done:
-		t.Fatalf("the retry did not run: %v", aErr)
-	}
-	ranB := Contend(t, c.Second, key, ov, done)
+	ranB, aErr := RetryBesideSecond(t, c.Second, h, key, ov, retrying)
 
 	c.RequireCommitFailed(t, firstErr)
 	assert.False(t, ov.Seen(), "the second consumer's handler ran beside the first one's retry")
@@ -233,18 +244,7 @@ func FailedCommitWithHandlerLoopKeepsTheLease(t *testing.T, c Commit) {
 		return nil, err
 	})
 
-	done := make(chan struct{})
-	var aErr error
-	go func() {
-		defer close(done)
-		_, aErr = h(NewMessage(key))
-	}()
-	select {
-	case <-retrying:
-	case <-done:
-		t.Fatalf("the retry did not run: %v", aErr)
-	}
-	ranB := Contend(t, c.Second, key, ov, done)
+	ranB, aErr := RetryBesideSecond(t, c.Second, h, key, ov, retrying)
 
 	c.RequireCommitFailed(t, firstErr)
 	assert.False(t, ov.Seen(), "the second consumer's handler ran beside the first one's retry")
@@ -364,18 +364,7 @@ func LostCommitAnswerWithRetryInside(t *testing.T, c Commit) {
 			return nil, secondErr
 		}))
 
-	done := make(chan struct{})
-	var aErr error
-	go func() {
-		defer close(done)
-		_, aErr = h(NewMessage(key))
-	}()
-	select {
-	case <-retrying:
-	case <-done:
-		t.Fatalf("the retry did not run: %v", aErr)
-	}
-	ranB := Contend(t, c.Second, key, ov, done)
+	ranB, aErr := RetryBesideSecond(t, c.Second, h, key, ov, retrying)
 
 	require.NoError(t, aErr)
 	require.ErrorIs(t, secondErr, c.ErrAlreadyCompleted)
