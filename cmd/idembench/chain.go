@@ -32,7 +32,8 @@ type Rate struct {
 	// ClientCPU and RedisCPU are the CPU microseconds per message of this
 	// process (every goroutine: the router, the broker's client, the
 	// middleware) and of the Redis the store uses (its main thread), from
-	// the router's start to its close (e2e section).
+	// the router's start to its close (e2e section); zero where it could
+	// not be read (no getrusage, or Redis's INFO unanswered).
 	ClientCPU float64 `json:"client_cpu_usec,omitempty"`
 	RedisCPU  float64 `json:"redis_cpu_usec,omitempty"`
 	// RedisReads is how many reads Redis processed per message in the same

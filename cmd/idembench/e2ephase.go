@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -88,15 +87,17 @@ func (r e2eRun) consume(rt *Rate, sub message.Subscriber, topics []string, handl
 			})
 		}
 	}
-	cpu0 := processCPU()
+	cpu0, cpuOK := processCPU()
 	redisCPU0, reads0, ok0 := r.redisUsage()
 	rt.Note = r.runRouter(router, clock.all)
-	cpu1 := processCPU()
+	cpu1, _ := processCPU()
 	redisCPU1, reads1, ok1 := r.redisUsage()
 
 	rt.Messages = clock.count.Load()
 	if n := float64(rt.Messages); n > 0 {
-		rt.ClientCPU = (cpu1 - cpu0).Seconds() * 1e6 / n
+		if cpuOK {
+			rt.ClientCPU = (cpu1 - cpu0).Seconds() * 1e6 / n
+		}
 		if ok0 && ok1 {
 			rt.RedisCPU = (redisCPU1 - redisCPU0) * 1e6 / n
 			rt.RedisReads = (reads1 - reads0) / n
@@ -185,16 +186,6 @@ func publish(pub message.Publisher, topics, keys []string) error {
 	wg.Wait()
 	close(errs)
 	return <-errs
-}
-
-// processCPU is the CPU time this process has used so far, user and
-// system, every thread.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // redisUsage is what INFO says of the store's Redis so far: the CPU
