@@ -239,11 +239,13 @@
 //     answer was lost) gets ErrAlreadyCompleted and must roll back;
 //   - ErrNoRun outside a run (the HTTP middleware, whose stored response is
 //     what the handler wrote, does not offer it);
-//   - ErrForeignRun for a run claimed in another store (the middleware's
-//     Config.Store is Redis, say), once the fence found no record of the
-//     key in the table: nothing is written. When
-//     the effects live in MySQL, this store is the store: no Redis is
-//     needed beside it;
+//   - ErrForeignRun for a run claimed in another store (Redis, say, or a
+//     Store on another table), once the fence found no record of the key
+//     in the table: nothing is written. When the effects live in MySQL,
+//     this store is the store: no Redis is needed beside it;
+//   - the transaction may come from any *sql.DB on the store's database,
+//     not only the store's own: in one of another pool the store's
+//     statements run as plain queries;
 //   - the middleware writes no second COMPLETED; the handler must return
 //     the error of its COMMIT, or its message is acked with no effect;
 //   - until the completion is known to have committed, the run keeps its

@@ -86,6 +86,10 @@ func (d dbRunner) fallback() string { return d.s.sql.fallback }
 // second connection from the pool, which a pool whose every connection
 // holds a handler's transaction could not give. Nothing is retried: a
 // deadlock rolled the whole transaction back.
+//
+// A transaction of another *sql.DB (a second pool on the same server)
+// cannot use the store's statements: database/sql refuses them before
+// sending anything, and the statement then runs as a plain query.
 type txRunner struct {
 	s  *Store
 	tx *sql.Tx
@@ -93,17 +97,29 @@ type txRunner struct {
 
 func (t txRunner) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	if st := t.s.preparedStmt(query); st != nil {
-		return t.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+		txst := t.tx.StmtContext(ctx, st)
+		res, err := txst.ExecContext(ctx, args...)
+		if !refused(txst, err) {
+			return res, err
+		}
 	}
 	return t.tx.ExecContext(ctx, query, args...)
 }
 
 func (t txRunner) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
 	if st := t.s.preparedStmt(query); st != nil {
-		return t.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+		txst := t.tx.StmtContext(ctx, st)
+		if row := txst.QueryRowContext(ctx, args...); !refused(txst, row.Err()) {
+			return row
+		}
 	}
 	return t.tx.QueryRowContext(ctx, query, args...)
 }
+
+// refused reports whether err is the error that database/sql gave st in
+// place of a statement (one of another pool, say), so nothing was sent:
+// such a Stmt answers every call, Close too, with that one error.
+func refused(st *sql.Stmt, err error) bool { return err != nil && st.Close() == err }
 
 func (t txRunner) fallback() string { return t.s.sql.fallbackLocked }
 
