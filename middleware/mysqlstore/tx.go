@@ -122,25 +122,27 @@ func (s *Store) CompleteValueInTx(ctx context.Context, tx *sql.Tx, value []byte)
 
 // ErrForeignRun is returned by CompleteInTx and CompleteValueInTx for a run
 // that was claimed in another store: the middleware's Config.Store is
-// Redis, say, while the handler completes in MySQL. The
-// fence would fail there on every attempt (the key has no record in this
-// table), so nothing was written; roll back. When the effects live in
+// Redis, say, or a Store of this package on another table, while the
+// handler completes in this one. The fence would fail there on every
+// attempt (the key has no record in this table), so nothing was written;
+// roll back. When the effects live in
 // MySQL, make this store the middleware's Store: it deduplicates by
 // itself, with no Redis beside it.
 var ErrForeignRun = errors.New("mysqlstore: the run was claimed in another store (this table has no record of its key): make this store the middleware's Config.Store")
 
-// isStore reports whether st is a Store of this package.
-func isStore(st idempotency.Store) bool { _, ok := st.(*Store); return ok }
+// is reports whether st is this store: a run claimed in another Store of
+// this package, on another table, is as foreign as one claimed in Redis.
+func (s *Store) is(st idempotency.Store) bool { return st == idempotency.Store(s) }
 
 // completeRun is CompleteInTx and CompleteValueInTx. A fence that fails
-// for a run claimed in a store that is not recognisably a Store (directly
+// for a run claimed in a store that is not recognisably this one (directly
 // or through Unwrap) is ErrForeignRun when this table holds no record of
 // the key: a run claimed here leaves its record for at least its TTL. A
 // wrapper that does not unwrap still gets ErrLeaseLost for a lost lease,
 // since the key's record is then in the table.
 func (s *Store) completeRun(ctx context.Context, tx *sql.Tx, run *idempotency.Run, result []byte) error {
 	err := s.CompleteTx(ctx, tx, run.Key(), run.Token(), result, run.CompletedTTL())
-	if errors.Is(err, idempotency.ErrLeaseLost) && !run.ClaimedIn(isStore) {
+	if errors.Is(err, idempotency.ErrLeaseLost) && !run.ClaimedIn(s.is) {
 		if rec, gerr := s.Get(ctx, run.Key()); gerr == nil && rec.State == idempotency.StateAbsent {
 			return fmt.Errorf("%w (the run's store is a %T)", ErrForeignRun, run.Store())
 		}

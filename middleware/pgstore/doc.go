@@ -222,10 +222,12 @@
 //   - The HTTP middleware does not offer it (its stored response is what the
 //     handler wrote, which a transaction inside the handler cannot know):
 //     CompleteInTx returns ErrNoRun there.
-//   - It completes runs claimed in PostgreSQL only: the middleware's
-//     Config.Store must be a Store, or a wrapper of one. A run claimed in
-//     another store (Redis, say) gets ErrForeignRun once the fence found
-//     no record of the key in the table, and nothing is written. When the
+//   - It completes runs claimed in this store only: the middleware's
+//     Config.Store must be this Store, or a wrapper of it. A run claimed in
+//     another store (Redis, say, or a Store on another table) gets
+//     ErrForeignRun once the fence found no record of the key in the
+//     table, and nothing is written. The transaction may come from any
+//     pool on the store's database. When the
 //     effects live in PostgreSQL, this store is the store: no Redis is
 //     needed beside it.
 //

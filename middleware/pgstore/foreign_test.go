@@ -56,3 +56,64 @@ func TestCompleteInTxForeignRun(t *testing.T) {
 	assert.Equal(t, []byte("done"), res.Value)
 	assert.Equal(t, 1, effectsOf(t, pool, effects, key))
 }
+
+// TestCompleteInTxOtherTable: a run claimed by a pgstore.Store on one table
+// and completed by one on another table is foreign too: its key has no
+// record there, so it gets ErrForeignRun, not a lost lease on every
+// redelivery, and the effect rolls back.
+func TestCompleteInTxOtherTable(t *testing.T) {
+	pool := testPool(t)
+	claimedIn, _ := newTable(t, pool)
+	other, _ := newTable(t, pool)
+	effects := effectsTable(t, pool)
+	key := uniqueName("pgstore-othertable-")
+
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: claimedIn}, nil)
+	require.NoError(t, err)
+	_, err = once.Do(context.Background(), key, func(ctx context.Context) ([]byte, error) {
+		return nil, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+quoted(effects)+" (key) VALUES ($1)", key); err != nil {
+				return err
+			}
+			return other.CompleteValueInTx(ctx, tx, []byte("done"))
+		})
+	})
+	require.ErrorIs(t, err, pgstore.ErrForeignRun)
+	assert.NotErrorIs(t, err, idempotency.ErrLeaseLost)
+	assert.Equal(t, 0, effectsOf(t, pool, effects, key), "the effect rolled back")
+}
+
+// TestCompleteInTxOtherPool: the handler's transaction may come from a
+// pool of its own on the same server and database: CompleteInTx commits
+// COMPLETED in it with the effect, and a duplicate replays without running
+// the work again.
+func TestCompleteInTxOtherPool(t *testing.T) {
+	storePool, appPool := testPool(t), testPool(t)
+	require.NotSame(t, storePool, appPool)
+	store, _ := newTable(t, storePool)
+	effects := effectsTable(t, appPool)
+	key := uniqueName("pgstore-otherpool-")
+
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store}, nil)
+	require.NoError(t, err)
+	runs := 0
+	work := func(ctx context.Context) ([]byte, error) {
+		runs++
+		return []byte("done"), pgx.BeginFunc(ctx, appPool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+quoted(effects)+" (key) VALUES ($1)", key); err != nil {
+				return err
+			}
+			return store.CompleteValueInTx(ctx, tx, []byte("done"))
+		})
+	}
+	for range 2 {
+		res, err := once.Do(context.Background(), key, work)
+		require.NoError(t, err)
+		assert.Equal(t, []byte("done"), res.Value)
+	}
+	assert.Equal(t, 1, runs, "the second call is a duplicate")
+	assert.Equal(t, 1, effectsOf(t, appPool, effects, key))
+	rec, err := store.Get(context.Background(), key)
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateCompleted, rec.State)
+}
