@@ -59,12 +59,12 @@
 // topic's stream was deleted, the durable went with it; the subscriber then
 // creates the stream (unless a publish did already) and the durable again,
 // and subscribes anew. The messages the deleted stream held are gone with
-// it, acked or not. Everything published to the new stream is delivered,
-// also what came before the subscriber noticed: the new durable reads the
-// stream from its start. A durable deleted alone is created again the same
-// way, and the group then reads its stream again from the start, as after
-// a restart; the idempotency middleware acks what it completed before as
-// duplicates.
+// it, acked or not, but for one a handler already had. Everything published
+// to the new stream is delivered, also what came before the subscriber
+// noticed: the new durable reads the stream from its start. A durable
+// deleted alone is created again the same way, and the group then reads its
+// stream again from the start, as after a restart; the idempotency
+// middleware acks what it completed within CompletedTTL as duplicates.
 //
 // A nacked message is redelivered by the server after NackResendSleep
 // (NakWithDelay), without holding back the messages behind it. When a

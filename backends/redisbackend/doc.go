@@ -52,10 +52,11 @@
 // persistence) takes its groups with it, and the next XADD creates it
 // without them. The subscriber's next read is refused with NOGROUP; it then
 // creates the group again (XGROUP CREATE ... MKSTREAM, at "0") and reads on.
-// The entries the deleted stream held are gone with it, acked or not.
-// Everything written to the new stream is delivered, also what came before
-// the group was back: the group starts at the stream's beginning. A group
-// destroyed alone is created again the same way, and then reads its stream
-// again from the beginning, as a new group does; the idempotency middleware
-// acks what it completed before as duplicates.
+// The entries the deleted stream held are gone with it, acked or not, but
+// for those the subscriber had read already. Everything written to the new
+// stream is delivered, also what came before the group was back: the group
+// starts at the stream's beginning. A group destroyed alone is created again
+// the same way, and then reads its stream again from the beginning, as a new
+// group does; the idempotency middleware acks what it completed within
+// CompletedTTL as duplicates.
 package redisbackend
