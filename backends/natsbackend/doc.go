@@ -50,8 +50,21 @@
 // backend creates the durable itself, subscriptions only bind to it, and it
 // survives every shutdown with the group's position: a restarted group
 // resumes after its last ack. Delete the durable (nats consumer rm) when a
-// group is retired. On Close a message held but not yet acked is nacked at
-// once, so another member takes it without waiting for AckWait.
+// group is retired, after its last member stopped: a running member creates
+// it again (see below). On Close a message held but not yet acked is nacked
+// at once, so another member takes it without waiting for AckWait.
+//
+// A running subscriber checks every 5 s that its durable exists: JetStream
+// does not tell a push consumer's subscribers that it was deleted. When the
+// topic's stream was deleted, the durable went with it; the subscriber then
+// creates the stream (unless a publish did already) and the durable again,
+// and subscribes anew. The messages the deleted stream held are gone with
+// it, acked or not, but for one a handler already had. Everything published
+// to the new stream is delivered, also what came before the subscriber
+// noticed: the new durable reads the stream from its start. A durable
+// deleted alone is created again the same way, and the group then reads its
+// stream again from the start, as after a restart; the idempotency
+// middleware acks what it completed within CompletedTTL as duplicates.
 //
 // A nacked message is redelivered by the server after NackResendSleep
 // (NakWithDelay), without holding back the messages behind it. When a

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
+	"github.com/idempotency/watermill-idempotency/internal/brokeradmin"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -131,5 +132,103 @@ func TestNATS_DeletedStreamIsCreatedAgain(t *testing.T) {
 	require.NoError(t, b.Publisher.Publish(topic, backendtest.NewMessage("two")), "a publish after the stream was deleted")
 
 	msgs := backendtest.Subscribe(t, b, topic)
+	assert.Equal(t, "two", backendtest.Receive(t, msgs))
+}
+
+// recreatedWithin bounds the wait for a message after a stream or durable
+// was deleted: the subscriber notices within seconds; the bound only fails
+// a subscriber that never does.
+const recreatedWithin = 60 * time.Second
+
+// receiveWithin reads one message within d, acks it and returns its payload.
+func receiveWithin(t *testing.T, msgs <-chan *message.Message, d time.Duration) string {
+	t.Helper()
+	select {
+	case m := <-msgs:
+		require.NotNil(t, m, "channel closed")
+		m.Ack()
+		return string(m.Payload)
+	case <-time.After(d):
+		t.Fatalf("no message within %s", d)
+		return ""
+	}
+}
+
+// A topic's stream deleted under a running subscriber takes the group's
+// durable with it. The publisher creates the stream again; the subscriber
+// creates the durable again and subscribes anew, so the next message
+// reaches it. Before, it waited in the new stream until a restart.
+func TestNATS_SubscriberRejoinsRecreatedStream(t *testing.T) {
+	t.Parallel()
+	url := testserver.NATSURL(t)
+	topic := backendtest.UniqueTopic("rejoin")
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
+	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: "billing-" + backendtest.RunID})
+	msgs := backendtest.Subscribe(t, b, topic)
+	backendtest.Publish(t, b.Publisher, topic, "one")
+	assert.Equal(t, "one", backendtest.Receive(t, msgs))
+
+	require.NoError(t, brokeradmin.DeleteNATSStreams(url, topic))
+	backendtest.Publish(t, b.Publisher, topic, "two")
+	assert.Equal(t, "two", receiveWithin(t, msgs, recreatedWithin), "the first message in the new stream")
+	backendtest.Publish(t, b.Publisher, topic, "three")
+	assert.Equal(t, "three", backendtest.Receive(t, msgs))
+}
+
+// The same when nothing of the backend's publishes to the topic after the
+// stream is deleted: the subscriber creates the stream as well as the
+// durable, so a message published straight to JetStream is captured and
+// delivered.
+func TestNATS_SubscriberRecreatesDeletedStream(t *testing.T) {
+	t.Parallel()
+	url := testserver.NATSURL(t)
+	topic := backendtest.UniqueTopic("rejoin-alone")
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
+	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: "billing-" + backendtest.RunID})
+	msgs := backendtest.Subscribe(t, b, topic)
+	require.NoError(t, brokeradmin.DeleteNATSStreams(url, topic))
+
+	js, closeConn, err := brokeradmin.JetStream(url)
+	require.NoError(t, err)
+	defer closeConn()
+	m := nats.NewMsg(topic)
+	m.Data = []byte("direct")
+	m.Header.Set("_watermill_message_uuid", watermill.NewUUID())
+	require.Eventually(t, func() bool {
+		_, err := js.PublishMsg(m)
+		return err == nil
+	}, recreatedWithin, 100*time.Millisecond, "no stream captures the topic again")
+	assert.Equal(t, "direct", backendtest.Receive(t, msgs))
+}
+
+// A group's durable deleted alone, its stream kept, is created again by a
+// running member too. It reads the stream from its start again, as it would
+// after a restart: what the group had acked comes again (the idempotency
+// middleware acks it as a duplicate), nothing is skipped.
+func TestNATS_SubscriberRecreatesDeletedDurable(t *testing.T) {
+	t.Parallel()
+	url := testserver.NATSURL(t)
+	topic := backendtest.UniqueTopic("rejoin-durable")
+	group := "billing-" + backendtest.RunID
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
+	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: group})
+	msgs := backendtest.Subscribe(t, b, topic)
+	backendtest.Publish(t, b.Publisher, topic, "one")
+	assert.Equal(t, "one", backendtest.Receive(t, msgs))
+
+	js, closeConn, err := brokeradmin.JetStream(url)
+	require.NoError(t, err)
+	defer closeConn()
+	stream, err := js.StreamNameBySubject(topic)
+	require.NoError(t, err)
+	var durables []string
+	for n := range js.ConsumerNames(stream) {
+		durables = append(durables, n)
+	}
+	require.Len(t, durables, 1)
+	require.NoError(t, js.DeleteConsumer(stream, durables[0]))
+	backendtest.Publish(t, b.Publisher, topic, "two")
+
+	assert.Equal(t, "one", receiveWithin(t, msgs, recreatedWithin), "the stream again from its start")
 	assert.Equal(t, "two", backendtest.Receive(t, msgs))
 }

@@ -19,7 +19,8 @@ import (
 
 // natsSubscriber consumes a topic through the group's durable consumer,
 // which it creates (with the topic's stream) before subscribing, so that
-// nats.go binds to it instead of creating, and on close deleting, it.
+// nats.go binds to it instead of creating, and on close deleting, it; and
+// again when it finds the durable gone (its stream deleted) while it runs.
 //
 // It replaces watermill-nats's Subscriber, which closes its output channel
 // while a message callback may still be sending on it (a data race, and a
@@ -52,8 +53,16 @@ var (
 	_ message.SubscribeInitializer = (*natsSubscriber)(nil)
 )
 
+// durableCheckInterval is how often a subscription checks that its durable
+// still exists. JetStream tells a push consumer's subscribers nothing when
+// the consumer or its stream is deleted, and nats.go allows no idle
+// heartbeats on a queue subscription, so the subscription asks.
+const durableCheckInterval = 5 * time.Second
+
 // Subscribe joins the group's durable consumer of topic. The returned
-// channel closes when ctx ends or the subscriber closes.
+// channel closes when ctx ends or the subscriber closes. While it runs, it
+// checks every durableCheckInterval that the durable exists, and creates it
+// (and the stream) again and subscribes anew when it does not.
 func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	stream, durable, err := s.initialize(topic)
 	if err != nil {
@@ -67,44 +76,116 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 
 	out := make(chan *message.Message)
 	stop := make(chan struct{})
-	// inflight is held (read-locked) by the message callback while it may
+	// inflight is held (read-locked) by the message callbacks while they may
 	// send on out; teardown takes it write-locked before closing out.
 	var inflight sync.RWMutex
-	logFields := watermill.LogFields{"topic": topic, "nats_stream": stream, "nats_durable": durable}
-
-	sub, err := s.js.QueueSubscribe(topic, durable, func(m *nats.Msg) {
-		inflight.RLock()
-		defer inflight.RUnlock()
-		select {
-		case <-stop:
-			_ = m.Nak()
-			return
-		default:
+	subscribe := func(stream string) (*nats.Subscription, watermill.LogFields, error) {
+		logFields := watermill.LogFields{"topic": topic, "nats_stream": stream, "nats_durable": durable}
+		sub, err := s.js.QueueSubscribe(topic, durable, func(m *nats.Msg) {
+			inflight.RLock()
+			defer inflight.RUnlock()
+			select {
+			case <-stop:
+				_ = m.Nak()
+				return
+			default:
+			}
+			s.handle(ctx, m, out, stop, logFields)
+		}, nats.Bind(stream, durable), nats.ManualAck())
+		if err != nil {
+			return nil, nil, fmt.Errorf("backends: nats subscribe %q as %q: %w", topic, durable, err)
 		}
-		s.handle(ctx, m, out, stop, logFields)
-	}, nats.Bind(stream, durable), nats.ManualAck())
+		return sub, logFields, nil
+	}
+	sub, logFields, err := subscribe(stream)
 	if err != nil {
-		return nil, fmt.Errorf("backends: nats subscribe %q as %q: %w", topic, durable, err)
+		return nil, err
+	}
+	// The durable was created by us, not by a subscription, so Unsubscribe
+	// leaves it on the server.
+	unsubscribe := func(sub *nats.Subscription, logFields watermill.LogFields) {
+		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			s.logger.Error("Cannot unsubscribe", err, logFields)
+		}
 	}
 
 	s.subs.Add(1)
 	go func() {
 		defer s.subs.Done()
-		select {
-		case <-ctx.Done():
-		case <-s.Closing:
+		checkCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-s.Closing:
+				cancel()
+			case <-checkCtx.Done():
+			}
+		}()
+		check := time.NewTicker(durableCheckInterval)
+		defer check.Stop()
+	watch:
+		for {
+			select {
+			case <-ctx.Done():
+				break watch
+			case <-s.Closing:
+				break watch
+			case <-check.C:
+			}
+			if sub != nil {
+				if !s.durableGone(checkCtx, stream, durable) {
+					continue
+				}
+				s.logger.Info("The group's durable is gone (its stream deleted?); creating it again", logFields)
+				// Before the durable is back: two subscriptions on its deliver
+				// subject would share its messages, and those buffered for the
+				// old one would be dropped with it, to come back only after
+				// AckWait.
+				unsubscribe(sub, logFields)
+				sub = nil
+			}
+			next, err := s.recreate(topic)
+			if err == nil {
+				var nextFields watermill.LogFields
+				if sub, nextFields, err = subscribe(next); err == nil {
+					stream, logFields = next, nextFields
+				}
+			}
+			if err != nil {
+				s.logger.Error("Cannot create the group's durable again; retrying", err, logFields)
+			}
 		}
 		close(stop)
-		// The durable was created by us, not by this subscription, so
-		// Unsubscribe leaves it on the server.
-		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			s.logger.Error("Cannot unsubscribe", err, logFields)
+		if sub != nil {
+			unsubscribe(sub, logFields)
 		}
 		inflight.Lock()
 		close(out)
 		inflight.Unlock()
 	}()
 	return out, nil
+}
+
+// durableGone reports whether durable or its stream is missing on the
+// server. Any other answer, or none, counts as present: the next check
+// asks again.
+func (s *natsSubscriber) durableGone(ctx context.Context, stream, durable string) bool {
+	ctx, cancel := context.WithTimeout(ctx, durableCheckInterval)
+	defer cancel()
+	_, err := s.js.ConsumerInfo(stream, durable, nats.Context(ctx))
+	return errors.Is(err, nats.ErrConsumerNotFound) || errors.Is(err, nats.ErrStreamNotFound)
+}
+
+// recreate forgets what this process knew of topic's stream and durable and
+// sets both up again, as Subscribe does: the stream that captures topic
+// now, or a new one, and the group's durable on it. It returns the stream.
+func (s *natsSubscriber) recreate(topic string) (string, error) {
+	s.streams.Forget(topic)
+	s.Mu.Lock()
+	delete(s.consumers, topic)
+	s.Mu.Unlock()
+	stream, _, err := s.initialize(topic)
+	return stream, err
 }
 
 // handle hands one message to out and settles it on the server as the

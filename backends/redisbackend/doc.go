@@ -47,4 +47,16 @@
 //
 // Streams grow without bound unless Redis.MaxLen caps them (approximately;
 // trimming drops the oldest entries whether or not every group read them).
+//
+// A stream deleted under a running subscriber (DEL, or a restart without
+// persistence) takes its groups with it, and the next XADD creates it
+// without them. The subscriber's next read is refused with NOGROUP; it then
+// creates the group again (XGROUP CREATE ... MKSTREAM, at "0") and reads on.
+// The entries the deleted stream held are gone with it, acked or not, but
+// for those the subscriber had read already. Everything written to the new
+// stream is delivered, also what came before the group was back: the group
+// starts at the stream's beginning. A group destroyed alone is created again
+// the same way, and then reads its stream again from the beginning, as a new
+// group does; the idempotency middleware acks what it completed within
+// CompletedTTL as duplicates.
 package redisbackend

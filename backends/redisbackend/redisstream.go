@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -52,7 +53,10 @@ func parseURL(raw string) (backends.Endpoint, error) {
 //   - the first read blocks for the block time rather than forever, so Close
 //     never waits on a read that cannot be cancelled;
 //   - a new group starts at the beginning of the stream ("0"), so nothing
-//     published before its first start is skipped.
+//     published before its first start is skipped;
+//   - a read refused with NOGROUP (the stream was deleted, and the group
+//     with it, or the group alone) creates the group again, at "0" too
+//     (redisGroups), where the library retried the read for ever.
 func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdapter) (backends.Clients, error) {
 	newClient := func() (*redis.Client, error) {
 		opts, err := redis.ParseURL(ep.URL)
@@ -92,6 +96,7 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 		if err != nil {
 			return nil, err
 		}
+		groups := &redisGroups{client: subClient, group: group, logger: logger, streams: map[string]int{}}
 		sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
 			Client:                        subClient,
 			Consumer:                      cfg.Consumer,
@@ -100,19 +105,21 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 			MaxIdleTime:                   cfg.Redis.MaxIdleTime,
 			ClaimInterval:                 cfg.Redis.ClaimInterval,
 			Unmarshaller:                  redisUnmarshaller{},
-			OldestId:                      "0",
+			OldestId:                      redisGroupStart,
 			DisableIndefiniteInitialBlock: true,
+			ShouldStopOnReadErrors:        groups.onReadError,
 		}, logger)
 		if err != nil {
 			_ = subClient.Close()
 			return nil, fmt.Errorf("backends: redis streams subscriber: %w", err)
 		}
+		groups.Subscriber = sub
 		// The wrapper, not the library, waits NackResendSleep before the
 		// resend, and refreshes the nacked entry's idle time meanwhile
 		// (every third of MaxIdleTime) and at its end: a NackResendSleep
 		// longer than MaxIdleTime left the entry idle long enough for
 		// another consumer to claim it.
-		wrapped := brokerkit.NewNackDelaySubscriber(sub, cfg.NackResendSleep)
+		wrapped := brokerkit.NewNackDelaySubscriber(groups, cfg.NackResendSleep)
 		wrapped.BeforeNack = (&redisNackRefresh{client: subClient, group: group, consumer: cfg.Consumer, logger: logger}).refresh
 		wrapped.RefreshEvery = max(cfg.Redis.MaxIdleTime/3, 10*time.Millisecond)
 		return wrapped, nil
@@ -187,4 +194,83 @@ func (r *redisNackRefresh) refresh(stream string, msg *message.Message) {
 		r.logger.Error("Cannot refresh the idle time of a nacked message", err,
 			watermill.LogFields{"stream": stream, "message_uuid": msg.UUID})
 	}
+}
+
+// redisGroupStart is where a group starts that the subscriber creates: the
+// beginning of the stream, so that nothing written before is skipped.
+const redisGroupStart = "0"
+
+// redisGroups creates the consumer group again on the streams its
+// subscriber reads, when a read is refused with NOGROUP.
+//
+// A stream deleted (DEL, or lost in a restart without persistence) takes
+// its groups with it, and the next XADD creates it without them. The
+// library then retries XREADGROUP for ever, and the messages wait. Its read
+// error hook (ShouldStopOnReadErrors) names no stream, so on NOGROUP every
+// stream this subscriber reads gets XGROUP CREATE ... MKSTREAM at
+// redisGroupStart; where the group exists, Redis answers BUSYGROUP and
+// nothing changes. Starting at "0" delivers everything written to the new
+// stream, also before the group was back.
+type redisGroups struct {
+	message.Subscriber // the library's, set once it is built
+
+	client redis.UniversalClient
+	group  string
+	logger watermill.LoggerAdapter
+
+	mu      sync.Mutex
+	streams map[string]int // subscriptions running per stream
+}
+
+// Subscribe subscribes to topic and counts the stream as read until ctx
+// ends.
+func (g *redisGroups) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	g.track(topic, 1)
+	msgs, err := g.Subscriber.Subscribe(ctx, topic)
+	if err != nil {
+		g.track(topic, -1)
+		return nil, err
+	}
+	context.AfterFunc(ctx, func() { g.track(topic, -1) })
+	return msgs, nil
+}
+
+func (g *redisGroups) track(stream string, n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.streams[stream] += n; g.streams[stream] <= 0 {
+		delete(g.streams, stream)
+	}
+}
+
+// onReadError creates the group again on NOGROUP. It never stops the read:
+// the library retries it after 500 ms.
+func (g *redisGroups) onReadError(err error) bool {
+	if !redis.HasErrorPrefix(err, "NOGROUP") {
+		return false
+	}
+	g.mu.Lock()
+	streams := make([]string, 0, len(g.streams))
+	for s := range g.streams {
+		streams = append(streams, s)
+	}
+	g.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pipe := g.client.Pipeline()
+	cmds := make([]*redis.StatusCmd, len(streams))
+	for i, s := range streams {
+		cmds[i] = pipe.XGroupCreateMkStream(ctx, s, g.group, redisGroupStart)
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, cmd := range cmds {
+		fields := watermill.LogFields{"stream": streams[i], "consumer_group": g.group}
+		switch err := cmd.Err(); {
+		case err == nil:
+			g.logger.Info("Consumer group was missing (its stream deleted?); created it again", fields)
+		case !redis.HasErrorPrefix(err, "BUSYGROUP"):
+			g.logger.Error("Cannot create the consumer group again; retrying at the next read", err, fields)
+		}
+	}
+	return false
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -126,4 +127,73 @@ func TestRedisStreams_FailingMessageStaysWithItsConsumerThroughALongNackSleep(t 
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Len(t, nacks, 1, "the failing message stays with one consumer: %v", nacks)
+}
+
+// recreatedWithin bounds the wait for a message after a stream or group was
+// deleted: the subscriber recovers at its next read; the bound only fails a
+// subscriber that never does.
+const recreatedWithin = 60 * time.Second
+
+// receiveWithin reads one message within d, acks it and returns its payload.
+func receiveWithin(t *testing.T, msgs <-chan *message.Message, d time.Duration) string {
+	t.Helper()
+	select {
+	case m := <-msgs:
+		require.NotNil(t, m, "channel closed")
+		m.Ack()
+		return string(m.Payload)
+	case <-time.After(d):
+		t.Fatalf("no message within %s", d)
+		return ""
+	}
+}
+
+// A stream deleted (DEL) under a running subscriber takes its consumer
+// group with it. The next XADD creates the stream without the group; the
+// subscriber, refused with NOGROUP, creates the group again and reads on.
+// Before, it retried the read for ever and the message waited.
+func TestRedisStreams_SubscriberRecreatesDeletedGroup(t *testing.T) {
+	t.Parallel()
+	addr := testserver.RedisAddr(t)
+	rdb := testserver.RedisClient(t)
+	ctx := context.Background()
+	topic := backendtest.UniqueTopic("deleted")
+	other := backendtest.UniqueTopic("kept")
+	t.Cleanup(func() { _ = rdb.Del(ctx, topic, other).Err() })
+	b := backendtest.NewBackend(t, backends.Config{URL: "redis://" + addr + "/0", Group: "billing-" + backendtest.RunID})
+	msgs := backendtest.Subscribe(t, b, topic)
+	otherMsgs := backendtest.Subscribe(t, b, other)
+	backendtest.Publish(t, b.Publisher, topic, "one")
+	assert.Equal(t, "one", backendtest.Receive(t, msgs))
+
+	require.NoError(t, rdb.Del(ctx, topic).Err())
+	backendtest.Publish(t, b.Publisher, topic, "two")
+	assert.Equal(t, "two", receiveWithin(t, msgs, recreatedWithin), "the first message in the new stream")
+	backendtest.Publish(t, b.Publisher, topic, "three")
+	assert.Equal(t, "three", backendtest.Receive(t, msgs))
+	backendtest.Publish(t, b.Publisher, other, "other")
+	assert.Equal(t, "other", backendtest.Receive(t, otherMsgs), "a stream of the same subscriber left alone")
+}
+
+// A group destroyed alone (XGROUP DESTROY), its stream kept, is created
+// again too, at the start of the stream: the group reads the stream again,
+// as a new group does, and nothing is skipped (the idempotency middleware
+// acks what it completed before as duplicates).
+func TestRedisStreams_SubscriberRecreatesDestroyedGroup(t *testing.T) {
+	t.Parallel()
+	addr := testserver.RedisAddr(t)
+	rdb := testserver.RedisClient(t)
+	ctx := context.Background()
+	topic := backendtest.UniqueTopic("destroyed")
+	group := "billing-" + backendtest.RunID
+	t.Cleanup(func() { _ = rdb.Del(ctx, topic).Err() })
+	b := backendtest.NewBackend(t, backends.Config{URL: "redis://" + addr + "/0", Group: group})
+	msgs := backendtest.Subscribe(t, b, topic)
+	backendtest.Publish(t, b.Publisher, topic, "one")
+	assert.Equal(t, "one", backendtest.Receive(t, msgs))
+
+	require.NoError(t, rdb.XGroupDestroy(ctx, topic, group).Err())
+	backendtest.Publish(t, b.Publisher, topic, "two")
+	assert.Equal(t, "one", receiveWithin(t, msgs, recreatedWithin), "the stream again from its start")
+	assert.Equal(t, "two", backendtest.Receive(t, msgs))
 }
