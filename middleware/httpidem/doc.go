@@ -138,9 +138,13 @@
 // COMPLETED with what it wrote, an empty 200 when it wrote nothing, as
 // net/http would have answered. Its effect may well have happened, and the
 // client's retry, the reason keys exist, must then get the replay rather
-// than run the effect a second time. A handler that stops early because its
-// context ended should answer 5xx (503, say) to leave the key FAILED for the
-// retry.
+// than run the effect a second time. Once the connection breaks, the
+// handler's writes still succeed: they are recorded, not sent, so the
+// stored response is what the handler wrote, not what the connection took.
+// A handler that stops early because its context ended should answer 5xx
+// (503, say) to leave the key FAILED for the retry; after its status is
+// written, it should panic with http.ErrAbortHandler, which fails the key
+// too. Returning normally stores what it wrote as the whole response.
 //
 // # What is stored and replayed
 //
