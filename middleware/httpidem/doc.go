@@ -249,8 +249,15 @@
 // keeps it. Every attempt of the call sends that key, so a server running
 // this middleware runs the effect once and answers the other attempts with
 // the stored response (Idempotent-Replayed: true). The key a call used is
-// on the request of its response, resp.Request.Header.Get("Idempotency-Key"),
-// and on the *CallError of a call that got no response.
+// on the request of its response, resp.Request.Header.Get("Idempotency-Key").
+// A call that got no response returns a *CallError naming the key, but
+// under http.Client.Timeout net/http may return its own timeout error in
+// its place, without the key. So a caller that retries a call itself (after
+// an error, or later from a queue) chooses the key first and retries with
+// the same context:
+//
+//	ctx = httpidem.WithKey(ctx, watermill.NewUUID())
+//	resp, err := client.Do(req.WithContext(ctx)) // on error: retry with ctx
 //
 // An attempt is retried when its failure may be transient:
 //
