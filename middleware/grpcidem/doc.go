@@ -177,9 +177,11 @@
 // Config.Observer gets one idempotency.Outcome per call the interceptor
 // applies to, labelled with the full method name, never the scope: the
 // same outcomes as package httpidem's (processed, duplicate, in_progress,
-// key_reused, missing_key, store_unavailable, fail_open, handler_failed,
-// complete_failed, lease_lost, corrupt_record). The outcomes that need an
-// operator are logged at Error with the stored key.
+// key_reused, missing_key, store_unavailable, caller_gone, fail_open,
+// handler_failed, complete_failed, lease_lost, corrupt_record). A caller
+// whose deadline passed before the store answered the claim is caller_gone,
+// not store_unavailable. The outcomes that need an operator are logged at
+// Error with the stored key.
 //
 // # Guarantees
 //

@@ -225,6 +225,7 @@
 //	key_reused         422
 //	missing_key        400 for a missing or invalid key
 //	store_unavailable  503
+//	caller_gone        the client left before the store answered the claim
 //	fail_open          the handler ran without idempotency (FailOpen)
 //	handler_failed     5xx, panic or lost lease; the key is FAILED
 //	complete_failed    the handler succeeded, COMPLETED was not written
