@@ -219,7 +219,7 @@ func (i *Middleware) claimFailed(ctx context.Context, req any, handler grpc.Unar
 		i.done(c, idempotency.OutcomeCallerGone, err)
 	case i.cfg.FailOpen:
 		i.done(c, idempotency.OutcomeFailOpen, err)
-		return handler(ctx, req)
+		return handler(withForwardKey(ctx, i.cfg.KeyPrefix, c.key), req)
 	default:
 		i.done(c, idempotency.OutcomeStoreUnavailable, err)
 	}
@@ -294,7 +294,7 @@ func (i *Middleware) run(ctx context.Context, req any, handler grpc.UnaryHandler
 		herr error
 	)
 	adapter.RunHandler(lease, func(err error) { i.done(c, idempotency.OutcomeHandlerFailed, err) },
-		func() { resp, herr = handler(lctx, req) })
+		func() { resp, herr = handler(withForwardKey(lctx, i.cfg.KeyPrefix, c.key), req) })
 
 	if cause := context.Cause(lctx); errors.Is(cause, idempotency.ErrLeaseLost) {
 		// Another call may have claimed the key and be running it: this
