@@ -115,6 +115,21 @@
 // never sees the stored answer. Keys are not per method: one key used for
 // two methods is a reused key.
 //
+// # Forwarding the key
+//
+// A handler that hands its work on (it publishes a message to a broker,
+// calls another service) must hand on the key too, so that the next hop
+// runs the work once. It forwards ForwardKey, the scope's hash (as in the
+// stored key), a colon and the key, never the key as the call sent it:
+//
+//	forward, _ := grpcidem.ForwardKey(ctx)
+//	msg.Metadata.Set("requestId", forward) // the Watermill middleware's default key field
+//
+// Two tenants that send the same key would otherwise meet at the consumer.
+// Forwarding matters most when the handler runs again for one key: after a
+// retryable code (a publish whose confirm was lost), a panic or a lost
+// lease, the caller's retry runs it again and it publishes again.
+//
 // # What is stored and replayed
 //
 // After an OK, the response's message full name and its deterministic wire
@@ -177,9 +192,11 @@
 // Config.Observer gets one idempotency.Outcome per call the interceptor
 // applies to, labelled with the full method name, never the scope: the
 // same outcomes as package httpidem's (processed, duplicate, in_progress,
-// key_reused, missing_key, store_unavailable, fail_open, handler_failed,
-// complete_failed, lease_lost, corrupt_record). The outcomes that need an
-// operator are logged at Error with the stored key.
+// key_reused, missing_key, store_unavailable, caller_gone, fail_open,
+// handler_failed, complete_failed, lease_lost, corrupt_record). A caller
+// whose deadline passed before the store answered the claim is caller_gone,
+// not store_unavailable. The outcomes that need an operator are logged at
+// Error with the stored key.
 //
 // # Guarantees
 //

@@ -1,6 +1,7 @@
 package grpcidem
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -99,4 +100,28 @@ func fingerprint(method string, req proto.Message) ([]byte, error) {
 		return nil, err
 	}
 	return adapter.Fingerprint(fingerprintVersion, []byte(method), body), nil
+}
+
+// forwardKeyCtx is the context key of the call's forward key.
+type forwardKeyCtx struct{}
+
+// ForwardKey returns the key a handler forwards when it hands its work on,
+// for example as the requestId metadata of a message it publishes: the hex
+// of the first 16 bytes of SHA-256 of the call's scope, a colon, and the
+// call's key, as httpidem.ForwardKey has it. Two tenants that send the
+// same key forward two values, so that they never collide at the consumer;
+// the scope itself (a subject, say) is never in it. It is set in the
+// handler's context of every call whose key the interceptor accepted: as
+// the key's owner, or with FailOpen while the store is down. ok is false
+// elsewhere, for example when KeyOptional let a call without a key through,
+// or for a method not in Methods.
+func ForwardKey(ctx context.Context) (key string, ok bool) {
+	key, ok = ctx.Value(forwardKeyCtx{}).(string)
+	return key, ok
+}
+
+// withForwardKey returns ctx carrying the forward key of the stored key
+// skey.
+func withForwardKey(ctx context.Context, prefix, skey string) context.Context {
+	return context.WithValue(ctx, forwardKeyCtx{}, adapter.ForwardKey(prefix, skey))
 }

@@ -227,3 +227,46 @@ func TestCorruptRecord(t *testing.T) {
 		}
 	})
 }
+
+// TestCallerGone: a caller whose deadline passes while its claim waits on
+// the store is counted caller_gone and logged below Error, not
+// store_unavailable, which tells an operator that the store fails; a caller
+// that waits out StoreTimeout is store_unavailable. Nothing runs for either.
+func TestCallerGone(t *testing.T) {
+	store := adaptertest.PartitionedStore(t)
+	l := newLedger()
+	obs := &recordingObserver{}
+	logger := watermill.NewCaptureLogger()
+	served := make(chan struct{}, 1)
+	signal := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		defer func() { served <- struct{}{} }() // the outcome is counted
+		return handler(ctx, req)
+	}
+	client := func(storeTimeout time.Duration) testpb.LedgerClient {
+		i, err := grpcidem.New(grpcidem.Config{Store: store, SingleTenant: true, Methods: []string{methodCharge},
+			Observer: obs, StoreTimeout: storeTimeout}, logger)
+		require.NoError(t, err)
+		return dial(t, serve(t, l, signal, i.UnaryServerInterceptor))
+	}
+
+	// The caller's deadline ends long before StoreTimeout could.
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(t.Context(), grpcidem.DefaultMetadata, "gave-up"), 100*time.Millisecond)
+	defer cancel()
+	_, err := client(2*time.Second).Charge(ctx, &testpb.ChargeRequest{Amount: 1})
+	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
+	<-served
+	obs.mu.Lock()
+	assert.Equal(t, []string{methodCharge + " caller_gone"}, obs.outcomes)
+	obs.mu.Unlock()
+	assert.Empty(t, logger.Captured()[watermill.ErrorLogLevel], "no operator needs to hear of it")
+
+	// A caller without a deadline waits out StoreTimeout.
+	a := charge(t, client(200*time.Millisecond), "t", "waited", &testpb.ChargeRequest{Amount: 1})
+	<-served
+	requireReason(t, a.err, codes.Unavailable, grpcidem.ReasonStoreUnavailable)
+	obs.mu.Lock()
+	assert.Equal(t, []string{methodCharge + " caller_gone", methodCharge + " store_unavailable"}, obs.outcomes)
+	obs.mu.Unlock()
+	assert.Len(t, logger.Captured()[watermill.ErrorLogLevel], 1, "store_unavailable is logged at Error")
+	assert.Zero(t, l.runs.Load())
+}

@@ -214,13 +214,12 @@ func (i *Middleware) Unary(ctx context.Context, req any, info *grpc.UnaryServerI
 func (i *Middleware) claimFailed(ctx context.Context, req any, handler grpc.UnaryHandler, err error, c call) (any, error) {
 	switch {
 	case ctx.Err() != nil:
-		// The caller left during the claim: counted, but no operator needs
-		// to hear of it, and nothing runs for it, even with FailOpen.
-		i.report(c, idempotency.OutcomeStoreUnavailable, err)
-		i.logger.Info("Claim interrupted: the caller is gone", c.fields.Copy().Add(watermill.LogFields{"err": err.Error()}))
+		// The caller left during the claim: no sign of the store, and
+		// nothing runs for it, even with FailOpen.
+		i.done(c, idempotency.OutcomeCallerGone, err)
 	case i.cfg.FailOpen:
 		i.done(c, idempotency.OutcomeFailOpen, err)
-		return handler(ctx, req)
+		return handler(withForwardKey(ctx, i.cfg.KeyPrefix, c.key), req)
 	default:
 		i.done(c, idempotency.OutcomeStoreUnavailable, err)
 	}
@@ -295,7 +294,7 @@ func (i *Middleware) run(ctx context.Context, req any, handler grpc.UnaryHandler
 		herr error
 	)
 	adapter.RunHandler(lease, func(err error) { i.done(c, idempotency.OutcomeHandlerFailed, err) },
-		func() { resp, herr = handler(lctx, req) })
+		func() { resp, herr = handler(withForwardKey(lctx, i.cfg.KeyPrefix, c.key), req) })
 
 	if cause := context.Cause(lctx); errors.Is(cause, idempotency.ErrLeaseLost) {
 		// Another call may have claimed the key and be running it: this

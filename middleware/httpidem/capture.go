@@ -15,7 +15,10 @@ import (
 var errHijackUnsupported = errors.New("httpidem: hijacking is not supported under the idempotency middleware")
 
 // recorder passes the handler's response through to the client while keeping
-// its status, its headers and up to max bytes of its body.
+// its status, its headers and up to max bytes of its body. Once a write to
+// the client fails (the connection broke), the rest of the response is kept
+// and not sent, and the handler's writes succeed: what is stored is what the
+// handler wrote, not what the broken connection took.
 type recorder struct {
 	w http.ResponseWriter
 	// outer holds the headers set before the handler ran (by outer
@@ -29,6 +32,7 @@ type recorder struct {
 	body   bytes.Buffer
 	size   int64
 	over   bool
+	broken bool // a write to the client failed
 }
 
 func newRecorder(w http.ResponseWriter, max int) *recorder {
@@ -62,9 +66,18 @@ func (r *recorder) Write(p []byte) (int, error) {
 		}
 		r.WriteHeader(http.StatusOK)
 	}
-	n, err := r.w.Write(p)
-	r.keep(p[:n])
-	return n, err
+	if !r.broken {
+		n, err := r.w.Write(p)
+		if errors.Is(err, http.ErrBodyNotAllowed) || errors.Is(err, http.ErrContentLength) {
+			// Refused for what the handler wrote, not for the connection:
+			// the handler's error, and not part of the response.
+			r.keep(p[:n])
+			return n, err
+		}
+		r.broken = err != nil
+	}
+	r.keep(p)
+	return len(p), nil
 }
 
 func (r *recorder) keep(p []byte) {
@@ -85,7 +98,9 @@ func (r *recorder) Flush() {
 	if r.status == 0 {
 		r.WriteHeader(http.StatusOK)
 	}
-	_ = http.NewResponseController(r.w).Flush()
+	if !r.broken {
+		_ = http.NewResponseController(r.w).Flush()
+	}
 }
 
 // Hijack refuses: http.ResponseController finds it before Unwrap.

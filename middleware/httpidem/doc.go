@@ -138,9 +138,13 @@
 // COMPLETED with what it wrote, an empty 200 when it wrote nothing, as
 // net/http would have answered. Its effect may well have happened, and the
 // client's retry, the reason keys exist, must then get the replay rather
-// than run the effect a second time. A handler that stops early because its
-// context ended should answer 5xx (503, say) to leave the key FAILED for the
-// retry.
+// than run the effect a second time. Once the connection breaks, the
+// handler's writes still succeed: they are recorded, not sent, so the
+// stored response is what the handler wrote, not what the connection took.
+// A handler that stops early because its context ended should answer 5xx
+// (503, say) to leave the key FAILED for the retry; after its status is
+// written, it should panic with http.ErrAbortHandler, which fails the key
+// too. Returning normally stores what it wrote as the whole response.
 //
 // # What is stored and replayed
 //
@@ -221,6 +225,7 @@
 //	key_reused         422
 //	missing_key        400 for a missing or invalid key
 //	store_unavailable  503
+//	caller_gone        the client left before the store answered the claim
 //	fail_open          the handler ran without idempotency (FailOpen)
 //	handler_failed     5xx, panic or lost lease; the key is FAILED
 //	complete_failed    the handler succeeded, COMPLETED was not written
@@ -245,8 +250,15 @@
 // keeps it. Every attempt of the call sends that key, so a server running
 // this middleware runs the effect once and answers the other attempts with
 // the stored response (Idempotent-Replayed: true). The key a call used is
-// on the request of its response, resp.Request.Header.Get("Idempotency-Key"),
-// and on the *CallError of a call that got no response.
+// on the request of its response, resp.Request.Header.Get("Idempotency-Key").
+// A call that got no response returns a *CallError naming the key, but
+// under http.Client.Timeout net/http may return its own timeout error in
+// its place, without the key. So a caller that retries a call itself (after
+// an error, or later from a queue) chooses the key first and retries with
+// the same context:
+//
+//	ctx = httpidem.WithKey(ctx, watermill.NewUUID())
+//	resp, err := client.Do(req.WithContext(ctx)) // on error: retry with ctx
 //
 // An attempt is retried when its failure may be transient:
 //

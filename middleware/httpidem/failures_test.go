@@ -1,14 +1,18 @@
 package httpidem_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -336,4 +340,91 @@ func TestClaimFailsAfterClientLeft(t *testing.T) {
 			assert.Zero(t, api.runs.Load(), "nothing runs for a client that is gone")
 		})
 	}
+}
+
+// TestConnectionCutMidBody: a client whose connection breaks after part of
+// the body and retries with the same key gets the whole response the
+// handler wrote, not what the broken connection took. The handler writes
+// 64 KiB, flushes, and writes the rest only once the server saw the cut (its
+// context ended), in 4 KiB writes that stop at the first error, as io.Copy
+// does. Over real connections: HTTP/1.1 reset by the client (TCP RST), and
+// an HTTP/2 stream the client cancelled.
+func TestConnectionCutMidBody(t *testing.T) {
+	first, rest := bytes.Repeat([]byte("a"), 64<<10), bytes.Repeat([]byte("b"), 64<<10)
+	cuts := []struct {
+		name  string
+		http2 bool
+		// cut sends the request with key k1, reads 1 KiB of the body, and
+		// breaks the connection.
+		cut func(t *testing.T, srv *httptest.Server)
+	}{
+		{name: "HTTP/1.1 reset", cut: func(t *testing.T, srv *httptest.Server) {
+			conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+			require.NoError(t, err)
+			_, err = io.WriteString(conn, "POST /download HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k1\r\nContent-Length: 0\r\n\r\n")
+			require.NoError(t, err)
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			_, err = io.ReadFull(resp.Body, make([]byte, 1024))
+			require.NoError(t, err, "part of the body arrives")
+			require.NoError(t, conn.(*net.TCPConn).SetLinger(0)) // Close sends a reset
+			require.NoError(t, conn.Close())
+		}},
+		{name: "HTTP/2 stream cancelled", http2: true, cut: func(t *testing.T, srv *httptest.Server) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/download", nil)
+			require.NoError(t, err)
+			req.Header.Set(httpidem.DefaultHeader, "k1")
+			resp, err := srv.Client().Do(req)
+			require.NoError(t, err)
+			require.Equal(t, 2, resp.ProtoMajor)
+			_, err = io.ReadFull(resp.Body, make([]byte, 1024))
+			require.NoError(t, err, "part of the body arrives")
+			cancel() // RST_STREAM
+		}},
+	}
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		for _, tc := range cuts {
+			t.Run(tc.name, func(t *testing.T) {
+				store, prefix := kind.New(t)
+				var runs atomic.Int64
+				idem := newMiddleware(t, store, prefix, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					runs.Add(1)
+					w.Header().Set("Content-Type", "application/octet-stream")
+					_, _ = w.Write(first)
+					http.NewResponseController(w).Flush()
+					<-r.Context().Done() // the client broke the connection
+					for chunk := range slices.Chunk(rest, 4<<10) {
+						if _, err := w.Write(chunk); err != nil {
+							return
+						}
+					}
+				}))
+				served := make(chan struct{}, 2)
+				srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					idem.ServeHTTP(w, r)
+					served <- struct{}{} // the outcome is recorded
+				}))
+				if tc.http2 {
+					srv.EnableHTTP2 = true
+					srv.StartTLS()
+				} else {
+					srv.Start()
+				}
+				t.Cleanup(srv.Close)
+
+				tc.cut(t, srv)
+				<-served
+				retry := post(t, srv, "/download", "k1", "")
+				<-served
+				assert.Equal(t, http.StatusOK, retry.status)
+				assert.Equal(t, "true", retry.header.Get(httpidem.ReplayedHeader))
+				assert.Equal(t, len(first)+len(rest), len(retry.body), "the replay's length")
+				assert.True(t, retry.body == string(first)+string(rest), "the replay is what the handler wrote")
+				assert.EqualValues(t, 1, runs.Load())
+			})
+		}
+	})
 }

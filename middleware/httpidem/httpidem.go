@@ -148,10 +148,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 func (m *Middleware) claimFailed(w http.ResponseWriter, r *http.Request, next http.Handler, err error, rq request) {
 	switch {
 	case r.Context().Err() != nil:
-		// The client hung up during the claim: counted, as it is answered
-		// 503, but no operator needs to hear of it.
-		m.report(rq, idempotency.OutcomeStoreUnavailable, err)
-		m.logger.Info("Claim interrupted: the client is gone", rq.fields.Copy().Add(watermill.LogFields{"err": err.Error()}))
+		// The client hung up during the claim: no sign of the store.
+		m.done(rq, idempotency.OutcomeCallerGone, err)
 	case m.cfg.FailOpen:
 		m.done(rq, idempotency.OutcomeFailOpen, err)
 		next.ServeHTTP(w, r.WithContext(withRequestKey(r.Context(), m.cfg.KeyPrefix, rq.parsedKey, rq.key)))

@@ -18,6 +18,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/faultstore"
 )
 
@@ -281,4 +282,50 @@ func storedKeys(t *testing.T, kind storeKind, store idempotency.Store, prefix st
 	require.NoError(t, err)
 	require.Len(t, keys, 1)
 	return keys
+}
+
+// TestCallerGone: a client that gives up while its claim waits on the store
+// is counted caller_gone and logged below Error, not store_unavailable,
+// which tells an operator that the store fails; a client that waits out
+// StoreTimeout is store_unavailable. Nothing runs for either.
+func TestCallerGone(t *testing.T) {
+	store := adaptertest.PartitionedStore(t)
+	api := newPayments()
+	obs := newRecordingObserver()
+	logger := watermill.NewCaptureLogger()
+	served := make(chan struct{}, 1)
+	server := func(storeTimeout time.Duration) *httptest.Server {
+		m, err := httpidem.New(httpidem.Config{Store: store, SingleTenant: true, Observer: obs, StoreTimeout: storeTimeout}, logger)
+		require.NoError(t, err)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			m.Handler(api).ServeHTTP(w, r)
+			served <- struct{}{} // the outcome is counted
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+
+	// The client's deadline ends long before StoreTimeout could.
+	srv := server(2 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/pay", nil)
+	require.NoError(t, err)
+	req.Header.Set(httpidem.DefaultHeader, "gave-up")
+	_, err = srv.Client().Do(req)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	<-served
+	outcomes, _ := obs.snapshot()
+	assert.Equal(t, map[idempotency.Outcome]int{idempotency.OutcomeCallerGone: 1}, outcomes[httpidem.DefaultOutcomeLabel])
+	assert.Empty(t, logger.Captured()[watermill.ErrorLogLevel], "no operator needs to hear of it")
+
+	// A client without a deadline waits out StoreTimeout.
+	got := post(t, server(200*time.Millisecond), "/pay", "waited", "")
+	<-served
+	assert.Equal(t, http.StatusServiceUnavailable, got.status)
+	outcomes, _ = obs.snapshot()
+	assert.Equal(t, map[idempotency.Outcome]int{idempotency.OutcomeCallerGone: 1, idempotency.OutcomeStoreUnavailable: 1},
+		outcomes[httpidem.DefaultOutcomeLabel])
+	assert.Len(t, logger.Captured()[watermill.ErrorLogLevel], 1, "store_unavailable is logged at Error")
+	assert.Zero(t, api.runs.Load())
 }

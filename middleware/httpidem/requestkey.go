@@ -2,7 +2,8 @@ package httpidem
 
 import (
 	"context"
-	"strings"
+
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
 // requestKeyCtx is the context key of the request's parsed key.
@@ -47,5 +48,5 @@ func ForwardKey(ctx context.Context) (key string, ok bool) {
 // withRequestKey returns ctx carrying the parsed key and the forward key,
 // cut from the stored key skey (prefix, a colon, then the forward key).
 func withRequestKey(ctx context.Context, prefix, key, skey string) context.Context {
-	return context.WithValue(ctx, requestKeyCtx{}, requestKeys{key: key, forward: strings.TrimPrefix(skey, prefix+":")})
+	return context.WithValue(ctx, requestKeyCtx{}, requestKeys{key: key, forward: adapter.ForwardKey(prefix, skey)})
 }

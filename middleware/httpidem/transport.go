@@ -217,7 +217,9 @@ type Attempt struct {
 // response. It names the key the call's attempts carried, so that the
 // caller can retry the call itself with WithKey, and how many attempts
 // were made; Err is the last attempt's error, or the request context's
-// cause when it ended during a pause.
+// cause when it ended during a pause. Under http.Client.Timeout, net/http
+// may return its own timeout error instead: choose the key first (WithKey)
+// to be sure of it.
 type CallError struct {
 	Key      string
 	Attempts int
@@ -246,7 +248,9 @@ type ctxKey struct{}
 // WithKey returns ctx carrying key, for a caller that retries a logical call
 // itself: every request made with the returned context, whose method is one
 // of TransportConfig.Methods and that has no key header of its own,
-// carries key. An empty key leaves ctx as it is.
+// carries key. An empty key leaves ctx as it is. A key chosen before the
+// call is known whatever the call returns, also when http.Client.Timeout
+// replaces the *CallError that would name it.
 func WithKey(ctx context.Context, key string) context.Context {
 	if key == "" {
 		return ctx

@@ -187,6 +187,54 @@ func TestTransportMaxAttemptsOne(t *testing.T) {
 	})
 }
 
+// TestTransportClientTimeout: under http.Client.Timeout, net/http may
+// replace the error of a call that got no answer with its own (when its
+// timer fires before the request's context ends, both at the deadline), so
+// no *CallError names the key. A caller that chose the key with WithKey
+// retries with the same context and gets the replay. The handler ran once.
+func TestTransportClientTimeout(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		store, prefix := kind.New(t)
+		h := &counted{hook: func(n int64, w http.ResponseWriter, r *http.Request) bool {
+			if n == 1 {
+				<-r.Context().Done() // the bank is slow; the client times out
+			}
+			return false
+		}}
+		idem := newMiddleware(t, store, prefix, nil).Handler(h)
+		served := make(chan struct{}, 2)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			idem.ServeHTTP(w, r)
+			served <- struct{}{} // the outcome is recorded
+		}))
+		t.Cleanup(srv.Close)
+		tr, _ := newTransport(t, nil)
+		client := &http.Client{Transport: tr, Timeout: 200 * time.Millisecond}
+		pay := func(ctx context.Context) (*http.Response, error) {
+			req := newPost(t, ctx, srv.URL+"/pay", `{"amount":7}`)
+			req.Header.Set("X-Tenant", "tenant-a")
+			return client.Do(req)
+		}
+
+		ctx := httpidem.WithKey(context.Background(), "timeout-"+kind.Name) // known whatever the call returns
+		_, err := pay(ctx)
+		require.Error(t, err)
+		var te interface{ Timeout() bool }
+		require.ErrorAs(t, err, &te)
+		assert.True(t, te.Timeout(), "%v", err)
+		<-served
+
+		resp, err := pay(ctx)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		<-served
+		assert.Equal(t, http.StatusCreated, resp.StatusCode)
+		assert.Equal(t, "true", resp.Header.Get(httpidem.ReplayedHeader))
+		assert.Equal(t, "timeout-"+kind.Name, resp.Request.Header.Get(httpidem.DefaultHeader))
+		assert.EqualValues(t, 1, h.runs.Load())
+	})
+}
+
 // TestTransportOneKeyManyGoroutines: goroutines share a Transport and
 // one WithKey context. Same body: one run, every caller gets its answer
 // (the others after 409s, as a replay). Different bodies: one run, the

@@ -31,7 +31,7 @@
 //   - idempotency.attempt (int): the key's attempt count as the claim read
 //     it: the number of this run when the handler ran, the stored count when
 //     it did not. Absent when no record was read (missing_key,
-//     store_unavailable).
+//     store_unavailable, caller_gone).
 //   - idempotency.replayed (bool): true when the stored result was returned
 //     instead of running the handler (outcome duplicate).
 //
@@ -73,5 +73,6 @@
 // output_not_stored (an output larger than MaxOutputSize was not stored,
 // and is lost if its publish fails), store_unavailable (messages are
 // nacked), and a growing rate of in_progress (handlers slower than the
-// broker's redelivery).
+// broker's redelivery); not on caller_gone (an HTTP, gRPC or Once.Do
+// caller gave up before the store answered).
 package idemotel

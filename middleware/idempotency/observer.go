@@ -36,6 +36,11 @@ const (
 	OutcomeKeyReused Outcome = "key_reused"
 	// OutcomeStoreUnavailable: the claim failed; nacked (fail closed).
 	OutcomeStoreUnavailable Outcome = "store_unavailable"
+	// OutcomeCallerGone: the caller gave up (its context ended) before the
+	// store answered the claim; nothing ran. HTTP, gRPC and Once.Do count
+	// it in place of OutcomeStoreUnavailable: a caller with a short
+	// deadline is no sign of a store that is down.
+	OutcomeCallerGone Outcome = "caller_gone"
 	// OutcomeFailOpen: the claim failed and Config.FailOpen ran the handler
 	// without deduplication.
 	OutcomeFailOpen Outcome = "fail_open"

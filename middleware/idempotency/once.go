@@ -200,7 +200,11 @@ func (o *Once) Do(ctx context.Context, key string, work func(ctx context.Context
 	lease, claim, cached, err := o.claim(ctx, key, nil, dv)
 	dv.attempts = claim.Record.Attempts
 	if err != nil {
-		o.done(claimOutcome(err), dv, err)
+		outcome := claimOutcome(err)
+		if outcome == OutcomeStoreUnavailable && ctx.Err() != nil {
+			outcome = OutcomeCallerGone // no sign of the store
+		}
+		o.done(outcome, dv, err)
 		return Result{Attempts: claim.Record.Attempts}, err
 	}
 	if lease == nil {
@@ -439,7 +443,7 @@ func (o *Once) done(outcome Outcome, dv delivery, err error) {
 	switch outcome {
 	case OutcomeProcessed, OutcomeDuplicate, OutcomeInProgress:
 		o.logger.Debug("Idempotency outcome", fields)
-	case OutcomeHandlerFailed:
+	case OutcomeHandlerFailed, OutcomeCallerGone:
 		fields["err"] = err
 		o.logger.Info("Idempotency outcome", fields)
 	default:

@@ -66,7 +66,7 @@ func init() {
 	for _, o := range []idempotency.Outcome{idempotency.OutcomeProcessed, idempotency.OutcomeHandlerFailed,
 		idempotency.OutcomeDuplicate, idempotency.OutcomeInProgress, idempotency.OutcomeMissingKey,
 		idempotency.OutcomeTooManyAttempts, idempotency.OutcomeKeyReused, idempotency.OutcomeStoreUnavailable,
-		idempotency.OutcomeFailOpen, idempotency.OutcomeCompleteFailed, idempotency.OutcomeLeaseLost,
+		idempotency.OutcomeCallerGone, idempotency.OutcomeFailOpen, idempotency.OutcomeCompleteFailed, idempotency.OutcomeLeaseLost,
 		idempotency.OutcomeCorruptRecord, idempotency.OutcomeOutputNotStored} {
 		outcomes[string(o)] = true
 	}

@@ -27,7 +27,8 @@
 // output_not_stored (an output larger than MaxOutputSize was not stored,
 // and is lost if its publish fails), store_unavailable (messages are
 // nacked), and a growing rate of in_progress (handlers slower than the
-// broker's redelivery).
+// broker's redelivery); not on caller_gone (an HTTP, gRPC or Once.Do
+// caller gave up before the store answered).
 //
 // The repository's dashboards/idempotency.json is a Grafana dashboard of
 // these series (outcomes per second by handler, duplicate ratio, in-progress

@@ -146,8 +146,8 @@ func (nopObserver) StoreLatency(idempotency.Op, time.Duration, error) {}
 
 // LogOutcome logs one outcome with fields (copied, plus "outcome"): what
 // the client did wrong and what went as planned at Debug, a failed handler
-// at Info, and what an operator must look at (the store, a corrupt record,
-// a result not recorded) at Error.
+// and a caller that gave up at Info, and what an operator must look at (the
+// store, a corrupt record, a result not recorded) at Error.
 func LogOutcome(logger watermill.LoggerAdapter, fields watermill.LogFields, outcome idempotency.Outcome, err error) {
 	fields = fields.Copy()
 	fields["outcome"] = string(outcome)
@@ -155,7 +155,7 @@ func LogOutcome(logger watermill.LoggerAdapter, fields watermill.LogFields, outc
 	case idempotency.OutcomeProcessed, idempotency.OutcomeDuplicate, idempotency.OutcomeInProgress,
 		idempotency.OutcomeKeyReused, idempotency.OutcomeMissingKey:
 		logger.Debug("Idempotency outcome", fields)
-	case idempotency.OutcomeHandlerFailed:
+	case idempotency.OutcomeHandlerFailed, idempotency.OutcomeCallerGone:
 		fields["err"] = err
 		logger.Info("Idempotency outcome", fields)
 	default:

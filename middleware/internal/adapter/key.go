@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"strings"
 )
 
 // ScopeHashLen is how many bytes of the scope's SHA-256 name it in a stored
@@ -53,6 +54,11 @@ func StoreKey(prefix, scope, key string) string {
 	b = append(b, key...)
 	return string(b)
 }
+
+// ForwardKey returns the key a handler forwards when it hands its work on:
+// the stored key skey without its prefix, so the scope's hash, a colon and
+// the key.
+func ForwardKey(prefix, skey string) string { return strings.TrimPrefix(skey, prefix+":") }
 
 // Fingerprint returns the SHA-256 of version followed by each field,
 // length-prefixed (uvarint) so that no two lists of fields share an input.

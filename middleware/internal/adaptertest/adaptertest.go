@@ -90,6 +90,20 @@ var DownStores = []DownStore{
 	}},
 }
 
+// PartitionedStore returns a redisstore on the test server reached through
+// a fault proxy that carries nothing: every call waits, unanswered, until
+// its context ends, as a store slower than any deadline.
+func PartitionedStore(t *testing.T) idempotency.Store {
+	proxy := testserver.StartFaultProxy(t, testserver.RedisAddr(t))
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := redisstore.New(c)
+	require.NoError(t, err)
+	proxy.Partition()
+	t.Cleanup(proxy.Close) // before the client closes, which would wait on the partition
+	return s
+}
+
 // RequireProblems checks that err holds every problem of an invalid
 // Config: its message is want (one problem a line, in the order Validate
 // checks them), each problem on its own matches invalid (the adapter's

@@ -1,0 +1,94 @@
+package grpcidem_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
+	"github.com/idempotency/watermill-idempotency/middleware/grpcidem/internal/testpb"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
+)
+
+// forwarder is a service whose handlers keep what ForwardKey gives them
+// and answer UNAVAILABLE, which leaves the key FAILED: the next call with
+// it runs again.
+type forwarder struct {
+	testpb.UnimplementedLedgerServer
+	mu   sync.Mutex
+	seen string
+	ok   bool
+}
+
+func (f *forwarder) keep(ctx context.Context) (*testpb.ChargeReply, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seen, f.ok = grpcidem.ForwardKey(ctx)
+	return nil, status.Error(codes.Unavailable, "bank down")
+}
+
+func (f *forwarder) Charge(ctx context.Context, _ *testpb.ChargeRequest) (*testpb.ChargeReply, error) {
+	return f.keep(ctx)
+}
+
+func (f *forwarder) Peek(ctx context.Context, _ *testpb.ChargeRequest) (*testpb.ChargeReply, error) {
+	return f.keep(ctx)
+}
+
+func (f *forwarder) last() (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k, ok := f.seen, f.ok
+	f.seen, f.ok = "", false
+	return k, ok
+}
+
+// TestForwardKey: the handler's context holds the forward key, the scope's
+// hash, a colon and the key, as httpidem's: two tenants with one key
+// forward two values, and the scope itself is not in them. So it does with
+// FailOpen while the store is down; a method outside Methods and a call
+// that KeyOptional let through without a key have none.
+func TestForwardKey(t *testing.T) {
+	hash := func(scope string) string {
+		sum := sha256.Sum256([]byte(scope))
+		return hex.EncodeToString(sum[:16])
+	}
+	store, prefix := storeKinds[0].New(t)
+	f := &forwarder{}
+	c := dial(t, serve(t, f, newInterceptor(t, store, prefix, func(cfg *grpcidem.Config) { cfg.KeyOptional = true }).UnaryServerInterceptor))
+	req := &testpb.ChargeRequest{Amount: 1}
+
+	charge(t, c, "tenant-a", "k1", req)
+	a, ok := f.last()
+	assert.True(t, ok)
+	assert.Equal(t, hash("tenant-a")+":k1", a)
+	charge(t, c, "tenant-b", "k1", req)
+	b, ok := f.last()
+	assert.True(t, ok)
+	assert.Equal(t, hash("tenant-b")+":k1", b)
+	assert.NotEqual(t, a, b, "two tenants forward two values")
+	assert.NotContains(t, b, "tenant-b", "the scope is hashed")
+	charge(t, c, "tenant-a", "", &testpb.ChargeRequest{Amount: 1, RequestId: "k2"})
+	k2, _ := f.last()
+	assert.Equal(t, hash("tenant-a")+":k2", k2, "a key from the request field forwards the same")
+
+	charge(t, c, "tenant-a", "", req)
+	_, ok = f.last()
+	assert.False(t, ok, "KeyOptional, no key")
+	invoke(t, c.Peek, "tenant-a", "k1", req)
+	_, ok = f.last()
+	assert.False(t, ok, "Peek is not a method of the interceptor")
+
+	down := dial(t, serve(t, f, newInterceptor(t, adaptertest.DownStores[1].New(t), "", func(cfg *grpcidem.Config) { cfg.FailOpen = true }).UnaryServerInterceptor))
+	charge(t, down, "tenant-a", "k1", req)
+	open, ok := f.last()
+	require.True(t, ok, "FailOpen runs the handler with the forward key")
+	assert.Equal(t, a, open)
+}
