@@ -149,6 +149,7 @@
 //
 // The first middleware added is the outermost:
 //
+//	router, err := message.NewRouter(message.RouterConfig{}, idempotency.RouterLogger(logger))
 //	router.AddMiddleware(
 //		middleware.CorrelationID,
 //		poison,                          // PoisonQueueWithFilter(pub, topic, idempotency.IsPermanent)
@@ -333,4 +334,11 @@
 // attempt and replayed flag instead; package idemotel uses it to put them on
 // the message's OpenTelemetry span, and records the same metrics as
 // idemprom.
+//
+// Watermill's router logs every error a handler returns at Error; neither
+// its RouterConfig nor its handlers have a level to set, and it leaves out
+// only context.Canceled. Each copy nacked as in progress is such an error:
+// a consumer that died holding a key makes one Error line per redelivery
+// until its lease lapses. Give the router RouterLogger(logger) to log those
+// at Debug, beside the middleware's own line for OutcomeInProgress.
 package idempotency
