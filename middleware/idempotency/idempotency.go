@@ -84,10 +84,11 @@ func (d *Middleware) handle(msg *message.Message, h message.HandlerFunc) ([]*mes
 	}
 	d.once.done(claimOutcome(err), dv, err)
 	if errors.Is(err, ErrTooManyAttempts) {
-		// A copy requeued from the poison queue gets its budget from here.
-		// The poison queue marks the copy it publishes as its handler's
-		// again; without the mark, this message, should a Retry between
-		// the two hand it back, gets no budget of its own.
+		// The count goes out with the message: a copy requeued from the
+		// poison queue counts its budget from there. The handler's mark
+		// goes: the poison queue sets it again on what it publishes, and
+		// a Retry between the two, handing this message back, must not
+		// pass for a requeue.
 		if msg.Metadata == nil {
 			msg.Metadata = message.Metadata{}
 		}
