@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	wmmiddleware "github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
@@ -26,6 +27,11 @@ type fleet struct {
 	// configure, when set, adjusts the backends configuration of every
 	// member built after it is set.
 	configure func(cfg *backends.Config)
+	// maxAttempts is the middleware's MaxAttempts; poisonTopic, when set,
+	// puts Watermill's PoisonQueueWithFilter (IsPermanent), publishing
+	// there, between the tracker and the middleware.
+	maxAttempts int
+	poisonTopic string
 }
 
 // consumer is one member of the group: its own connections and router.
@@ -69,7 +75,9 @@ func idemConfig(store idempotency.Store, prefix string, leaseTTL time.Duration, 
 
 // newIdem is one consumer's middleware.
 func (e *env) newIdem() *idempotency.Middleware {
-	idem, err := idempotency.New(idemConfig(e.newStore(), e.prefix, e.lease, e.obs), logger())
+	cfg := idemConfig(e.newStore(), e.prefix, e.lease, e.obs)
+	cfg.MaxAttempts = e.maxAttempts
+	idem, err := idempotency.New(cfg, logger())
 	require.NoError(e.t, err)
 	return idem
 }
@@ -83,7 +91,13 @@ func (e *env) startConsumers(n int, wire func(r *message.Router, b *backends.Bac
 		b := e.backend("c" + strconv.Itoa(i))
 		r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 15 * time.Second}, logger())
 		require.NoError(e.t, err)
-		r.AddMiddleware(e.tr.middleware, e.newIdem().Middleware)
+		r.AddMiddleware(e.tr.middleware)
+		if e.poisonTopic != "" {
+			poison, err := wmmiddleware.PoisonQueueWithFilter(b.Publisher, e.poisonTopic, idempotency.IsPermanent)
+			require.NoError(e.t, err)
+			r.AddMiddleware(poison)
+		}
+		r.AddMiddleware(e.newIdem().Middleware)
 		wire(r, b)
 		ctx, cancel := context.WithCancel(context.Background())
 		c := &consumer{r: r, b: b, cancel: cancel, done: make(chan struct{})}

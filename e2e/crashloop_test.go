@@ -296,8 +296,8 @@ func (e *env) requirePoisonedOnce(l *loopRun) {
 	})
 }
 
-// readPoisonTopic reads the scenario's poison topic, in a group of its own,
-// until the end of the test.
+// readPoisonTopic reads the scenario's poison topic, in a group of its own
+// (on gochannel, from the shared instance), until the end of the test.
 func (e *env) readPoisonTopic() *poisonLog {
 	p := &poisonLog{topic: e.topic + "-poison", group: e.group + "-poison"}
 	e.topics = append(e.topics, p.topic)
@@ -306,13 +306,19 @@ func (e *env) readPoisonTopic() *poisonLog {
 			e.b.cleanup(e.t, e.url, []string{p.topic}, p.group)
 		}
 	})
-	reader, err := backends.New(e.b.config(e.url, p.group, e.id+"-poison-reader"), logger())
-	require.NoError(e.t, err)
+	reader := e.shared
+	if reader == nil {
+		var err error
+		reader, err = backends.New(e.b.config(e.url, p.group, e.id+"-poison-reader"), logger())
+		require.NoError(e.t, err)
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	var reading sync.WaitGroup
 	e.t.Cleanup(func() {
 		stop()
-		_ = reader.Close()
+		if reader != e.shared {
+			_ = reader.Close()
+		}
 		reading.Wait()
 	})
 	msgs, err := reader.Subscriber.Subscribe(ctx, p.topic)

@@ -41,6 +41,13 @@
 //     runs 3 times, and its fourth delivery goes to the poison topic, once,
 //     while 40 other keys, published with it and after the first death, are
 //     each processed once. The child's outcomes go to the ledger.
+//   - requeue: one key's handler fails until it is fixed. With the
+//     recommended stack (MaxAttempts 3) it runs 3 times and goes to the
+//     poison topic, while 20 other keys are each processed once; then the
+//     handler is fixed and Watermill's requeuer, in a group of its own on
+//     the poison topic, publishes it back to the topic it came from. No
+//     key is released: the requeued copy gets a fresh budget and runs
+//     once, and a copy republished by hand after that is a duplicate.
 //   - broker-restart: the broker is a private server of the scenario's own
 //     (a redis-server with an fsync'ed append-only file, a nats-server with
 //     its own JetStream store, a RabbitMQ node of its own beside the shared

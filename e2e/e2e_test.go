@@ -52,6 +52,7 @@ var scenarios = []scenario{
 		"gochannel": "n/a: each death of the consumer process would take the in-process channel, and the poison " +
 			"message in it, down with it; nothing is left to redeliver",
 	}},
+	{name: "requeue", budget: 2 * time.Minute, run: requeuePoison},
 	{name: "broker-restart", budget: 2 * time.Minute, run: brokerRestart, na: brokerRestartNA,
 		sqlNA: "n/a with pgstore and mysqlstore: what it checks is the broker's restart, which the redisstore columns " +
 			"check on every broker"},

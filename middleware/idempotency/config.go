@@ -106,7 +106,9 @@ type Config struct {
 	// MaxAttempts is how many times the handler may run for one key; a copy
 	// arriving after that many failures (errors, panics, or consumers that
 	// died with the lease) gets ErrTooManyAttempts without running the
-	// handler. Zero means unlimited.
+	// handler. A copy requeued from the handler's poison queue gets
+	// MaxAttempts more (see Poison messages in the package documentation).
+	// Zero means unlimited.
 	MaxAttempts int
 
 	// FailOpen runs the handler without deduplication when the store cannot

@@ -149,6 +149,7 @@
 //
 // The first middleware added is the outermost:
 //
+//	router, err := message.NewRouter(message.RouterConfig{}, idempotency.RouterLogger(logger))
 //	router.AddMiddleware(
 //		middleware.CorrelationID,
 //		poison,                          // PoisonQueueWithFilter(pub, topic, idempotency.IsPermanent)
@@ -165,6 +166,29 @@
 // and its copies are nacked as in progress, until it returns. Retry inside runs its retries under one
 // claim (one attempt); outside, each retry is a new claim and a new attempt.
 // Recoverer may go either side: a panic leaves the key FAILED either way.
+//
+// # Poison messages
+//
+// A message refused with ErrTooManyAttempts leaves with its key's attempt
+// count in its metadata, under "idempotency_attempts_poisoned". Watermill's
+// PoisonQueue adds the handler's name ("handler_poisoned") and publishes it.
+// Republished as it is (Watermill's components/requeuer does that, or an
+// operator by hand), it gets MaxAttempts more attempts, counted from that
+// count. No operator needs to release its key first.
+//
+// The record is not touched: a key that completed meanwhile answers its
+// requeued copies as duplicates. All copies of one requeue share its
+// budget. A copy that spends it goes back to the poison queue with the new
+// count, so a handler that still fails cannot loop through it. A
+// requeuer that runs unattended grants a budget per pass: bound its passes
+// (requeuer.RetriesKey), or stop it once the poison queue is empty.
+//
+// No other copy gets a new budget: one marked by another handler's poison
+// queue, one with a count above its record's (made up), or one poisoned
+// for another reason, which keeps what is left of its budget. (A key whose
+// record expired starts again from one attempt anyway.) The metadata is
+// trusted as the key itself is: a producer that sets both fields gets
+// what a requeue gets.
 //
 // # Guarantees
 //
@@ -310,4 +334,11 @@
 // attempt and replayed flag instead; package idemotel uses it to put them on
 // the message's OpenTelemetry span, and records the same metrics as
 // idemprom.
+//
+// Watermill's router logs every error a handler returns at Error; neither
+// its RouterConfig nor its handlers have a level to set, and it leaves out
+// only context.Canceled. Each copy nacked as in progress is such an error:
+// a consumer that died holding a key makes one Error line per redelivery
+// until its lease lapses. Give the router RouterLogger(logger) to log those
+// at Debug, beside the middleware's own line for OutcomeInProgress.
 package idempotency

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -68,7 +69,7 @@ func (d *Middleware) handle(msg *message.Message, h message.HandlerFunc) ([]*mes
 	}
 	ctx := msg.Context()
 	// A cached record is only read: decodeOutput copies what it returns.
-	lease, claim, _, err := d.once.claim(ctx, key, fingerprint, dv)
+	lease, claim, _, err := d.once.claim(ctx, key, fingerprint, requeuedSpent(msg), dv)
 	dv.attempts = claim.Record.Attempts
 	switch {
 	case err == nil && lease != nil:
@@ -82,10 +83,53 @@ func (d *Middleware) handle(msg *message.Message, h message.HandlerFunc) ([]*mes
 		return h(msg)
 	}
 	d.once.done(claimOutcome(err), dv, err)
+	if errors.Is(err, ErrTooManyAttempts) {
+		// The count goes out with the message: a copy requeued from the
+		// poison queue counts its budget from there. The handler's mark
+		// goes: the poison queue sets it again on what it publishes, and
+		// a Retry between the two, handing this message back, must not
+		// pass for a requeue.
+		if msg.Metadata == nil {
+			msg.Metadata = message.Metadata{}
+		}
+		msg.Metadata.Set(attemptsPoisonedKey, strconv.Itoa(claim.Record.Attempts))
+		delete(msg.Metadata, poisonedHandlerKey)
+	}
 	if !IsPermanent(err) {
 		d.nackDelay(ctx)
 	}
 	return nil, err
+}
+
+// The metadata by which a message requeued from a poison queue is known.
+const (
+	// attemptsPoisonedKey is set, on a message refused with
+	// ErrTooManyAttempts, to its key's attempt count, before a poison
+	// queue outside publishes it.
+	attemptsPoisonedKey = "idempotency_attempts_poisoned"
+	// poisonedHandlerKey is Watermill's middleware.PoisonedHandlerKey: the
+	// handler whose poison queue published the message. (The core does not
+	// import Watermill's middleware package, nor what it links.)
+	poisonedHandlerKey = "handler_poisoned"
+)
+
+// requeuedSpent returns the attempts of msg's key that the budgets before
+// this copy's used up: the count the middleware put on msg when it refused
+// it for MaxAttempts, when msg came back from this handler's poison queue
+// (Watermill's PoisonedHandlerKey names this handler), else 0. Every copy
+// of one requeue carries the same count, so they share one budget; a copy
+// refused again carries the new count out, to the poison queue. Once.claim
+// ignores a count above the record's.
+func requeuedSpent(msg *message.Message) int {
+	handler, ok := msg.Metadata[poisonedHandlerKey]
+	if !ok || handler != message.HandlerNameFromCtx(msg.Context()) {
+		return 0
+	}
+	n, err := strconv.Atoi(msg.Metadata.Get(attemptsPoisonedKey))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
 
 // refused answers a claim that did not acquire the key.

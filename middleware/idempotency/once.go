@@ -197,7 +197,7 @@ type Result struct {
 // is shared.
 func (o *Once) Do(ctx context.Context, key string, work func(ctx context.Context) ([]byte, error)) (Result, error) {
 	dv := delivery{scope: o.cfg.Name, key: key, ctx: ctx}
-	lease, claim, cached, err := o.claim(ctx, key, nil, dv)
+	lease, claim, cached, err := o.claim(ctx, key, nil, 0, dv)
 	dv.attempts = claim.Record.Attempts
 	if err != nil {
 		outcome := claimOutcome(err)
@@ -272,7 +272,7 @@ type ClaimOptions struct {
 // ctx bounds the claim, with StoreTimeout, and is the parent of the lease's
 // context.
 func (o *Once) Claim(ctx context.Context, key string, opts ClaimOptions) (*Lease, ClaimResult, error) {
-	lease, res, cached, err := o.claim(ctx, key, opts.Fingerprint, delivery{key: key, extra: opts.LogFields})
+	lease, res, cached, err := o.claim(ctx, key, opts.Fingerprint, 0, delivery{key: key, extra: opts.LogFields})
 	if cached {
 		res.Record = cloneRecord(res.Record)
 	}
@@ -281,8 +281,12 @@ func (o *Once) Claim(ctx context.Context, key string, opts ClaimOptions) (*Lease
 
 // claim is Claim for every adapter. cached says that the result is a
 // COMPLETED record from the cache, whose slices the caller must not change
-// (Claim and Do copy them, the middleware only decodes them).
-func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, dv delivery) (_ *Lease, _ ClaimResult, cached bool, _ error) {
+// (Claim and Do copy them, the middleware only decodes them). spent is how
+// many of the key's attempts earlier budgets used up (a requeued poisoned
+// message's, see requeuedSpent): MaxAttempts counts from there. A spent
+// count the record has not reached is not the record's (it expired since,
+// or the count was made up) and counts as 0.
+func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, spent int, dv delivery) (_ *Lease, _ ClaimResult, cached bool, _ error) {
 	if key == "" {
 		return nil, ClaimResult{}, false, fmt.Errorf("%w: %w", ErrMissingKey, ErrEmptyKey)
 	}
@@ -322,11 +326,17 @@ func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, dv del
 	l := o.newLease(ctx, key, req.Token, claimed, dv)
 	l.record = leaseRecord{attempts: res.Record.Attempts, fingerprint: res.Record.Fingerprint,
 		created: res.Record.CreatedAt, updated: res.Record.UpdatedAt, leaseExpiration: res.Record.LeaseExpiresAt}
-	if o.cfg.MaxAttempts > 0 && res.Record.Attempts > o.cfg.MaxAttempts {
+	if spent >= res.Record.Attempts {
+		spent = 0
+	}
+	if o.cfg.MaxAttempts > 0 && res.Record.Attempts-spent > o.cfg.MaxAttempts {
 		// The claim counted one more attempt; hand the key back as FAILED
 		// without running anything.
 		l.Fail()
-		return nil, res, false, fmt.Errorf("%w: %d of at most %d for key %q", ErrTooManyAttempts, res.Record.Attempts-1, o.cfg.MaxAttempts, key)
+		return nil, res, false, fmt.Errorf("%w: %d of at most %d for key %q", ErrTooManyAttempts, res.Record.Attempts-1-spent, o.cfg.MaxAttempts, key)
+	}
+	if spent > 0 && res.Record.Attempts-spent == 1 {
+		o.logInfo("A requeued poisoned message starts a new budget of MaxAttempts", l.dv, watermill.LogFields{"attempts_poisoned": spent})
 	}
 	return l, res, false, nil
 }

@@ -21,7 +21,14 @@ import (
 // startRouter runs a router configured by setup until the test ends.
 func startRouter(t *testing.T, setup func(r *message.Router)) {
 	t.Helper()
-	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NopLogger{})
+	startRouterLogging(t, watermill.NopLogger{}, setup)
+}
+
+// startRouterLogging is startRouter with the router's logger; it returns
+// a function that stops the router before the test ends.
+func startRouterLogging(t *testing.T, logger watermill.LoggerAdapter, setup func(r *message.Router)) (stop func()) {
+	t.Helper()
+	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, logger)
 	require.NoError(t, err)
 	setup(r)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -32,7 +39,10 @@ func startRouter(t *testing.T, setup func(r *message.Router)) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("router did not start")
 	}
-	t.Cleanup(func() { cancel(); _ = r.Close(); <-done })
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); _ = r.Close(); <-done }) }
+	t.Cleanup(stop)
+	return stop
 }
 
 // acks is an outer middleware that counts the deliveries the router acks
