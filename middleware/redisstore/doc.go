@@ -50,9 +50,9 @@
 //     duplicate). Redis runs it at the cost of a plain SET, a third of a
 //     script's. Any other reply (a key held, FAILED or lapsed, the caller's
 //     own claim resent, a record of an earlier version, a corrupt value
-//     without the COMPLETED tag) has written nothing, and the claim goes on
-//     to claim.lua: a second round trip, for keys that are not the common
-//     case. A value with the COMPLETED tag that fails those checks is
+//     without the COMPLETED tag, a full Redis's OOM refusal) has written
+//     nothing, and the claim goes on to claim.lua: a second round trip, for
+//     keys that are not the common case. A value with the COMPLETED tag that fails those checks is
 //     idempotency.ErrCorruptRecord at once.
 //   - Complete and Renew settle their common case in a fast section at the
 //     head of their script, before the codec (completefast.lua,
@@ -162,7 +162,16 @@
 //   - maxmemory-policy noeviction (the default). Every record has a TTL, so
 //     any volatile-* or allkeys-* policy may evict an IN_PROGRESS or
 //     COMPLETED record under memory pressure, and the effect runs again. Size
-//     the memory for CompletedTTL × the rate of new keys instead.
+//     the memory for CompletedTTL × the rate of new keys instead. A full
+//     Redis (used memory above maxmemory) refuses every write, even a SET
+//     NX GET of a key that exists: a duplicate of a COMPLETED key, and a
+//     claim of a key another owner holds, are still answered (claim.lua
+//     reads the key, one more round trip), and so is ExpiringKeyRepository's
+//     duplicate; a fresh claim, Renew, Complete and Fail return an error
+//     that says the Redis is full, nothing written
+//     (TestFullRedisAnswersDuplicates). An owner whose Complete is refused
+//     leaves its key IN_PROGRESS, and its message runs again once the lease
+//     lapses: alert on used memory well below maxmemory.
 //   - Persistence, if a restart must not forget completed keys: a Redis that
 //     restarts empty lets every later copy of a completed message run again
 //     (appendonly yes; appendfsync everysec loses at most a second).
