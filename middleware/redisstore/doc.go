@@ -168,7 +168,7 @@
 //     claim of a key another owner holds, are still answered (claim.lua
 //     reads the key, one more round trip), and so is ExpiringKeyRepository's
 //     duplicate; a fresh claim, Renew, Complete and Fail return an error
-//     that says the Redis is full, nothing written
+//     that says the Redis is full, nothing written; Get and Delete work
 //     (TestFullRedisAnswersDuplicates). An owner whose Complete is refused
 //     leaves its key IN_PROGRESS, and its message runs again once the lease
 //     lapses: alert on used memory well below maxmemory.

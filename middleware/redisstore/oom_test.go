@@ -98,6 +98,11 @@ func TestFullRedisAnswersDuplicates(t *testing.T) {
 		assert.False(t, redisstore.ClaimsWithScriptOnly(s) && p.name != "claim.lua" && p.name != "Redis 5 and 6", "%s: a full Redis does not turn the plain claim off", p.name)
 	}
 
+	// Reads, and deletes that free memory, are not refused.
+	rec, err := s.Get(ctx, "done")
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateCompleted, rec.State)
+
 	// The owner's own transitions are refused too, with the same error.
 	for op, call := range map[string]func() error{
 		"renew":    func() error { return s.Renew(ctx, "held", held.Token, time.Minute) },
@@ -108,6 +113,7 @@ func TestFullRedisAnswersDuplicates(t *testing.T) {
 		require.Error(t, err, op)
 		assert.Contains(t, err.Error(), "Redis is full", op)
 	}
+	require.NoError(t, s.Delete(ctx, "held"))
 
 	// Scripts flushed while full: SCRIPT LOAD is not refused, and the
 	// duplicate is still answered.
