@@ -52,8 +52,8 @@
 //     own claim resent, a record of an earlier version, a corrupt value
 //     without the COMPLETED tag, a full Redis's OOM refusal) has written
 //     nothing, and the claim goes on to claim.lua: a second round trip, for
-//     keys that are not the common case. A value with the COMPLETED tag that fails those checks is
-//     idempotency.ErrCorruptRecord at once.
+//     keys that are not the common case. A value with the COMPLETED tag
+//     that fails those checks is idempotency.ErrCorruptRecord at once.
 //   - Complete and Renew settle their common case in a fast section at the
 //     head of their script, before the codec (completefast.lua,
 //     renewfast.lua): GET, TIME (and PEXPIRETIME for an N record) and SET
@@ -322,10 +322,9 @@
 //     every handshake in flight: connections opened meanwhile wait for the
 //     stalled ones, and so do the calls on them (in the test, the 20 claims
 //     batched on one such connection; without auto-pipelining, 1 to 10 of
-//     them).
-//     NewFromURL's client does not ask for the notifications
-//     (TestAutoPipeliningFlowsPastStalledHandshakes); give a client passed to
-//     New MaintNotificationsConfig{Mode: maintnotifications.ModeDisabled}
+//     them). NewFromURL's client does not ask for the notifications
+//     (TestAutoPipeliningFlowsPastStalledHandshakes); give a client passed
+//     to New MaintNotificationsConfig{Mode: maintnotifications.ModeDisabled}
 //     too.
 //
 // Every call is still the same atomic command, so the store's contract
