@@ -50,10 +50,10 @@
 //     duplicate). Redis runs it at the cost of a plain SET, a third of a
 //     script's. Any other reply (a key held, FAILED or lapsed, the caller's
 //     own claim resent, a record of an earlier version, a corrupt value
-//     without the COMPLETED tag) has written nothing, and the claim goes on
-//     to claim.lua: a second round trip, for keys that are not the common
-//     case. A value with the COMPLETED tag that fails those checks is
-//     idempotency.ErrCorruptRecord at once.
+//     without the COMPLETED tag, a full Redis's OOM refusal) has written
+//     nothing, and the claim goes on to claim.lua: a second round trip, for
+//     keys that are not the common case. A value with the COMPLETED tag
+//     that fails those checks is idempotency.ErrCorruptRecord at once.
 //   - Complete and Renew settle their common case in a fast section at the
 //     head of their script, before the codec (completefast.lua,
 //     renewfast.lua): GET, TIME (and PEXPIRETIME for an N record) and SET
@@ -162,7 +162,16 @@
 //   - maxmemory-policy noeviction (the default). Every record has a TTL, so
 //     any volatile-* or allkeys-* policy may evict an IN_PROGRESS or
 //     COMPLETED record under memory pressure, and the effect runs again. Size
-//     the memory for CompletedTTL × the rate of new keys instead.
+//     the memory for CompletedTTL × the rate of new keys instead. A full
+//     Redis (used memory above maxmemory) refuses every write, even a SET
+//     NX GET of a key that exists: a duplicate of a COMPLETED key, and a
+//     claim of a key another owner holds, are still answered (claim.lua
+//     reads the key, one more round trip), and so is ExpiringKeyRepository's
+//     duplicate; a fresh claim, Renew, Complete and Fail return an error
+//     that says the Redis is full, nothing written; Get and Delete work
+//     (TestFullRedisAnswersDuplicates). An owner whose Complete is refused
+//     leaves its key IN_PROGRESS, and its message runs again once the lease
+//     lapses: alert on used memory well below maxmemory.
 //   - Persistence, if a restart must not forget completed keys: a Redis that
 //     restarts empty lets every later copy of a completed message run again
 //     (appendonly yes; appendfsync everysec loses at most a second).
@@ -305,7 +314,18 @@
 //     their deadlines; the other slots carry the calls made meanwhile, on
 //     other connections (TestAutoPipeliningFlowsPastStalledConnections, with
 //     two stalled connections). Eight stalled connections at once stop the
-//     store's calls until their ReadTimeout.
+//     store's calls until their ReadTimeout. A connection may also stall in
+//     go-redis's handshake, which asks for maintenance notifications (CLIENT
+//     MAINT_NOTIFICATIONS) unless the client's MaintNotificationsConfig says
+//     ModeDisabled. A server that refuses them (Redis 7.0 does) makes
+//     go-redis give them up under a lock of the client's that waits for
+//     every handshake in flight: connections opened meanwhile wait for the
+//     stalled ones, and so do the calls on them (in the test, the 20 claims
+//     batched on one such connection; without auto-pipelining, 1 to 10 of
+//     them). NewFromURL's client does not ask for the notifications
+//     (TestAutoPipeliningFlowsPastStalledHandshakes); give a client passed
+//     to New MaintNotificationsConfig{Mode: maintnotifications.ModeDisabled}
+//     too.
 //
 // Every call is still the same atomic command, so the store's contract
 // (storetest) holds with and without auto-pipelining, and so does every

@@ -195,7 +195,10 @@ func (s *Store) freshClaim(ctx context.Context, key string, req idempotency.Clai
 		// now on.
 		s.scriptClaims.Store(true)
 		return idempotency.ClaimResult{}, false, nil
-	case err != nil && isWrongType(err): // not a string: claim.lua reads it
+	case err != nil && (isWrongType(err) || isFull(err)):
+		// Not a string, or a full Redis, which refuses any SET, even one
+		// that would write nothing: claim.lua reads the key, answers a
+		// duplicate or a held key, and fails only where it must write.
 		return idempotency.ClaimResult{}, false, nil
 	case err != nil:
 		return idempotency.ClaimResult{}, false, callError(ctx, "claim", key, err)
@@ -221,6 +224,12 @@ func isSyntaxError(err error) bool {
 func isWrongType(err error) bool {
 	var rerr redis.Error
 	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE")
+}
+
+// isFull reports the error reply of a Redis whose used memory is above
+// its maxmemory, which refuses every command that may write (OOM).
+func isFull(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "OOM")
 }
 
 // Renew implements idempotency.Store with one EVALSHA (pipelined with WAIT

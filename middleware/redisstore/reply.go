@@ -35,14 +35,23 @@ func scriptError(ctx context.Context, op, key string, err error) error {
 	return callError(ctx, op, key, err)
 }
 
+// errFull is the error of a call that a full Redis refused: its used
+// memory is above maxmemory, and under noeviction (see the package
+// documentation) it writes nothing until memory is freed or added.
+var errFull = errors.New("the Redis is full (used memory above maxmemory), nothing was written")
+
 // callError wraps an error of a client call made under ctx. go-redis bounds
 // a call's socket I/O by ctx's deadline (ContextTimeoutEnabled, which New
 // requires) but reports that deadline as the socket's "i/o timeout", which
 // errors.Is does not match with context.DeadlineExceeded; the context's
 // error is added to it, so that the caller sees a call its own deadline cut
 // short as such. A timeout of the client's ReadTimeout or WriteTimeout,
-// before ctx's deadline, stays a plain network error.
+// before ctx's deadline, stays a plain network error. A full Redis's
+// refusal (OOM) says so (errFull).
 func callError(ctx context.Context, op, key string, err error) error {
+	if isFull(err) {
+		return wrap(op, key, fmt.Errorf("%w: %w", errFull, err))
+	}
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || !errors.Is(err, os.ErrDeadlineExceeded) {
 		return wrap(op, key, err)
 	}

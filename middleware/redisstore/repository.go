@@ -53,13 +53,23 @@ func NewExpiringKeyRepository(client redis.UniversalClient, prefix string, windo
 // writes a value of its own, so that a call whose SET was applied but whose
 // reply was lost, and which the client then resent, finds its own value and
 // still reports a fresh key: a message is never taken for a duplicate of
-// itself. Needs Redis 7.0 or newer (SET with both NX and GET).
+// itself. Needs Redis 7.0 or newer (SET with both NX and GET). A full
+// Redis (maxmemory) refuses the SET: a key it holds is then still a
+// duplicate (one more round trip), and a new key an error.
 func (r *ExpiringKeyRepository) IsDuplicate(ctx context.Context, key string) (bool, error) {
 	mark := idempotency.NewToken()
 	old, err := r.client.Do(ctx, "set", r.prefix+key, mark, "nx", "get", "px", millis(r.window)).Text()
 	switch {
 	case errors.Is(err, redis.Nil):
 		return false, nil // the key was absent: this call marked it
+	case isFull(err):
+		// A full Redis refuses the SET whatever the key holds, and wrote
+		// nothing: a key seen within the window is still a duplicate.
+		n, xerr := r.client.Exists(ctx, r.prefix+key).Result()
+		if xerr == nil && n == 1 {
+			return true, nil
+		}
+		return false, callError(ctx, "is-duplicate", key, err)
 	case err != nil:
 		// The SET may have been applied with its answer lost or given up
 		// on: the message is nacked, and its redelivery must not find this

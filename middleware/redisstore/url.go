@@ -6,6 +6,7 @@ import (
 	"net/url"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // ErrInvalidURL is returned by NewFromURL for a URL that redis.ParseURL
@@ -16,8 +17,9 @@ var ErrInvalidURL = errors.New("redisstore: invalid Redis URL")
 // form redis.ParseURL reads (redis://[user:password@]host:port/db, rediss://
 // for TLS, unix:// for a socket, with go-redis's query parameters such as
 // dial_timeout or pool_size), with ContextTimeoutEnabled set, which no URL
-// can say and New requires: the same URL configures the store and, in
-// package backends, the broker. It returns the client too: close it when
+// can say and New requires, and maintenance notifications off (see
+// Auto-pipelining in the package documentation): the same URL configures
+// the store and, in package backends, the broker. It returns the client too: close it when
 // the store is no longer used (the store has no Close), or use it for
 // anything else.
 //
@@ -34,6 +36,9 @@ func NewFromURL(rawURL string, opts Options) (*Store, *redis.Client, error) {
 		return nil, nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)
 	}
 	ro.ContextTimeoutEnabled = true
+	if ro.MaintNotificationsConfig == nil {
+		ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	}
 	client := redis.NewClient(ro)
 	s, err := NewWithOptions(client, opts)
 	if err != nil {
