@@ -56,9 +56,9 @@ type Backend struct {
 //	router.AddConsumerHandler("notify", "orders", notify, sendMail)
 //
 // The group is named as Config.Group is (the Kafka and Redis Streams
-// consumer group, the AMQP queue topic_group, the NATS durable group_topic);
-// keep it stable across restarts, as a group's position lives under its
-// name. Empty is an ErrMissingGroup; Config.Group itself is an error (its
+// consumer group, the AMQP queue topic_group as amqpbackend writes it, the
+// NATS durable group_topic); keep it stable across restarts, as a group's
+// position lives under its name. Empty is an ErrMissingGroup; Config.Group itself is an error (its
 // Subscriber would share the messages of Backend.Subscriber's group). gochannel has no groups: its
 // subscribers each receive every message, and the group is ignored.
 //

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
+	"github.com/idempotency/watermill-idempotency/internal/amqpname"
 )
 
 func init() {
@@ -34,9 +35,9 @@ func parseURL(raw string) (backends.Endpoint, error) {
 
 // open builds an AMQP (RabbitMQ) publisher and subscriber on Watermill's
 // durable pub/sub topology: one durable fanout exchange per topic, and one
-// durable queue per topic and group, named topic_group. Subscribers of one
-// group compete for the messages of its queue; every group's queue receives
-// every message. Messages are published persistent.
+// durable queue per topic and group, named by package amqpname. Subscribers
+// of one group compete for the messages of its queue; every group's queue
+// receives every message. Messages are published persistent.
 //
 // Choices over watermill-amqp's durable pub/sub config:
 //   - the publisher is the backend's own (amqpPublisher), on a
@@ -56,7 +57,8 @@ func parseURL(raw string) (backends.Endpoint, error) {
 // Watermill's exponential backoff.
 func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdapter) (backends.Clients, error) {
 	amqpConfig := func(group string) amqp.Config {
-		c := amqp.NewDurablePubSubConfig(ep.URL, amqp.GenerateQueueNameTopicNameWithSuffix(group))
+		c := amqp.NewDurablePubSubConfig(ep.URL, func(topic string) string { return amqpname.Queue(topic, group) })
+		c.Exchange.GenerateName = amqpname.Exchange
 		props := amqp091.NewConnectionProperties()
 		props.SetClientConnectionName(cfg.Consumer)
 		c.Connection.AmqpConfig = &amqp091.Config{
@@ -225,7 +227,7 @@ func (p *amqpPublisher) declare(ch *amqp091.Channel, topic string) error {
 	for _, group := range p.groups {
 		params := amqp.BuildTopologyParams{
 			Topic:        topic,
-			QueueName:    amqp.GenerateQueueNameTopicNameWithSuffix(group)(topic),
+			QueueName:    amqpname.Queue(topic, group),
 			ExchangeName: exchange,
 			RoutingKey:   p.config.QueueBind.GenerateRoutingKey(topic),
 		}

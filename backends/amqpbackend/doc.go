@@ -14,9 +14,14 @@
 // settings so that one Config, and backends.FromEnv, serves them all.
 //
 // watermill-amqp on its durable pub/sub topology: a durable fanout exchange
-// per topic and a durable queue per topic and group, named topic_group,
-// bound to it. The consumers of a group compete for their queue; each group's
-// queue gets every message. Messages are published persistent and with
+// per topic and a durable queue per topic and group, bound to it. The
+// exchange is named after the topic. The queue is topic_group, with '%' and
+// '_' in the group written %25 and %5F, so that no two pairs share a queue:
+// topic X_eu with group billing is X_eu_billing, topic X with group
+// eu_billing X_eu%5Fbilling. A name past RabbitMQ's 255 bytes is cut to 238
+// and ends in '_' and 16 hex digits of a hash of what it names. The
+// consumers of a group compete for their queue; each group's queue gets
+// every message. Messages are published persistent and with
 // publisher confirms: Publish returns only once RabbitMQ has taken the
 // message. Each subscription has Prefetch (1) unacked messages at most.
 //
