@@ -2,6 +2,7 @@ package backends_test
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -71,6 +72,31 @@ func TestParseURL(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tc.broker, b)
 		})
+	}
+}
+
+// Every broker refuses a port outside 1 to 65535, with the same words:
+// go-redis and amqp091 took 0 and ports up to 99999, and New then failed
+// to dial.
+func TestParseURL_Port(t *testing.T) {
+	urls := map[string]string{
+		"kafka": "kafka://k1:%s", "kafka list": "kafka://k1:9092,k2:%s",
+		"redis": "redis://user:pw@cache:%s/0", "rediss": "rediss://cache:%s",
+		"amqp": "amqp://guest:guest@rabbit:%s/", "amqps": "amqps://rabbit:%s/vhost",
+		"nats": "nats://n1:%s", "nats list": "nats://n1:%s,n2:4222", "ipv6": "redis://[::1]:%s/0",
+	}
+	for name, format := range urls {
+		for _, port := range []string{"1", "65535", "08", ""} {
+			_, err := backends.ParseURL(fmt.Sprintf(format, port))
+			assert.NoError(t, err, "%s, port %q", name, port)
+		}
+		for _, port := range []string{"0", "65536", "70000", "99999", "18446744073709551617", "-1", "+80", "0x50", "80a", " 80", "1_000"} {
+			raw := fmt.Sprintf(format, port)
+			_, err := backends.ParseURL(raw)
+			require.ErrorIs(t, err, backends.ErrInvalidURL, raw)
+			assert.Contains(t, err.Error(), "a bad port (want 1 to 65535)", raw)
+			assert.NotContains(t, err.Error(), "pw", raw)
+		}
 	}
 }
 

@@ -15,8 +15,9 @@ var (
 	// only the client libraries it uses). The message names the import to
 	// add, e.g. import _ "github.com/idempotency/watermill-idempotency/backends/kafkabackend".
 	ErrBrokerNotLinked = errors.New("backends: broker not linked")
-	// ErrInvalidURL is returned for a broker URL that cannot be parsed or
-	// lacks a part its broker needs (a host, a port).
+	// ErrInvalidURL is returned for a broker URL that cannot be parsed,
+	// lacks a part its broker needs (a host), or has a port outside 1 to
+	// 65535 (no port means the broker's default).
 	ErrInvalidURL = errors.New("backends: invalid broker URL")
 	// ErrMissingGroup is returned when Config.Group is empty for a broker
 	// that delivers through consumer groups (every broker but gochannel).
