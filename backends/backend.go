@@ -132,8 +132,9 @@ func (b *Backend) Close() error {
 // a nil logger means watermill.NopLogger{}. A broker whose package the
 // program does not import is an ErrBrokerNotLinked naming the import to
 // add. New connects before it returns: a broker that does not answer within
-// cfg.DialTimeout is an ErrUnreachable naming the address tried, and
-// nothing is left open.
+// cfg.DialTimeout is an ErrUnreachable naming the address tried, one that
+// refuses the connection (credentials, database, virtual host) an
+// ErrInvalidConfig, and nothing is left open.
 func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}

@@ -25,12 +25,16 @@ var (
 	// ErrInvalidConfig is returned for a Config field out of range, or an
 	// environment variable that does not parse; every problem that
 	// Config.Validate reports matches it, beside its own sentinel if it has
-	// one.
+	// one. New returns it too when the broker answers and refuses the
+	// connection: a wrong user name, password or token, a Redis database or
+	// RabbitMQ virtual host it does not have. Retrying the same Config
+	// fails again.
 	ErrInvalidConfig = errors.New("backends: invalid config")
 	// ErrUnreachable is returned by New when the broker does not answer
-	// within Config.DialTimeout; the message names the address tried. It is
-	// about the broker, not the Config: the same Config may succeed once the
-	// broker is up.
+	// within Config.DialTimeout, or gives an answer that may change (Redis
+	// still loading its data, or at its client limit); the message names the
+	// address tried. It is about the broker, not the Config: the same Config
+	// may succeed once the broker is up.
 	ErrUnreachable = errors.New("backends: broker unreachable")
 	// ErrDuplicatePublish is returned by the NATS Publisher (package
 	// natsbackend) for a message that JetStream did not store because the

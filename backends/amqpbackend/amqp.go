@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
@@ -51,7 +52,8 @@ func parseURL(raw string) (backends.Endpoint, error) {
 //   - Prefetch as configured (1 by default);
 //   - a nack is held for NackResendSleep before RabbitMQ requeues the
 //     message, since RabbitMQ would otherwise hand it straight back;
-//   - the dial and handshake are bounded by DialTimeout (30 s in amqp091).
+//   - the dial and handshake are bounded by DialTimeout (30 s in amqp091);
+//     a 403 before it passed is a refusal (backends.ErrInvalidConfig).
 //
 // Each side owns its connection; a dropped connection is redialled with
 // Watermill's exponential backoff.
@@ -74,10 +76,24 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 		return c
 	}
 
+	// dialError tells RabbitMQ's refusal from no answer. amqp091 turns any
+	// failure of the handshake after connection.start into a 403
+	// (ACCESS_REFUSED), the DialTimeout deadline's too; one that comes
+	// before the deadline is RabbitMQ closing the connection on the
+	// credentials (about 3 s after them) or the virtual host.
+	dialError := func(start time.Time, err error) error {
+		var aerr *amqp091.Error
+		if errors.As(err, &aerr) && aerr.Code == amqp091.AccessRefused && time.Since(start) < cfg.DialTimeout {
+			return ep.Refused(err)
+		}
+		return ep.Unreachable(cfg.DialTimeout, err)
+	}
+
 	pubConfig := amqpConfig(cfg.Group)
+	start := time.Now()
 	conn, err := amqp.NewConnection(pubConfig.Connection, logger)
 	if err != nil {
-		return backends.Clients{}, ep.Unreachable(cfg.DialTimeout, err)
+		return backends.Clients{}, dialError(start, err)
 	}
 	pub := &amqpPublisher{
 		conn:     conn,
@@ -87,9 +103,10 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 		declared: brokerkit.NewTopicSet[struct{}](),
 	}
 	newSubscriber := func(group string) (message.Subscriber, error) {
+		start := time.Now()
 		sub, err := amqp.NewSubscriber(amqpConfig(group), logger)
 		if err != nil {
-			return nil, ep.Unreachable(cfg.DialTimeout, err)
+			return nil, dialError(start, err)
 		}
 		return brokerkit.NewNackDelaySubscriber(sub, cfg.NackResendSleep), nil
 	}

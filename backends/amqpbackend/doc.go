@@ -47,6 +47,12 @@
 // PublishGroups and whose queue is deleted while none of its consumers runs
 // misses what is published meanwhile if another group's queue receives it.
 //
+// A wrong user name or password, or a virtual host the user cannot open, is
+// a backends.ErrInvalidConfig from New. RabbitMQ closes the connection of a
+// wrong password about 3 s after it, and amqp091 cannot tell that from a
+// handshake that ran out of time: with a DialTimeout under 3 s, New reports
+// ErrUnreachable for it.
+//
 // RabbitMQ requeues a nacked message to the head of the queue at once; the
 // subscriber holds the nack for NackResendSleep first. A message held by a
 // consumer whose connection drops is requeued by RabbitMQ at once. A dropped
