@@ -41,6 +41,17 @@
 // queue of an output topic that the group never consumed filled without
 // bound.
 //
+// So every topic a process publishes to needs a queue first, outputs and
+// poison topics too. Watermill's PoisonQueue middleware gets
+// backends.ErrUnroutable from its publish while no queue is bound to the
+// poison topic: the message is nacked and redelivered instead of moved.
+// AMQP.PublishGroups belongs to the publishing process, not to a topic:
+// every process that may publish first needs the list, and its publisher
+// declares a queue of each listed group on every topic the process
+// publishes to, consumed by that group or not. Where the groups differ by
+// topic, create each queue once instead: a subscriber of the group calls
+// SubscribeInitialize(topic).
+//
 // A running consumer whose queue is deleted subscribes again at once,
 // declaring the queue anew (watermill-amqp handed the handler an empty
 // message first; the backend stops that). A group that is not listed in
