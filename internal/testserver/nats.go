@@ -53,7 +53,7 @@ func (s *NATSServer) up() error {
 		bin:  bin,
 		args: append([]string{"-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", filepath.Join(s.dir, "store"), "-l", logFile},
 			s.args...),
-		log:  logFile,
+		log: logFile,
 	}.start()
 	if err != nil {
 		return err
