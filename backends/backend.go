@@ -56,9 +56,9 @@ type Backend struct {
 //	router.AddConsumerHandler("notify", "orders", notify, sendMail)
 //
 // The group is named as Config.Group is (the Kafka and Redis Streams
-// consumer group, the AMQP queue topic_group, the NATS durable group_topic);
-// keep it stable across restarts, as a group's position lives under its
-// name. Empty is an ErrMissingGroup; Config.Group itself is an error (its
+// consumer group, the AMQP queue topic_group as amqpbackend writes it, the
+// NATS durable group_topic); keep it stable across restarts, as a group's
+// position lives under its name. Empty is an ErrMissingGroup; Config.Group itself is an error (its
 // Subscriber would share the messages of Backend.Subscriber's group). gochannel has no groups: its
 // subscribers each receive every message, and the group is ignored.
 //
@@ -132,8 +132,9 @@ func (b *Backend) Close() error {
 // a nil logger means watermill.NopLogger{}. A broker whose package the
 // program does not import is an ErrBrokerNotLinked naming the import to
 // add. New connects before it returns: a broker that does not answer within
-// cfg.DialTimeout is an ErrUnreachable naming the address tried, and
-// nothing is left open.
+// cfg.DialTimeout is an ErrUnreachable naming the address tried, one that
+// refuses the connection (credentials, database, virtual host) an
+// ErrInvalidConfig, and nothing is left open.
 func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}

@@ -27,9 +27,10 @@ type Config struct {
 	// Group is the consumer group. Subscribers that share a group divide the
 	// messages of a topic between them (competing consumers); every group
 	// receives every message (fan-out). It names the Kafka consumer group,
-	// the Redis Streams consumer group, the AMQP queue (topic_group) and the
-	// NATS JetStream durable consumer. Empty is an error for every broker
-	// but gochannel, whose subscribers each receive every message.
+	// the Redis Streams consumer group, the AMQP queue (topic_group, see
+	// amqpbackend) and the NATS JetStream durable consumer. Empty is an
+	// error for every broker but gochannel, whose subscribers each receive
+	// every message.
 	Group string
 
 	// Consumer names this process within Group: the Redis Streams consumer

@@ -1,17 +1,21 @@
 package backends_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -71,6 +75,31 @@ func TestParseURL(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tc.broker, b)
 		})
+	}
+}
+
+// Every broker refuses a port outside 1 to 65535, with the same words:
+// go-redis and amqp091 took 0 and ports up to 99999, and New then failed
+// to dial.
+func TestParseURL_Port(t *testing.T) {
+	urls := map[string]string{
+		"kafka": "kafka://k1:%s", "kafka list": "kafka://k1:9092,k2:%s",
+		"redis": "redis://user:pw@cache:%s/0", "rediss": "rediss://cache:%s",
+		"amqp": "amqp://guest:guest@rabbit:%s/", "amqps": "amqps://rabbit:%s/vhost",
+		"nats": "nats://n1:%s", "nats list": "nats://n1:%s,n2:4222", "ipv6": "redis://[::1]:%s/0",
+	}
+	for name, format := range urls {
+		for _, port := range []string{"1", "65535", "08", ""} {
+			_, err := backends.ParseURL(fmt.Sprintf(format, port))
+			assert.NoError(t, err, "%s, port %q", name, port)
+		}
+		for _, port := range []string{"0", "65536", "70000", "99999", "18446744073709551617", "-1", "+80", "0x50", "80a", " 80", "1_000"} {
+			raw := fmt.Sprintf(format, port)
+			_, err := backends.ParseURL(raw)
+			require.ErrorIs(t, err, backends.ErrInvalidURL, raw)
+			assert.Contains(t, err.Error(), "a bad port (want 1 to 65535)", raw)
+			assert.NotContains(t, err.Error(), "pw", raw)
+		}
 	}
 }
 
@@ -299,6 +328,76 @@ func TestNew_UnreachableBlackhole(t *testing.T) {
 			assert.Less(t, time.Since(start), 30*time.Second)
 		})
 	}
+}
+
+// A broker that answers and refuses the connection (a wrong password, a
+// database or virtual host it lacks) is an ErrInvalidConfig, not an
+// ErrUnreachable: the same Config never succeeds, where ErrUnreachable says
+// it may once the broker is up. Both were ErrUnreachable ("redis at … (within
+// 5s): ERR DB index is out of range").
+func TestNew_Refused(t *testing.T) {
+	t.Parallel()
+	redisAddr := testserver.RedisAddr(t)
+	withPassword := testserver.StartRedis(t, "--requirepass", "right")
+	limited := redis.NewClient(&redis.Options{Addr: withPassword.Addr, Password: "right"})
+	defer limited.Close()
+	require.NoError(t, limited.Do(context.Background(), "ACL", "SETUSER", "limited", "on", ">s3cr3t-limited",
+		"-@all", "+hello", "+auth", "+client", "+select").Err())
+	cluster := testserver.StartRedis(t, "--cluster-enabled", "yes")
+	amqpHost := strings.TrimSuffix(testserver.RabbitMQURL(t)[strings.LastIndex(testserver.RabbitMQURL(t), "@")+1:], "/")
+	natsAuth := testserver.StartNATS(t, "--user", "natsuser", "--pass", "right")
+	natsHost := strings.TrimPrefix(natsAuth.URL, "nats://")
+
+	for _, tc := range []struct{ name, url, says string }{
+		{"redis database", "redis://" + redisAddr + "/999", "DB index is out of range"},
+		{"redis password", "redis://:s3cr3t-wrong@" + withPassword.Addr + "/0", "WRONGPASS"},
+		{"redis no password", "redis://" + withPassword.Addr + "/0", "NOAUTH"},
+		{"redis permission", "redis://limited:s3cr3t-limited@" + withPassword.Addr + "/0", "NOPERM"},
+		{"redis cluster database", "redis://" + cluster.Addr + "/1", "SELECT is not allowed in cluster mode"},
+		{"amqp password", "amqp://guest:s3cr3t-wrong@" + amqpHost + "/", "403"},
+		{"amqp vhost", "amqp://guest:guest@" + amqpHost + "/no-vhost-" + backendtest.RunID, "403"},
+		{"nats password", "nats://natsuser:s3cr3t-wrong@" + natsHost, "Authorization Violation"},
+		{"nats no password", "nats://" + natsHost, "Authorization Violation"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := backends.New(backends.Config{URL: tc.url, Group: "g", DialTimeout: 10 * time.Second}, nil)
+			assert.Nil(t, b)
+			require.ErrorIs(t, err, backends.ErrInvalidConfig)
+			assert.NotErrorIs(t, err, backends.ErrUnreachable)
+			assert.Contains(t, err.Error(), "refused the connection")
+			assert.Contains(t, err.Error(), tc.says)
+			assert.NotContains(t, err.Error(), "s3cr3t")
+		})
+	}
+}
+
+// An answer that may change is still ErrUnreachable: Redis busy running a
+// script, and a RabbitMQ handshake that runs out of DialTimeout, which
+// amqp091 reports as the 403 of a wrong password.
+func TestNew_RefusedOnlyForGood(t *testing.T) {
+	t.Parallel()
+	busy := testserver.StartRedis(t, "--busy-reply-threshold", "50")
+	ctx := context.Background()
+	script := redis.NewClient(&redis.Options{Addr: busy.Addr})
+	defer script.Close()
+	go script.Eval(ctx, "while true do end", nil)
+	admin := redis.NewClient(&redis.Options{Addr: busy.Addr, MaxRetries: -1})
+	defer admin.Close()
+	require.Eventually(t, func() bool { return redis.HasErrorPrefix(admin.Ping(ctx).Err(), "BUSY") }, 10*time.Second, 10*time.Millisecond)
+	_, err := backends.New(backends.Config{URL: "redis://" + busy.Addr + "/0", Group: "g", DialTimeout: 5 * time.Second}, nil)
+	require.ErrorIs(t, err, backends.ErrUnreachable)
+	assert.Contains(t, err.Error(), "BUSY")
+	require.NoError(t, admin.ScriptKill(ctx).Err())
+
+	// Each leg 600 ms late: connection.tune, the second round trip, comes
+	// after 2.4 s.
+	amqpURL := testserver.RabbitMQURL(t)
+	slow := testserver.StartFaultProxy(t, amqpURL[strings.LastIndex(amqpURL, "@")+1:len(amqpURL)-1])
+	slow.SetLatency(600 * time.Millisecond)
+	_, err = backends.New(backends.Config{URL: "amqp://guest:guest@" + slow.Addr + "/", Group: "g", DialTimeout: 2 * time.Second}, nil)
+	require.ErrorIs(t, err, backends.ErrUnreachable)
+	assert.NotErrorIs(t, err, backends.ErrInvalidConfig)
 }
 
 // closedPort returns a loopback port that was just freed, so a dial to it is

@@ -90,7 +90,9 @@
 //
 // New connects before it returns. A broker that does not accept a connection
 // within Config.DialTimeout (10 s) is an ErrUnreachable naming the address;
-// a malformed URL, an unknown scheme or a missing group is an error before
+// one that refuses it (a wrong password, a missing Redis database or
+// RabbitMQ virtual host) is an ErrInvalidConfig, which a retry does not
+// mend; a malformed URL, an unknown scheme or a missing group is an error before
 // any network traffic. Errors name a broker URL by its scheme and host
 // alone: never the URL, its user information (user name, password, token),
 // its path or query, or a client library's parse error, which may quote

@@ -60,6 +60,17 @@ func (e Endpoint) Unreachable(within time.Duration, err error) error {
 		scrubUserinfo(err.Error(), e.URL))
 }
 
+// Refused returns an ErrInvalidConfig that names e's broker and addresses,
+// for err, the broker's answer that it will not take the Config: wrong
+// credentials, or a database or virtual host it does not have. Unlike an
+// ErrUnreachable, the same Config fails again. err is scrubbed of e.URL's
+// user information, as in Unreachable. A Driver returns it only for an
+// answer it can tell from a timeout or a dropped connection.
+func (e Endpoint) Refused(err error) error {
+	return fmt.Errorf("%w: %s at %s refused the connection: %s", ErrInvalidConfig, e.Broker, strings.Join(e.Addrs, ","),
+		scrubUserinfo(err.Error(), e.URL))
+}
+
 // Clients are what a Driver's Open builds, and what New returns as a
 // Backend.
 type Clients struct {

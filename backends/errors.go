@@ -15,8 +15,9 @@ var (
 	// only the client libraries it uses). The message names the import to
 	// add, e.g. import _ "github.com/idempotency/watermill-idempotency/backends/kafkabackend".
 	ErrBrokerNotLinked = errors.New("backends: broker not linked")
-	// ErrInvalidURL is returned for a broker URL that cannot be parsed or
-	// lacks a part its broker needs (a host, a port).
+	// ErrInvalidURL is returned for a broker URL that cannot be parsed,
+	// lacks a part its broker needs (a host), or has a port outside 1 to
+	// 65535 (no port means the broker's default).
 	ErrInvalidURL = errors.New("backends: invalid broker URL")
 	// ErrMissingGroup is returned when Config.Group is empty for a broker
 	// that delivers through consumer groups (every broker but gochannel).
@@ -24,12 +25,16 @@ var (
 	// ErrInvalidConfig is returned for a Config field out of range, or an
 	// environment variable that does not parse; every problem that
 	// Config.Validate reports matches it, beside its own sentinel if it has
-	// one.
+	// one. New returns it too when the broker answers and refuses the
+	// connection: a wrong user name, password or token, a Redis database or
+	// RabbitMQ virtual host it does not have. Retrying the same Config
+	// fails again.
 	ErrInvalidConfig = errors.New("backends: invalid config")
 	// ErrUnreachable is returned by New when the broker does not answer
-	// within Config.DialTimeout; the message names the address tried. It is
-	// about the broker, not the Config: the same Config may succeed once the
-	// broker is up.
+	// within Config.DialTimeout, or gives an answer that may change (Redis
+	// still loading its data, or at its client limit); the message names the
+	// address tried. It is about the broker, not the Config: the same Config
+	// may succeed once the broker is up.
 	ErrUnreachable = errors.New("backends: broker unreachable")
 	// ErrDuplicatePublish is returned by the NATS Publisher (package
 	// natsbackend) for a message that JetStream did not store because the

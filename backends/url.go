@@ -55,6 +55,15 @@ func parseEndpoint(raw string) (Endpoint, error) {
 		return Endpoint{}, err
 	}
 	raw = strings.TrimSpace(raw)
+	// For every broker alike, before its Driver: go-redis and amqp091 take
+	// 0 and any port up to 99999. No port means the broker's default.
+	for _, h := range hosts(raw) {
+		if _, port := splitPort(h); port != "" {
+			if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+				return Endpoint{}, invalidURL(raw, "a bad port (want 1 to 65535)")
+			}
+		}
+	}
 	ep, err := d.ParseURL(raw)
 	if err != nil {
 		return Endpoint{}, invalidURL(raw, err.Error())
@@ -91,23 +100,13 @@ func safeScheme(s string) string {
 // read as one (a password in a URL that lacks its '@' would be read as a
 // host or a port) is shown as "…".
 func where(raw string) string {
-	scheme, rest, ok := strings.Cut(strings.TrimSpace(raw), "://")
+	scheme, _, ok := strings.Cut(strings.TrimSpace(raw), "://")
 	if !ok || !schemeChars.MatchString(scheme) {
 		return "the URL"
 	}
-	if i := strings.LastIndex(rest, "@"); i >= 0 {
-		rest = rest[i+1:]
-	}
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		rest = rest[:i]
-	}
-	var hosts []string
-	for _, h := range strings.Split(rest, ",") {
-		h = strings.TrimSpace(h)
-		host, port := h, ""
-		if i := strings.LastIndex(h, ":"); i >= 0 && i > strings.LastIndex(h, "]") {
-			host, port = h[:i], h[i+1:]
-		}
+	var shown []string
+	for _, h := range hosts(raw) {
+		host, port := splitPort(h)
 		if !hostChars.MatchString(host) {
 			host = "…"
 		}
@@ -118,9 +117,36 @@ func where(raw string) string {
 		default:
 			host += ":…"
 		}
-		hosts = append(hosts, host)
+		shown = append(shown, host)
 	}
-	return strconv.Quote(strings.ToLower(scheme) + "://" + strings.Join(hosts, ","))
+	return strconv.Quote(strings.ToLower(scheme) + "://" + strings.Join(shown, ","))
+}
+
+// hosts returns the host[:port] items of raw's host part, trimmed: after
+// the user information, which ends at the last '@', up to a path, query or
+// fragment, split at ','.
+func hosts(raw string) []string {
+	_, rest, _ := strings.Cut(strings.TrimSpace(raw), "://")
+	if i := strings.LastIndex(rest, "@"); i >= 0 {
+		rest = rest[i+1:]
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	var list []string
+	for _, h := range strings.Split(rest, ",") {
+		list = append(list, strings.TrimSpace(h))
+	}
+	return list
+}
+
+// splitPort splits h at its last ':' outside an IPv6 address's brackets;
+// port is empty when there is none.
+func splitPort(h string) (host, port string) {
+	if i := strings.LastIndex(h, ":"); i >= 0 && i > strings.LastIndex(h, "]") {
+		return h[:i], h[i+1:]
+	}
+	return h, ""
 }
 
 // scrubUserinfo replaces in text every occurrence of the user information

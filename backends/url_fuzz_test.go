@@ -69,6 +69,8 @@ func FuzzParseURL(f *testing.F) {
 		{3, 0, "guest", "pa/ss#w0rd", "rabbit", "5672", "/"},  // '/' and '#' in an AMQP password
 		{3, 0, "guest", `pa"ss#w0rd`, "rabbit", "5672", "/"},  // '"' in an AMQP password
 		{3, 0, "guest", "pa#ss", "rabbit", "notaport", "/"},   // AMQP, bad port
+		{3, 0, "guest", "pa#ss", "rabbit", "70000", "/"},      // AMQP, port out of range
+		{1, 0, "user", "hunter2", "cache", "65536", "/0"},     // Redis, port out of range
 		{1, 0, "user", `hunt\er2`, "cache", "6379", "/0"},     // '\' in a Redis password
 		{1, 0, "user", "hunter2", "cache", "6379", "/notadb"}, // a bad Redis database
 		{1, 0, "user", "hunt/er2", "cache", "6379", "/0"},     // '/' in a Redis password

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
+	"github.com/idempotency/watermill-idempotency/internal/amqpname"
 )
 
 func init() {
@@ -34,9 +36,9 @@ func parseURL(raw string) (backends.Endpoint, error) {
 
 // open builds an AMQP (RabbitMQ) publisher and subscriber on Watermill's
 // durable pub/sub topology: one durable fanout exchange per topic, and one
-// durable queue per topic and group, named topic_group. Subscribers of one
-// group compete for the messages of its queue; every group's queue receives
-// every message. Messages are published persistent.
+// durable queue per topic and group, named by package amqpname. Subscribers
+// of one group compete for the messages of its queue; every group's queue
+// receives every message. Messages are published persistent.
 //
 // Choices over watermill-amqp's durable pub/sub config:
 //   - the publisher is the backend's own (amqpPublisher), on a
@@ -50,13 +52,15 @@ func parseURL(raw string) (backends.Endpoint, error) {
 //   - Prefetch as configured (1 by default);
 //   - a nack is held for NackResendSleep before RabbitMQ requeues the
 //     message, since RabbitMQ would otherwise hand it straight back;
-//   - the dial and handshake are bounded by DialTimeout (30 s in amqp091).
+//   - the dial and handshake are bounded by DialTimeout (30 s in amqp091);
+//     a 403 before it passed is a refusal (backends.ErrInvalidConfig).
 //
 // Each side owns its connection; a dropped connection is redialled with
 // Watermill's exponential backoff.
 func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdapter) (backends.Clients, error) {
 	amqpConfig := func(group string) amqp.Config {
-		c := amqp.NewDurablePubSubConfig(ep.URL, amqp.GenerateQueueNameTopicNameWithSuffix(group))
+		c := amqp.NewDurablePubSubConfig(ep.URL, func(topic string) string { return amqpname.Queue(topic, group) })
+		c.Exchange.GenerateName = amqpname.Exchange
 		props := amqp091.NewConnectionProperties()
 		props.SetClientConnectionName(cfg.Consumer)
 		c.Connection.AmqpConfig = &amqp091.Config{
@@ -72,10 +76,24 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 		return c
 	}
 
+	// dialError tells RabbitMQ's refusal from no answer. amqp091 turns any
+	// failure of the handshake after connection.start into a 403
+	// (ACCESS_REFUSED), the DialTimeout deadline's too; one that comes
+	// before the deadline is RabbitMQ closing the connection on the
+	// credentials (about 3 s after them) or the virtual host.
+	dialError := func(start time.Time, err error) error {
+		var aerr *amqp091.Error
+		if errors.As(err, &aerr) && aerr.Code == amqp091.AccessRefused && time.Since(start) < cfg.DialTimeout {
+			return ep.Refused(err)
+		}
+		return ep.Unreachable(cfg.DialTimeout, err)
+	}
+
 	pubConfig := amqpConfig(cfg.Group)
+	start := time.Now()
 	conn, err := amqp.NewConnection(pubConfig.Connection, logger)
 	if err != nil {
-		return backends.Clients{}, ep.Unreachable(cfg.DialTimeout, err)
+		return backends.Clients{}, dialError(start, err)
 	}
 	pub := &amqpPublisher{
 		conn:     conn,
@@ -85,9 +103,10 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 		declared: brokerkit.NewTopicSet[struct{}](),
 	}
 	newSubscriber := func(group string) (message.Subscriber, error) {
+		start := time.Now()
 		sub, err := amqp.NewSubscriber(amqpConfig(group), logger)
 		if err != nil {
-			return nil, ep.Unreachable(cfg.DialTimeout, err)
+			return nil, dialError(start, err)
 		}
 		return brokerkit.NewNackDelaySubscriber(sub, cfg.NackResendSleep), nil
 	}
@@ -225,7 +244,7 @@ func (p *amqpPublisher) declare(ch *amqp091.Channel, topic string) error {
 	for _, group := range p.groups {
 		params := amqp.BuildTopologyParams{
 			Topic:        topic,
-			QueueName:    amqp.GenerateQueueNameTopicNameWithSuffix(group)(topic),
+			QueueName:    amqpname.Queue(topic, group),
 			ExchangeName: exchange,
 			RoutingKey:   p.config.QueueBind.GenerateRoutingKey(topic),
 		}

@@ -2,6 +2,7 @@ package amqpbackend_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
+	"github.com/idempotency/watermill-idempotency/internal/amqpname"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -57,7 +59,7 @@ func TestAMQP_UnroutablePublishIsAnError(t *testing.T) {
 	assert.Equal(t, "one", backendtest.Receive(t, msgs))
 
 	amqpAdmin(t, url, func(ch *amqp091.Channel) {
-		_, err := ch.QueueDelete(topic+"_"+group, false, false, false)
+		_, err := ch.QueueDelete(amqpname.Queue(topic, group), false, false, false)
 		require.NoError(t, err)
 	})
 	err := b.Publisher.Publish(topic, backendtest.NewMessage("two"))
@@ -78,9 +80,9 @@ func TestAMQP_DeletedQueueIsDeclaredAgain(t *testing.T) {
 		AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
 	backendtest.Publish(t, producer.Publisher, topic, "one")
 	amqpAdmin(t, url, func(ch *amqp091.Channel) {
-		_, err := ch.QueuePurge(topic+"_"+group, false)
+		_, err := ch.QueuePurge(amqpname.Queue(topic, group), false)
 		require.NoError(t, err)
-		_, err = ch.QueueDelete(topic+"_"+group, false, false, false)
+		_, err = ch.QueueDelete(amqpname.Queue(topic, group), false, false, false)
 		require.NoError(t, err)
 	})
 	backendtest.Publish(t, producer.Publisher, topic, "two")
@@ -110,7 +112,7 @@ func TestAMQP_NoQueueForATopicTheGroupDoesNotConsume(t *testing.T) {
 	backendtest.Publish(t, bill.Publisher, invoices, "invoice 1", "invoice 2", "invoice 3")
 	assert.Equal(t, "invoice 1", backendtest.Receive(t, msgs))
 
-	exists, n := queueExists(t, url, invoices+"_"+billing)
+	exists, n := queueExists(t, url, amqpname.Queue(invoices, billing))
 	assert.False(t, exists, "a queue of the publisher's group on a topic it does not consume (%d messages)", n)
 }
 
@@ -157,7 +159,7 @@ func TestAMQP_QueueDeletedUnderItsConsumer(t *testing.T) {
 	assert.Equal(t, "one", backendtest.Receive(t, msgs))
 
 	amqpAdmin(t, url, func(ch *amqp091.Channel) {
-		_, err := ch.QueueDelete(topic+"_"+group, false, false, false)
+		_, err := ch.QueueDelete(amqpname.Queue(topic, group), false, false, false)
 		require.NoError(t, err)
 	})
 	deadline := time.Now().Add(15 * time.Second)
@@ -188,7 +190,7 @@ func TestAMQP_ListedQueueDeletedBesideAnother(t *testing.T) {
 		AMQP: backends.AMQPConfig{PublishGroups: []string{billing, audit}}})
 	backendtest.Publish(t, producer.Publisher, topic, "one")
 	amqpAdmin(t, url, func(ch *amqp091.Channel) {
-		_, err := ch.QueueDelete(topic+"_"+billing, false, false, false)
+		_, err := ch.QueueDelete(amqpname.Queue(topic, billing), false, false, false)
 		require.NoError(t, err)
 	})
 	backendtest.Publish(t, producer.Publisher, topic, "two")
@@ -274,4 +276,74 @@ func TestAMQP_ChannelClosedByBrokerIsAnError(t *testing.T) {
 	})
 	require.NoError(t, publishWithin("two"))
 	assert.Equal(t, "two", backendtest.Receive(t, backendtest.Subscribe(t, b, topic)))
+}
+
+// Two (topic, group) pairs whose topic_group reads the same, topic X_eu with
+// group billing and topic X with group eu_billing, each have a queue of
+// their own and each receive their own topic's messages: they shared the
+// queue X_eu_billing, and the subscriber of X_eu took the messages of X.
+// The queue that PublishGroups declares is the subscriber's.
+func TestAMQP_QueueNamesDoNotCollide(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	x := backendtest.UniqueTopic("collide")
+	xEU, group := x+"_eu", "billing-"+backendtest.RunID
+	euGroup := "eu_" + group
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{x, xEU}, []string{group, euGroup}) })
+
+	first := backendtest.NewBackend(t, backends.Config{URL: url, Group: group})
+	second := backendtest.NewBackend(t, backends.Config{URL: url, Group: euGroup})
+	producer := backendtest.NewBackend(t, backends.Config{URL: url, Group: "producer-" + backendtest.RunID,
+		AMQP: backends.AMQPConfig{PublishGroups: []string{euGroup}}})
+	// Both queues, and their bindings, exist before anything is published.
+	require.NoError(t, first.Subscriber.(message.SubscribeInitializer).SubscribeInitialize(xEU))
+	backendtest.Publish(t, producer.Publisher, x, "to X")
+	backendtest.Publish(t, first.Publisher, xEU, "to X_eu")
+
+	assert.Equal(t, "to X_eu", backendtest.Receive(t, backendtest.Subscribe(t, first, xEU)), "topic X_eu, group billing")
+	assert.Equal(t, "to X", backendtest.Receive(t, backendtest.Subscribe(t, second, x)), "topic X, group eu_billing")
+}
+
+// Names past RabbitMQ's 255 bytes: amqp091 cut them at their length modulo
+// 256 without a word, so two groups of a long name, or two long topics,
+// that differ only at the end shared one queue or one exchange. Cut names
+// now end in a hash: each group, and each topic, has its own.
+func TestAMQP_LongNames(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+
+	t.Run("groups", func(t *testing.T) {
+		t.Parallel()
+		topic := backendtest.UniqueTopic("longgroup")
+		// topic_group is 296 bytes, which amqp091 cut to the topic's first 40.
+		long := "a-" + backendtest.RunID + strings.Repeat("g", 295-len(topic)-len(backendtest.RunID)-3)
+		a, b := long+"1", long+"2"
+		t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{a, b}) })
+
+		subA := backendtest.NewBackend(t, backends.Config{URL: url, Group: a})
+		subB := backendtest.NewBackend(t, backends.Config{URL: url, Group: b})
+		msgsA, msgsB := backendtest.Subscribe(t, subA, topic), backendtest.Subscribe(t, subB, topic)
+		backendtest.Publish(t, subA.Publisher, topic, "one")
+		assert.Equal(t, "one", backendtest.Receive(t, msgsA), "group …1")
+		assert.Equal(t, "one", backendtest.Receive(t, msgsB), "group …2")
+		exists, _ := queueExists(t, url, amqpname.Queue(topic, a))
+		assert.True(t, exists, "the queue of group …1")
+	})
+
+	t.Run("topics", func(t *testing.T) {
+		t.Parallel()
+		long := backendtest.UniqueTopic("longtopic") + strings.Repeat("t", 250)
+		t1, t2 := long+"1", long+"2"
+		group := "billing-" + backendtest.RunID
+		t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{t1, t2}, []string{group}) })
+
+		b := backendtest.NewBackend(t, backends.Config{URL: url, Group: group})
+		for _, topic := range []string{t1, t2} {
+			require.NoError(t, b.Subscriber.(message.SubscribeInitializer).SubscribeInitialize(topic))
+		}
+		backendtest.Publish(t, b.Publisher, t2, "to …2")
+		backendtest.Publish(t, b.Publisher, t1, "to …1")
+		assert.Equal(t, "to …1", backendtest.Receive(t, backendtest.Subscribe(t, b, t1)), "topic …1")
+		assert.Equal(t, "to …2", backendtest.Receive(t, backendtest.Subscribe(t, b, t2)), "topic …2")
+	})
 }

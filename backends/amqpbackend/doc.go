@@ -14,9 +14,14 @@
 // settings so that one Config, and backends.FromEnv, serves them all.
 //
 // watermill-amqp on its durable pub/sub topology: a durable fanout exchange
-// per topic and a durable queue per topic and group, named topic_group,
-// bound to it. The consumers of a group compete for their queue; each group's
-// queue gets every message. Messages are published persistent and with
+// per topic and a durable queue per topic and group, bound to it. The
+// exchange is named after the topic. The queue is topic_group, with '%' and
+// '_' in the group written %25 and %5F, so that no two pairs share a queue:
+// topic X_eu with group billing is X_eu_billing, topic X with group
+// eu_billing X_eu%5Fbilling. A name past RabbitMQ's 255 bytes is cut to 238
+// and ends in '_' and 16 hex digits of a hash of what it names. The
+// consumers of a group compete for their queue; each group's queue gets
+// every message. Messages are published persistent and with
 // publisher confirms: Publish returns only once RabbitMQ has taken the
 // message. Each subscription has Prefetch (1) unacked messages at most.
 //
@@ -36,11 +41,28 @@
 // queue of an output topic that the group never consumed filled without
 // bound.
 //
+// So every topic a process publishes to needs a queue first, outputs and
+// poison topics too. Watermill's PoisonQueue middleware gets
+// backends.ErrUnroutable from its publish while no queue is bound to the
+// poison topic: the message is nacked and redelivered instead of moved.
+// AMQP.PublishGroups belongs to the publishing process, not to a topic:
+// every process that may publish first needs the list, and its publisher
+// declares a queue of each listed group on every topic the process
+// publishes to, consumed by that group or not. Where the groups differ by
+// topic, create each queue once instead: a subscriber of the group calls
+// SubscribeInitialize(topic).
+//
 // A running consumer whose queue is deleted subscribes again at once,
 // declaring the queue anew (watermill-amqp handed the handler an empty
 // message first; the backend stops that). A group that is not listed in
 // PublishGroups and whose queue is deleted while none of its consumers runs
 // misses what is published meanwhile if another group's queue receives it.
+//
+// A wrong user name or password, or a virtual host the user cannot open, is
+// a backends.ErrInvalidConfig from New. RabbitMQ closes the connection of a
+// wrong password about 3 s after it, and amqp091 cannot tell that from a
+// handshake that ran out of time: with a DialTimeout under 3 s, New reports
+// ErrUnreachable for it.
 //
 // RabbitMQ requeues a nacked message to the head of the queue at once; the
 // subscriber holds the nack for NackResendSleep first. A message held by a

@@ -68,6 +68,11 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 			nats.Timeout(cfg.DialTimeout),
 			nats.MaxReconnects(-1),
 		)
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||
+			errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired) {
+			// The server's -ERR to CONNECT: credentials it refuses.
+			return nil, nil, ep.Refused(err)
+		}
 		if err != nil {
 			return nil, nil, ep.Unreachable(cfg.DialTimeout, err)
 		}

@@ -73,6 +73,9 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 		defer cancel()
 		if err := c.Ping(ctx).Err(); err != nil {
 			_ = c.Close()
+			if refused(err) {
+				return nil, ep.Refused(err)
+			}
 			return nil, ep.Unreachable(cfg.DialTimeout, err)
 		}
 		return c, nil
@@ -270,6 +273,25 @@ func (g *redisGroups) onReadError(err error) bool {
 			g.logger.Info("Consumer group was missing (its stream deleted?); created it again", fields)
 		case !redis.HasErrorPrefix(err, "BUSYGROUP"):
 			g.logger.Error("Cannot create the consumer group again; retrying at the next read", err, fields)
+		}
+	}
+	return false
+}
+
+// refused reports whether err is Redis refusing the URL for good: its
+// credentials (NOAUTH, WRONGPASS, NOPERM) or its database number. Any other
+// answer may change (LOADING, BUSY, the client limit, a proxy's ERR while
+// its server is down).
+func refused(err error) bool {
+	if redis.IsAuthError(err) || redis.IsPermissionError(err) {
+		return true
+	}
+	// HasErrorPrefix reads past a leading "ERR ". The last two are Redis 5's
+	// (no HELLO, so go-redis sends AUTH).
+	for _, prefix := range []string{"DB index is out of range", "SELECT is not allowed in cluster mode",
+		"invalid password", "Client sent AUTH, but no password is set"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
 		}
 	}
 	return false

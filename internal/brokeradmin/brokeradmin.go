@@ -6,6 +6,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/idempotency/watermill-idempotency/internal/amqpname"
 )
 
 // JetStream connects to the NATS server at url and returns a JetStream
@@ -48,9 +50,10 @@ func DeleteNATSStreams(url string, topics ...string) error {
 	return errors.Join(errs...)
 }
 
-// DeleteAMQP deletes the queue topic_group of each topic and group, then
-// the topic's exchange. A failed operation closes its channel in RabbitMQ,
-// so the next one opens another; when no channel opens, it stops there.
+// DeleteAMQP deletes the queue of each topic and group, then the topic's
+// exchange, named as package amqpname names them. A failed operation closes
+// its channel in RabbitMQ, so the next one opens another; when no channel
+// opens, it stops there.
 func DeleteAMQP(url string, topics, groups []string) error {
 	conn, err := amqp091.Dial(url)
 	if err != nil {
@@ -79,14 +82,14 @@ func DeleteAMQP(url string, topics, groups []string) error {
 deletions:
 	for _, topic := range topics {
 		for _, g := range groups {
-			if q := topic + "_" + g; !seen[q] {
+			if q := amqpname.Queue(topic, g); !seen[q] {
 				seen[q] = true
 				if !do("queue "+q, func(ch *amqp091.Channel) error { _, err := ch.QueueDelete(q, false, false, false); return err }) {
 					break deletions
 				}
 			}
 		}
-		if !do("exchange "+topic, func(ch *amqp091.Channel) error { return ch.ExchangeDelete(topic, false, false) }) {
+		if !do("exchange "+topic, func(ch *amqp091.Channel) error { return ch.ExchangeDelete(amqpname.Exchange(topic), false, false) }) {
 			break
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/amqpname"
 	"github.com/idempotency/watermill-idempotency/internal/brokeradmin"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
@@ -31,7 +32,8 @@ func TestDeleteNATSStreams(t *testing.T) {
 	assert.Error(t, err, "a server that does not answer")
 }
 
-// TestDeleteAMQP deletes the queue of each topic and group and the topic's
+// TestDeleteAMQP deletes the queue of each topic and group (a group with '_'
+// too) and the topic's
 // exchange; what does not exist is no error.
 func TestDeleteAMQP(t *testing.T) {
 	url := testserver.RabbitMQURL(t)
@@ -42,13 +44,14 @@ func TestDeleteAMQP(t *testing.T) {
 	ch, err := conn.Channel()
 	require.NoError(t, err)
 	require.NoError(t, ch.ExchangeDeclare(topic, "fanout", true, false, false, false, nil))
-	for _, g := range []string{"a", "b"} {
-		_, err := ch.QueueDeclare(topic+"_"+g, true, false, false, false, nil)
+	queues := []string{amqpname.Queue(topic, "a"), amqpname.Queue(topic, "b_c")}
+	for _, q := range queues {
+		_, err := ch.QueueDeclare(q, true, false, false, false, nil)
 		require.NoError(t, err)
 	}
 
-	require.NoError(t, brokeradmin.DeleteAMQP(url, []string{topic, topic + "-none"}, []string{"a", "b", "c"}))
-	for _, q := range []string{topic + "_a", topic + "_b"} {
+	require.NoError(t, brokeradmin.DeleteAMQP(url, []string{topic, topic + "-none"}, []string{"a", "b_c", "c"}))
+	for _, q := range queues {
 		_, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
 		require.Error(t, err, "queue %s is gone", q)
 		if ch, err = conn.Channel(); err != nil { // a failed passive declare closes the channel

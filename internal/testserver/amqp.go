@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -109,15 +110,30 @@ func StartRabbitMQ(t testing.TB) *RabbitMQNode {
 
 // ctl runs rabbitmqctl against the node.
 func (n *RabbitMQNode) ctl(timeout time.Duration, args ...string) error {
+	_, err := n.run(timeout, "rabbitmqctl", args...)
+	return err
+}
+
+// Command runs one of RabbitMQ's command-line tools (rabbitmqctl,
+// rabbitmq-plugins) against the node, as an operator would, and returns
+// its standard output.
+func (n *RabbitMQNode) Command(tool string, args ...string) (string, error) {
+	return n.run(time.Minute, tool, args...)
+}
+
+func (n *RabbitMQNode) run(timeout time.Duration, tool string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	args = append([]string{"-n", n.name}, args...)
-	cmd := exec.CommandContext(ctx, filepath.Join(rabbitmqBin, "rabbitmqctl"), args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(rabbitmqBin, tool), args...)
 	cmd.Env = n.env
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("rabbitmqctl %v: %w\n%s", args, err, out)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %v: %w\n%s%s", tool, args, err, out, stderr.String())
 	}
-	return nil
+	return string(out), nil
 }
 
 // Restart stops the RabbitMQ application of the node and starts it again

@@ -17,19 +17,21 @@ type NATSServer struct {
 
 	port int
 	dir  string
+	args []string
 	proc *process
 	life lifecycle
 }
 
 // StartNATS starts a private nats-server with JetStream on a free loopback
-// port (nats-server must be on PATH) and stops it when the test ends.
-func StartNATS(t testing.TB) *NATSServer {
+// port (nats-server must be on PATH), with extraArgs appended to its
+// command line, and stops it when the test ends.
+func StartNATS(t testing.TB, extraArgs ...string) *NATSServer {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("test with a private nats-server left out by -short")
 	}
 	port := FreePort(t)
-	s := &NATSServer{port: port, dir: t.TempDir(), URL: "nats://127.0.0.1:" + strconv.Itoa(port)}
+	s := &NATSServer{port: port, dir: t.TempDir(), URL: "nats://127.0.0.1:" + strconv.Itoa(port), args: extraArgs}
 	s.life = lifecycle{t: t, up: s.up, down: s.down}
 	if err := s.life.start(); err != nil {
 		t.Fatal(err)
@@ -49,8 +51,9 @@ func (s *NATSServer) up() error {
 	p, err := processSpec{
 		what: fmt.Sprintf("nats-server on port %d", s.port),
 		bin:  bin,
-		args: []string{"-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", filepath.Join(s.dir, "store"), "-l", logFile},
-		log:  logFile,
+		args: append([]string{"-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-js", "-sd", filepath.Join(s.dir, "store"), "-l", logFile},
+			s.args...),
+		log: logFile,
 	}.start()
 	if err != nil {
 		return err

@@ -73,8 +73,8 @@ func WithJetStream(t testing.TB, url string, f func(js nats.JetStreamContext)) {
 	f(js)
 }
 
-// DeleteAMQP deletes the exchange of each topic and the queue topic_group of
-// each topic and group, as the backends package names them
+// DeleteAMQP deletes the exchange of each topic and the queue of each topic
+// and group, as the backends package names them
 // (brokeradmin.DeleteAMQP). Failures are logged, not fatal: it is cleanup.
 func DeleteAMQP(t testing.TB, url string, topics, groups []string) {
 	if err := brokeradmin.DeleteAMQP(url, topics, groups); err != nil {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"net/url"
-	"strconv"
 	"strings"
 )
 
@@ -71,8 +70,8 @@ func HostList(raw, defPort string, userinfo bool, noUserinfo string) (urls strin
 		if host == "" || strings.ContainsAny(host, " []@:") && !strings.Contains(h, "[") {
 			return "", nil, errors.New("a bad host")
 		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return "", nil, errors.New("a bad port (want 1 to 65535)")
+		if port == "" {
+			port = defPort // package backends checked the others
 		}
 		addr := net.JoinHostPort(host, port)
 		addrs = append(addrs, addr)
