@@ -60,4 +60,19 @@
 // read gives up first rejoins, on kfake each rejoin starts the wait again,
 // and the group stops consuming for good (sarama's defaults, 60 s and 30 s,
 // did that after repeated kills).
+//
+// kfake (github.com/twmb/franz-go/pkg/kfake), the in-process Kafka of the
+// tests, can serve a service in development. Several consumer processes
+// share one only when it runs in a process of its own, on fixed ports
+// (kfake.Ports): each process that calls kfake.NewCluster has a cluster of
+// its own, and one started inside a consumer stops with it. It keeps nothing
+// across a restart unless given kfake.DataDir: topics, messages and the
+// groups' offsets are gone, and since the backend creates each topic once
+// per process, publishes fail and subscribers receive nothing until the
+// services restart too. Its group coordinator is not Kafka's: it drops a
+// member that has waited in a rebalance longer than its session timeout, so
+// keep the rebalance timeout below the session timeout there (the defaults
+// do); and a consumer killed while it joins its group can stay a member,
+// holding its partitions, until the group next rebalances (a consumer starts
+// or stops).
 package kafkabackend
