@@ -12,6 +12,7 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
+	"github.com/idempotency/watermill-idempotency/backends/kafkabackend"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -87,4 +88,21 @@ func TestKafka_NackRedelivers(t *testing.T) {
 	m.Nack()
 	assert.Equal(t, "a", backendtest.Receive(t, msgs))
 	assert.Equal(t, "b", backendtest.Receive(t, msgs))
+}
+
+// A Tune that leaves sarama's read timeout no longer than the group's
+// rebalance timeout is refused: a JoinGroup waits up to the rebalance
+// timeout, and a member whose read gives up first rejoins for ever.
+func TestKafka_RefusesReadTimeoutWithinRebalance(t *testing.T) {
+	t.Parallel()
+	brokers := testserver.KafkaBrokers(t)
+	for _, tune := range []func(c *sarama.Config){
+		func(c *sarama.Config) { c.Consumer.Group.Rebalance.Timeout = 60 * time.Second }, // sarama's default, above the read timeout
+		func(c *sarama.Config) { c.Net.ReadTimeout = c.Consumer.Group.Rebalance.Timeout },
+	} {
+		_, err := backends.New(backends.Config{URL: "kafka://" + strings.Join(brokers, ","), Group: "g-" + backendtest.RunID,
+			Kafka: backends.KafkaConfig{Tune: kafkabackend.TuneFunc(tune)}}, backendtest.Logger())
+		require.ErrorIs(t, err, backends.ErrInvalidConfig)
+		assert.Contains(t, err.Error(), "Net.ReadTimeout")
+	}
 }

@@ -45,10 +45,34 @@
 // A nacked message is resent by the subscriber itself after NackResendSleep
 // and holds back the rest of its partition until it is acked. A message
 // delivered to a consumer that dies is redelivered after the group
-// rebalances (sarama's session timeout, 10 s), from the last committed
-// offset: messages after it that were already handled come again too, and the
-// idempotency middleware acks them as duplicates.
+// rebalances, from the last committed offset: the group notices the dead
+// member after the session timeout (10 s), and the rebalance waits up to
+// the rebalance timeout (5 s, where sarama's is 60 s) for the other members
+// to rejoin: a member whose handler runs longer drops out of the group until
+// it rejoins, and its message is delivered again elsewhere. Messages after the dead consumer's that were
+// already handled come again too, and the idempotency middleware acks them
+// as duplicates.
 //
 // SASL, TLS and timeouts go through Kafka.Tune, which receives the
-// sarama.Config of both sides: set it with TuneFunc.
+// sarama.Config of both sides: set it with TuneFunc. A JoinGroup request
+// waits up to the rebalance timeout, so New refuses a Net.ReadTimeout (30 s)
+// that is not longer than Consumer.Group.Rebalance.Timeout: a member whose
+// read gives up first rejoins, on kfake each rejoin starts the wait again,
+// and the group stops consuming for good (sarama's defaults, 60 s and 30 s,
+// did that after repeated kills).
+//
+// kfake (github.com/twmb/franz-go/pkg/kfake), the in-process Kafka of the
+// tests, can serve a service in development. Several consumer processes
+// share one only when it runs in a process of its own, on fixed ports
+// (kfake.Ports): each process that calls kfake.NewCluster has a cluster of
+// its own, and one started inside a consumer stops with it. It keeps nothing
+// across a restart unless given kfake.DataDir: topics, messages and the
+// groups' offsets are gone, and since the backend creates each topic once
+// per process, publishes fail and subscribers receive nothing until the
+// services restart too. Its group coordinator is not Kafka's: it drops a
+// member that has waited in a rebalance longer than its session timeout, so
+// keep the rebalance timeout below the session timeout there (the defaults
+// do); and a consumer killed while it joins its group can stay a member,
+// holding its partitions, until the group next rebalances (a consumer starts
+// or stops).
 package kafkabackend

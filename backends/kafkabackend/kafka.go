@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
@@ -22,6 +23,20 @@ func init() {
 // defaultMaxReplicas caps the replication factor of a created topic when
 // Kafka.ReplicationFactor is zero.
 const defaultMaxReplicas = 3
+
+// The consumer group's timeouts. A JoinGroup or SyncGroup request waits up
+// to the rebalance timeout for the other members, so the read timeout must
+// be longer: a member whose read gives up first rejoins, on kfake that
+// starts the wait again, and the group never settles. The rebalance timeout
+// is half the session timeout: kfake (not Kafka) drops, unanswered, a member
+// that has waited in a rebalance longer than its session timeout, and starts
+// the wait again at each member that joins meanwhile.
+const (
+	sessionTimeout    = 10 * time.Second // sarama's default: a dead member is noticed after it
+	heartbeatInterval = 3 * time.Second  // sarama's default, under a third of the session
+	rebalanceTimeout  = 5 * time.Second  // how long a rebalance waits for each member
+	readTimeout       = 30 * time.Second // sarama's default
+)
 
 // parseURL reads kafka://host:9092[,host2:9092]; credentials belong in
 // Kafka.Tune (SASL), never in the URL.
@@ -47,7 +62,10 @@ func parseURL(raw string) (backends.Endpoint, error) {
 //     auto.create.topics.enable, and one failing message holds back its
 //     partition rather than the whole topic;
 //   - NackResendSleep as configured (redelivered in-process: a nacked
-//     message holds back its partition until it is acked).
+//     message holds back its partition until it is acked);
+//   - a rebalance timeout of 5 s, where sarama's 60 s outlasts its own read
+//     timeout (30 s); a Tune that leaves the read timeout no longer than
+//     the rebalance timeout is refused.
 func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdapter) (backends.Clients, error) {
 	version, err := sarama.ParseKafkaVersion(cfg.Kafka.Version)
 	if err != nil {
@@ -65,12 +83,21 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 	subConf := kafka.DefaultSaramaSubscriberConfig()
 	base(subConf)
 	subConf.Consumer.Offsets.Initial = sarama.OffsetOldest
+	subConf.Consumer.Group.Session.Timeout = sessionTimeout
+	subConf.Consumer.Group.Heartbeat.Interval = heartbeatInterval
+	subConf.Consumer.Group.Rebalance.Timeout = rebalanceTimeout
+	subConf.Net.ReadTimeout = readTimeout
 	if cfg.Kafka.Tune != nil {
 		cfg.Kafka.Tune.TuneKafka(pubConf)
 		cfg.Kafka.Tune.TuneKafka(subConf)
 	}
 	if err := subConf.Validate(); err != nil {
 		return backends.Clients{}, fmt.Errorf("%w: Kafka: %v", backends.ErrInvalidConfig, err)
+	}
+	if read, rebalance := subConf.Net.ReadTimeout, subConf.Consumer.Group.Rebalance.Timeout; read <= rebalance {
+		return backends.Clients{}, fmt.Errorf("%w: Kafka: Net.ReadTimeout (%v) must be longer than Consumer.Group.Rebalance.Timeout (%v): "+
+			"a JoinGroup waits up to the rebalance timeout, and a member whose read gives up first rejoins, so the group may never settle",
+			backends.ErrInvalidConfig, read, rebalance)
 	}
 
 	topics := &kafkaTopics{
