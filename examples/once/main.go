@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
@@ -109,5 +108,6 @@ func openStore(redisAddr string) (idempotency.Store, error) {
 	if redisAddr == "" {
 		return memstore.New(memstore.Config{}), nil
 	}
-	return redisstore.New(redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true}))
+	store, _, err := redisstore.NewFromURL("redis://"+redisAddr, redisstore.Options{})
+	return store, err
 }

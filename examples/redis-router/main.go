@@ -7,7 +7,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency/watermill-idempotency/backends"
 	_ "github.com/idempotency/watermill-idempotency/backends/all" // every broker; or import only yours (README: Brokers)
@@ -17,12 +16,15 @@ import (
 
 func main() {
 	logger := watermill.NewStdLogger(false, false)
-	store := must(redisstore.New(redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})))
+	store, _, err := redisstore.NewFromURL("redis://localhost:6379/0", redisstore.Options{})
+	if err != nil {
+		panic(err)
+	}
 	idem := must(idempotency.New(idempotency.Config{Store: store, MaxAttempts: 5}, logger))
 
 	broker := must(backends.New(must(backends.FromEnv()), logger)) // BROKER_URL, BROKER_GROUP
 	poison := must(middleware.PoisonQueueWithFilter(broker.Publisher, "orders_poison", idempotency.IsPermanent))
-	router := must(message.NewRouter(message.RouterConfig{}, logger))
+	router := must(message.NewRouter(message.RouterConfig{}, idempotency.RouterLogger(logger))) // in-progress copies at Debug
 	router.AddMiddleware(
 		middleware.CorrelationID,
 		poison,                          // outside: takes ErrTooManyAttempts and ErrMissingKey off the topic
