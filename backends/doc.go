@@ -123,7 +123,8 @@
 //     gochannel's messages always decode (a repeated Kafka header keeps its
 //     last value).
 //   - A slow handler: Kafka keeps its message while the consumer stays in
-//     the group (a rebalance waits for it up to sarama's rebalance timeout);
+//     the group (a rebalance waits for it up to the rebalance timeout, 5 s;
+//     after that the copy another member gets meets the handler's lease);
 //     Redis Streams lets another consumer claim it after
 //     Redis.MaxIdleTime, live consumer or not; RabbitMQ keeps it until its
 //     own consumer_timeout (30 minutes by default) closes the channel;
