@@ -320,7 +320,7 @@ func (c *cli) walk(ctx context.Context, f filter, each func(e entry) error) (sca
 var listCommand = command{
 	synopsis: "list [--prefix P] [--state S] [--min-attempts N] [--age D] [--limit N] [--json]",
 	help: "Lists the keys under --prefix that match every filter, as the store's walk finds them\n" +
-		"(Redis: SCAN; PostgreSQL: pages in key_hash order), until --limit matches.\n" +
+		"(Redis: SCAN; PostgreSQL and MySQL: pages in key_hash order), until --limit matches.\n" +
 		"With --json, one JSON object per line; a summary goes to stderr.",
 	args: 0,
 	flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
@@ -535,7 +535,8 @@ func nonNil(s []string) []string {
 var statsCommand = command{
 	synopsis: "stats [--prefix P] [--limit N] [--sample N] [--json]",
 	help: "Counts the keys under --prefix per state, with the mean bytes per record.\n" +
-		"PostgreSQL counts every row in one query (exact, pg_column_size of each row).\n" +
+		"PostgreSQL and MySQL count every row in one query (exact; PostgreSQL: pg_column_size of each\n" +
+		"row; MySQL: the sum of its columns' lengths, without InnoDB's overhead).\n" +
 		"Redis walks at most --limit keys with SCAN and measures MEMORY USAGE of up to\n" +
 		"--sample keys per state. Sizing: keys per day x retention in days x bytes per record.",
 	args: 0,
