@@ -61,6 +61,10 @@ func TestGetHTTPKey(t *testing.T) {
 		assert.EqualValues(t, len("order 42 placed"), out["body_bytes"])
 		assert.Equal(t, true, out["body_stored"])
 
+		// The quoted form of a key (Idempotency-Key: "order-42") is the same key.
+		v = e.jsonRun(t, "", exitOK, "get", "--http", "--prefix", e.prefix, `"order-42"`)
+		assert.Equal(t, e.prefix+":e3b0c44298fc1c149afbf4c8996fb924:order-42", v["key"])
+
 		v = e.jsonRun(t, "", exitOK, "get", "--http", "--prefix", e.prefix, "--scope", "alice", "order-43")
 		assert.Equal(t, "completed", v["state"])
 		assert.Equal(t, "http_response", v["output"].(map[string]any)["format"])
@@ -124,6 +128,8 @@ func TestGetAdapterKeyUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"get", "--http", "--grpc", "k"},
 		{"get", "--scope", "alice", "k"},
+		{"get", "--http", "a,b"}, // a header holding two keys
+		{"get", "--grpc", "k\x01"},
 	} {
 		r := idemctl(t, "", append(args, "--store", "redis://"+testserver.RedisAddr(t)+"/0")...)
 		assert.Equal(t, exitUsage, r.code, "%v: %s", args, r.stderr)

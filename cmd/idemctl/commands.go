@@ -304,7 +304,11 @@ var getCommand = command{
 				if p == "" {
 					p = a.DefaultPrefix
 				}
-				key = a.StoreKey(p, *scope, key)
+				k, err := a.ClientKey(key)
+				if err != nil {
+					return fmt.Errorf("%w: --%s: key %q %v", errUsage, a.Name, key, err)
+				}
+				key = a.StoreKey(p, *scope, k)
 			}
 			if first == "" && (*scope != "" || *prefix != "") {
 				return fmt.Errorf("%w: --scope and --prefix build an adapter's key: give --http or --grpc", errUsage)

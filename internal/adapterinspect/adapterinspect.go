@@ -34,6 +34,9 @@ type Answer struct {
 type Adapter struct {
 	Name          string // "http" or "grpc"
 	DefaultPrefix string // its Config.KeyPrefix when empty
+	// ClientKey is the key the adapter reads from what a client sent (a
+	// quoted Idempotency-Key unquoted), or why it refuses it.
+	ClientKey func(sent string) (string, error)
 	// StoreKey is the stored key of a client's key in a scope, under
 	// prefix: the adapter's own derivation.
 	StoreKey func(prefix, scope, key string) string

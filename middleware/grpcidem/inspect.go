@@ -1,6 +1,8 @@
 package grpcidem
 
 import (
+	"math"
+
 	"google.golang.org/grpc/codes"
 
 	"github.com/idempotency/watermill-idempotency/internal/adapterinspect"
@@ -11,7 +13,8 @@ import (
 // that writes them.
 func init() {
 	adapterinspect.Register(adapterinspect.Adapter{Name: "grpc", DefaultPrefix: DefaultKeyPrefix,
-		StoreKey: adapter.StoreKey, Describe: describeAnswer})
+		ClientKey: func(sent string) (string, error) { return sent, adapter.CheckKey(sent, math.MaxInt) },
+		StoreKey:  adapter.StoreKey, Describe: describeAnswer})
 }
 
 func describeAnswer(result []byte) (adapterinspect.Answer, error) {

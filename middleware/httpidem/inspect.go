@@ -1,6 +1,8 @@
 package httpidem
 
 import (
+	"math"
+
 	"github.com/idempotency/watermill-idempotency/internal/adapterinspect"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
@@ -9,7 +11,8 @@ import (
 // that writes them.
 func init() {
 	adapterinspect.Register(adapterinspect.Adapter{Name: "http", DefaultPrefix: DefaultKeyPrefix,
-		StoreKey: adapter.StoreKey, Describe: describeResponse})
+		ClientKey: func(sent string) (string, error) { return parseKey(sent, math.MaxInt) },
+		StoreKey:  adapter.StoreKey, Describe: describeResponse})
 }
 
 func describeResponse(result []byte) (adapterinspect.Answer, error) {
