@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha1"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -13,21 +12,25 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// Ceiling is what the Redis under test does with our scripts alone.
+// Ceiling is what the Redis under test does with our store's commands alone.
 type Ceiling struct {
+	// ClaimSHA and FinishSHA are the scripts of the claim and the complete
+	// when the store sends them as EVALSHA, "" for a plain command (the
+	// claim of a fresh key is one SET on Redis 7 and newer).
 	ClaimSHA  string `json:"claim_sha"`
 	FinishSHA string `json:"finish_sha"`
-	Clients   int    `json:"clients"`
-	// RedisBenchmarkClaims is redis-benchmark -c Clients -P 1 EVALSHA of
-	// the claim script on random fresh keys, per second (0 when
-	// redis-benchmark is not on PATH).
+	// Commands names the commands of a fresh message, claim then complete,
+	// as the store sent them ("SET, EVALSHA").
+	Commands string `json:"commands"`
+	Clients  int    `json:"clients"`
+	// RedisBenchmarkClaims is redis-benchmark -c Clients -P 1 of the
+	// store's claim command on random fresh keys, per second (0 when
+	// redis-benchmark is not on PATH, or the claim is more than one
+	// command).
 	RedisBenchmarkClaims float64 `json:"redis_benchmark_claims"`
 	// GoClaims is the same load from Clients goroutines of a raw go-redis
 	// client (no middleware, no store code), per second.
@@ -35,44 +38,20 @@ type Ceiling struct {
 	// GoMessages is claim+complete pairs (one fresh message each) from
 	// Clients goroutines of a raw go-redis client, per second.
 	GoMessages float64 `json:"go_messages"`
-	// MessageCeiling is RedisBenchmarkClaims/2 (a fresh message costs two
-	// script calls), or GoClaims/2 without redis-benchmark.
+	// MessageCeiling is RedisBenchmarkClaims over the commands of a fresh
+	// message (2: claim and complete), or GoClaims over them without
+	// redis-benchmark.
 	MessageCeiling float64 `json:"message_ceiling"`
 	// Pipeline is the depth of the pipelined run (-P), and
 	// RedisBenchmarkClaimsPipelined its claims per second: redis-benchmark
-	// -c Clients -P Pipeline, same script and keys (0 without
+	// -c Clients -P Pipeline, same command and keys (0 without
 	// redis-benchmark).
 	Pipeline                      int     `json:"pipeline"`
 	RedisBenchmarkClaimsPipelined float64 `json:"redis_benchmark_claims_pipelined"`
-	// MessageCeilingPipelined is RedisBenchmarkClaimsPipelined/2.
+	// MessageCeilingPipelined is RedisBenchmarkClaimsPipelined over the
+	// commands of a fresh message.
 	MessageCeilingPipelined float64 `json:"message_ceiling_pipelined"`
 	Note                    string  `json:"note,omitempty"`
-}
-
-// scriptSHAs learns the SHAs of the claim and finish scripts by watching the
-// store send them: one claim and one complete on a throwaway key.
-func scriptSHAs(addr, prefix string) (claim, finish string) {
-	rec := &shaRecorder{}
-	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: addr})
-	defer c.Close()
-	c.AddHook(rec)
-	s := newRedisStore(c, true)
-	ctx := context.Background()
-	key := prefix + ":sha"
-	token := idempotency.NewToken()
-	if _, err := s.Claim(ctx, key, idempotency.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute}); err != nil {
-		log.Fatalf("Redis at %s: %v", addr, err)
-	}
-	if err := s.Complete(ctx, key, token, nil, time.Minute); err != nil {
-		log.Fatal(err)
-	}
-	_ = s.Delete(ctx, key)
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if len(rec.shas) < 2 {
-		log.Fatalf("saw %d EVALSHA, want claim and complete", len(rec.shas))
-	}
-	return rec.shas[0], rec.shas[len(rec.shas)-1]
 }
 
 // ceilingClients is the concurrency of the ceiling, and ceilingPipeline the
@@ -82,66 +61,124 @@ const (
 	ceilingPipeline = 16
 )
 
+// scriptSHA is the script of a call that is one EVALSHA, else "".
+func scriptSHA(ts []cmdTemplate) string {
+	if len(ts) == 1 && ts[0].name() == "evalsha" && len(ts[0].args) > 1 {
+		return argString(ts[0].args[1])
+	}
+	return ""
+}
+
+// sendAll sends the commands of one call for key, one round trip each; a
+// nil reply is an answer (the fresh claim's SET NX GET).
+func sendAll(ctx context.Context, rc *redis.Client, ts []cmdTemplate, key string) error {
+	for _, t := range ts {
+		if err := rc.Do(ctx, t.with(key)...).Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("%s: %w", t.name(), err)
+		}
+	}
+	return nil
+}
+
+// runCeiling measures the commands the store sends, captured as the floor
+// section captures them (captureStore), not a copy of them: whatever the
+// store's claim becomes, the ceiling is of what it sends.
 func runCeiling(o options, rc *redis.Client) Ceiling {
 	ctx := context.Background()
 	ce := Ceiling{Clients: ceilingClients, Pipeline: ceilingPipeline}
-	ce.ClaimSHA, ce.FinishSHA = scriptSHAs(o.redisAddr, o.prefix)
+	sc, err := captureStore(ctx, o.redisAddr, o.prefix+":ceilcapture:")
+	if err != nil {
+		log.Fatalf("ceiling: Redis at %s: %v", o.redisAddr, err)
+	}
+	ce.ClaimSHA, ce.FinishSHA = scriptSHA(sc.claim), scriptSHA(sc.complete)
+	ce.Commands = commandNames(sc.claim, sc.complete)
+	perMessage := float64(len(sc.claim) + len(sc.complete))
 	warmPool(rc, 2*ceilingClients)
-	leaseMs := strconv.FormatInt(idempotency.DefaultLeaseTTL.Milliseconds(), 10)
-	ttlMs := strconv.FormatInt(time.Hour.Milliseconds(), 10)
 
 	var seq atomic.Uint64
 	key := func() string { return o.prefix + ":ceil:" + strconv.FormatUint(seq.Add(1), 10) }
-	n, secs := hammer(ceilingClients, o.ceilingDur, func() error {
-		return rc.EvalSha(ctx, ce.ClaimSHA, []string{key()}, "0123456789abcdef0123456789abcdef", leaseMs, ttlMs, "").Err()
-	})
+	n, secs := hammer(ceilingClients, o.ceilingDur, func() error { return sendAll(ctx, rc, sc.claim, key()) })
 	ce.GoClaims = float64(n) / secs
 	cleanup(rc, o.prefix+":ceil:")
 
+	// Every fresh key is claimed and completed by the captured token,
+	// which is valid.
 	n, secs = hammer(ceilingClients, o.ceilingDur, func() error {
-		k, tok := key(), "0123456789abcdef0123456789abcdef"
-		if err := rc.EvalSha(ctx, ce.ClaimSHA, []string{k}, tok, leaseMs, ttlMs, "").Err(); err != nil {
+		k := key()
+		if err := sendAll(ctx, rc, sc.claim, k); err != nil {
 			return err
 		}
-		owner := sha1.Sum([]byte(tok)) // the complete script's owner field (redisstore's prelude.lua)
-		return rc.EvalSha(ctx, ce.FinishSHA, []string{k}, tok, ttlMs, "", string(owner[:8])).Err()
+		return sendAll(ctx, rc, sc.complete, k)
 	})
 	ce.GoMessages = float64(n) / secs
 	cleanup(rc, o.prefix+":ceil:")
 
 	var notes []string
+	args, argNote, err := redisBenchmarkCommand(sc.claim, o.prefix+":rb:")
+	if argNote != "" {
+		notes = append(notes, argNote)
+	}
 	rb := func(pipeline int, expected float64) float64 {
+		if err != nil {
+			return 0
+		}
 		// redis-benchmark stops by count only: about o.ceilingDur at the
 		// expected rate.
 		n := max(10_000, int(o.ceilingDur.Seconds()*expected))
-		rps, err := redisBenchmark(o.redisAddr, redisBenchmarkArgs(o.prefix+":rb:", ce.ClaimSHA, leaseMs, ttlMs, pipeline, n))
+		rps, rbErr := redisBenchmark(o.redisAddr, redisBenchmarkArgs(args, pipeline, n))
 		cleanup(rc, o.prefix+":rb:")
-		if err != nil {
-			notes = append(notes, fmt.Sprintf("redis-benchmark -P %d: %v", pipeline, err))
+		if rbErr != nil {
+			notes = append(notes, fmt.Sprintf("redis-benchmark -P %d: %v", pipeline, rbErr))
 		}
 		return rps
 	}
+	if err != nil {
+		notes = append(notes, fmt.Sprintf("redis-benchmark: %v", err))
+	}
 	ce.RedisBenchmarkClaims = rb(1, 60_000)
 	if ce.RedisBenchmarkClaims > 0 {
-		ce.MessageCeiling = ce.RedisBenchmarkClaims / 2
+		ce.MessageCeiling = ce.RedisBenchmarkClaims / perMessage
 		// Pipelining multiplies the rate by a few on one Redis core.
 		ce.RedisBenchmarkClaimsPipelined = rb(ceilingPipeline, 3*ce.RedisBenchmarkClaims)
-		ce.MessageCeilingPipelined = ce.RedisBenchmarkClaimsPipelined / 2
+		ce.MessageCeilingPipelined = ce.RedisBenchmarkClaimsPipelined / perMessage
 	} else {
-		ce.MessageCeiling = ce.GoClaims / 2
+		ce.MessageCeiling = ce.GoClaims / perMessage
 		notes = append(notes, "ceiling from the Go load generator; no pipelined ceiling")
 	}
 	ce.Note = strings.Join(notes, "; ")
 	return ce
 }
 
+// redisBenchmarkCommand is the store's claim as redis-benchmark sends it:
+// its one command with the key replaced by prefix__rand_int__ (a random
+// fresh key). redis-benchmark takes its arguments from the command line,
+// where no argument holds a NUL byte: NUL bytes are sent as 0x01, the
+// argument's length kept, and note says so (Redis's cost of a SET does not
+// depend on its value's bytes).
+func redisBenchmarkCommand(claim []cmdTemplate, prefix string) (args []string, note string, _ error) {
+	if len(claim) != 1 {
+		return nil, "", fmt.Errorf("the claim is %d commands (%s), redis-benchmark sends one", len(claim), commandNames(claim))
+	}
+	replaced := false
+	for _, a := range claim[0].with(prefix + "__rand_int__") {
+		s := argString(a)
+		if strings.IndexByte(s, 0) >= 0 {
+			s, replaced = strings.ReplaceAll(s, "\x00", "\x01"), true
+		}
+		args = append(args, s)
+	}
+	if replaced {
+		note = "redis-benchmark sends the claim's NUL bytes as 0x01 (same lengths)"
+	}
+	return args, note, nil
+}
+
 // redisBenchmarkArgs are the arguments of redis-benchmark after its address:
-// ceilingClients clients sending n EVALSHA of the claim script, pipeline
-// deep, each on a random fresh key under prefix, with CSV output.
-func redisBenchmarkArgs(prefix, sha, leaseMs, ttlMs string, pipeline, n int) []string {
-	return []string{"-c", strconv.Itoa(ceilingClients), "-P", strconv.Itoa(pipeline), "-n", strconv.Itoa(n),
-		"-r", "1000000000", "--csv",
-		"EVALSHA", sha, "1", prefix + "__rand_int__", "0123456789abcdef0123456789abcdef", leaseMs, ttlMs, ""}
+// ceilingClients clients sending n of command, pipeline deep, with CSV
+// output.
+func redisBenchmarkArgs(command []string, pipeline, n int) []string {
+	return append([]string{"-c", strconv.Itoa(ceilingClients), "-P", strconv.Itoa(pipeline), "-n", strconv.Itoa(n),
+		"-r", "1000000000", "--csv"}, command...)
 }
 
 // redisBenchmark runs redis-benchmark against addr with args and returns its

@@ -113,8 +113,13 @@ func buildChain(name string, rc *redis.Client, pg *pgBench, my *mysqlBench, pref
 	return chainCase{}
 }
 
-// chainDupKeys is how many completed keys the duplicate load cycles through.
-const chainDupKeys = 1024
+// chainDupKeys is how many completed keys the duplicate load cycles
+// through, and warmConcurrency how many goroutines send them through the
+// chain before it is measured (unmeasured, so only to be quick).
+const (
+	chainDupKeys    = 1024
+	warmConcurrency = 64
+)
 
 // runChain calls each chain from c goroutines for o.chainDur, with fresh
 // keys and then with duplicates of chainDupKeys completed keys. Before the
@@ -139,8 +144,8 @@ func runChain(o options, rc *redis.Client, pg *pgBench, my *mysqlBench) []Rate {
 		dups := make([]string, chainDupKeys)
 		for j := range dups {
 			dups[j] = fresh()
-			call(dups[j])
 		}
+		forEach(warmConcurrency, dups, call)
 		var dseq atomic.Uint64
 		dup := func() string { return dups[dseq.Add(1)%uint64(len(dups))] }
 		for _, c := range o.concurrency {
@@ -148,9 +153,7 @@ func runChain(o options, rc *redis.Client, pg *pgBench, my *mysqlBench) []Rate {
 				key := fresh
 				if load == "duplicate" {
 					key = dup
-					for _, k := range dups {
-						call(k)
-					}
+					forEach(warmConcurrency, dups, call)
 				}
 				var hits0, misses0 uint64
 				if cc.idem != nil {

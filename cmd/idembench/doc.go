@@ -18,11 +18,18 @@
 //     auto-pipelining off and as many with it on, alternating (off, on,
 //     on, off, off, on, ...), -d each; median, min and max of the time per
 //     message of each;
-//   - ceiling: the rate at which the same Redis serves our claim script to 64
-//     clients, without pipelining (redis-benchmark -P 1, and a raw go-redis
-//     load generator) and with it (redis-benchmark -P 16), so that our Redis
-//     rate reads as a fraction of each; a fresh message costs two scripts,
-//     so a message ceiling is half the script rate;
+//   - ceiling: the rate at which the same Redis serves our store's claim
+//     to 64 clients, without pipelining (redis-benchmark -P 1, and a raw
+//     go-redis load generator) and with it (redis-benchmark -P 16), so that
+//     our Redis rate reads as a fraction of each. The claim and complete are
+//     captured as the floor section captures them (below), not written
+//     down: on Redis 7 a fresh claim is one SET NX PX GET and a complete
+//     one EVALSHA. A fresh message costs two commands, so a message ceiling
+//     is half the claim rate. redis-benchmark takes its arguments from the
+//     command line, which holds no NUL byte: it sends the claim's NUL bytes
+//     as 0x01, every length kept (the note says so). The raw go-redis load
+//     also sends claim+complete pairs, the captured commands with the key
+//     changed;
 //   - floor: the commands our store sends per message against the least a
 //     Redis deduplication can send, side by side on one Redis. The floor's
 //     fresh message is SET key 1 NX PX 60000, then SET key done XX PX
@@ -152,7 +159,8 @@
 //	                 concurrency: [int], brokers: [string]}
 //	chain, e2e      [rate]
 //	latency         {rounds, seconds, off: spread, on: spread, rule, met}
-//	ceiling         {claim_sha, finish_sha, clients, redis_benchmark_claims,
+//	ceiling         {claim_sha ("" for a plain claim), finish_sha,
+//	                 commands ("SET, EVALSHA"), clients, redis_benchmark_claims,
 //	                 go_claims, go_messages, message_ceiling, pipeline,
 //	                 redis_benchmark_claims_pipelined,
 //	                 message_ceiling_pipelined, note}

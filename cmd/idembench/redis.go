@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,13 +17,10 @@ import (
 	"github.com/idempotency/watermill-idempotency/internal/rediskeys"
 )
 
-// shaRecorder captures the SHA of every EVALSHA a client sends, and counts
-// the commands and round trips it sends: a Process call is one command and
+// shaRecorder counts the commands and round trips it sends: a Process call is one command and
 // one round trip, a ProcessPipeline call (a pipeline or a transaction) is
 // one round trip carrying each of its commands.
 type shaRecorder struct {
-	mu         sync.Mutex
-	shas       []string
 	commands   atomic.Int64
 	roundTrips atomic.Int64
 	dials      atomic.Int64
@@ -41,7 +37,6 @@ func (r *shaRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if !connectionSetup[cmd.Name()] {
 			r.commands.Add(1)
 			r.roundTrips.Add(1)
-			r.recordSHA(cmd)
 		}
 		return next(ctx, cmd)
 	}
@@ -52,7 +47,6 @@ func (r *shaRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 		for _, cmd := range cmds {
 			if !connectionSetup[cmd.Name()] {
 				n++
-				r.recordSHA(cmd)
 			}
 		}
 		if n > 0 {
@@ -67,14 +61,6 @@ func (r *shaRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // connection: a cost per connection, not per message, left out of the
 // counts (a client whose pool grows mid-measurement sends them).
 var connectionSetup = map[string]bool{"hello": true, "client": true, "client|setinfo": true, "auth": true, "select": true}
-
-func (r *shaRecorder) recordSHA(cmd redis.Cmder) {
-	if args := cmd.Args(); len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "evalsha") {
-		r.mu.Lock()
-		r.shas = append(r.shas, fmt.Sprint(args[1]))
-		r.mu.Unlock()
-	}
-}
 
 // counts returns the commands and round trips counted so far.
 func (r *shaRecorder) counts() (commands, roundTrips int64) {

@@ -233,12 +233,12 @@ func (l *Latency) print(w io.Writer) {
 // ceiling's concurrency in the chain section (0 when not measured).
 func (ce *Ceiling) print(w io.Writer, ours float64) {
 	fmt.Fprintf(w, "\n## Redis ceiling (%d clients, same Redis)\n\n", ce.Clients)
-	fmt.Fprintf(w, "redis-benchmark -P 1 EVALSHA claim:   %s scripts/s  -> message ceiling %s msg/s (2 scripts per fresh message)\n", rate(ce.RedisBenchmarkClaims), rate(ce.MessageCeiling))
-	fmt.Fprintf(w, "redis-benchmark -P %d EVALSHA claim:  %s scripts/s  -> message ceiling %s msg/s\n", ce.Pipeline, rate(ce.RedisBenchmarkClaimsPipelined), rate(ce.MessageCeilingPipelined))
-	fmt.Fprintf(w, "go-redis raw EVALSHA claim:           %s scripts/s\n", rate(ce.GoClaims))
-	fmt.Fprintf(w, "go-redis raw claim+complete:          %s msg/s\n", rate(ce.GoMessages))
+	fmt.Fprintf(w, "redis-benchmark -P 1 claim:    %s claims/s  -> message ceiling %s msg/s (a fresh message: %s)\n", rate(ce.RedisBenchmarkClaims), rate(ce.MessageCeiling), ce.Commands)
+	fmt.Fprintf(w, "redis-benchmark -P %d claim:   %s claims/s  -> message ceiling %s msg/s\n", ce.Pipeline, rate(ce.RedisBenchmarkClaimsPipelined), rate(ce.MessageCeilingPipelined))
+	fmt.Fprintf(w, "go-redis raw claim:            %s claims/s\n", rate(ce.GoClaims))
+	fmt.Fprintf(w, "go-redis raw claim+complete:   %s msg/s\n", rate(ce.GoMessages))
 	if ours > 0 {
-		fmt.Fprintf(w, "ours (middleware+redisstore):         %s msg/s fresh = %.0f%% of the -P 1 ceiling, %.0f%% of the -P %d ceiling, %.0f%% of the go-redis raw pairs\n",
+		fmt.Fprintf(w, "ours (middleware+redisstore):  %s msg/s fresh = %.0f%% of the -P 1 ceiling, %.0f%% of the -P %d ceiling, %.0f%% of the go-redis raw pairs\n",
 			rate(ours), 100*div(ours, ce.MessageCeiling), 100*div(ours, ce.MessageCeilingPipelined), ce.Pipeline, 100*div(ours, ce.GoMessages))
 	}
 	printNote(w, ce.Note)

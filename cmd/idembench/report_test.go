@@ -296,7 +296,7 @@ func TestJSONSchema(t *testing.T) {
 		keys(targets[0].(map[string]any)))
 	assert.ElementsMatch(t, []string{"rounds", "seconds", "off", "on", "rule", "met"}, keys(doc["latency"].(map[string]any)))
 	assert.ElementsMatch(t, []string{"micros", "median", "min", "max"}, keys(doc["latency"].(map[string]any)["on"].(map[string]any)))
-	assert.ElementsMatch(t, []string{"claim_sha", "finish_sha", "clients", "redis_benchmark_claims", "go_claims", "go_messages",
+	assert.ElementsMatch(t, []string{"claim_sha", "finish_sha", "commands", "clients", "redis_benchmark_claims", "go_claims", "go_messages",
 		"message_ceiling", "pipeline", "redis_benchmark_claims_pipelined", "message_ceiling_pipelined"}, keys(doc["ceiling"].(map[string]any)))
 	stats := doc["stats"].(map[string]any)
 	assert.ElementsMatch(t, []string{"server", "messages", "cost", "fresh_script_inner", "slow_handler", "fast_handler", "key_bytes",

@@ -1,18 +1,25 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/idempotency/watermill-idempotency/internal/adapterinspect"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	// Linked in for adapterinspect: their keys and stored answers.
+	_ "github.com/idempotency/watermill-idempotency/middleware/grpcidem"
+	_ "github.com/idempotency/watermill-idempotency/middleware/httpidem"
 )
 
 // recordView is a record as idemctl shows it. Durations are milliseconds.
@@ -34,13 +41,16 @@ type recordView struct {
 }
 
 // outputView is a COMPLETED record's stored result, decoded when the
-// Watermill middleware wrote it.
+// Watermill middleware, httpidem or grpcidem wrote it.
 type outputView struct {
 	// Format: "messages" (the handler's output), "none" (no output),
-	// "not_stored" (larger than MaxOutputSize, or replay disabled), or
-	// "opaque" (written by httpidem, Once.Do or another tool).
+	// "not_stored" (larger than MaxOutputSize, or replay disabled), an
+	// adapter's answer (see adapterinspect.Answer: "http_response",
+	// "grpc_response", "grpc_status", "grpc_not_stored"), or "opaque"
+	// (written by Once.Do or another tool).
 	Format   string        `json:"format"`
 	Messages []messageView `json:"messages,omitempty"`
+	*adapterinspect.Answer
 }
 
 type messageView struct {
@@ -51,7 +61,9 @@ type messageView struct {
 
 const stateCorrupt = "corrupt"
 
-func view(key string, rec idempotency.Record, ttl time.Duration, bytes int64, now time.Time, withOutput bool) recordView {
+// view is rec as idemctl shows it; with withOutput, its stored output
+// decoded, the adapter named first tried first (see decodeOutput).
+func view(key string, rec idempotency.Record, ttl time.Duration, bytes int64, now time.Time, withOutput bool, first string) recordView {
 	v := recordView{Key: key, State: rec.State.String(), Attempts: rec.Attempts, TTLMS: ttl.Milliseconds(), Bytes: bytes}
 	if !rec.CreatedAt.IsZero() {
 		v.CreatedAt, v.UpdatedAt = &rec.CreatedAt, &rec.UpdatedAt
@@ -71,16 +83,37 @@ func view(key string, rec idempotency.Record, ttl time.Duration, bytes int64, no
 		n := len(rec.Result)
 		v.ResultBytes = &n
 		if withOutput {
-			v.Output = decodeOutput(rec.Result)
+			v.Output = decodeOutput(key, rec.Result, first)
 		}
 	}
 	return v
 }
 
-func decodeOutput(result []byte) *outputView {
+// decodeOutput decodes a stored result: as an answer of the adapter named
+// first (--http, --grpc), or of the adapter whose default prefix key
+// starts with, then as the Watermill middleware's output, then as any
+// adapter's answer; what none of them wrote is opaque.
+func decodeOutput(key string, result []byte, first string) *outputView {
+	adapters := adapterinspect.All()
+	slices.SortStableFunc(adapters, func(a, b adapterinspect.Adapter) int {
+		return cmp.Compare(rank(b, key, first), rank(a, key, first))
+	})
+	for _, a := range adapters {
+		if rank(a, key, first) == 0 {
+			break
+		}
+		if ans, err := a.Describe(result); err == nil {
+			return &outputView{Format: ans.Format, Answer: &ans}
+		}
+	}
 	msgs, stored, err := idempotency.DecodeOutput(result)
 	switch {
 	case err != nil:
+		for _, a := range adapters {
+			if ans, err := a.Describe(result); err == nil {
+				return &outputView{Format: ans.Format, Answer: &ans}
+			}
+		}
 		return &outputView{Format: "opaque"}
 	case !stored:
 		return &outputView{Format: "not_stored"}
@@ -92,6 +125,18 @@ func decodeOutput(result []byte) *outputView {
 		out.Messages = append(out.Messages, messageView{UUID: m.UUID, Metadata: m.Metadata, PayloadBytes: len(m.Payload)})
 	}
 	return out
+}
+
+// rank orders the adapters whose answer a result may be: 2 for the one the
+// operator named, 1 for the one whose default prefix key starts with.
+func rank(a adapterinspect.Adapter, key, first string) int {
+	switch {
+	case a.Name == first:
+		return 2
+	case strings.HasPrefix(key, a.DefaultPrefix+":"):
+		return 1
+	}
+	return 0
 }
 
 func corruptView(key string, err error) recordView {
@@ -153,8 +198,47 @@ func (c *cli) printRecord(v recordView) {
 			}
 			fmt.Fprintf(w, "  message %d:\tuuid %s, payload %d bytes, metadata {%s}\n", i, m.UUID, m.PayloadBytes, strings.Join(meta, ", "))
 		}
+		if a := v.Output.Answer; a != nil {
+			printAnswer(w, a)
+		}
 	}
 	_ = w.Flush()
+}
+
+// printAnswer prints the lines of an adapter's stored answer.
+func printAnswer(w io.Writer, a *adapterinspect.Answer) {
+	if a.Status != 0 {
+		fmt.Fprintf(w, "  status:\t%d\n", a.Status)
+	}
+	names := make([]string, 0, len(a.Headers))
+	for name := range a.Headers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		for _, v := range a.Headers[name] {
+			fmt.Fprintf(w, "  header:\t%s: %s\n", name, v)
+		}
+	}
+	if a.BodyBytes != nil {
+		note := ""
+		if a.BodyStored != nil && !*a.BodyStored {
+			note = " (not stored: over MaxResponseBody)"
+		}
+		fmt.Fprintf(w, "  body:\t%d bytes%s\n", *a.BodyBytes, note)
+	}
+	if a.Type != "" {
+		fmt.Fprintf(w, "  type:\t%s\n", a.Type)
+	}
+	if a.Code != "" {
+		fmt.Fprintf(w, "  code:\t%s\n", a.Code)
+	}
+	if a.Message != "" {
+		fmt.Fprintf(w, "  message:\t%q\n", a.Message)
+	}
+	if a.Bytes != nil {
+		fmt.Fprintf(w, "  size:\t%d bytes\n", *a.Bytes)
+	}
 }
 
 // progress reports a long walk on stderr, at most every two seconds.
@@ -190,12 +274,45 @@ func (p *progress) done(scanned, matched int) {
 }
 
 var getCommand = command{
-	synopsis: "get KEY [--json]",
-	help:     "Shows one key: state, attempts, lease left, TTL, fingerprint, size and the stored output.\nExit 3 when the store does not hold the key.",
-	args:     1,
-	flags: func(*flag.FlagSet) func(context.Context, *cli, []string) error {
+	synopsis: "get KEY [--http | --grpc] [--scope S] [--prefix P] [--json]",
+	help: "Shows one key: state, attempts, lease left, TTL, fingerprint, size and the stored output\n" +
+		"(the Watermill middleware's messages; httpidem's status, headers and body size; grpcidem's\n" +
+		"response type and size, or its status).\n" +
+		"With --http or --grpc, KEY is the key a client sent (Idempotency-Key, idempotency-key),\n" +
+		"and the stored key is built as httpidem or grpcidem builds it: PREFIX:HASH:KEY, HASH the hex\n" +
+		"of the first 16 bytes of SHA-256(scope) (under SingleTenant the scope is empty).\n" +
+		"Exit 3 when the store does not hold the key.",
+	args: 1,
+	flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+		adapters := map[string]*bool{}
+		for _, a := range adapterinspect.All() {
+			adapters[a.Name] = fs.Bool(a.Name, false, fmt.Sprintf("KEY is a client's key of %sidem: build its stored key (--scope, --prefix)", a.Name))
+		}
+		scope := fs.String("scope", "", "with --http or --grpc: the scope of the request (Config.Scope's answer; empty under SingleTenant)")
+		prefix := fs.String("prefix", "", "with --http or --grpc: Config.KeyPrefix (default httpidem or grpcidem)")
 		return func(ctx context.Context, c *cli, args []string) error {
-			key := args[0]
+			key, first := args[0], ""
+			for _, a := range adapterinspect.All() {
+				if !*adapters[a.Name] {
+					continue
+				}
+				if first != "" {
+					return fmt.Errorf("%w: --%s and --%s: a key is of one adapter", errUsage, first, a.Name)
+				}
+				first = a.Name
+				p := strings.TrimSuffix(*prefix, ":") // a KeyPrefix holds no colon
+				if p == "" {
+					p = a.DefaultPrefix
+				}
+				k, err := a.ClientKey(key)
+				if err != nil {
+					return fmt.Errorf("%w: --%s: key %q %v", errUsage, a.Name, key, err)
+				}
+				key = a.StoreKey(p, *scope, k)
+			}
+			if first == "" && (*scope != "" || *prefix != "") {
+				return fmt.Errorf("%w: --scope and --prefix build an adapter's key: give --http or --grpc", errUsage)
+			}
 			k, err := c.lookup(ctx, key)
 			if errors.Is(err, idempotency.ErrCorruptRecord) {
 				c.show(corruptView(key, err))
@@ -207,7 +324,7 @@ var getCommand = command{
 			if k.rec.State == idempotency.StateAbsent {
 				return notFound(fmt.Errorf("no record under %q", key))
 			}
-			c.show(view(key, k.rec, k.ttl, k.bytes, k.now, true))
+			c.show(view(key, k.rec, k.ttl, k.bytes, k.now, true, first))
 			return nil
 		}
 	},
@@ -320,7 +437,7 @@ func (c *cli) walk(ctx context.Context, f filter, each func(e entry) error) (sca
 var listCommand = command{
 	synopsis: "list [--prefix P] [--state S] [--min-attempts N] [--age D] [--limit N] [--json]",
 	help: "Lists the keys under --prefix that match every filter, as the store's walk finds them\n" +
-		"(Redis: SCAN; PostgreSQL: pages in key_hash order), until --limit matches.\n" +
+		"(Redis: SCAN; PostgreSQL and MySQL: pages in key_hash order), until --limit matches.\n" +
 		"With --json, one JSON object per line; a summary goes to stderr.",
 	args: 0,
 	flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
@@ -344,7 +461,7 @@ var listCommand = command{
 				if e.Err != nil {
 					v = corruptView(e.Key, e.Err)
 				} else {
-					v = view(e.Key, e.Record, e.TTL, e.Bytes, now, false)
+					v = view(e.Key, e.Record, e.TTL, e.Bytes, now, false, "")
 				}
 				if c.opts.json {
 					c.writeJSON(v)
@@ -535,7 +652,8 @@ func nonNil(s []string) []string {
 var statsCommand = command{
 	synopsis: "stats [--prefix P] [--limit N] [--sample N] [--json]",
 	help: "Counts the keys under --prefix per state, with the mean bytes per record.\n" +
-		"PostgreSQL counts every row in one query (exact, pg_column_size of each row).\n" +
+		"PostgreSQL and MySQL count every row in one query (exact; PostgreSQL: pg_column_size of each\n" +
+		"row; MySQL: the sum of its columns' lengths, without InnoDB's overhead).\n" +
 		"Redis walks at most --limit keys with SCAN and measures MEMORY USAGE of up to\n" +
 		"--sample keys per state. Sizing: keys per day x retention in days x bytes per record.",
 	args: 0,

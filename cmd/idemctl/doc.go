@@ -11,12 +11,15 @@
 //	idemctl get     --store mysql://app@db:3306/app 'idem:orders:req-42'
 //	idemctl purge   --store redis://localhost:6379/0 --prefix idem:old-handler: --apply
 //	idemctl stats   --store redis://localhost:6379/0 --prefix idem: --json
+//	idemctl get     --store redis://localhost:6379/0 --http --scope alice 8e03978e
 //
 // Run idemctl --help for every command, flag and exit code.
 //
 // It reads and writes records only through the store packages (Get,
 // Inspect, Records, DeleteIf, Delete, Counts), never by decoding the stored
-// values itself, so it follows their format. Every command takes --json.
+// values itself, so it follows their format. Likewise an HTTP or gRPC key
+// (get --http, --grpc) is built, and a stored response or answer decoded,
+// by httpidem's and grpcidem's own code. Every command takes --json.
 //
 // What release does: it deletes the record of an IN_PROGRESS or FAILED key,
 // in one atomic operation that checks the state (DeleteIf), so a key that

@@ -26,7 +26,9 @@ Usage:
 Commands:
   get KEY      show a key: state, attempts, lease left, TTL, fingerprint,
                size, and its stored output decoded (message UUIDs, metadata,
-               payload sizes)
+               payload sizes; an HTTP response's status, headers and body
+               size; a gRPC response's type and size); --http or --grpc
+               with --scope: KEY is the key an HTTP or gRPC client sent
   list         list the keys under --prefix, filtered by --state,
                --min-attempts and --age; stops after --limit matches; shows
                progress on stderr during long scans
@@ -56,8 +58,11 @@ Flags of every command:
                   is always bounded by 5s)
 
 Keys are stored as the middleware writes them: prefix:scope:key for the
-Watermill middleware (prefix "idem" by default, scope the handler's name),
-httpidem:… for HTTP. Times are the store's clock.
+Watermill middleware (prefix "idem" by default, scope the handler's name);
+prefix:HASH:key for httpidem and grpcidem (prefix "httpidem", "grpcidem"),
+HASH the hex of the first 16 bytes of SHA-256(scope), the scope empty under
+SingleTenant: "idemctl get --http KEY [--scope S]" builds it from the key a
+client sent. Times are the store's clock.
 
 Exit codes:
   0  done

@@ -1,0 +1,26 @@
+package httpidem
+
+import (
+	"math"
+
+	"github.com/idempotency/watermill-idempotency/internal/adapterinspect"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+)
+
+// idemctl reads this middleware's keys and stored responses with the code
+// that writes them.
+func init() {
+	adapterinspect.Register(adapterinspect.Adapter{Name: "http", DefaultPrefix: DefaultKeyPrefix,
+		ClientKey: func(sent string) (string, error) { return parseKey(sent, math.MaxInt) },
+		StoreKey:  adapter.StoreKey, Describe: describeResponse})
+}
+
+func describeResponse(result []byte) (adapterinspect.Answer, error) {
+	s, err := decodeResponse(result)
+	if err != nil {
+		return adapterinspect.Answer{}, err
+	}
+	stored := !s.BodyOmitted
+	return adapterinspect.Answer{Format: "http_response", Status: s.Status, Headers: s.Header,
+		BodyBytes: &s.BodySize, BodyStored: &stored}, nil
+}
