@@ -297,9 +297,9 @@
 //   - Its replica wait. Under Options.Replicas a claim, renewal or completion
 //     is not auto-pipelined: go-redis sends WAIT, a blocking command, on a
 //     connection of its own, where it would count none of the script's
-//     writes. Each of them is sent as before, its script and a WAIT with its
-//     own timeout in one pipeline on one connection. Fail, Release and Get
-//     are auto-pipelined and never wait for a replica
+//     writes. Each of them is sent on its own, its script and a WAIT with
+//     its own timeout on one connection (see Replica acknowledgement).
+//     Fail, Release and Get are auto-pipelined and never wait for a replica
 //     (TestReplicaWaitIsEachCallsOwn, TestFailAndReleaseDoNotWaitForReplicas,
 //     TestAutoPipeliningReplicaAck).
 //   - One extra round trip after NOSCRIPT (SCRIPT FLUSH, a restart, a failover

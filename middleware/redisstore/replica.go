@@ -257,7 +257,7 @@ func (s *Store) waited(ctx context.Context, op, key string, send func(p redis.Pi
 // ASKING if asking, with WAIT as waited says, and returns the command and
 // WAIT's (nil when none was sent). A client whose connections the store
 // cannot hold (neither a *redis.Client nor a cluster node) always has WAIT
-// in the pipeline.
+// in the pipeline, and so does a call whose held connection broke.
 func (s *Store) sendWaited(ctx context.Context, primary redis.UniversalClient, asking bool, send func(p redis.Pipeliner, byText bool) *redis.Cmd, wrote func(*redis.Cmd) bool) (cmd, wait *redis.Cmd) {
 	behind := s.ack.behind(primary)
 	exec := func(p func() redis.Pipeliner, withWait bool) {
@@ -276,14 +276,24 @@ func (s *Store) sendWaited(ctx context.Context, primary redis.UniversalClient, a
 			}
 		}
 	}
+	held := false
 	if c, ok := primary.(*redis.Client); ok && behind.Load() {
 		conn := c.Conn()
 		defer func() { _ = conn.Close() }()
-		if exec(conn.Pipeline, false); !wrote(cmd) {
-			return cmd, nil
+		exec(conn.Pipeline, false)
+		// A connection that broke (no reply from Redis) is not resent by
+		// go-redis once held: the call is sent again below, as a pipeline
+		// with WAIT that go-redis resends on another connection.
+		var reply redis.Error
+		if err := cmd.Err(); err == nil || errors.As(err, &reply) || ctx.Err() != nil {
+			if !wrote(cmd) {
+				return cmd, nil
+			}
+			wait = conn.Do(ctx, "wait", s.ack.replicas, s.ack.waitTimeout(ctx).Milliseconds())
+			held = true
 		}
-		wait = conn.Do(ctx, "wait", s.ack.replicas, s.ack.waitTimeout(ctx).Milliseconds())
-	} else {
+	}
+	if !held {
 		exec(primary.Pipeline, true)
 	}
 	if acked, err := wait.Int64(); err == nil {
