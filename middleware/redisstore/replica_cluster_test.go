@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -88,22 +89,24 @@ func (m *slotMover) finish(slot int64, src, dst string) {
 // that now serves them, and every transition that wrote is counted once,
 // on a cluster whose replicas keep up (WAIT in the script's pipeline) and
 // on one without replicas (every WAIT falls short, so after the first one
-// a node's calls send WAIT after the script).
+// a node's calls send WAIT after the script). Then one primary's replica
+// stops: only that primary's calls go over to WAIT after a write.
 func TestReplicaAckFollowsSlotMoves(t *testing.T) {
 	clusters := []struct {
 		name    string
-		start   func(t *testing.T) []string
+		start   func(t *testing.T) ([]string, map[string]*testserver.RedisServer)
 		timeout time.Duration
 	}{
-		{"replicas keep up", func(t *testing.T) []string {
-			addrs, _ := testserver.StartReplicatedRedisCluster(t)
-			return addrs
+		{"replicas keep up", func(t *testing.T) ([]string, map[string]*testserver.RedisServer) {
+			return testserver.StartReplicatedRedisCluster(t)
 		}, 2 * time.Second},
-		{"no replica", func(t *testing.T) []string { return testserver.StartRedisCluster(t) }, 5 * time.Millisecond},
+		{"no replica", func(t *testing.T) ([]string, map[string]*testserver.RedisServer) {
+			return testserver.StartRedisCluster(t), nil
+		}, 5 * time.Millisecond},
 	}
 	for _, cl := range clusters {
 		t.Run(cl.name, func(t *testing.T) {
-			addrs := cl.start(t)
+			addrs, replicas := cl.start(t)
 			client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs, ClusterStateReloadInterval: time.Hour})
 			t.Cleanup(func() { _ = client.Close() })
 			s, err := redisstore.NewWithOptions(client, redisstore.Options{Replicas: 1, ReplicaTimeout: cl.timeout})
@@ -195,11 +198,40 @@ func TestReplicaAckFollowsSlotMoves(t *testing.T) {
 			stats := s.ReplicaStats()
 			t.Logf("%d transitions wrote; %+v", writes, stats)
 			assert.Equal(t, uint64(writes), stats.Acknowledged+stats.Shortfalls, "each transition that wrote, counted once")
-			if cl.timeout > time.Second {
-				assert.Zero(t, stats.Shortfalls)
-			} else {
+			if replicas == nil {
 				assert.Zero(t, stats.Acknowledged)
+				return
 			}
+			assert.Zero(t, stats.Shortfalls)
+
+			// One primary's replica lost: only that primary's calls send
+			// WAIT after a write alone; the others keep theirs in the
+			// pipeline, acknowledged.
+			replicas[third].Stop()
+			keyOn := func(addr string) string {
+				for i := 0; ; i++ {
+					key := fmt.Sprintf("{lag-%d}k", i)
+					if n, err := client.MasterForKey(ctx, key); err == nil && n.Options().Addr == addr {
+						return key
+					}
+				}
+			}
+			waits := func(addr, key string) int {
+				t.Helper()
+				require.NoError(t, m.admins[addr].ConfigResetStat(ctx).Err())
+				_, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
+				require.NoError(t, err, key)
+				return commandCalls(t, m.admins[addr])["wait"]
+			}
+			lagging, healthy := keyOn(third), keyOn(src)
+			before := s.ReplicaStats()
+			assert.Equal(t, 1, waits(third, lagging), "a write on the lagging primary waits")
+			assert.Equal(t, redisstore.ReplicaStats{Acknowledged: before.Acknowledged, Shortfalls: 1}, s.ReplicaStats())
+			assert.Zero(t, waits(third, lagging), "a claim of its held key sends no WAIT")
+			assert.Equal(t, 1, waits(src, healthy), "a write on another primary")
+			assert.Positive(t, waits(src, healthy), "a claim of its held key (claim.lua's first run there: NOSCRIPT, then EVAL)")
+			assert.Equal(t, 2, waits(src, healthy), "a claim of its held key: WAIT in the SET's pipeline and the script's still")
+			assert.Equal(t, redisstore.ReplicaStats{Acknowledged: before.Acknowledged + 1, Shortfalls: 1}, s.ReplicaStats())
 		})
 	}
 }
