@@ -188,19 +188,27 @@
 // # Replica acknowledgement
 //
 // NewWithOptions with Options.Replicas set to N makes Claim, Renew and
-// Complete wait until N replicas have the transition: each is sent as
-// EVALSHA (or the plain claim's SET) followed by WAIT N, in one pipeline of
-// its own on one connection
-// (never auto-pipelined: see Auto-pipelining), so it is still one round
-// trip (and, when the server answers NOSCRIPT, a second one with EVAL, once
-// per script and server). A Sentinel failover (or a Cluster failover) to a
-// replica that acknowledged keeps what the owner was told: its claim, its
-// renewed lease and its COMPLETED record. The cost is the replicas' round
-// trip on each of those calls. A claim that the plain SET leaves to
-// claim.lua (a key held, FAILED or lapsed) sends two such pipelines, one
-// WAIT each, and is counted once: while fewer than N replicas are in
-// reach, it waits out both WAITs, twice the time of any other call
-// (TestPlainClaimReplicaShortfallOfAHeldKey).
+// Complete wait until N replicas have the transition: each is sent to the
+// primary of its key, never auto-pipelined (see Auto-pipelining), with
+// WAIT N on the same connection. While that primary's replicas keep up,
+// the command (EVALSHA, or the plain claim's SET) and WAIT go in one
+// pipeline, so it is still one round trip (and, when the server answers
+// NOSCRIPT, a second one with EVAL, once per script and server). A Sentinel
+// failover (or a Cluster failover) to a replica that acknowledged keeps
+// what the owner was told: its claim, its renewed lease and its COMPLETED
+// record. The cost is the replicas' round trip on each of those calls.
+//
+// Only a transition that wrote is counted: a duplicate of a COMPLETED key,
+// a claim of a key another owner holds and a Renew or Complete of a lease
+// lost change nothing, so they are never a shortfall. Once a WAIT on a
+// primary falls short, its calls send WAIT after the command, on the same
+// connection, and only if it wrote, until a WAIT there is acknowledged
+// again: while fewer than N replicas are in reach, a call that wrote
+// nothing does not wait, and one that wrote takes a second round trip
+// besides the wait. The calls already on their way when the replicas fell
+// behind still have WAIT in their pipelines: each waits out its timeout
+// once, not counted if it wrote nothing (TestReplicaShortfallOnlyForWrites,
+// TestPlainClaimReplicaHeldKeyWritesNothing).
 //
 // WAIT is asked to wait at most Options.ReplicaTimeout (500 ms by default),
 // and at most half of what is left before the call's deadline. Redis ends a
@@ -220,10 +228,15 @@
 // wait: losing one in a failover leaves a lease that lapses, which counts
 // as the same failed attempt.
 //
-// WAIT is sent on the connection that ran the script: with a cluster client,
-// to the primary of the key's slot as the client last saw it (a MOVED
-// answer while slots move is returned as an error, and the owner's retry
-// finds the new primary). A *redis.Ring is refused
+// WAIT is sent on the connection that ran the command: with a cluster
+// client, to the primary of the key's slot as the client last saw it. A
+// MOVED or ASK answer there is followed at once, as the client follows it
+// for any other command: the store reloads the client's slot map (with
+// ForEachShard, which reloads it first) and sends the command and its WAIT
+// again to the node the answer names, after ASKING for ASK, up to the
+// client's MaxRedirects (TestReplicaAckFollowsSlotMoves). An ASK to a
+// master that holds no slot yet is not in that map, and is returned as an
+// error until the slot has moved. A *redis.Ring is refused
 // (ErrReplicaAckUnsupported): its shards have no replicas. ReplicaTimeout
 // must be shorter than the client's ReadTimeout, which bounds a pipeline's
 // reply.
@@ -293,9 +306,9 @@
 //   - Its replica wait. Under Options.Replicas a claim, renewal or completion
 //     is not auto-pipelined: go-redis sends WAIT, a blocking command, on a
 //     connection of its own, where it would count none of the script's
-//     writes. Each of them is sent as before, its script and a WAIT with its
-//     own timeout in one pipeline on one connection. Fail, Release and Get
-//     are auto-pipelined and never wait for a replica
+//     writes. Each of them is sent on its own, its script and a WAIT with
+//     its own timeout on one connection (see Replica acknowledgement).
+//     Fail, Release and Get are auto-pipelined and never wait for a replica
 //     (TestReplicaWaitIsEachCallsOwn, TestFailAndReleaseDoNotWaitForReplicas,
 //     TestAutoPipeliningReplicaAck).
 //   - One extra round trip after NOSCRIPT (SCRIPT FLUSH, a restart, a failover

@@ -184,11 +184,9 @@ func (s *Store) freshClaim(ctx context.Context, key string, req idempotency.Clai
 	args := append(make([]any, 0, 8+len(s.freshClaimArgs)), "set", key, encodeNew(req, lease, ttl), "nx", "px", lease+ttl, "get")
 	args = append(args, s.freshClaimArgs...)
 	sent := time.Now()
-	cmd, count := s.runPlain(ctx, "claim", key, req.Token, args)
-	v, err := cmd.Text()
+	v, err := s.runPlain(ctx, "claim", key, req.Token, args).Text()
 	switch {
 	case err == redis.Nil: // the key was absent: this claim wrote it
-		count()
 		return acquiredFresh(sent, lease, req), true, nil
 	case err != nil && isSyntaxError(err):
 		// A server before Redis 7, which has no SET NX GET: claim.lua from
@@ -209,7 +207,6 @@ func (s *Store) freshClaim(ctx context.Context, key string, req idempotency.Clai
 	if err != nil {
 		return idempotency.ClaimResult{}, false, wrap("claim", key, err)
 	}
-	count()
 	return idempotency.ClaimResult{Record: rec}, true, nil
 }
 

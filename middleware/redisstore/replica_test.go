@@ -2,6 +2,8 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"sync"
@@ -33,10 +35,12 @@ func startReplicated(t *testing.T) (master, replica *testserver.RedisServer) {
 	return master, replica
 }
 
-// TestReplicaAckOneRoundTrip proves that with Options.Replicas each of
-// Claim, Renew and Complete is one round trip (one pipeline of EVALSHA and
-// WAIT, from the client's count), that the server ran one EVALSHA and one
-// WAIT for it, and that Fail, Release and Get send no WAIT.
+// TestReplicaAckOneRoundTrip proves that with Options.Replicas, while the
+// replica keeps up, each of Claim, Renew and Complete is one round trip
+// (one pipeline of EVALSHA and WAIT, from the client's count), that the
+// server ran one EVALSHA and one WAIT for it, that only the transitions
+// that wrote are counted (not a duplicate), and that Fail, Release and Get
+// send no WAIT.
 func TestReplicaAckOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	master, _ := startReplicated(t)
@@ -67,32 +71,35 @@ func TestReplicaAckOneRoundTrip(t *testing.T) {
 
 	var token string
 	steps := []struct {
-		name string
-		wait bool
-		run  func() error
+		name        string
+		wait, wrote bool
+		run         func() error
 	}{
-		{"claim", true, claimStep(s, "k", nil, &token)},
-		{"renew", true, func() error { return s.Renew(ctx, "k", token, time.Minute) }},
-		{"complete", true, func() error { return s.Complete(ctx, "k", token, []byte("r"), time.Hour) }},
-		{"complete resent", true, func() error { return s.Complete(ctx, "k", token, []byte("r"), time.Hour) }},
-		{"duplicate claim", true, func() error {
+		{"claim", true, true, claimStep(s, "k", nil, &token)},
+		{"renew", true, true, func() error { return s.Renew(ctx, "k", token, time.Minute) }},
+		{"complete", true, true, func() error { return s.Complete(ctx, "k", token, []byte("r"), time.Hour) }},
+		// Its reply is the completion's: counted.
+		{"complete resent", true, true, func() error { return s.Complete(ctx, "k", token, []byte("r"), time.Hour) }},
+		{"duplicate claim", true, false, func() error {
 			res, err := s.Claim(ctx, "k", claimReq(time.Minute, nil))
 			if err == nil && res.Acquired {
 				t.Errorf("duplicate acquired: %+v", res)
 			}
 			return err
 		}},
-		{"claim again", true, claimStep(s, "k2", nil, &token)},
-		{"fail", false, func() error { return s.Fail(ctx, "k2", token, time.Hour) }},
-		{"release", false, func() error { return s.Release(ctx, "k2", token) }},
-		{"get", false, func() error { _, err := s.Get(ctx, "k"); return err }},
+		{"claim again", true, true, claimStep(s, "k2", nil, &token)},
+		{"fail", false, false, func() error { return s.Fail(ctx, "k2", token, time.Hour) }},
+		{"release", false, false, func() error { return s.Release(ctx, "k2", token) }},
+		{"get", false, false, func() error { _, err := s.Get(ctx, "k"); return err }},
 	}
-	waited := 0
+	wrote := 0
 	for _, step := range steps {
 		trips, cmds, calls := scriptStep(t, admin, hook, step.name, step.run)
 		assert.Equal(t, 1, trips, "%s: round trips", step.name)
+		if step.wrote {
+			wrote++
+		}
 		if step.wait {
-			waited++
 			assert.Equal(t, 2, cmds, "%s: EVALSHA and WAIT in one pipeline", step.name)
 			assert.Equal(t, 1, calls["wait"], "%s: WAIT calls, stats %v", step.name, calls)
 		} else {
@@ -100,8 +107,8 @@ func TestReplicaAckOneRoundTrip(t *testing.T) {
 			assert.Zero(t, calls["wait"], "%s: no WAIT, stats %v", step.name, calls)
 		}
 	}
-	assert.Equal(t, redisstore.ReplicaStats{Acknowledged: acked + uint64(waited)}, s.ReplicaStats(),
-		"every WAIT was acknowledged by the replica")
+	assert.Equal(t, redisstore.ReplicaStats{Acknowledged: acked + uint64(wrote)}, s.ReplicaStats(),
+		"every transition that wrote was acknowledged by the replica")
 }
 
 // TestReplicaShortfall stops the replica: a Complete is still applied and
@@ -164,6 +171,113 @@ func TestReplicaShortfall(t *testing.T) {
 	require.ErrorIs(t, err, idempotency.ErrLeaseLost)
 }
 
+// TestReplicaShortfallOnlyForWrites: with the replica stopped, claims
+// that write nothing (a duplicate of a COMPLETED key, a claim of a key
+// another owner holds) and a Renew and a Complete of a lease lost are no
+// shortfall: nothing is reported or logged. The first WAIT that falls
+// short, even beside a call that wrote nothing, makes the store send WAIT
+// only after a command that wrote, so those calls send no WAIT and do not
+// wait out ReplicaTimeout; a claim that writes still waits and is
+// reported. Once the replica is back, a WAIT is acknowledged and calls
+// are one round trip again.
+func TestReplicaShortfallOnlyForWrites(t *testing.T) {
+	t.Parallel()
+	master, replica := startReplicated(t)
+	admin, client, hook := statClients(t, master.Addr)
+	var (
+		mu   sync.Mutex
+		seen []redisstore.ReplicaShortfall
+	)
+	logs := watermill.NewCaptureLogger()
+	s, err := redisstore.NewWithOptions(client, redisstore.Options{
+		Replicas:       1,
+		ReplicaTimeout: 2 * time.Second,
+		OnReplicaShortfall: func(r redisstore.ReplicaShortfall) {
+			mu.Lock()
+			seen = append(seen, r)
+			mu.Unlock()
+		},
+		Logger: logs,
+	})
+	require.NoError(t, err)
+	loadScripts(t, s)
+	ctx := context.Background()
+	done, held := claimReq(time.Minute, nil), claimReq(time.Minute, nil)
+	_, err = s.Claim(ctx, "done", done)
+	require.NoError(t, err)
+	require.NoError(t, s.Complete(ctx, "done", done.Token, []byte("out"), time.Hour))
+	_, err = s.Claim(ctx, "held", held)
+	require.NoError(t, err)
+	acked := s.ReplicaStats().Acknowledged
+	require.Equal(t, redisstore.ReplicaStats{Acknowledged: acked}, s.ReplicaStats())
+
+	replica.Stop()
+	waits := func(name string, run func() error) int {
+		t.Helper()
+		require.NoError(t, admin.ConfigResetStat(ctx).Err())
+		require.NoError(t, run(), name)
+		return commandCalls(t, admin)["wait"]
+	}
+	duplicate := func() error {
+		res, err := s.Claim(ctx, "done", claimReq(time.Minute, nil))
+		if err == nil && (res.Acquired || string(res.Record.Result) != "out") {
+			t.Errorf("duplicate: %+v", res)
+		}
+		return err
+	}
+	refused := func() error {
+		res, err := s.Claim(ctx, "held", claimReq(time.Minute, nil))
+		if err == nil && res.Acquired {
+			t.Errorf("a held key acquired: %+v", res)
+		}
+		return err
+	}
+	// The first call after the loss cannot know it: its WAIT goes in the
+	// pipeline and falls short, but it wrote nothing and is not counted.
+	assert.Equal(t, 1, waits("first duplicate", duplicate), "WAIT in the pipeline")
+	assert.Zero(t, waits("duplicate", duplicate), "a duplicate sends no WAIT")
+	assert.Zero(t, waits("claim of a held key", refused), "a refused claim sends no WAIT")
+	lost := func(err error) error {
+		if !errors.Is(err, idempotency.ErrLeaseLost) {
+			return fmt.Errorf("want a lease lost, got %v", err)
+		}
+		return nil
+	}
+	assert.Zero(t, waits("renew of a lost lease", func() error { return lost(s.Renew(ctx, "held", idempotency.NewToken(), time.Minute)) }))
+	assert.Zero(t, waits("complete of a lost lease", func() error {
+		return lost(s.Complete(ctx, "held", idempotency.NewToken(), nil, time.Hour))
+	}))
+	assert.Equal(t, redisstore.ReplicaStats{Acknowledged: acked}, s.ReplicaStats(), "nothing written, no shortfall")
+	mu.Lock()
+	assert.Empty(t, seen)
+	mu.Unlock()
+	assert.Empty(t, logs.Captured()[watermill.InfoLogLevel], "nothing logged")
+
+	// A claim that writes waits, after its SET, and is reported.
+	assert.Equal(t, 1, waits("fresh claim", func() error { _, err := s.Claim(ctx, "fresh", claimReq(time.Minute, nil)); return err }))
+	assert.Equal(t, redisstore.ReplicaStats{Acknowledged: acked, Shortfalls: 1}, s.ReplicaStats())
+	mu.Lock()
+	assert.Equal(t, []redisstore.ReplicaShortfall{{Op: "claim", Key: "fresh", Acked: 0, Wanted: 1}}, seen)
+	mu.Unlock()
+
+	// The replica back in sync: a write's WAIT is acknowledged, and the
+	// next call is one pipeline again.
+	replica.Start()
+	require.Eventually(t, func() bool {
+		n, err := admin.Wait(ctx, 1, 50*time.Millisecond).Result()
+		return err == nil && n == 1
+	}, 10*time.Second, 10*time.Millisecond, "the replica never came back")
+	_, err = s.Claim(ctx, "back", claimReq(time.Minute, nil))
+	require.NoError(t, err)
+	assert.Equal(t, redisstore.ReplicaStats{Acknowledged: acked + 1, Shortfalls: 1}, s.ReplicaStats())
+	hook.reset()
+	assert.Equal(t, 1, waits("duplicate, replica back", duplicate))
+	trips, cmds := hook.counts()
+	assert.Equal(t, 1, trips, "one round trip")
+	assert.Equal(t, 2, cmds, "SET and WAIT")
+	assert.Equal(t, redisstore.ReplicaStats{Acknowledged: acked + 1, Shortfalls: 1}, s.ReplicaStats())
+}
+
 // TestReplicaAckOptions: out-of-range options are errors, and a ring,
 // whose shards have no replicas and which could not keep WAIT on the
 // script's connection, is refused.
@@ -188,8 +302,11 @@ func TestReplicaAckOptions(t *testing.T) {
 }
 
 // TestReplicaAckCluster: on a cluster client, WAIT goes to the node that
-// ran the script (a keyless command would go to any node). The test
-// cluster has no replicas, so every WAIT falls short and is counted.
+// ran the claim's SET (a keyless command would go to any node). The test
+// cluster has no replicas, so every WAIT falls short and each fresh claim
+// is counted; a claim of a held key writes nothing, sends no WAIT (once a
+// WAIT on its node fell short; before, one in the pipeline) and is not
+// counted.
 func TestReplicaAckCluster(t *testing.T) {
 	t.Parallel()
 	addrs := testserver.StartRedisCluster(t)
@@ -198,29 +315,38 @@ func TestReplicaAckCluster(t *testing.T) {
 	s, err := redisstore.NewWithOptions(client, redisstore.Options{Replicas: 1, ReplicaTimeout: 5 * time.Millisecond})
 	require.NoError(t, err)
 	ctx := context.Background()
+	admins := map[string]*redis.Client{}
+	for _, a := range addrs {
+		admins[a] = redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = admins[a].Close() })
+	}
+	step := func(key, name string, check func(addr string, calls map[string]int)) {
+		t.Helper()
+		for _, admin := range admins {
+			require.NoError(t, admin.ConfigResetStat(ctx).Err())
+		}
+		res, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
+		require.NoError(t, err, "%s: %s", name, key)
+		assert.Equal(t, name == "fresh", res.Acquired, "%s: %s", name, key)
+		for a, admin := range admins {
+			check(a, commandCalls(t, admin))
+		}
+	}
 	for i := range 6 {
 		key := "spread-" + strconv.Itoa(i)
-		_, err := s.Claim(ctx, key, claimReq(time.Minute, nil)) // a plain SET
-		require.NoError(t, err)
-		_, err = s.Claim(ctx, key, claimReq(time.Minute, nil)) // loads claim.lua where the key lives
-		require.NoError(t, err)
-		admins := map[string]*redis.Client{}
-		for _, a := range addrs {
-			admins[a] = redis.NewClient(&redis.Options{Addr: a, ContextTimeoutEnabled: true})
-			require.NoError(t, admins[a].ConfigResetStat(ctx).Err())
-		}
-		_, err = s.Claim(ctx, key, claimReq(time.Minute, nil))
-		require.NoError(t, err)
-		ran := 0
-		for a, admin := range admins {
-			calls := commandCalls(t, admin)
-			// The plain claim's SET, then claim.lua: each with its WAIT.
-			assert.Equal(t, 2*calls["evalsha"], calls["wait"], "%s on %s: WAIT beside the SET and the script, stats %v", key, a, calls)
-			ran += calls["evalsha"]
-			_ = admin.Close()
-		}
-		assert.Equal(t, 1, ran, key)
+		sets, scripts := 0, 0
+		step(key, "fresh", func(a string, calls map[string]int) {
+			assert.Equal(t, calls["set"], calls["wait"], "%s on %s: WAIT beside the SET, stats %v", key, a, calls)
+			sets += calls["set"]
+		})
+		assert.Equal(t, 1, sets, key)
+		step(key, "held", func(a string, calls map[string]int) {
+			assert.Zero(t, calls["wait"], "%s on %s: no WAIT, stats %v", key, a, calls)
+			if calls["evalsha"] > 0 {
+				scripts++
+			}
+		})
+		assert.Equal(t, 1, scripts, key)
 	}
-	// Three claims of each key, each counted once.
-	assert.Equal(t, uint64(18), s.ReplicaStats().Shortfalls)
+	assert.Equal(t, redisstore.ReplicaStats{Shortfalls: 6}, s.ReplicaStats(), "the fresh claims, each counted once")
 }
