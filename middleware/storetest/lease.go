@@ -24,7 +24,12 @@ func (h *harness) assertLapsed(rec idempotency.Record, attempts int, what string
 func testStaleOwner(h *harness) {
 	t, k, k2 := h.t, h.key("k"), h.key("k2")
 	stale := h.mustAcquire(k)
-	lapsed := h.mustAcquire(k2)
+	// k2's record must outlive its lapsed lease for as long as the checks
+	// below take on a loaded machine: the suite's TTL (one lease) did not.
+	req2 := request(nil)
+	req2.TTL = time.Minute
+	require.True(t, h.claimWith(k2, req2).Acquired)
+	lapsed := req2.Token
 	h.advance(past)
 
 	fresh := request(nil)
