@@ -3,6 +3,7 @@ package httpidem
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -16,11 +17,13 @@ var errHijackUnsupported = errors.New("httpidem: hijacking is not supported unde
 
 // recorder passes the handler's response through to the client while keeping
 // its status, its headers and up to max bytes of its body. Once a write to
-// the client fails (the connection broke), the rest of the response is kept
-// and not sent, and the handler's writes succeed: what is stored is what the
-// handler wrote, not what the broken connection took.
+// the client fails because the connection broke (net/http then ends the
+// request's context), the rest of the response is kept and not sent, and the
+// handler's writes succeed: what is stored is what the handler wrote, not
+// what the broken connection took. Any other write error is the handler's.
 type recorder struct {
-	w http.ResponseWriter
+	w   http.ResponseWriter
+	ctx context.Context // the request's
 	// outer holds the headers set before the handler ran (by outer
 	// middleware, for this request only); they are not the handler's and
 	// are neither stored nor replayed.
@@ -35,8 +38,8 @@ type recorder struct {
 	broken bool // a write to the client failed
 }
 
-func newRecorder(w http.ResponseWriter, max int) *recorder {
-	return &recorder{w: w, outer: w.Header().Clone(), max: max}
+func newRecorder(ctx context.Context, w http.ResponseWriter, max int) *recorder {
+	return &recorder{w: w, ctx: ctx, outer: w.Header().Clone(), max: max}
 }
 
 // Header implements http.ResponseWriter.
@@ -68,9 +71,10 @@ func (r *recorder) Write(p []byte) (int, error) {
 	}
 	if !r.broken {
 		n, err := r.w.Write(p)
-		if errors.Is(err, http.ErrBodyNotAllowed) || errors.Is(err, http.ErrContentLength) {
-			// Refused for what the handler wrote, not for the connection:
-			// the handler's error, and not part of the response.
+		if err != nil && (r.ctx.Err() == nil || errors.Is(err, http.ErrBodyNotAllowed) || errors.Is(err, http.ErrContentLength)) {
+			// Refused for what the handler wrote (HTTP/2 has its own error
+			// for a body over Content-Length), not for the connection: the
+			// handler's error, and not part of the response.
 			r.keep(p[:n])
 			return n, err
 		}
