@@ -252,7 +252,7 @@ func (m *Middleware) replay(w http.ResponseWriter, result []byte, rq request) {
 func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease *idempotency.Lease, rq request) {
 	// A copy: the lease reads the fields it was given from its renewal timer.
 	rq.fields = rq.fields.Copy().Add(watermill.LogFields{"attempts": lease.Record().Attempts})
-	rec := newRecorder(r.Context(), w, m.cfg.MaxResponseBody)
+	rec := newRecorder(w, m.cfg.MaxResponseBody)
 	ctx := lease.Context()
 
 	adapter.RunHandler(lease, func(err error) { m.done(rq, idempotency.OutcomeHandlerFailed, err) },
