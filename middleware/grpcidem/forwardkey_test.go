@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem/internal/testpb"
+	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
 )
 
@@ -91,4 +94,50 @@ func TestForwardKey(t *testing.T) {
 	open, ok := f.last()
 	require.True(t, ok, "FailOpen runs the handler with the forward key")
 	assert.Equal(t, a, open)
+}
+
+// TestForwardKeyMatchesHTTP: a gRPC call and an HTTP request of one scope
+// with one key forward the same value, so that one consumer deduplicates
+// the work both hand on; of two scopes, two values. So with SingleTenant.
+func TestForwardKeyMatchesHTTP(t *testing.T) {
+	store, prefix := storeKinds[0].New(t)
+	httpForward := func(single bool, tenant, key string) string {
+		var got string
+		cfg := httpidem.Config{Store: store, KeyPrefix: prefix + "h", SingleTenant: single}
+		if !single {
+			cfg.Scope = func(r *http.Request) string { return r.Header.Get("X-Tenant") }
+		}
+		m, err := httpidem.New(cfg, nil)
+		require.NoError(t, err)
+		srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got, _ = httpidem.ForwardKey(r.Context())
+			w.WriteHeader(http.StatusServiceUnavailable) // FAILED: the next request runs again
+		})))
+		defer srv.Close()
+		req, err := http.NewRequest(http.MethodPost, srv.URL, nil)
+		require.NoError(t, err)
+		req.Header.Set(httpidem.DefaultHeader, key)
+		req.Header.Set("X-Tenant", tenant)
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return got
+	}
+	f := &forwarder{}
+	scoped := dial(t, serve(t, f, newInterceptor(t, store, prefix, nil).UnaryServerInterceptor))
+	single := dial(t, serve(t, f, newInterceptor(t, store, prefix+"s", func(cfg *grpcidem.Config) {
+		cfg.Scope, cfg.SingleTenant = nil, true
+	}).UnaryServerInterceptor))
+	grpcForward := func(c testpb.LedgerClient, tenant, key string) string {
+		charge(t, c, tenant, key, &testpb.ChargeRequest{Amount: 1})
+		k, ok := f.last()
+		require.True(t, ok)
+		return k
+	}
+
+	const key = "order-42:x"
+	a := grpcForward(scoped, "tenant-a", key)
+	assert.Equal(t, a, httpForward(false, "tenant-a", key), "one scope, one key")
+	assert.NotEqual(t, a, httpForward(false, "tenant-b", key), "two scopes")
+	assert.Equal(t, grpcForward(single, "tenant-a", key), httpForward(true, "tenant-b", key), "SingleTenant")
 }

@@ -270,3 +270,29 @@ func TestCallerGone(t *testing.T) {
 	assert.Len(t, logger.Captured()[watermill.ErrorLogLevel], 1, "store_unavailable is logged at Error")
 	assert.Zero(t, l.runs.Load())
 }
+
+// TestStoreTimeoutBeforeCallerDeadline: a call whose claim StoreTimeout cut
+// while its caller still waited is store_unavailable, also when the
+// caller's deadline passes while the failed claim is released.
+func TestStoreTimeoutBeforeCallerDeadline(t *testing.T) {
+	store := adaptertest.PartitionedStore(t)
+	l := newLedger()
+	obs := &recordingObserver{}
+	served := make(chan struct{}, 1)
+	signal := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		defer func() { served <- struct{}{} }() // the outcome is counted
+		return handler(ctx, req)
+	}
+	i, err := grpcidem.New(grpcidem.Config{Store: store, SingleTenant: true, Methods: []string{methodCharge},
+		Observer: obs, StoreTimeout: time.Second}, nil)
+	require.NoError(t, err)
+	c := dial(t, serve(t, l, signal, i.UnaryServerInterceptor))
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(t.Context(), grpcidem.DefaultMetadata, "store-timeout"), 1500*time.Millisecond)
+	defer cancel()
+	_, _ = c.Charge(ctx, &testpb.ChargeRequest{Amount: 1})
+	<-served
+	obs.mu.Lock()
+	assert.Equal(t, []string{methodCharge + " store_unavailable"}, obs.outcomes)
+	obs.mu.Unlock()
+	assert.Zero(t, l.runs.Load())
+}

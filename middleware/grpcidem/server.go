@@ -22,6 +22,7 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/callergone"
 )
 
 // ReplayedMetadata is the response header metadata key set to "true" on
@@ -213,11 +214,11 @@ func (i *Middleware) Unary(ctx context.Context, req any, info *grpc.UnaryServerI
 // claimFailed answers a call whose claim failed (ErrStoreUnavailable).
 func (i *Middleware) claimFailed(ctx context.Context, req any, handler grpc.UnaryHandler, err error, c call) (any, error) {
 	switch {
-	case ctx.Err() != nil:
+	case errors.Is(err, callergone.Err):
 		// The caller left during the claim: no sign of the store, and
 		// nothing runs for it, even with FailOpen.
 		i.done(c, idempotency.OutcomeCallerGone, err)
-	case i.cfg.FailOpen:
+	case i.cfg.FailOpen && ctx.Err() == nil:
 		i.done(c, idempotency.OutcomeFailOpen, err)
 		return handler(withForwardKey(ctx, i.cfg.KeyPrefix, c.key), req)
 	default:

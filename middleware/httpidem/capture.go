@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -18,7 +19,9 @@ var errHijackUnsupported = errors.New("httpidem: hijacking is not supported unde
 // its status, its headers and up to max bytes of its body. Once a write to
 // the client fails (the connection broke), the rest of the response is kept
 // and not sent, and the handler's writes succeed: what is stored is what the
-// handler wrote, not what the broken connection took.
+// handler wrote, not what the broken connection took. A write refused for
+// what the handler wrote (a body where its status allows none, or beyond
+// its Content-Length) fails for the handler, as without the middleware.
 type recorder struct {
 	w http.ResponseWriter
 	// outer holds the headers set before the handler ran (by outer
@@ -32,11 +35,12 @@ type recorder struct {
 	body   bytes.Buffer
 	size   int64
 	over   bool
-	broken bool // a write to the client failed
+	broken bool  // a write to the client failed
+	length int64 // the Content-Length the handler set, or -1
 }
 
 func newRecorder(w http.ResponseWriter, max int) *recorder {
-	return &recorder{w: w, outer: w.Header().Clone(), max: max}
+	return &recorder{w: w, outer: w.Header().Clone(), max: max, length: -1}
 }
 
 // Header implements http.ResponseWriter.
@@ -52,6 +56,9 @@ func (r *recorder) WriteHeader(code int) {
 	if r.status == 0 {
 		r.status = code
 		r.header = handlerHeader(r.w.Header(), r.outer)
+		if n, err := strconv.ParseInt(r.w.Header().Get("Content-Length"), 10, 64); err == nil && n >= 0 {
+			r.length = n
+		}
 	}
 	r.w.WriteHeader(code)
 }
@@ -68,7 +75,8 @@ func (r *recorder) Write(p []byte) (int, error) {
 	}
 	if !r.broken {
 		n, err := r.w.Write(p)
-		if errors.Is(err, http.ErrBodyNotAllowed) || errors.Is(err, http.ErrContentLength) {
+		overLength := r.length >= 0 && r.size+int64(len(p)) > r.length // HTTP/2 has its own error for it
+		if err != nil && (overLength || errors.Is(err, http.ErrBodyNotAllowed) || errors.Is(err, http.ErrContentLength)) {
 			// Refused for what the handler wrote, not for the connection:
 			// the handler's error, and not part of the response.
 			r.keep(p[:n])

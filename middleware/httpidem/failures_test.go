@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -427,4 +428,63 @@ func TestConnectionCutMidBody(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestHandlerWriteErrorsReachTheHandler: a write that net/http refuses for
+// what the handler wrote (more than its declared Content-Length) fails for
+// the handler under the middleware too, over HTTP/1.1 and HTTP/2 alike, so
+// that it can abort: panicking with http.ErrAbortHandler leaves the key
+// FAILED, and the retry runs the handler again. Only a write to a broken
+// connection is recorded and reported as written.
+func TestHandlerWriteErrorsReachTheHandler(t *testing.T) {
+	for _, http2 := range []bool{false, true} {
+		t.Run(fmt.Sprintf("http2=%v", http2), func(t *testing.T) {
+			store, prefix := storeKinds[0].New(t)
+			var runs atomic.Int64
+			writeErrs := make(chan error, 2)
+			idem := newMiddleware(t, store, prefix, nil).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				n := runs.Add(1)
+				if n > 1 {
+					_, _ = io.WriteString(w, "fixed")
+					return
+				}
+				w.Header().Set("Content-Length", "5")
+				_, _ = io.WriteString(w, "hello")
+				http.NewResponseController(w).Flush() // HTTP/2 checks the length of what follows
+				_, err := io.WriteString(w, " world")
+				writeErrs <- err
+				if err != nil {
+					panic(http.ErrAbortHandler)
+				}
+			}))
+			served := make(chan struct{}, 2)
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				defer func() { served <- struct{}{} }()
+				idem.ServeHTTP(w, r)
+			}))
+			srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+			if http2 {
+				srv.EnableHTTP2 = true
+				srv.StartTLS()
+			} else {
+				srv.Start()
+			}
+			t.Cleanup(srv.Close)
+
+			req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", nil)
+			require.NoError(t, err)
+			req.Header.Set(httpidem.DefaultHeader, "k-over-length")
+			if resp, err := srv.Client().Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+			<-served
+			require.Error(t, <-writeErrs, "a write beyond Content-Length fails, as without the middleware")
+
+			retry := post(t, srv, "/pay", "k-over-length", "")
+			<-served
+			assert.Equal(t, "fixed", retry.body, "the aborted run left the key FAILED: the retry ran")
+			assert.EqualValues(t, 2, runs.Load())
+		})
+	}
 }

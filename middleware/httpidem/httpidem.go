@@ -15,6 +15,7 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/callergone"
 )
 
 // ReplayedHeader is set to "true" on every replayed response.
@@ -147,10 +148,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // FailOpen.
 func (m *Middleware) claimFailed(w http.ResponseWriter, r *http.Request, next http.Handler, err error, rq request) {
 	switch {
-	case r.Context().Err() != nil:
+	case errors.Is(err, callergone.Err):
 		// The client hung up during the claim: no sign of the store.
 		m.done(rq, idempotency.OutcomeCallerGone, err)
-	case m.cfg.FailOpen:
+	case m.cfg.FailOpen && r.Context().Err() == nil:
 		m.done(rq, idempotency.OutcomeFailOpen, err)
 		next.ServeHTTP(w, r.WithContext(withRequestKey(r.Context(), m.cfg.KeyPrefix, rq.parsedKey, rq.key)))
 		return

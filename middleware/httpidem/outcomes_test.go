@@ -329,3 +329,32 @@ func TestCallerGone(t *testing.T) {
 	assert.Len(t, logger.Captured()[watermill.ErrorLogLevel], 1, "store_unavailable is logged at Error")
 	assert.Zero(t, api.runs.Load())
 }
+
+// TestStoreTimeoutBeforeClientDeadline: a request whose claim StoreTimeout
+// cut while its client still waited is store_unavailable, also when the
+// client's deadline passes while the failed claim is released.
+func TestStoreTimeoutBeforeClientDeadline(t *testing.T) {
+	store := adaptertest.PartitionedStore(t)
+	obs := newRecordingObserver()
+	m, err := httpidem.New(httpidem.Config{Store: store, SingleTenant: true, Observer: obs, StoreTimeout: time.Second}, nil)
+	require.NoError(t, err)
+	api := newPayments()
+	served := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.Handler(api).ServeHTTP(w, r)
+		served <- struct{}{} // the outcome is counted
+	}))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond) // after StoreTimeout, before the release ends
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/pay", nil)
+	require.NoError(t, err)
+	req.Header.Set(httpidem.DefaultHeader, "store-timeout")
+	if resp, err := srv.Client().Do(req); err == nil {
+		_ = resp.Body.Close()
+	}
+	<-served
+	outcomes, _ := obs.snapshot()
+	assert.Equal(t, map[idempotency.Outcome]int{idempotency.OutcomeStoreUnavailable: 1}, outcomes[httpidem.DefaultOutcomeLabel])
+	assert.Zero(t, api.runs.Load())
+}

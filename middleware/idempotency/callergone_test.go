@@ -50,3 +50,26 @@ func TestDoCallerGone(t *testing.T) {
 	}
 	assert.Equal(t, []idempotency.Outcome{idempotency.OutcomeCallerGone, idempotency.OutcomeStoreUnavailable}, got)
 }
+
+// TestDoStoreTimeoutBeforeCallerDeadline: a Do whose claim StoreTimeout cut
+// while its caller still waited is store_unavailable, also when the caller's
+// deadline passes while the failed claim is released (the release waits on
+// the store up to StoreTimeout too).
+func TestDoStoreTimeoutBeforeCallerDeadline(t *testing.T) {
+	store := adaptertest.PartitionedStore(t)
+	obs := &observertest.ContextRecorder{}
+	o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Name: "billing", Observer: obs, StoreTimeout: time.Second}, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond) // after StoreTimeout, before the release ends
+	defer cancel()
+	_, err = o.Do(ctx, "storetimeout-"+adaptertest.RandomHex(t), func(context.Context) ([]byte, error) {
+		t.Error("the work ran")
+		return nil, nil
+	})
+	require.ErrorIs(t, err, idempotency.ErrStoreUnavailable)
+	var got []idempotency.Outcome
+	for _, d := range obs.Details() {
+		got = append(got, d.Outcome)
+	}
+	assert.Equal(t, []idempotency.Outcome{idempotency.OutcomeStoreUnavailable}, got)
+}

@@ -39,7 +39,9 @@ const (
 	// OutcomeCallerGone: the caller gave up (its context ended) before the
 	// store answered the claim; nothing ran. HTTP, gRPC and Once.Do count
 	// it in place of OutcomeStoreUnavailable: a caller with a short
-	// deadline is no sign of a store that is down.
+	// deadline is no sign of a store that is down. But a store that is
+	// down is only caller_gone to callers whose deadlines are shorter than
+	// StoreTimeout: alert when it is most outcomes.
 	OutcomeCallerGone Outcome = "caller_gone"
 	// OutcomeFailOpen: the claim failed and Config.FailOpen ran the handler
 	// without deduplication.

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/callergone"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/inprocess"
 )
 
@@ -201,7 +202,7 @@ func (o *Once) Do(ctx context.Context, key string, work func(ctx context.Context
 	dv.attempts = claim.Record.Attempts
 	if err != nil {
 		outcome := claimOutcome(err)
-		if outcome == OutcomeStoreUnavailable && ctx.Err() != nil {
+		if outcome == OutcomeStoreUnavailable && errors.Is(err, callergone.Err) {
 			outcome = OutcomeCallerGone // no sign of the store
 		}
 		o.done(outcome, dv, err)
@@ -298,6 +299,7 @@ func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, spent 
 	cctx, cancel := o.storeCtx(ctx, o.cfg.StoreTimeout)
 	start := o.startTimer()
 	res, err := o.cfg.Store.Claim(cctx, key, req)
+	gone := ctx.Err() != nil // judged before the release below waits on the store
 	cancel()
 	o.observe(OpClaim, start, err)
 	switch {
@@ -310,6 +312,9 @@ func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, spent 
 		// in-process store applied nothing.
 		if !o.inProcess {
 			o.release(key, req.Token, dv)
+		}
+		if gone {
+			return nil, res, false, fmt.Errorf("%w: %w: %w", ErrStoreUnavailable, callergone.Err, err)
 		}
 		return nil, res, false, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 	case !res.Acquired:

@@ -172,8 +172,8 @@ func TestDashboardQueriesExportedSeries(t *testing.T) {
 	}
 }
 
-// The alert rules parse, and alert on complete_failed, lease_lost and
-// output_not_stored with exported series only.
+// The alert rules parse, and alert on complete_failed, lease_lost,
+// output_not_stored and caller_gone with exported series only.
 func TestAlertRulesQueryExportedSeries(t *testing.T) {
 	raw, err := os.ReadFile(alertsFile)
 	require.NoError(t, err)
@@ -199,4 +199,5 @@ func TestAlertRulesQueryExportedSeries(t *testing.T) {
 	assert.True(t, used["complete_failed"], "an alert on complete_failed")
 	assert.True(t, used["lease_lost"], "an alert on lease_lost")
 	assert.True(t, used["output_not_stored"], "an alert on output_not_stored: an output that may be lost")
+	assert.True(t, used["caller_gone"], "an alert on caller_gone: a store down while callers' deadlines are below StoreTimeout shows only there")
 }

@@ -27,8 +27,10 @@
 // output_not_stored (an output larger than MaxOutputSize was not stored,
 // and is lost if its publish fails), store_unavailable (messages are
 // nacked), and a growing rate of in_progress (handlers slower than the
-// broker's redelivery); not on caller_gone (an HTTP, gRPC or Once.Do
-// caller gave up before the store answered).
+// broker's redelivery); and on caller_gone (an HTTP, gRPC or Once.Do
+// caller gave up before the store answered) only when it is most outcomes:
+// callers whose deadlines are shorter than StoreTimeout see a store that is
+// down as caller_gone, never store_unavailable.
 //
 // The repository's dashboards/idempotency.json is a Grafana dashboard of
 // these series (outcomes per second by handler, duplicate ratio, in-progress

@@ -245,7 +245,9 @@
 //     this store is the store: no Redis is needed beside it;
 //   - the transaction may come from any *sql.DB on the store's database,
 //     not only the store's own: in one of another pool the store's
-//     statements run as plain queries;
+//     statements run as plain queries. One on another database of the
+//     server gets an error that says so, unless Config.Table names the
+//     store's database ("db.table"), which it then reaches;
 //   - the middleware writes no second COMPLETED; the handler must return
 //     the error of its COMMIT, or its message is acked with no effect;
 //   - until the completion is known to have committed, the run keeps its

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -132,4 +133,75 @@ func TestCompleteInTxOtherPool(t *testing.T) {
 		err = store.CompleteTx(context.Background(), tx, key, "not-the-owner", nil, time.Hour)
 		require.ErrorIs(t, err, sql.ErrTxDone)
 	}
+}
+
+// TestCompleteInTxOtherDatabase: a transaction on another database of the
+// same server does not reach the store's unqualified table. It gets an
+// error that says so, whether that database has no such table (not "create
+// it with Migrate", which the store's database did) or a table of the same
+// name of its own (not a lost lease, on every redelivery), and the effect
+// rolls back. A table qualified with the store's database is reached.
+func TestCompleteInTxOtherDatabase(t *testing.T) {
+	storeDB := testDB(t)
+	store, table := newTable(t, storeDB)
+	other := uniqueName("mysqlstore_otherdb_")
+	_, err := storeDB.ExecContext(context.Background(), "CREATE DATABASE "+quoted(other))
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = storeDB.ExecContext(context.Background(), "DROP DATABASE "+quoted(other)) })
+	appDB := dbOn(t, other)
+	effects := effectsTable(t, appDB)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store}, nil)
+	require.NoError(t, err)
+	complete := func(s *mysqlstore.Store) error {
+		key := uniqueName("mysqlstore-otherdb-")
+		_, err := once.Do(context.Background(), key, func(ctx context.Context) ([]byte, error) {
+			return nil, inTx(ctx, appDB, func(tx *sql.Tx) error {
+				if _, err := tx.ExecContext(ctx, "INSERT INTO "+quoted(effects)+" (k) VALUES (?)", key); err != nil {
+					return err
+				}
+				return s.CompleteValueInTx(ctx, tx, []byte("done"))
+			})
+		})
+		want := 1
+		if err != nil {
+			want = 0 // rolled back
+		}
+		assert.Equal(t, want, effectsOf(t, appDB, effects, key))
+		return err
+	}
+
+	err = complete(store)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "not on the store's database", "no such table")
+	assert.Contains(t, err.Error(), other)
+
+	lookalike, err := mysqlstore.New(appDB, mysqlstore.Config{Table: table})
+	require.NoError(t, err)
+	require.NoError(t, lookalike.Migrate(context.Background()))
+	err = complete(store)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, idempotency.ErrLeaseLost, "a table of the same name")
+	assert.Contains(t, err.Error(), "not on the store's database")
+
+	var storeDatabase string
+	require.NoError(t, storeDB.QueryRowContext(context.Background(), "SELECT DATABASE()").Scan(&storeDatabase))
+	qualified, err := mysqlstore.New(storeDB, mysqlstore.Config{Table: storeDatabase + "." + table})
+	require.NoError(t, err)
+	once, err = idempotency.NewOnce(idempotency.OnceConfig{Store: qualified}, nil)
+	require.NoError(t, err)
+	require.NoError(t, complete(qualified), "a qualified table is reached from any database")
+}
+
+// dbOn returns a *sql.DB on the test server whose connections use database
+// name.
+func dbOn(t *testing.T, name string) *sql.DB {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(testserver.MySQLDSN())
+	require.NoError(t, err)
+	cfg.DBName = name
+	connector, err := mysql.NewConnector(cfg)
+	require.NoError(t, err)
+	db := sql.OpenDB(connector)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
 }

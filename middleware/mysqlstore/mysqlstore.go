@@ -394,6 +394,13 @@ func (s *Store) queryError(ctx context.Context, op, key string, err error) error
 	return wrap(op, key, withContext(ctx, err))
 }
 
+// isNoSuchTable reports whether err is the server's error for a missing
+// table.
+func isNoSuchTable(err error) bool {
+	var myErr *mysql.MySQLError
+	return errors.As(err, &myErr) && myErr.Number == errNoSuchTable
+}
+
 // isDeadlock reports whether err is InnoDB's deadlock error, after which
 // the server has rolled the statement's transaction back.
 func isDeadlock(err error) bool {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -33,7 +34,29 @@ func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, key, token string, r
 	if tx == nil {
 		return wrap(opCompleteTx, key, ErrNilTx)
 	}
-	return s.complete(ctx, txRunner{s: s, tx: tx}, opCompleteTx, key, token, result, ttl)
+	err := s.complete(ctx, txRunner{s: s, tx: tx}, opCompleteTx, key, token, result, ttl)
+	if err != nil && (errors.Is(err, idempotency.ErrLeaseLost) || isNoSuchTable(err)) && !strings.Contains(s.table, ".") {
+		// The fence found no row of ours, or no table: the transaction may
+		// be on another database, which has no such table or one of its
+		// own, not this store's.
+		if txDB, storeDB, ok := s.databases(ctx, tx); ok && txDB != storeDB {
+			return wrap(opCompleteTx, key, fmt.Errorf("%w: the transaction is on database %q, the table %s on %q", errOtherDatabase, txDB, s.table, storeDB))
+		}
+	}
+	return err
+}
+
+// errOtherDatabase is CompleteTx's error for a transaction on another
+// database than the store's unqualified table.
+var errOtherDatabase = errors.New("mysqlstore: the transaction is not on the store's database: begin it on a pool of that database, or qualify Config.Table with it")
+
+// databases returns the current database of tx and of the store's pool.
+func (s *Store) databases(ctx context.Context, tx *sql.Tx) (txDB, storeDB string, ok bool) {
+	var a, b sql.NullString
+	if tx.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&a) != nil || s.db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&b) != nil {
+		return "", "", false
+	}
+	return a.String, b.String, true
 }
 
 // complete is Complete (op "complete": a resend by the owner succeeds) and

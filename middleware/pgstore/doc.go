@@ -227,7 +227,8 @@
 //     another store (Redis, say, or a Store on another table) gets
 //     ErrForeignRun once the fence found no record of the key in the
 //     table, and nothing is written. The transaction may come from any
-//     pool on the store's database. When the
+//     pool on the store's database; one on another database (or
+//     search_path) gets an error that says so. When the
 //     effects live in PostgreSQL, this store is the store: no Redis is
 //     needed beside it.
 //

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -116,4 +117,46 @@ func TestCompleteInTxOtherPool(t *testing.T) {
 	rec, err := store.Get(context.Background(), key)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateCompleted, rec.State)
+}
+
+// TestCompleteInTxOtherDatabase: a transaction on another database of the
+// server, which has a table of the store's name of its own (two services'
+// DefaultTable), does not reach the store's table. It gets an error that
+// says so, not a lost lease on every redelivery, and the effect rolls back.
+func TestCompleteInTxOtherDatabase(t *testing.T) {
+	pool := testPool(t)
+	store, table := newTable(t, pool)
+	other := uniqueName("pgstore_otherdb_")
+	_, err := pool.Exec(context.Background(), "CREATE DATABASE "+quoted(other))
+	require.NoError(t, err)
+	cfg, err := pgxpool.ParseConfig(testserver.PostgresURL())
+	require.NoError(t, err)
+	cfg.ConnConfig.Database = other
+	appPool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		appPool.Close()
+		_, _ = pool.Exec(context.Background(), "DROP DATABASE "+quoted(other)+" WITH (FORCE)")
+	})
+	lookalike, err := pgstore.New(appPool, pgstore.Config{Table: table})
+	require.NoError(t, err)
+	require.NoError(t, lookalike.Migrate(context.Background()))
+	effects := effectsTable(t, appPool)
+	key := uniqueName("pgstore-otherdb-")
+
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store}, nil)
+	require.NoError(t, err)
+	_, err = once.Do(context.Background(), key, func(ctx context.Context) ([]byte, error) {
+		return nil, pgx.BeginFunc(ctx, appPool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+quoted(effects)+" (key) VALUES ($1)", key); err != nil {
+				return err
+			}
+			return store.CompleteValueInTx(ctx, tx, []byte("done"))
+		})
+	})
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, idempotency.ErrLeaseLost)
+	assert.Contains(t, err.Error(), "does not reach the store's table")
+	assert.Contains(t, err.Error(), other)
+	assert.Equal(t, 0, effectsOf(t, appPool, effects, key), "the effect rolled back")
 }

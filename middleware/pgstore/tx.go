@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -33,7 +34,30 @@ type Querier interface {
 // outlived the lease its snapshot shows gets ErrLeaseLost; either way, roll
 // back and let the message be redelivered.
 func (s *Store) CompleteTx(ctx context.Context, q Querier, key, token string, result []byte, ttl time.Duration) error {
-	return s.complete(ctx, q, opCompleteTx, key, token, result, ttl)
+	err := s.complete(ctx, q, opCompleteTx, key, token, result, ttl)
+	if errors.Is(err, idempotency.ErrLeaseLost) {
+		// The fence found no row of ours: q may be on another database
+		// (or search_path), with a table of the same name of its own.
+		if qt, st, ok := s.tables(ctx, q); ok && qt != st {
+			return wrap(opCompleteTx, key, fmt.Errorf("%w: the transaction's %s is %s, the store's %s", errOtherTable, s.table, qt, st))
+		}
+	}
+	return err
+}
+
+// errOtherTable is CompleteTx's error for a transaction that does not
+// reach the store's table.
+var errOtherTable = errors.New("pgstore: the transaction does not reach the store's table (another database, or search_path): begin it on a pool of the store's database")
+
+// tables names the table that s.table is, as q and as the store's pool
+// see it: its database and OID.
+func (s *Store) tables(ctx context.Context, q Querier) (qTable, storeTable string, ok bool) {
+	const which = "SELECT current_database() || ' ' || coalesce(to_regclass($1)::oid::text, 'none')"
+	name := pgx.Identifier(strings.Split(s.table, ".")).Sanitize()
+	if q.QueryRow(ctx, which, name).Scan(&qTable) != nil || s.pool.QueryRow(ctx, which, name).Scan(&storeTable) != nil {
+		return "", "", false
+	}
+	return qTable, storeTable, true
 }
 
 // complete is Complete (op "complete": a resend by the owner succeeds) and
