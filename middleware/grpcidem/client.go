@@ -133,13 +133,6 @@ func (c *Client) UnaryClientInterceptor(ctx context.Context, method string, req,
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
-// Unary is the former name of UnaryClientInterceptor.
-//
-// Deprecated: use UnaryClientInterceptor.
-func (c *Client) Unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	return c.UnaryClientInterceptor(ctx, method, req, reply, cc, invoker, opts...)
-}
-
 // WithKey returns ctx carrying key as the idempotency key of the logical
 // call made with it, for an application that retries a call itself: every
 // attempt made with the returned context carries the same key. A Client's

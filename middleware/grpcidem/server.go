@@ -105,11 +105,6 @@ type Middleware struct {
 	methods  map[string]bool
 }
 
-// Interceptor is the former name of Middleware.
-//
-// Deprecated: use Middleware.
-type Interceptor = Middleware
-
 // New returns an interceptor for cfg, which is copied: later changes to the
 // caller's Config have no effect. A nil logger logs nothing. An invalid
 // Config is refused with every problem that Config.Validate reports, each
@@ -202,13 +197,6 @@ func (i *Middleware) UnaryServerInterceptor(ctx context.Context, req any, info *
 	default:
 		return i.claimFailed(ctx, req, handler, err, c)
 	}
-}
-
-// Unary is the former name of UnaryServerInterceptor.
-//
-// Deprecated: use UnaryServerInterceptor.
-func (i *Middleware) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	return i.UnaryServerInterceptor(ctx, req, info, handler)
 }
 
 // claimFailed answers a call whose claim failed (ErrStoreUnavailable).

@@ -38,10 +38,6 @@
 // every client would let a client's key fetch another client's stored
 // response.
 //
-// The former names still compile, deprecated: Idempotency here, and in
-// package grpcidem Interceptor and the Unary methods of its Middleware and
-// Client.
-//
 // # State machine
 //
 // Each key is ABSENT, IN_PROGRESS (one owner holds a lease, 40 s by default,

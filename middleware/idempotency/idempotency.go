@@ -25,11 +25,6 @@ type Middleware struct {
 	once *Once
 }
 
-// Idempotency is the former name of Middleware.
-//
-// Deprecated: use Middleware.
-type Idempotency = Middleware
-
 // New returns the middleware for cfg. It copies cfg, fills the defaults of
 // its zero fields and validates it; a nil logger logs nothing.
 func New(cfg Config, logger watermill.LoggerAdapter) (*Middleware, error) {
