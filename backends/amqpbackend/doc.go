@@ -18,8 +18,9 @@
 // exchange is named after the topic. The queue is topic_group, with '%' and
 // '_' in the group written %25 and %5F, so that no two pairs share a queue:
 // topic X_eu with group billing is X_eu_billing, topic X with group
-// eu_billing X_eu%5Fbilling. A name past RabbitMQ's 255 bytes is cut to 238
-// and ends in '_' and 16 hex digits of a hash of what it names. The
+// eu_billing X_eu%5Fbilling. A name past 238 bytes is cut to 238 and ends
+// in '_' and 16 hex digits of a hash of what it names (RabbitMQ takes 255),
+// so that a cut name is never another's whole name. The
 // consumers of a group compete for their queue; each group's queue gets
 // every message. Messages are published persistent and with
 // publisher confirms: Publish returns only once RabbitMQ has taken the
