@@ -232,3 +232,39 @@ func TestNATS_SubscriberRecreatesDeletedDurable(t *testing.T) {
 	assert.Equal(t, "one", receiveWithin(t, msgs, recreatedWithin), "the stream again from its start")
 	assert.Equal(t, "two", backendtest.Receive(t, msgs))
 }
+
+// A message a handler held while its stream was deleted and created again
+// is settled after the group's new durable delivered the new stream's
+// first message, which has the same stream sequence. The held message's
+// ack must not settle the new one: nacked, the new one comes again.
+func TestNATS_AckOfHeldMessageAfterRecreationSettlesNothingNew(t *testing.T) {
+	t.Parallel()
+	url := testserver.NATSURL(t)
+	topic := backendtest.UniqueTopic("held-ack")
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
+	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: "billing-" + backendtest.RunID,
+		NackResendSleep: 10 * time.Millisecond})
+	msgs := backendtest.Subscribe(t, b, topic)
+	backendtest.Publish(t, b.Publisher, topic, "old")
+	var held *message.Message
+	select {
+	case held = <-msgs:
+	case <-time.After(recreatedWithin):
+		t.Fatal("no message")
+	}
+	require.Equal(t, "old", string(held.Payload))
+
+	require.NoError(t, brokeradmin.DeleteNATSStreams(url, topic))
+	backendtest.Publish(t, b.Publisher, topic, "new")
+	var fresh *message.Message
+	select {
+	case fresh = <-msgs:
+	case <-time.After(recreatedWithin):
+		t.Fatal("no message from the new stream")
+	}
+	require.Equal(t, "new", string(fresh.Payload))
+
+	held.Ack()
+	fresh.Nack()
+	assert.Equal(t, "new", receiveWithin(t, msgs, recreatedWithin), "the nacked message again")
+}
