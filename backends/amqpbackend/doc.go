@@ -60,7 +60,9 @@
 // misses what is published meanwhile if another group's queue receives it.
 //
 // A wrong user name or password, or a virtual host the user cannot open, is
-// a backends.ErrInvalidConfig from New. RabbitMQ closes the connection of a
+// a backends.ErrInvalidConfig from New; a virtual host or user at its
+// connection limit is an ErrUnreachable (but over amqps, where the backend
+// cannot read RabbitMQ's reason for closing). RabbitMQ closes the connection of a
 // wrong password about 3 s after it, and amqp091 cannot tell that from a
 // handshake that ran out of time: with a DialTimeout under 3 s, New reports
 // ErrUnreachable for it.
