@@ -268,3 +268,41 @@ func TestNATS_AckOfHeldMessageAfterRecreationSettlesNothingNew(t *testing.T) {
 	fresh.Nack()
 	assert.Equal(t, "new", receiveWithin(t, msgs, recreatedWithin), "the nacked message again")
 }
+
+// A member that finds its group's durable created again by another
+// process (here the test, right after the stream's deletion, as the other
+// member would) keeps receiving: with the other member gone, it gets the
+// next message.
+func TestNATS_MemberFindsDurableCreatedElsewhere(t *testing.T) {
+	t.Parallel()
+	url := testserver.NATSURL(t)
+	topic := backendtest.UniqueTopic("rejoin-other")
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
+	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: "billing-" + backendtest.RunID})
+	msgs := backendtest.Subscribe(t, b, topic)
+	backendtest.Publish(t, b.Publisher, topic, "one")
+	assert.Equal(t, "one", backendtest.Receive(t, msgs))
+
+	js, closeConn, err := brokeradmin.JetStream(url)
+	require.NoError(t, err)
+	defer closeConn()
+	name, err := js.StreamNameBySubject(topic)
+	require.NoError(t, err)
+	stream, err := js.StreamInfo(name)
+	require.NoError(t, err)
+	var durables []*nats.ConsumerInfo
+	for c := range js.ConsumersInfo(name) {
+		durables = append(durables, c)
+	}
+	require.Len(t, durables, 1)
+	require.NoError(t, js.DeleteStream(name))
+	_, err = js.AddStream(&stream.Config)
+	require.NoError(t, err)
+	_, err = js.AddConsumer(name, &durables[0].Config)
+	require.NoError(t, err)
+
+	backendtest.Publish(t, b.Publisher, topic, "two")
+	assert.Equal(t, "two", receiveWithin(t, msgs, recreatedWithin), "the first message in the new stream")
+	backendtest.Publish(t, b.Publisher, topic, "three")
+	assert.Equal(t, "three", receiveWithin(t, msgs, recreatedWithin))
+}
