@@ -1,6 +1,7 @@
 package amqpbackend
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -89,6 +90,9 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 	// credentials (about 3 s after them) or the virtual host, but for a
 	// virtual host or user at its connection limit.
 	dialError := func(start time.Time, tap *handshakeTap, err error) error {
+		if _, plain := errors.AsType[tls.RecordHeaderError](err); plain {
+			return ep.Refused(err) // amqps:// to a port that does not speak TLS
+		}
 		if tap.atConnectionLimit() {
 			return ep.Unreachable(cfg.DialTimeout, errors.New("RabbitMQ refused the connection: the virtual host or the user has as many connections as its limit allows"))
 		}

@@ -59,8 +59,9 @@
 // PublishGroups and whose queue is deleted while none of its consumers runs
 // misses what is published meanwhile if another group's queue receives it.
 //
-// A wrong user name or password, or a virtual host the user cannot open, is
-// a backends.ErrInvalidConfig from New; a virtual host or user at its
+// A wrong user name or password, a virtual host the user cannot open, or
+// amqps:// to a port that does not speak TLS, is a backends.ErrInvalidConfig
+// from New; a virtual host or user at its
 // connection limit is an ErrUnreachable (but over amqps, where the backend
 // cannot read RabbitMQ's reason for closing). RabbitMQ closes the connection of a
 // wrong password about 3 s after it, and amqp091 cannot tell that from a

@@ -52,3 +52,15 @@ func TestAMQP_ConnectionLimitIsUnreachable(t *testing.T) {
 	require.ErrorIs(t, err, backends.ErrUnreachable, "the user's limit")
 	assert.NotErrorIs(t, err, backends.ErrInvalidConfig)
 }
+
+// amqps:// to RabbitMQ's plain port: RabbitMQ answers, not in TLS, so the
+// same Config never connects: ErrInvalidConfig, where it was ErrUnreachable
+// ("tls: first record does not look like a TLS handshake").
+func TestAMQP_TLSToAPlainPortIsRefused(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	_, err := backends.New(backends.Config{URL: "amqps://" + strings.TrimPrefix(url, "amqp://"), Group: "g"}, nil)
+	require.ErrorIs(t, err, backends.ErrInvalidConfig)
+	assert.NotErrorIs(t, err, backends.ErrUnreachable)
+	assert.Contains(t, err.Error(), "TLS")
+}
