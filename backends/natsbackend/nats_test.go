@@ -1,6 +1,7 @@
 package natsbackend_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -305,4 +306,32 @@ func TestNATS_MemberFindsDurableCreatedElsewhere(t *testing.T) {
 	assert.Equal(t, "two", receiveWithin(t, msgs, recreatedWithin), "the first message in the new stream")
 	backendtest.Publish(t, b.Publisher, topic, "three")
 	assert.Equal(t, "three", receiveWithin(t, msgs, recreatedWithin))
+}
+
+// Two (group, topic) pairs whose group_topic reads the same, group
+// billing_eu on topic X and group billing on topic eu_X, on one stream that
+// captures both topics: the second pair finds the first one's durable
+// under the name they share, and nats.go refuses to bind to it, where it
+// would take topic X's messages.
+func TestNATS_DurableOfAnotherTopicIsNotShared(t *testing.T) {
+	t.Parallel()
+	url := testserver.NATSURL(t)
+	x := backendtest.UniqueTopic("shared")
+	euX := "eu_" + x
+	group := "billing-" + backendtest.RunID
+	js, closeConn, err := brokeradmin.JetStream(url)
+	require.NoError(t, err)
+	defer closeConn()
+	_, err = js.AddStream(&nats.StreamConfig{Name: "both-" + x, Subjects: []string{x, euX}})
+	require.NoError(t, err)
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, x) })
+
+	first := backendtest.NewBackend(t, backends.Config{URL: url, Group: group + "_eu"})
+	second := backendtest.NewBackend(t, backends.Config{URL: url, Group: group})
+	msgs := backendtest.Subscribe(t, first, x)
+	_, err = second.Subscriber.Subscribe(context.Background(), euX)
+	require.ErrorIs(t, err, nats.ErrSubjectMismatch, "group billing on eu_X")
+
+	backendtest.Publish(t, first.Publisher, x, "to X")
+	assert.Equal(t, "to X", backendtest.Receive(t, msgs), "group billing_eu on X")
 }
