@@ -63,7 +63,8 @@
 // acked, nacked or extended any more, since the new stream numbers its
 // messages from 1 again and the ack would settle the new message of the
 // same number. A durable that another process created again is noticed at
-// the next check: an ack sent before it can still settle, and so lose, a
+// the next check too, by its creation time, and the subscriber subscribes
+// anew; an ack sent before that check can still settle, and so lose, a
 // message of the new stream. Everything published
 // to the new stream is delivered, also what came before the subscriber
 // noticed: the new durable reads the stream from its start. A durable

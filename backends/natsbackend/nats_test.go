@@ -335,3 +335,55 @@ func TestNATS_DurableOfAnotherTopicIsNotShared(t *testing.T) {
 	backendtest.Publish(t, first.Publisher, x, "to X")
 	assert.Equal(t, "to X", backendtest.Receive(t, msgs), "group billing_eu on X")
 }
+
+// The same when another process created the stream and the durable again
+// (here the test, right after the deletion): the subscriber learns of it
+// from the durable's new creation time at its next check, subscribes anew,
+// and leaves the held message unsettled.
+func TestNATS_AckOfHeldMessageAfterRecreationElsewhereSettlesNothingNew(t *testing.T) {
+	t.Parallel()
+	url := testserver.NATSURL(t)
+	topic := backendtest.UniqueTopic("held-ack-other")
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
+	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: "billing-" + backendtest.RunID,
+		NackResendSleep: 10 * time.Millisecond, NATS: backends.NATSConfig{AckWait: 2 * time.Second}})
+	msgs := backendtest.Subscribe(t, b, topic)
+	backendtest.Publish(t, b.Publisher, topic, "old")
+	var held *message.Message
+	select {
+	case held = <-msgs:
+	case <-time.After(recreatedWithin):
+		t.Fatal("no message")
+	}
+	require.Equal(t, "old", string(held.Payload))
+
+	js, closeConn, err := brokeradmin.JetStream(url)
+	require.NoError(t, err)
+	defer closeConn()
+	name, err := js.StreamNameBySubject(topic)
+	require.NoError(t, err)
+	stream, err := js.StreamInfo(name)
+	require.NoError(t, err)
+	var durables []*nats.ConsumerInfo
+	for c := range js.ConsumersInfo(name) {
+		durables = append(durables, c)
+	}
+	require.Len(t, durables, 1)
+	require.NoError(t, js.DeleteStream(name))
+	_, err = js.AddStream(&stream.Config)
+	require.NoError(t, err)
+	_, err = js.AddConsumer(name, &durables[0].Config)
+	require.NoError(t, err)
+
+	backendtest.Publish(t, b.Publisher, topic, "new")
+	var fresh *message.Message
+	select {
+	case fresh = <-msgs:
+	case <-time.After(recreatedWithin):
+		t.Fatal("no message from the new stream")
+	}
+	require.Equal(t, "new", string(fresh.Payload))
+	held.Ack()
+	fresh.Nack()
+	assert.Equal(t, "new", receiveWithin(t, msgs, recreatedWithin), "the nacked message again")
+}

@@ -143,30 +143,29 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 			}
 			if sub != nil {
 				gone, c := s.durableGone(checkCtx, stream, durable)
-				if !gone {
-					if !c.IsZero() && !created.IsZero() && !c.Equal(created) {
-						// Another process created it again.
-						s.newEpoch(topic)
-					}
-					if !c.IsZero() {
+				if !gone && (c.IsZero() || created.IsZero() || c.Equal(created)) {
+					if created.IsZero() {
 						created = c
 					}
 					continue
 				}
-				s.logger.Info("The group's durable is gone (its stream deleted?); creating it again", logFields)
+				// Gone, or created again by another process: what the old
+				// subscription holds or buffers came from the deleted
+				// stream, whose sequence numbers the new one uses again.
+				s.logger.Info("The group's durable is gone or new (its stream deleted?); subscribing anew", logFields)
 				// Before the durable is back: two subscriptions on its deliver
 				// subject would share its messages, and those buffered for the
 				// old one would be dropped with it, to come back only after
 				// AckWait.
 				unsubscribe(sub, logFields)
 				sub = nil
-				created = time.Time{}
 			}
 			next, err := s.recreate(topic)
 			if err == nil {
 				var nextFields watermill.LogFields
 				if sub, nextFields, err = subscribe(next); err == nil {
 					stream, logFields = next, nextFields
+					_, created = s.durableGone(checkCtx, stream, durable)
 				}
 			}
 			if err != nil {
