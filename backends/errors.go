@@ -32,7 +32,8 @@ var (
 	ErrInvalidConfig = errors.New("backends: invalid config")
 	// ErrUnreachable is returned by New when the broker does not answer
 	// within Config.DialTimeout, or gives an answer that may change (Redis
-	// still loading its data, or at its client limit); the message names the
+	// still loading its data, or at its client limit; RabbitMQ at a
+	// connection limit); the message names the
 	// address tried. It is about the broker, not the Config: the same Config
 	// may succeed once the broker is up.
 	ErrUnreachable = errors.New("backends: broker unreachable")

@@ -1,6 +1,7 @@
 package amqpbackend
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -76,12 +77,25 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 		return c
 	}
 
+	// tapped reads the handshake of c's connection (handshakeTap).
+	tapped := func(c amqp.Config) (amqp.Config, *handshakeTap) {
+		tap := &handshakeTap{dial: c.Connection.AmqpConfig.Dial}
+		c.Connection.AmqpConfig.Dial = tap.Dial
+		return c, tap
+	}
 	// dialError tells RabbitMQ's refusal from no answer. amqp091 turns any
 	// failure of the handshake after connection.start into a 403
 	// (ACCESS_REFUSED), the DialTimeout deadline's too; one that comes
 	// before the deadline is RabbitMQ closing the connection on the
-	// credentials (about 3 s after them) or the virtual host.
-	dialError := func(start time.Time, err error) error {
+	// credentials (about 3 s after them) or the virtual host, but for a
+	// virtual host or user at its connection limit.
+	dialError := func(start time.Time, tap *handshakeTap, err error) error {
+		if _, plain := errors.AsType[tls.RecordHeaderError](err); plain {
+			return ep.Refused(err) // amqps:// to a port that does not speak TLS
+		}
+		if tap.atConnectionLimit() {
+			return ep.Unreachable(cfg.DialTimeout, errors.New("RabbitMQ refused the connection: the virtual host or the user has as many connections as its limit allows"))
+		}
 		var aerr *amqp091.Error
 		if errors.As(err, &aerr) && aerr.Code == amqp091.AccessRefused && time.Since(start) < cfg.DialTimeout {
 			return ep.Refused(err)
@@ -89,11 +103,11 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 		return ep.Unreachable(cfg.DialTimeout, err)
 	}
 
-	pubConfig := amqpConfig(cfg.Group)
+	pubConfig, tap := tapped(amqpConfig(cfg.Group))
 	start := time.Now()
 	conn, err := amqp.NewConnection(pubConfig.Connection, logger)
 	if err != nil {
-		return backends.Clients{}, dialError(start, err)
+		return backends.Clients{}, dialError(start, tap, err)
 	}
 	pub := &amqpPublisher{
 		conn:     conn,
@@ -103,10 +117,11 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 		declared: brokerkit.NewTopicSet[struct{}](),
 	}
 	newSubscriber := func(group string) (message.Subscriber, error) {
+		subConfig, tap := tapped(amqpConfig(group))
 		start := time.Now()
-		sub, err := amqp.NewSubscriber(amqpConfig(group), logger)
+		sub, err := amqp.NewSubscriber(subConfig, logger)
 		if err != nil {
-			return nil, dialError(start, err)
+			return nil, dialError(start, tap, err)
 		}
 		return brokerkit.NewNackDelaySubscriber(sub, cfg.NackResendSleep), nil
 	}

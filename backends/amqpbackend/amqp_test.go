@@ -347,3 +347,30 @@ func TestAMQP_LongNames(t *testing.T) {
 		assert.Equal(t, "to …2", backendtest.Receive(t, backendtest.Subscribe(t, b, t2)), "topic …2")
 	})
 }
+
+// A cut queue name is not the whole name of another pair: the pair of a
+// long topic and a group, and the pair (the first 238 bytes of its queue's
+// name, the hash that ends it), each have a queue of their own. They shared
+// it while cut names were 255 bytes like whole ones.
+func TestAMQP_CutQueueNameIsNoOtherPairs(t *testing.T) {
+	t.Parallel()
+	url := testserver.RabbitMQURL(t)
+	long := backendtest.UniqueTopic("cutname")
+	long += strings.Repeat("t", 250-len(long))
+	group := "billing-" + backendtest.RunID
+	q := amqpname.Queue(long, group)
+	sep := strings.LastIndexByte(q, '_')
+	short, hash := q[:sep], q[sep+1:]
+	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{long, short}, []string{group, hash}) })
+
+	first := backendtest.NewBackend(t, backends.Config{URL: url, Group: group})
+	second := backendtest.NewBackend(t, backends.Config{URL: url, Group: hash})
+	producer := backendtest.NewBackend(t, backends.Config{URL: url, Group: "producer-" + backendtest.RunID,
+		AMQP: backends.AMQPConfig{PublishGroups: []string{hash}}})
+	require.NoError(t, first.Subscriber.(message.SubscribeInitializer).SubscribeInitialize(long))
+	backendtest.Publish(t, producer.Publisher, short, "to the short topic")
+	backendtest.Publish(t, first.Publisher, long, "to the long topic")
+
+	assert.Equal(t, "to the long topic", backendtest.Receive(t, backendtest.Subscribe(t, first, long)), "long topic")
+	assert.Equal(t, "to the short topic", backendtest.Receive(t, backendtest.Subscribe(t, second, short)), "short topic, the hash as group")
+}

@@ -18,8 +18,9 @@
 // exchange is named after the topic. The queue is topic_group, with '%' and
 // '_' in the group written %25 and %5F, so that no two pairs share a queue:
 // topic X_eu with group billing is X_eu_billing, topic X with group
-// eu_billing X_eu%5Fbilling. A name past RabbitMQ's 255 bytes is cut to 238
-// and ends in '_' and 16 hex digits of a hash of what it names. The
+// eu_billing X_eu%5Fbilling. A name past 238 bytes is cut to 238 and ends
+// in '_' and 16 hex digits of a hash of what it names (RabbitMQ takes 255),
+// so that a cut name is never another's whole name. The
 // consumers of a group compete for their queue; each group's queue gets
 // every message. Messages are published persistent and with
 // publisher confirms: Publish returns only once RabbitMQ has taken the
@@ -58,8 +59,11 @@
 // PublishGroups and whose queue is deleted while none of its consumers runs
 // misses what is published meanwhile if another group's queue receives it.
 //
-// A wrong user name or password, or a virtual host the user cannot open, is
-// a backends.ErrInvalidConfig from New. RabbitMQ closes the connection of a
+// A wrong user name or password, a virtual host the user cannot open, or
+// amqps:// to a port that does not speak TLS, is a backends.ErrInvalidConfig
+// from New; a virtual host or user at its
+// connection limit is an ErrUnreachable (but over amqps, where the backend
+// cannot read RabbitMQ's reason for closing). RabbitMQ closes the connection of a
 // wrong password about 3 s after it, and amqp091 cannot tell that from a
 // handshake that ran out of time: with a DialTimeout under 3 s, New reports
 // ErrUnreachable for it.

@@ -59,7 +59,13 @@
 // topic's stream was deleted, the durable went with it; the subscriber then
 // creates the stream (unless a publish did already) and the durable again,
 // and subscribes anew. The messages the deleted stream held are gone with
-// it, acked or not, but for one a handler already had. Everything published
+// it, acked or not, but for one a handler already had; that one is not
+// acked, nacked or extended any more, since the new stream numbers its
+// messages from 1 again and the ack would settle the new message of the
+// same number. A durable that another process created again is noticed at
+// the next check too, by its creation time, and the subscriber subscribes
+// anew; an ack sent before that check can still settle, and so lose, a
+// message of the new stream. Everything published
 // to the new stream is delivered, also what came before the subscriber
 // noticed: the new durable reads the stream from its start. A durable
 // deleted alone is created again the same way, and the group then reads its

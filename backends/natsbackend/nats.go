@@ -111,6 +111,7 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 			logger:        logger,
 			Closer:        brokerkit.NewCloser(),
 			consumers:     map[string]bool{},
+			epochs:        map[string]uint64{},
 		}, nil
 	}
 	sub, err := newSubscriber(cfg.Group)

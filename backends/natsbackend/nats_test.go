@@ -1,6 +1,7 @@
 package natsbackend_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -231,4 +232,158 @@ func TestNATS_SubscriberRecreatesDeletedDurable(t *testing.T) {
 
 	assert.Equal(t, "one", receiveWithin(t, msgs, recreatedWithin), "the stream again from its start")
 	assert.Equal(t, "two", backendtest.Receive(t, msgs))
+}
+
+// A message a handler held while its stream was deleted and created again
+// is settled after the group's new durable delivered the new stream's
+// first message, which has the same stream sequence. The held message's
+// ack must not settle the new one: nacked, the new one comes again.
+func TestNATS_AckOfHeldMessageAfterRecreationSettlesNothingNew(t *testing.T) {
+	t.Parallel()
+	url := testserver.NATSURL(t)
+	topic := backendtest.UniqueTopic("held-ack")
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
+	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: "billing-" + backendtest.RunID,
+		NackResendSleep: 10 * time.Millisecond})
+	msgs := backendtest.Subscribe(t, b, topic)
+	backendtest.Publish(t, b.Publisher, topic, "old")
+	var held *message.Message
+	select {
+	case held = <-msgs:
+	case <-time.After(recreatedWithin):
+		t.Fatal("no message")
+	}
+	require.Equal(t, "old", string(held.Payload))
+
+	require.NoError(t, brokeradmin.DeleteNATSStreams(url, topic))
+	backendtest.Publish(t, b.Publisher, topic, "new")
+	var fresh *message.Message
+	select {
+	case fresh = <-msgs:
+	case <-time.After(recreatedWithin):
+		t.Fatal("no message from the new stream")
+	}
+	require.Equal(t, "new", string(fresh.Payload))
+
+	held.Ack()
+	fresh.Nack()
+	assert.Equal(t, "new", receiveWithin(t, msgs, recreatedWithin), "the nacked message again")
+}
+
+// A member that finds its group's durable created again by another
+// process (here the test, right after the stream's deletion, as the other
+// member would) keeps receiving: with the other member gone, it gets the
+// next message.
+func TestNATS_MemberFindsDurableCreatedElsewhere(t *testing.T) {
+	t.Parallel()
+	url := testserver.NATSURL(t)
+	topic := backendtest.UniqueTopic("rejoin-other")
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
+	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: "billing-" + backendtest.RunID})
+	msgs := backendtest.Subscribe(t, b, topic)
+	backendtest.Publish(t, b.Publisher, topic, "one")
+	assert.Equal(t, "one", backendtest.Receive(t, msgs))
+
+	js, closeConn, err := brokeradmin.JetStream(url)
+	require.NoError(t, err)
+	defer closeConn()
+	name, err := js.StreamNameBySubject(topic)
+	require.NoError(t, err)
+	stream, err := js.StreamInfo(name)
+	require.NoError(t, err)
+	var durables []*nats.ConsumerInfo
+	for c := range js.ConsumersInfo(name) {
+		durables = append(durables, c)
+	}
+	require.Len(t, durables, 1)
+	require.NoError(t, js.DeleteStream(name))
+	_, err = js.AddStream(&stream.Config)
+	require.NoError(t, err)
+	_, err = js.AddConsumer(name, &durables[0].Config)
+	require.NoError(t, err)
+
+	backendtest.Publish(t, b.Publisher, topic, "two")
+	assert.Equal(t, "two", receiveWithin(t, msgs, recreatedWithin), "the first message in the new stream")
+	backendtest.Publish(t, b.Publisher, topic, "three")
+	assert.Equal(t, "three", receiveWithin(t, msgs, recreatedWithin))
+}
+
+// Two (group, topic) pairs whose group_topic reads the same, group
+// billing_eu on topic X and group billing on topic eu_X, on one stream that
+// captures both topics: the second pair finds the first one's durable
+// under the name they share, and nats.go refuses to bind to it, where it
+// would take topic X's messages.
+func TestNATS_DurableOfAnotherTopicIsNotShared(t *testing.T) {
+	t.Parallel()
+	url := testserver.NATSURL(t)
+	x := backendtest.UniqueTopic("shared")
+	euX := "eu_" + x
+	group := "billing-" + backendtest.RunID
+	js, closeConn, err := brokeradmin.JetStream(url)
+	require.NoError(t, err)
+	defer closeConn()
+	_, err = js.AddStream(&nats.StreamConfig{Name: "both-" + x, Subjects: []string{x, euX}})
+	require.NoError(t, err)
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, x) })
+
+	first := backendtest.NewBackend(t, backends.Config{URL: url, Group: group + "_eu"})
+	second := backendtest.NewBackend(t, backends.Config{URL: url, Group: group})
+	msgs := backendtest.Subscribe(t, first, x)
+	_, err = second.Subscriber.Subscribe(context.Background(), euX)
+	require.ErrorIs(t, err, nats.ErrSubjectMismatch, "group billing on eu_X")
+
+	backendtest.Publish(t, first.Publisher, x, "to X")
+	assert.Equal(t, "to X", backendtest.Receive(t, msgs), "group billing_eu on X")
+}
+
+// The same when another process created the stream and the durable again
+// (here the test, right after the deletion): the subscriber learns of it
+// from the durable's new creation time at its next check, subscribes anew,
+// and leaves the held message unsettled.
+func TestNATS_AckOfHeldMessageAfterRecreationElsewhereSettlesNothingNew(t *testing.T) {
+	t.Parallel()
+	url := testserver.NATSURL(t)
+	topic := backendtest.UniqueTopic("held-ack-other")
+	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
+	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: "billing-" + backendtest.RunID,
+		NackResendSleep: 10 * time.Millisecond, NATS: backends.NATSConfig{AckWait: 2 * time.Second}})
+	msgs := backendtest.Subscribe(t, b, topic)
+	backendtest.Publish(t, b.Publisher, topic, "old")
+	var held *message.Message
+	select {
+	case held = <-msgs:
+	case <-time.After(recreatedWithin):
+		t.Fatal("no message")
+	}
+	require.Equal(t, "old", string(held.Payload))
+
+	js, closeConn, err := brokeradmin.JetStream(url)
+	require.NoError(t, err)
+	defer closeConn()
+	name, err := js.StreamNameBySubject(topic)
+	require.NoError(t, err)
+	stream, err := js.StreamInfo(name)
+	require.NoError(t, err)
+	var durables []*nats.ConsumerInfo
+	for c := range js.ConsumersInfo(name) {
+		durables = append(durables, c)
+	}
+	require.Len(t, durables, 1)
+	require.NoError(t, js.DeleteStream(name))
+	_, err = js.AddStream(&stream.Config)
+	require.NoError(t, err)
+	_, err = js.AddConsumer(name, &durables[0].Config)
+	require.NoError(t, err)
+
+	backendtest.Publish(t, b.Publisher, topic, "new")
+	var fresh *message.Message
+	select {
+	case fresh = <-msgs:
+	case <-time.After(recreatedWithin):
+		t.Fatal("no message from the new stream")
+	}
+	require.Equal(t, "new", string(fresh.Payload))
+	held.Ack()
+	fresh.Nack()
+	assert.Equal(t, "new", receiveWithin(t, msgs, recreatedWithin), "the nacked message again")
 }

@@ -46,6 +46,14 @@ type natsSubscriber struct {
 	brokerkit.Closer // its Mu also guards consumers
 	consumers        map[string]bool
 	subs             sync.WaitGroup
+
+	// epochs counts, per topic, the group's durables seen created again:
+	// a message delivered in an earlier epoch came from a deleted stream,
+	// whose sequence numbers the new one uses again, so its ack, nack or
+	// progress ack would settle another message. settling guards epochs,
+	// and is held while one is sent.
+	settling sync.RWMutex
+	epochs   map[string]uint64
 }
 
 var (
@@ -90,7 +98,7 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 				return
 			default:
 			}
-			s.handle(ctx, m, out, stop, logFields)
+			s.handle(ctx, m, out, stop, s.settler(topic), logFields)
 		}, nats.Bind(stream, durable), nats.ManualAck())
 		if err != nil {
 			return nil, nil, fmt.Errorf("backends: nats subscribe %q as %q: %w", topic, durable, err)
@@ -101,6 +109,7 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 	if err != nil {
 		return nil, err
 	}
+	_, created := s.durableGone(ctx, stream, durable)
 	// The durable was created by us, not by a subscription, so Unsubscribe
 	// leaves it on the server.
 	unsubscribe := func(sub *nats.Subscription, logFields watermill.LogFields) {
@@ -133,10 +142,17 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 			case <-check.C:
 			}
 			if sub != nil {
-				if !s.durableGone(checkCtx, stream, durable) {
+				gone, c := s.durableGone(checkCtx, stream, durable)
+				if !gone && (c.IsZero() || created.IsZero() || c.Equal(created)) {
+					if created.IsZero() {
+						created = c
+					}
 					continue
 				}
-				s.logger.Info("The group's durable is gone (its stream deleted?); creating it again", logFields)
+				// Gone, or created again by another process: what the old
+				// subscription holds or buffers came from the deleted
+				// stream, whose sequence numbers the new one uses again.
+				s.logger.Info("The group's durable is gone or new (its stream deleted?); subscribing anew", logFields)
 				// Before the durable is back: two subscriptions on its deliver
 				// subject would share its messages, and those buffered for the
 				// old one would be dropped with it, to come back only after
@@ -149,6 +165,7 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 				var nextFields watermill.LogFields
 				if sub, nextFields, err = subscribe(next); err == nil {
 					stream, logFields = next, nextFields
+					_, created = s.durableGone(checkCtx, stream, durable)
 				}
 			}
 			if err != nil {
@@ -167,19 +184,49 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 }
 
 // durableGone reports whether durable or its stream is missing on the
-// server. Any other answer, or none, counts as present: the next check
-// asks again.
-func (s *natsSubscriber) durableGone(ctx context.Context, stream, durable string) bool {
+// server, and else when the durable was created (zero if unknown). Any
+// other answer, or none, counts as present: the next check asks again.
+func (s *natsSubscriber) durableGone(ctx context.Context, stream, durable string) (bool, time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, durableCheckInterval)
 	defer cancel()
-	_, err := s.js.ConsumerInfo(stream, durable, nats.Context(ctx))
-	return errors.Is(err, nats.ErrConsumerNotFound) || errors.Is(err, nats.ErrStreamNotFound)
+	info, err := s.js.ConsumerInfo(stream, durable, nats.Context(ctx))
+	if err != nil {
+		return errors.Is(err, nats.ErrConsumerNotFound) || errors.Is(err, nats.ErrStreamNotFound), time.Time{}
+	}
+	return false, info.Created
+}
+
+// newEpoch starts a new epoch of topic's durable: what was delivered
+// before is settled no more.
+func (s *natsSubscriber) newEpoch(topic string) {
+	s.settling.Lock()
+	defer s.settling.Unlock()
+	s.epochs[topic]++
+}
+
+// settler returns how a message of topic delivered now is settled: send
+// runs unless the durable was created again since, and reports whether it
+// ran.
+func (s *natsSubscriber) settler(topic string) func(send func()) bool {
+	s.settling.RLock()
+	epoch := s.epochs[topic]
+	s.settling.RUnlock()
+	return func(send func()) bool {
+		s.settling.RLock()
+		defer s.settling.RUnlock()
+		if s.epochs[topic] != epoch {
+			return false
+		}
+		send()
+		return true
+	}
 }
 
 // recreate forgets what this process knew of topic's stream and durable and
 // sets both up again, as Subscribe does: the stream that captures topic
 // now, or a new one, and the group's durable on it. It returns the stream.
 func (s *natsSubscriber) recreate(topic string) (string, error) {
+	s.newEpoch(topic)
 	s.streams.Forget(topic)
 	s.Mu.Lock()
 	delete(s.consumers, topic)
@@ -190,7 +237,9 @@ func (s *natsSubscriber) recreate(topic string) (string, error) {
 
 // handle hands one message to out and settles it on the server as the
 // handler settles it.
-func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *message.Message, stop <-chan struct{}, logFields watermill.LogFields) {
+// settle sends what settles m unless its durable was created again since
+// it was delivered.
+func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *message.Message, stop <-chan struct{}, settle func(func()) bool, logFields watermill.LogFields) {
 	msg, joined := natsUnmarshal(m)
 	if len(joined) > 0 {
 		s.logger.Info("Message has headers with several values, handed on joined", logFields.Add(watermill.LogFields{
@@ -220,19 +269,22 @@ func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *me
 	// it, while it waited in the client behind a slow predecessor: restart
 	// the clock, or a message that waited longer than two thirds of AckWait
 	// would be redelivered before the first progress ack below.
-	if err := m.InProgress(); err != nil {
-		s.logger.Error("Cannot extend AckWait of a message handed to its handler", err, logFields)
+	stale := func() {
+		s.logger.Info("The group's durable was created again since this message came: not settled, "+
+			"its stream sequence names another message now", logFields)
 	}
-	ack := func() {
-		if err := m.AckSync(); err != nil {
-			s.logger.Error("Cannot ack message", err, logFields)
+	send := func(what string, f func() error) {
+		if !settle(func() {
+			if err := f(); err != nil {
+				s.logger.Error(what, err, logFields)
+			}
+		}) {
+			stale()
 		}
 	}
-	nack := func() {
-		if err := m.NakWithDelay(s.nakDelay); err != nil {
-			s.logger.Error("Cannot nack message", err, logFields)
-		}
-	}
+	send("Cannot extend AckWait of a message handed to its handler", func() error { return m.InProgress() })
+	ack := func() { send("Cannot ack message", func() error { return m.AckSync() }) }
+	nack := func() { send("Cannot nack message", func() error { return m.NakWithDelay(s.nakDelay) }) }
 	// The handler has it: tell the server it is still being worked on, every
 	// third of AckWait, so that a slow handler is neither redelivered nor
 	// interrupted (its context stays live until it answers). A consumer that
@@ -248,14 +300,12 @@ func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *me
 			nack()
 			return
 		case <-progress.C:
-			if err := m.InProgress(); err != nil {
-				s.logger.Error("Cannot extend AckWait of a message in progress", err, logFields)
-			}
+			send("Cannot extend AckWait of a message in progress", func() error { return m.InProgress() })
 		case <-stop:
-			brokerkit.SettleOnStop(msg, ack, nack, func() { _ = m.Nak() })
+			brokerkit.SettleOnStop(msg, ack, nack, func() { settle(func() { _ = m.Nak() }) })
 			return
 		case <-ctx.Done():
-			brokerkit.SettleOnStop(msg, ack, nack, func() { _ = m.Nak() })
+			brokerkit.SettleOnStop(msg, ack, nack, func() { settle(func() { _ = m.Nak() }) })
 			return
 		}
 	}

@@ -10,9 +10,11 @@
 // X_eu%5Fbilling.
 //
 // RabbitMQ takes names of up to 255 bytes (amqp091 cuts a longer one at
-// its length modulo 256, without a word). A longer name is cut to its first
-// 238 bytes, fewer to end on a whole UTF-8 character, followed by '_' and 16
-// hex digits of a SHA-256 of what it names.
+// its length modulo 256, without a word). A name longer than 238 bytes is
+// cut to its first 238, fewer to end on a whole UTF-8 character, followed
+// by '_' and 16 hex digits of a SHA-256 of what it names: 252 to 255
+// bytes, so that a cut name is never the whole name of another topic or
+// pair.
 package amqpname
 
 import (
@@ -23,8 +25,12 @@ import (
 	"unicode/utf8"
 )
 
-// maxLen is the longest name RabbitMQ takes, in bytes.
-const maxLen = 255
+// maxLen is the longest name RabbitMQ takes, in bytes; keepLen the longest
+// kept whole, what a cut name keeps of the whole one.
+const (
+	maxLen  = 255
+	keepLen = maxLen - 1 - 16
+)
 
 var escaper = strings.NewReplacer("%", "%25", "_", "%5F")
 
@@ -39,7 +45,7 @@ func Queue(topic, group string) string {
 // fit returns name if RabbitMQ takes it, and otherwise its beginning and a
 // hash of parts, which name stands for.
 func fit(name string, parts ...string) string {
-	if len(name) <= maxLen {
+	if len(name) <= keepLen {
 		return name
 	}
 	h := sha256.New()
@@ -47,7 +53,7 @@ func fit(name string, parts ...string) string {
 		_ = binary.Write(h, binary.BigEndian, uint64(len(p)))
 		h.Write([]byte(p))
 	}
-	cut := maxLen - 1 - 16
+	cut := keepLen
 	for back := 0; back < utf8.UTFMax-1 && !utf8.RuneStart(name[cut]); back++ {
 		cut--
 	}

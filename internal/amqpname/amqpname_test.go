@@ -66,10 +66,29 @@ func TestQueue_Long(t *testing.T) {
 	assert.Len(t, q, 255)
 	assert.True(t, strings.HasPrefix(q, topic+"_ggg"), q)
 	assert.NotEqual(t, q, amqpname.Queue(topic, group[1:]+"h"), "same length, same beginning")
-	assert.Len(t, amqpname.Queue(strings.Repeat("t", 200), strings.Repeat("g", 54)), 255, "exactly 255: kept")
+	whole := strings.Repeat("t", 200) + "_" + strings.Repeat("g", 37)
+	assert.Equal(t, whole, amqpname.Queue(strings.Repeat("t", 200), strings.Repeat("g", 37)), "238 bytes: kept")
+	assert.Len(t, amqpname.Queue(strings.Repeat("t", 200), strings.Repeat("g", 38)), 255, "239 bytes: cut")
 
 	// A multi-byte character across the cut is left out whole.
 	q = amqpname.Queue(strings.Repeat("t", 237)+"€", group)
 	assert.True(t, utf8.ValidString(q))
 	assert.Len(t, q, 237+17)
+}
+
+// A cut name is never the whole name of another pair or topic: the pair
+// (its first 238 bytes, its hash) and the topic of its cut name read the
+// same as a cut name where cut names were 255 bytes like whole ones.
+func TestQueue_CutNamesAreNotWholeNames(t *testing.T) {
+	topic, group := strings.Repeat("t", 250), "billing"
+	q := amqpname.Queue(topic, group)
+	cut := strings.LastIndexByte(q, '_')
+	assert.NotEqual(t, q, amqpname.Queue(q[:cut], q[cut+1:]), "the pair (beginning, hash)")
+
+	e := amqpname.Exchange(topic + strings.Repeat("x", 50))
+	assert.NotEqual(t, e, amqpname.Exchange(e), "the topic named as the cut exchange")
+	for _, n := range []int{238, 239, 255} {
+		short, long := strings.Repeat("s", n), strings.Repeat("s", n+1)
+		assert.NotEqual(t, amqpname.Exchange(short), amqpname.Exchange(long), "%d bytes", n)
+	}
 }
