@@ -26,16 +26,15 @@ import (
 // versions (HASH) in every state, lost replies of the fast paths, TTL clamps,
 // odd keys and sizes. They run on a private Redis, whose count of writes
 // (rdb_changes_since_last_save, persistence being off) shows that a call
-// wrote nothing, and every claim is made on both paths of claimfast.lua: SET
-// NX GET (Redis 7) and GET, then SET (Redis 5 and 6).
+// wrote nothing, and every claim is made on both paths: the plain SET NX
+// GET and claim.lua.
 
 // codecRedis is a private Redis with a store on it, and the same store
-// claiming on the path of Redis 5 and 6.
+// claiming with claim.lua alone.
 type codecRedis struct {
-	client  *redis.Client
-	store   *redisstore.Store
-	script7 *redisstore.Store
-	before7 *redisstore.Store
+	client *redis.Client
+	store  *redisstore.Store
+	script *redisstore.Store
 }
 
 func startCodecRedis(t *testing.T, extraArgs ...string) *codecRedis {
@@ -52,28 +51,16 @@ func newCodecRedis(t *testing.T, addr string) *codecRedis {
 	var err error
 	r.store, err = redisstore.New(client)
 	require.NoError(t, err)
-	r.script7, err = redisstore.New(client)
+	r.script, err = redisstore.New(client)
 	require.NoError(t, err)
-	redisstore.ClaimWithScriptOnly(r.script7)
-	r.before7, err = redisstore.New(client)
-	require.NoError(t, err)
-	redisstore.ClaimAsBefore7(r.before7)
-	loadEveryScript(t, r.store, r.before7)
+	redisstore.ClaimWithScriptOnly(r.script)
+	loadScripts(t, r.store) // no call of a test meets NOSCRIPT
 	return r
 }
 
-// loadEveryScript loads every script, the claim of Redis 5 and 6 included,
-// so that no call of a test meets NOSCRIPT.
-func loadEveryScript(t *testing.T, s, before7 *redisstore.Store) {
-	t.Helper()
-	loadScripts(t, s)
-	_, err := before7.Claim(context.Background(), "warm-before7", claimReq(time.Minute, nil))
-	require.NoError(t, err)
-}
-
-// claimers are the two paths of claimfast.lua.
+// claimers are the two paths of a claim.
 func (r *codecRedis) claimers() map[string]*redisstore.Store {
-	return map[string]*redisstore.Store{"plain": r.store, "redis7": r.script7, "before7": r.before7}
+	return map[string]*redisstore.Store{"plain": r.store, "script": r.script}
 }
 
 // claimedRaw is the string that a claim on path of an absent key leaves,
@@ -680,8 +667,7 @@ type lossyRedis struct {
 	*codecRedis // direct
 	proxy       *testserver.Proxy
 	lossy       *redisstore.Store
-	lossyS7     *redisstore.Store
-	lossyB7     *redisstore.Store
+	lossyScript *redisstore.Store
 }
 
 func startLossyRedis(t *testing.T, opts redisstore.Options) *lossyRedis {
@@ -693,18 +679,15 @@ func startLossyRedis(t *testing.T, opts redisstore.Options) *lossyRedis {
 	var err error
 	l.lossy, err = redisstore.NewWithOptions(client, opts)
 	require.NoError(t, err)
-	l.lossyS7, err = redisstore.NewWithOptions(client, opts)
+	l.lossyScript, err = redisstore.NewWithOptions(client, opts)
 	require.NoError(t, err)
-	redisstore.ClaimWithScriptOnly(l.lossyS7)
-	l.lossyB7, err = redisstore.NewWithOptions(client, opts)
-	require.NoError(t, err)
-	redisstore.ClaimAsBefore7(l.lossyB7)
+	redisstore.ClaimWithScriptOnly(l.lossyScript)
 	return l // newCodecRedis loaded every script on the server
 }
 
-// lossyClaimers are the two paths of claimfast.lua through the proxy.
+// lossyClaimers are the two paths of a claim through the proxy.
 func (l *lossyRedis) lossyClaimers() map[string]*redisstore.Store {
-	return map[string]*redisstore.Store{"plain": l.lossy, "redis7": l.lossyS7, "before7": l.lossyB7}
+	return map[string]*redisstore.Store{"plain": l.lossy, "script": l.lossyScript}
 }
 
 // dropOnce runs call with the reply of its first script call on key dropped,
@@ -1146,7 +1129,7 @@ func TestHashFieldsWiderThanTheStringLayout(t *testing.T) {
 
 // TestReplicaGetsTheFastPathsWrites acknowledges every claim, renewal and
 // completion by a replica (Options.Replicas) while they take the fast
-// sections (SET NX GET on Redis 7, GET then SET before it, GET TIME SET)
+// sections (the plain SET NX GET, claim.lua's own, GET TIME SET)
 // and the codec (a HASH of an earlier version): each is acknowledged, and
 // the replica holds the primary's very bytes and expiry after each, so a
 // failover to it keeps what the owner was told.
@@ -1157,11 +1140,11 @@ func TestReplicaGetsTheFastPathsWrites(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: replica.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rc.Close() })
 	ctx := context.Background()
-	ack := func(claimAsBefore7 bool) *redisstore.Store {
+	ack := func(scriptOnly bool) *redisstore.Store {
 		s, err := redisstore.NewWithOptions(r.client, redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
 		require.NoError(t, err)
-		if claimAsBefore7 {
-			redisstore.ClaimAsBefore7(s)
+		if scriptOnly {
+			redisstore.ClaimWithScriptOnly(s)
 		}
 		return s
 	}
@@ -1174,7 +1157,7 @@ func TestReplicaGetsTheFastPathsWrites(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, mt, rt, "%s: and its expiry", step)
 	}
-	for path, s := range map[string]*redisstore.Store{"redis7": ack(false), "before7": ack(true)} {
+	for path, s := range map[string]*redisstore.Store{"plain": ack(false), "script": ack(true)} {
 		t.Run(path, func(t *testing.T) {
 			before := s.ReplicaStats()
 			key := "replica:" + path
@@ -1222,11 +1205,11 @@ func TestClusterFastPathsAndLegacyHashes(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	s, err := redisstore.New(client)
 	require.NoError(t, err)
-	before7, err := redisstore.New(client)
+	script, err := redisstore.New(client)
 	require.NoError(t, err)
-	redisstore.ClaimAsBefore7(before7)
+	redisstore.ClaimWithScriptOnly(script)
 	ctx := context.Background()
-	for path, c := range map[string]*redisstore.Store{"redis7": s, "before7": before7} {
+	for path, c := range map[string]*redisstore.Store{"plain": s, "script": script} {
 		for i := range 9 {
 			key := "cluster:" + path + ":" + strconv.Itoa(i)
 			req := claimReq(time.Minute, []byte("fp"))
@@ -1358,9 +1341,9 @@ func TestCompletedMemoryOnEveryPath(t *testing.T) {
 			require.NoError(t, err)
 			return req.Token
 		},
-		"before7": func(k string) string {
+		"claim.lua": func(k string) string {
 			req := claimReq(time.Minute, nil)
-			_, err := r.before7.Claim(ctx, k, req)
+			_, err := r.script.Claim(ctx, k, req)
 			require.NoError(t, err)
 			return req.Token
 		},

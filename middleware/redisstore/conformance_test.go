@@ -20,15 +20,8 @@ func TestConformanceStandalone(t *testing.T) {
 	storetest.Run(t, subjects(client))
 }
 
-// TestConformanceClaimBefore7 runs the suite with claims on the path that
-// claimfast.lua takes on Redis 5 and 6, where SET cannot take NX and GET
-// together.
-func TestConformanceClaimBefore7(t *testing.T) {
-	storetest.Run(t, scriptClaimSubjects(testserver.RedisClient(t), redisstore.ClaimAsBefore7))
-}
-
 // TestConformanceClaimScriptOnly runs the suite with every claim in
-// claim.lua (its fast section on Redis 7's path), as a key that the plain
+// claim.lua (its fast section included), as a key that the plain
 // claim does not settle takes it.
 func TestConformanceClaimScriptOnly(t *testing.T) {
 	storetest.Run(t, scriptClaimSubjects(testserver.RedisClient(t), redisstore.ClaimWithScriptOnly))

@@ -62,11 +62,8 @@
 //     transition, nothing written yet.
 //
 // claim.lua starts with a fast section too (claimfast.lua): TIME and SET NX
-// GET, or GET then SET on Redis 5 and 6, whose SET cannot take NX and GET
-// together. A server that answers the plain claim with a syntax error (Redis
-// 5 and 6) has every claim of the store run claim.lua from then on. The
-// owner hash of a COMPLETED string is computed by the store, not by a
-// script.
+// GET. The owner hash of a COMPLETED string is computed by the store, not
+// by a script.
 //
 // The plain claim cannot read the server's clock, and does not need to: the
 // lease is the PX that Redis counts from when it runs the SET, and the
@@ -154,11 +151,9 @@
 //
 // # What the Redis must provide
 //
-//   - Redis 5 or newer for the store: the scripts read the server's clock
-//     (TIME) before they write, which needs script effects replication, the
-//     default since 5.0. Redis 7.0 or newer for ExpiringKeyRepository, which
-//     uses SET with both NX and GET. The tests run on Redis 7.0; older
-//     servers are not tested.
+//   - Redis 7.0 or newer: the claim is SET with both NX and GET, and a fresh
+//     claim's times are read back with PEXPIRETIME. On an older server every
+//     claim fails with an error that says so. The tests run on Redis 7.0.
 //   - maxmemory-policy noeviction (the default). Every record has a TTL, so
 //     any volatile-* or allkeys-* policy may evict an IN_PROGRESS or
 //     COMPLETED record under memory pressure, and the effect runs again. Size

@@ -27,12 +27,12 @@
 -- with attempts + 1, and its owner is fenced. The key itself expires at the
 -- deadline + retention.
 --
--- A fresh claim on Redis 7 is one plain SET NX PX GET from the Go side,
+-- A fresh claim is one plain SET NX PX GET from the Go side,
 -- which cannot read the server's clock: it writes state 'N' (new), the P
 -- layout with created and updated 0 and, at offset 18, the lease's length
 -- in ms instead of its deadline. Its times come from the key's expiry, set
 -- by the server's clock: the SET's PX is lease + retention, so the lease
--- deadline is PEXPIRETIME - retention (Redis 7, as SET NX GET is), and
+-- deadline is PEXPIRETIME - retention, and
 -- created = updated = deadline - lease. The codec reads an N record as
 -- that P record, and its next transition writes the P string. An N
 -- without an expiry is corrupt, and so is one whose created time would be
