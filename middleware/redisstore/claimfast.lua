@@ -8,8 +8,8 @@
 --   - a COMPLETED string: the reply is that string as it is, which the Go
 --     side decodes and validates as prelude.lua's load_string does; nothing
 --     is written.
--- Anything else (an IN_PROGRESS or FAILED record, a record of an earlier
--- version, a corrupt value) goes on to claim.lua, nothing written yet.
+-- Anything else (an IN_PROGRESS or FAILED record, a corrupt value or
+-- another type) goes on to claim.lua, nothing written yet.
 local fast_t = redis.call('TIME')
 local fast_now = tonumber(fast_t[1]) * 1000 + math.floor(tonumber(fast_t[2]) / 1000)
 local fast_lease, fast_ttl = tonumber(ARGV[2]), tonumber(ARGV[3])

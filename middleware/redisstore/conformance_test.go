@@ -83,7 +83,9 @@ func putForeign(c redis.UniversalClient) func(key string, kind storetest.Foreign
 		case storetest.ForeignWrongType:
 			return c.RPush(ctx, key, "a", "b").Err()
 		case storetest.ForeignBadFields:
-			return c.HSet(ctx, key, "s", "P", "o", "tok", "a", "notanumber", "c", "1", "u", "1", "l", "1", "r", "1").Err()
+			// The IN_PROGRESS string's tag and state, then 36 zero bytes: no
+			// attempt, no times.
+			return c.Set(ctx, key, append([]byte{0xC0, 'P'}, make([]byte, 36)...), 0).Err()
 		}
 		return fmt.Errorf("putForeign: unknown kind %d", kind)
 	}

@@ -31,13 +31,8 @@
 // attempts, created and updated times, the first 8 bytes of the SHA-1 of the
 // token that completed it, the fingerprint and the result. Neither tag byte
 // occurs in UTF-8 text. A COMPLETED 48-byte key without output or
-// fingerprint takes 136 bytes of Redis memory (MEMORY USAGE, jemalloc), no
-// more than before the token hash was added. Earlier versions kept
-// IN_PROGRESS and FAILED records in a HASH with one-letter fields: such a
-// record is read, held, renewed, completed and claimed as it always was,
-// and its next transition writes the string. A consumer of an earlier version
-// reads the IN_PROGRESS and FAILED strings as corrupt records: upgrade
-// every consumer of one store together.
+// fingerprint takes 136 bytes of Redis memory (MEMORY USAGE, jemalloc).
+// Any other value, a HASH included, is corrupt (see Guarantees).
 //
 // # The cost of a message
 //
@@ -49,9 +44,8 @@
 //     decodes and checks it in Go with the checks of the codec (a
 //     duplicate). Redis runs it at the cost of a plain SET, a third of a
 //     script's. Any other reply (a key held, FAILED or lapsed, the caller's
-//     own claim resent, a record of an earlier version, a corrupt value
-//     without the COMPLETED tag, a full Redis's OOM refusal) has written
-//     nothing, and the claim goes on to claim.lua: a second round trip, for
+//     own claim resent, a corrupt value without the COMPLETED tag, a full
+//     Redis's OOM refusal) has written nothing, and the claim goes on to claim.lua: a second round trip, for
 //     keys that are not the common case. A value with the COMPLETED tag
 //     that fails those checks is idempotency.ErrCorruptRecord at once.
 //   - Complete and Renew settle their common case in a fast section at the
@@ -112,21 +106,19 @@
 // of them changes the record a second time.
 //
 // Decoding is strict. A value under a key that is not a record of this
-// store — another type, a string without a tag, shorter than its header or
-// of the wrong length, text, JSON, a hash without a state or with a field
-// that is not a decimal number below 2^48 (what the string it is rewritten
-// as holds), an IN_PROGRESS record without its token —
-// makes the script answer the error "IDEMPOTENCY_CORRUPT <reason>" (counted
+// store — another type (a HASH included), a string without a tag, shorter
+// than its header or of the wrong length, text, JSON, an IN_PROGRESS record
+// without its token — makes the script answer the error "IDEMPOTENCY_CORRUPT <reason>" (counted
 // by Redis as errorstat_IDEMPOTENCY_CORRUPT) without writing anything; a
 // COMPLETED string that a claim's fast section returns is checked by the
 // store with the same checks and reasons. The store returns it as
 // idempotency.ErrCorruptRecord, wrapped with the operation and key, from
 // Claim, Renew, Complete, Fail, Release and Get: it is never read as a
 // duplicate, never overwritten, never given an expiry. Delete removes it.
-// The fast sections read a key of another type, or a HASH of an earlier
-// version, with a command that Redis refuses (WRONGTYPE, which Redis counts
-// in errorstat_WRONGTYPE) before the codec reads it. go-redis does
-// not retry an error reply, nor does it drop the connection over one.
+// The fast sections read a key of another type with a command that Redis
+// refuses (WRONGTYPE, which Redis counts in errorstat_WRONGTYPE) before the
+// codec reads it. go-redis does not retry an error reply, nor does it drop
+// the connection over one.
 //
 // Errors of the client (a Redis that is down, a timeout, a cancelled context)
 // are returned wrapped with the operation and key; redis.Nil is never
