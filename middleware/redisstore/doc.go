@@ -32,7 +32,6 @@
 // token that completed it, the fingerprint and the result. Neither tag byte
 // occurs in UTF-8 text. A COMPLETED 48-byte key without output or
 // fingerprint takes 136 bytes of Redis memory (MEMORY USAGE, jemalloc).
-// Any other value, a HASH included, is corrupt (see Guarantees).
 //
 // # The cost of a message
 //
