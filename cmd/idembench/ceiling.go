@@ -20,7 +20,7 @@ import (
 type Ceiling struct {
 	// ClaimSHA and FinishSHA are the scripts of the claim and the complete
 	// when the store sends them as EVALSHA, "" for a plain command (the
-	// claim of a fresh key is one SET on Redis 7 and newer).
+	// claim of a fresh key is one SET).
 	ClaimSHA  string `json:"claim_sha"`
 	FinishSHA string `json:"finish_sha"`
 	// Commands names the commands of a fresh message, claim then complete,

@@ -23,7 +23,7 @@
 //     go-redis load generator) and with it (redis-benchmark -P 16), so that
 //     our Redis rate reads as a fraction of each. The claim and complete are
 //     captured as the floor section captures them (below), not written
-//     down: on Redis 7 a fresh claim is one SET NX PX GET and a complete
+//     down: a fresh claim is one SET NX PX GET and a complete
 //     one EVALSHA. A fresh message costs two commands, so a message ceiling
 //     is half the claim rate. redis-benchmark takes its arguments from the
 //     command line, which holds no NUL byte: it sends the claim's NUL bytes

@@ -22,20 +22,18 @@ import (
 
 // The tests of this file attack the codec and the fast sections at the head
 // of claim, complete and renew (claimfast.lua, completefast.lua,
-// renewfast.lua): values that only the codec rejects, records of earlier
-// versions (HASH) in every state, lost replies of the fast paths, TTL clamps,
-// odd keys and sizes. They run on a private Redis, whose count of writes
+// renewfast.lua): values that only the codec rejects, lost replies of the
+// fast paths, TTL clamps, odd keys and sizes. They run on a private Redis, whose count of writes
 // (rdb_changes_since_last_save, persistence being off) shows that a call
-// wrote nothing, and every claim is made on both paths of claimfast.lua: SET
-// NX GET (Redis 7) and GET, then SET (Redis 5 and 6).
+// wrote nothing, and every claim is made on both paths: the plain SET NX
+// GET and claim.lua.
 
 // codecRedis is a private Redis with a store on it, and the same store
-// claiming on the path of Redis 5 and 6.
+// claiming with claim.lua alone.
 type codecRedis struct {
-	client  *redis.Client
-	store   *redisstore.Store
-	script7 *redisstore.Store
-	before7 *redisstore.Store
+	client *redis.Client
+	store  *redisstore.Store
+	script *redisstore.Store
 }
 
 func startCodecRedis(t *testing.T, extraArgs ...string) *codecRedis {
@@ -52,28 +50,16 @@ func newCodecRedis(t *testing.T, addr string) *codecRedis {
 	var err error
 	r.store, err = redisstore.New(client)
 	require.NoError(t, err)
-	r.script7, err = redisstore.New(client)
+	r.script, err = redisstore.New(client)
 	require.NoError(t, err)
-	redisstore.ClaimWithScriptOnly(r.script7)
-	r.before7, err = redisstore.New(client)
-	require.NoError(t, err)
-	redisstore.ClaimAsBefore7(r.before7)
-	loadEveryScript(t, r.store, r.before7)
+	redisstore.ClaimWithScriptOnly(r.script)
+	loadScripts(t, r.store) // no call of a test meets NOSCRIPT
 	return r
 }
 
-// loadEveryScript loads every script, the claim of Redis 5 and 6 included,
-// so that no call of a test meets NOSCRIPT.
-func loadEveryScript(t *testing.T, s, before7 *redisstore.Store) {
-	t.Helper()
-	loadScripts(t, s)
-	_, err := before7.Claim(context.Background(), "warm-before7", claimReq(time.Minute, nil))
-	require.NoError(t, err)
-}
-
-// claimers are the two paths of claimfast.lua.
+// claimers are the two paths of a claim.
 func (r *codecRedis) claimers() map[string]*redisstore.Store {
-	return map[string]*redisstore.Store{"plain": r.store, "redis7": r.script7, "before7": r.before7}
+	return map[string]*redisstore.Store{"plain": r.store, "script": r.script}
 }
 
 // claimedRaw is the string that a claim on path of an absent key leaves,
@@ -243,21 +229,22 @@ func TestCorruptValuesPastTheFastSections(t *testing.T) {
 		"set":                                   func(key string) error { return r.client.SAdd(ctx, key, "a").Err() },
 		"text":                                  str([]byte(strings.Repeat("not a record, ", 8))),
 		"integer":                               str([]byte("12345678901234567890123456789012345678")),
-		"hash without state": func(key string) error {
-			return r.client.HSet(ctx, key, "o", "tok", "a", "1", "c", "1", "u", "1").Err()
-		},
 		"stream": func(key string) error {
 			return r.client.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []string{"s", "P"}}).Err()
 		},
-		"hash in progress, lease 0": func(key string) error {
-			return r.client.HSet(ctx, key, "s", "P", "o", "tok", "a", "1", "c", "1", "u", "1", "l", "0", "r", "1").Err()
-		},
-		"hash failed, retention 0": func(key string) error {
-			return r.client.HSet(ctx, key, "s", "F", "o", "tok", "a", "1", "c", "1", "u", "1", "r", "0").Err()
-		},
-		"hash with 16 digits": func(key string) error {
-			return r.client.HSet(ctx, key, "s", "F", "a", "1", "c", "1000000000000000", "u", "1000000000000000").Err()
-		},
+	}
+	// A HASH is another type, however well it would read as a record: a
+	// live lease of "tok", a lapsed one, FAILED by "tok" or by a release,
+	// without a state.
+	live := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
+	for name, fields := range map[string][]string{
+		"hash in progress":   {"s", "P", "o", "tok", "l", live, "r", "60000", "a", "2", "c", "1000", "u", "2000", "f", "fp"},
+		"hash lapsed":        {"s", "P", "o", "tok", "l", "3000", "r", "60000", "a", "2", "c", "1000", "u", "2000"},
+		"hash failed by tok": {"s", "F", "o", "tok", "a", "2", "c", "1000", "u", "2000"},
+		"hash failed":        {"s", "F", "a", "2", "c", "1000", "u", "2000"},
+		"hash without state": {"o", "tok", "a", "1", "c", "1", "u", "1"},
+	} {
+		cases[name] = func(key string) error { return r.client.HSet(ctx, key, fields).Err() }
 	}
 	for name, put := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -420,259 +407,6 @@ func TestFastPathsAtTheEdgesOfSizes(t *testing.T) {
 	}
 }
 
-// legacyHash is an IN_PROGRESS or FAILED record of an earlier version, a
-// HASH, of attempt 2, created at 1000 and updated at 2000, fingerprint
-// "fp".
-type legacyHash struct {
-	name   string
-	fields []string
-	// state is how the record reads; claimable whether a claim by another
-	// token takes it (as attempt 3); owned whether "tok" holds a live lease;
-	// failedBy whether "tok" failed it (so that its resent Fail succeeds).
-	state              idempotency.State
-	claimable, owned   bool
-	failedBy, hasLease bool
-}
-
-func legacyHashes() []legacyHash {
-	live := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
-	base := []string{"a", "2", "c", "1000", "u", "2000", "f", "fp"}
-	return []legacyHash{
-		{name: "live", fields: append([]string{"s", "P", "o", "tok", "l", live, "r", "60000"}, base...),
-			state: idempotency.StateInProgress, owned: true, hasLease: true},
-		{name: "lapsed", fields: append([]string{"s", "P", "o", "tok", "l", "3000", "r", "60000"}, base...),
-			state: idempotency.StateFailed, claimable: true, hasLease: true},
-		{name: "failed by tok", fields: append([]string{"s", "F", "o", "tok"}, base...),
-			state: idempotency.StateFailed, claimable: true, failedBy: true},
-		{name: "failed by a release", fields: append([]string{"s", "F"}, base...),
-			state: idempotency.StateFailed, claimable: true},
-		// Fail of an earlier version left l and r in place.
-		{name: "failed with lease fields", fields: append([]string{"s", "F", "o", "tok", "l", live, "r", "60000"}, base...),
-			state: idempotency.StateFailed, claimable: true, failedBy: true},
-	}
-}
-
-func (h legacyHash) put(t *testing.T, c *redis.Client, key string) {
-	t.Helper()
-	ctx := context.Background()
-	require.NoError(t, c.HSet(ctx, key, h.fields).Err())
-	require.NoError(t, c.PExpire(ctx, key, 10*time.Minute).Err())
-}
-
-// TestLegacyHashesThroughEveryMethod puts a HASH record of an earlier
-// version in each state and sends it every method twice (the second a
-// resend, as go-redis sends after a lost reply), claims on both paths: the
-// answers are those of the same record as a string, a refused or
-// unchanged transition writes nothing, and a transition writes the string
-// with the hash's attempts, created time and fingerprint.
-func TestLegacyHashesThroughEveryMethod(t *testing.T) {
-	r := startCodecRedis(t)
-	ctx := context.Background()
-	str := func(t *testing.T, key string) []byte {
-		t.Helper()
-		typ, err := r.client.Type(ctx, key).Result()
-		require.NoError(t, err)
-		require.Equal(t, "string", typ, "the transition wrote the string layout")
-		v, err := r.client.Get(ctx, key).Bytes()
-		require.NoError(t, err)
-		return v
-	}
-	kept := func(t *testing.T, rec idempotency.Record, attempts int) {
-		t.Helper()
-		assert.Equal(t, attempts, rec.Attempts)
-		assert.Equal(t, time.UnixMilli(1000), rec.CreatedAt)
-		assert.Equal(t, []byte("fp"), rec.Fingerprint)
-	}
-	for _, h := range legacyHashes() {
-		t.Run(h.name, func(t *testing.T) {
-			key := func(op string) string {
-				k := "legacy:" + h.name + ":" + op
-				h.put(t, r.client, k)
-				return k
-			}
-
-			t.Run("get", func(t *testing.T) {
-				k := key("get")
-				untouched(t, r.client, k, func() {
-					rec, err := r.store.Get(ctx, k)
-					require.NoError(t, err)
-					assert.Equal(t, h.state, rec.State)
-					kept(t, rec, 2)
-					if h.owned {
-						assert.Equal(t, "tok", rec.Token)
-					}
-					if h.name == "lapsed" {
-						assert.Equal(t, time.UnixMilli(3000), rec.LeaseExpiresAt, "a lapsed lease reads with its deadline")
-					}
-				})
-			})
-
-			for path, s := range r.claimers() {
-				t.Run("claim by another token/"+path, func(t *testing.T) {
-					k := key("claim-other-" + path)
-					req := claimReq(time.Minute, nil)
-					if !h.claimable {
-						untouched(t, r.client, k, func() {
-							for range 2 {
-								res, err := s.Claim(ctx, k, req)
-								require.NoError(t, err)
-								assert.False(t, res.Acquired, "a live lease of an earlier version is held")
-								assert.Equal(t, h.state, res.Record.State)
-								assert.Empty(t, res.Record.Token)
-							}
-						})
-						return
-					}
-					first, err := s.Claim(ctx, k, req)
-					require.NoError(t, err)
-					require.True(t, first.Acquired)
-					kept(t, first.Record, 3)
-					resent, err := s.Claim(ctx, k, req)
-					require.NoError(t, err)
-					require.True(t, resent.Acquired, "the resent claim re-acquires")
-					kept(t, resent.Record, 3)
-					raw := str(t, k)
-					assert.Equal(t, []byte{0xC0, 'P', 0, 0, 0, 3}, raw[:6])
-					require.NoError(t, r.store.Complete(ctx, k, req.Token, []byte("out"), time.Hour))
-					assert.ErrorIs(t, r.store.Complete(ctx, k, "tok", nil, time.Hour), idempotency.ErrLeaseLost, "the hash's owner is fenced")
-					assert.ErrorIs(t, r.store.Fail(ctx, k, "tok", time.Hour), idempotency.ErrLeaseLost, "the hash's owner is fenced")
-				})
-
-				t.Run("claim by its owner/"+path, func(t *testing.T) {
-					k := key("claim-tok-" + path)
-					req := idempotency.ClaimRequest{Token: "tok", Lease: time.Minute, TTL: time.Minute}
-					want := 3
-					if h.owned {
-						want = 2 // this very claim, resent across the upgrade
-					}
-					for range 2 {
-						res, err := s.Claim(ctx, k, req)
-						require.NoError(t, err)
-						require.True(t, res.Acquired)
-						assert.Equal(t, "tok", res.Record.Token)
-						kept(t, res.Record, want)
-					}
-					str(t, k)
-				})
-
-				t.Run("claim with another fingerprint/"+path, func(t *testing.T) {
-					k := key("claim-fp-" + path)
-					untouched(t, r.client, k, func() {
-						res, err := s.Claim(ctx, k, claimReq(time.Minute, []byte("other")))
-						require.NoError(t, err)
-						assert.False(t, res.Acquired)
-						assert.Equal(t, h.state, res.Record.State)
-						kept(t, res.Record, 2)
-					})
-				})
-			}
-
-			t.Run("renew", func(t *testing.T) {
-				k := key("renew")
-				if !h.owned {
-					untouched(t, r.client, k, func() {
-						for range 2 {
-							assert.ErrorIs(t, r.store.Renew(ctx, k, "tok", time.Minute), idempotency.ErrLeaseLost)
-						}
-					})
-					return
-				}
-				untouched(t, r.client, k, func() {
-					assert.ErrorIs(t, r.store.Renew(ctx, k, "other", time.Minute), idempotency.ErrLeaseLost)
-				})
-				for range 2 {
-					require.NoError(t, r.store.Renew(ctx, k, "tok", 2*time.Hour))
-				}
-				str(t, k)
-				pttl, err := r.client.PTTL(ctx, k).Result()
-				require.NoError(t, err)
-				assert.Greater(t, pttl, 2*time.Hour, "the key outlives the new lease by the hash's retention")
-				assert.LessOrEqual(t, pttl, 2*time.Hour+time.Minute)
-				rec, err := r.store.Get(ctx, k)
-				require.NoError(t, err)
-				assert.Equal(t, idempotency.StateInProgress, rec.State)
-				kept(t, rec, 2)
-			})
-
-			t.Run("complete", func(t *testing.T) {
-				k := key("complete")
-				if !h.owned {
-					untouched(t, r.client, k, func() {
-						for range 2 {
-							assert.ErrorIs(t, r.store.Complete(ctx, k, "tok", nil, time.Hour), idempotency.ErrLeaseLost)
-						}
-					})
-					return
-				}
-				require.NoError(t, r.store.Complete(ctx, k, "tok", []byte("out"), time.Hour))
-				untouched(t, r.client, k, func() {
-					require.NoError(t, r.store.Complete(ctx, k, "tok", []byte("out"), time.Hour), "resent")
-					assert.ErrorIs(t, r.store.Renew(ctx, k, "tok", time.Minute), idempotency.ErrCompletedByOwner)
-				})
-				rec, err := r.store.Get(ctx, k)
-				require.NoError(t, err)
-				assert.Equal(t, idempotency.StateCompleted, rec.State)
-				assert.Equal(t, []byte("out"), rec.Result)
-				kept(t, rec, 2)
-				assert.Equal(t, completed(2, 1000, uint64(rec.UpdatedAt.UnixMilli()), "tok", []byte("fp"), []byte("out")), str(t, k))
-			})
-
-			t.Run("fail", func(t *testing.T) {
-				k := key("fail")
-				switch {
-				case h.owned:
-					require.NoError(t, r.store.Fail(ctx, k, "tok", time.Hour))
-					untouched(t, r.client, k, func() {
-						require.NoError(t, r.store.Fail(ctx, k, "tok", time.Hour), "resent")
-						assert.ErrorIs(t, r.store.Complete(ctx, k, "tok", nil, time.Hour), idempotency.ErrLeaseLost)
-					})
-					raw := str(t, k)
-					rec, err := r.store.Get(ctx, k)
-					require.NoError(t, err)
-					assert.Equal(t, pf('F', 2, 1000, uint64(rec.UpdatedAt.UnixMilli()), 0, 0, "tok", []byte("fp")), raw)
-				case h.failedBy:
-					untouched(t, r.client, k, func() {
-						for range 2 {
-							require.NoError(t, r.store.Fail(ctx, k, "tok", time.Hour), "a Fail resent across the upgrade")
-						}
-					})
-				default:
-					untouched(t, r.client, k, func() {
-						for range 2 {
-							assert.ErrorIs(t, r.store.Fail(ctx, k, "tok", time.Hour), idempotency.ErrLeaseLost)
-						}
-					})
-				}
-			})
-
-			t.Run("release", func(t *testing.T) {
-				k := key("release")
-				if !h.owned {
-					untouched(t, r.client, k, func() {
-						for range 2 {
-							require.NoError(t, r.store.Release(ctx, k, "tok"))
-						}
-					})
-					return
-				}
-				require.NoError(t, r.store.Release(ctx, k, "tok"))
-				untouched(t, r.client, k, func() {
-					require.NoError(t, r.store.Release(ctx, k, "tok"), "resent")
-					assert.ErrorIs(t, r.store.Fail(ctx, k, "tok", time.Hour), idempotency.ErrLeaseLost, "released: no owner")
-				})
-				rec, err := r.store.Get(ctx, k)
-				require.NoError(t, err)
-				assert.Equal(t, idempotency.StateFailed, rec.State)
-				kept(t, rec, 1)
-				assert.Equal(t, pf('F', 1, 1000, uint64(rec.UpdatedAt.UnixMilli()), 0, 0, "", []byte("fp")), str(t, k))
-				pttl, err := r.client.PTTL(ctx, k).Result()
-				require.NoError(t, err)
-				assert.InDelta(t, float64(time.Minute), float64(pttl), float64(time.Second), "the hash's retention from the release")
-			})
-		})
-	}
-}
-
 // lossyRedis is a private Redis seen through a proxy that can drop a
 // script's reply after the script ran (go-redis then resends it), and
 // directly.
@@ -680,8 +414,7 @@ type lossyRedis struct {
 	*codecRedis // direct
 	proxy       *testserver.Proxy
 	lossy       *redisstore.Store
-	lossyS7     *redisstore.Store
-	lossyB7     *redisstore.Store
+	lossyScript *redisstore.Store
 }
 
 func startLossyRedis(t *testing.T, opts redisstore.Options) *lossyRedis {
@@ -693,18 +426,15 @@ func startLossyRedis(t *testing.T, opts redisstore.Options) *lossyRedis {
 	var err error
 	l.lossy, err = redisstore.NewWithOptions(client, opts)
 	require.NoError(t, err)
-	l.lossyS7, err = redisstore.NewWithOptions(client, opts)
+	l.lossyScript, err = redisstore.NewWithOptions(client, opts)
 	require.NoError(t, err)
-	redisstore.ClaimWithScriptOnly(l.lossyS7)
-	l.lossyB7, err = redisstore.NewWithOptions(client, opts)
-	require.NoError(t, err)
-	redisstore.ClaimAsBefore7(l.lossyB7)
+	redisstore.ClaimWithScriptOnly(l.lossyScript)
 	return l // newCodecRedis loaded every script on the server
 }
 
-// lossyClaimers are the two paths of claimfast.lua through the proxy.
+// lossyClaimers are the two paths of a claim through the proxy.
 func (l *lossyRedis) lossyClaimers() map[string]*redisstore.Store {
-	return map[string]*redisstore.Store{"plain": l.lossy, "redis7": l.lossyS7, "before7": l.lossyB7}
+	return map[string]*redisstore.Store{"plain": l.lossy, "script": l.lossyScript}
 }
 
 // dropOnce runs call with the reply of its first script call on key dropped,
@@ -728,8 +458,7 @@ func (l *lossyRedis) dropOnceOf(t *testing.T, command, key string, call func() e
 }
 
 // TestLostRepliesOfTheFastPaths drops the reply of a transition settled by
-// a fast section (or of one that found a HASH of an earlier version, and
-// went to the codec) after Redis ran it: go-redis resends the same script,
+// a fast section (or of one that went to the codec) after Redis ran it: go-redis resends the same script,
 // which now meets what the first try wrote and goes to the codec. The
 // resend must answer what the first try would have, count no attempt, and
 // write no second time where the transition is already done.
@@ -780,15 +509,15 @@ func TestLostRepliesOfTheFastPaths(t *testing.T) {
 					assert.Equal(t, []byte("out"), res.Record.Result)
 				})
 
-				t.Run("claim of a lapsed hash/"+path, func(t *testing.T) {
-					key := "lost:lapsed-hash:" + path
-					legacyHashes()[1].put(t, l.client, key)
+				t.Run("claim of a lapsed lease/"+path, func(t *testing.T) {
+					key := "lost:lapsed:" + path
+					require.NoError(t, l.client.Set(ctx, key, pf('P', 2, 1000, 2000, 3000, 60000, "tok", nil), time.Minute).Err())
 					req := claimReq(time.Minute, nil)
 					var res idempotency.ClaimResult
 					_, err := l.dropOnceOf(t, command, key, func() (err error) { res, err = s.Claim(ctx, key, req); return err })
 					require.NoError(t, err)
 					assert.True(t, res.Acquired)
-					assert.Equal(t, 3, res.Record.Attempts, "one attempt more than the hash's, not two")
+					assert.Equal(t, 3, res.Record.Attempts, "one attempt more than the record's, not two")
 					assert.Equal(t, time.UnixMilli(1000), res.Record.CreatedAt)
 				})
 			}
@@ -835,21 +564,10 @@ func TestLostRepliesOfTheFastPaths(t *testing.T) {
 				assert.Zero(t, n)
 			})
 
-			t.Run("complete of a live hash", func(t *testing.T) {
-				key := "lost:complete-hash"
-				legacyHashes()[0].put(t, l.client, key)
-				n, err := l.dropOnce(t, key, func() error { return l.lossy.Complete(ctx, key, "tok", []byte("out"), time.Hour) })
-				require.NoError(t, err)
-				assert.Equal(t, int64(1), n)
-				rec, err := l.store.Get(ctx, key)
-				require.NoError(t, err)
-				assert.Equal(t, idempotency.StateCompleted, rec.State)
-				assert.Equal(t, 2, rec.Attempts)
-			})
-
-			t.Run("fail of a live hash", func(t *testing.T) {
-				key := "lost:fail-hash"
-				legacyHashes()[0].put(t, l.client, key)
+			// Fail and Release have no fast section: the codec decides both tries.
+			t.Run("fail", func(t *testing.T) {
+				key := "lost:fail"
+				require.NoError(t, l.client.Set(ctx, key, pf('P', 2, 1000, 2000, farMs(), 60000, "tok", nil), time.Hour).Err())
 				n, err := l.dropOnce(t, key, func() error { return l.lossy.Fail(ctx, key, "tok", time.Hour) })
 				require.NoError(t, err, "the resent Fail finds the FAILED string of its token")
 				assert.Equal(t, int64(1), n)
@@ -859,9 +577,9 @@ func TestLostRepliesOfTheFastPaths(t *testing.T) {
 				assert.Equal(t, 3, next.Record.Attempts)
 			})
 
-			t.Run("release of a live hash", func(t *testing.T) {
-				key := "lost:release-hash"
-				legacyHashes()[0].put(t, l.client, key)
+			t.Run("release", func(t *testing.T) {
+				key := "lost:release"
+				require.NoError(t, l.client.Set(ctx, key, pf('P', 2, 1000, 2000, farMs(), 60000, "tok", nil), time.Hour).Err())
 				n, err := l.dropOnce(t, key, func() error { return l.lossy.Release(ctx, key, "tok") })
 				require.NoError(t, err)
 				assert.Equal(t, int64(1), n, "the resend undid nothing a second time")
@@ -871,13 +589,6 @@ func TestLostRepliesOfTheFastPaths(t *testing.T) {
 				assert.Equal(t, 1, rec.Attempts)
 			})
 
-			t.Run("renew of a live hash", func(t *testing.T) {
-				key := "lost:renew-hash"
-				legacyHashes()[0].put(t, l.client, key)
-				_, err := l.dropOnce(t, key, func() error { return l.lossy.Renew(ctx, key, "tok", time.Hour) })
-				require.NoError(t, err, "the resend renews the string the first try wrote")
-				require.NoError(t, l.store.Complete(ctx, key, "tok", nil, time.Hour))
-			})
 		})
 	}
 }
@@ -885,8 +596,7 @@ func TestLostRepliesOfTheFastPaths(t *testing.T) {
 // TestCompleteResentAfterTheLeaseLapsed: the owner's Complete is applied,
 // its lease would have lapsed since, and the Complete comes again (a resend
 // that waited out a slow network): it still succeeds, and the owner's
-// Renew is ErrCompletedByOwner, not ErrLeaseLost, from a string claim and
-// from a hash of an earlier version alike.
+// Renew is ErrCompletedByOwner, not ErrLeaseLost.
 func TestCompleteResentAfterTheLeaseLapsed(t *testing.T) {
 	r := startCodecRedis(t)
 	ctx := context.Background()
@@ -897,12 +607,8 @@ func TestCompleteResentAfterTheLeaseLapsed(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, r.store.Complete(ctx, "lapsed-after:string", req.Token, []byte("out"), time.Hour))
 
-	far := strconv.FormatInt(time.Now().Add(lease).UnixMilli(), 10)
-	require.NoError(t, r.client.HSet(ctx, "lapsed-after:hash", "s", "P", "o", "tok", "a", "1", "c", "1000", "u", "1000", "l", far, "r", "60000").Err())
-	require.NoError(t, r.store.Complete(ctx, "lapsed-after:hash", "tok", []byte("out"), time.Hour))
-
 	time.Sleep(2 * lease)
-	for key, token := range map[string]string{"lapsed-after:string": req.Token, "lapsed-after:hash": "tok"} {
+	for key, token := range map[string]string{"lapsed-after:string": req.Token} {
 		untouched(t, r.client, key, func() {
 			assert.NoError(t, r.store.Complete(ctx, key, token, []byte("out"), time.Hour), key)
 			assert.ErrorIs(t, r.store.Renew(ctx, key, token, lease), idempotency.ErrCompletedByOwner, key)
@@ -955,8 +661,8 @@ func TestOneMillisecondLease(t *testing.T) {
 
 // TestTTLClampsThroughTheFastPaths claims, renews and completes with the
 // longest durations a caller can pass (time.Duration(math.MaxInt64), and
-// idempotency.MaxTTL itself), on both claim paths and from a HASH of an
-// earlier version: each is clamped to MaxTTL, the 6-byte fields hold the
+// idempotency.MaxTTL itself), on both claim paths and through the codec:
+// each is clamped to MaxTTL, the 6-byte fields hold the
 // deadline and the retention exactly, and the key's expiry is lease + TTL,
 // never an overflow into the past or a SET error.
 func TestTTLClampsThroughTheFastPaths(t *testing.T) {
@@ -999,11 +705,11 @@ func TestTTLClampsThroughTheFastPaths(t *testing.T) {
 		}
 	}
 
-	t.Run("hash", func(t *testing.T) {
-		key := "clamp:hash"
-		legacyHashes()[0].put(t, r.client, key)
+	t.Run("codec", func(t *testing.T) {
+		key := "clamp:codec"
+		require.NoError(t, r.client.Set(ctx, key, pf('P', 2, 1000, 2000, farMs(), 60000, "tok", nil), time.Hour).Err())
 		require.NoError(t, r.store.Renew(ctx, key, "tok", time.Duration(math.MaxInt64)))
-		assert.InDelta(t, float64(idempotency.MaxTTL+time.Minute), float64(pttl(t, key)), float64(time.Minute), "the new lease + the hash's retention")
+		assert.InDelta(t, float64(idempotency.MaxTTL+time.Minute), float64(pttl(t, key)), float64(time.Minute), "the new lease + the record's retention")
 		require.NoError(t, r.store.Fail(ctx, key, "tok", time.Duration(math.MaxInt64)))
 		assert.InDelta(t, float64(idempotency.MaxTTL), float64(pttl(t, key)), float64(time.Minute))
 		res, err := r.store.Claim(ctx, key, idempotency.ClaimRequest{Token: "next", Lease: time.Duration(math.MaxInt64), TTL: time.Duration(math.MaxInt64)})
@@ -1050,8 +756,7 @@ func TestOddKeyBytes(t *testing.T) {
 }
 
 // TestClaimOfARecordAtTheMostAttempts claims records whose attempts field is
-// at its widest (2^32 - 1, the 4 bytes of the string layout; a HASH of an
-// earlier version holds it in decimal): the claim must not write an
+// at its widest (2^32 - 1, the 4 bytes of the string layout): the claim must not write an
 // attempts field that wraps to 0, which the store itself would then read as
 // corrupt (the new owner's Renew and Complete failing with
 // ErrCorruptRecord), nor report a count it did not store. The count stays
@@ -1066,9 +771,6 @@ func TestClaimOfARecordAtTheMostAttempts(t *testing.T) {
 		},
 		"lapsed string": func(key string) error {
 			return r.client.Set(ctx, key, pf('P', most, 1000, 2000, 3000, 60000, "tok", nil), time.Hour).Err()
-		},
-		"failed hash": func(key string) error {
-			return r.client.HSet(ctx, key, "s", "F", "a", strconv.Itoa(most), "c", "1000", "u", "2000").Err()
 		},
 	}
 	for name, put := range records {
@@ -1091,63 +793,10 @@ func TestClaimOfARecordAtTheMostAttempts(t *testing.T) {
 	}
 }
 
-// TestHashFieldsWiderThanTheStringLayout puts HASH records (the layout of
-// earlier versions, decimal fields of up to 15 digits) whose times or
-// retention do not fit the 6 bytes of the string layout. No earlier version
-// wrote one (its times were the server's clock, its retention at most
-// MaxTTL), and the next transition would write the string with the field
-// cut to its low 48 bits: another record than the one read (a claim
-// reporting one created time and storing another), or one the store itself
-// reads as corrupt. Such a hash is corrupt: ErrCorruptRecord from every
-// method, nothing written.
-func TestHashFieldsWiderThanTheStringLayout(t *testing.T) {
-	r := startCodecRedis(t)
-	ctx := context.Background()
-	const wide = "281474976710656" // 2^48
-	live := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
-	cases := map[string][]string{
-		"created":            {"s", "F", "o", "tok", "a", "1", "c", wide, "u", wide},
-		"updated":            {"s", "F", "o", "tok", "a", "1", "c", "1000", "u", wide},
-		"created, 15 digits": {"s", "F", "o", "tok", "a", "1", "c", "999999999999999", "u", "999999999999999"},
-		"lease deadline":     {"s", "P", "o", "tok", "a", "1", "c", "1000", "u", "2000", "l", wide, "r", "60000"},
-		"retention":          {"s", "P", "o", "tok", "a", "1", "c", "1000", "u", "2000", "l", live, "r", wide},
-	}
-	for name, fields := range cases {
-		t.Run(name, func(t *testing.T) {
-			key := "wide:" + name
-			require.NoError(t, r.client.HSet(ctx, key, fields).Err())
-			untouched(t, r.client, key, func() {
-				_, err := r.store.Get(ctx, key)
-				assert.ErrorIs(t, err, idempotency.ErrCorruptRecord, "get")
-				for path, s := range r.claimers() {
-					_, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
-					assert.ErrorIs(t, err, idempotency.ErrCorruptRecord, "claim on the %s path", path)
-				}
-				assert.ErrorIs(t, r.store.Renew(ctx, key, "tok", time.Minute), idempotency.ErrCorruptRecord, "renew")
-				assert.ErrorIs(t, r.store.Complete(ctx, key, "tok", nil, time.Minute), idempotency.ErrCorruptRecord, "complete")
-				assert.ErrorIs(t, r.store.Fail(ctx, key, "tok", time.Minute), idempotency.ErrCorruptRecord, "fail")
-				assert.ErrorIs(t, r.store.Release(ctx, key, "tok"), idempotency.ErrCorruptRecord, "release")
-			})
-		})
-	}
-
-	// The widest values that fit are a record.
-	key := "wide:fits"
-	const widest = "281474976710655"
-	require.NoError(t, r.client.HSet(ctx, key, "s", "F", "o", "tok", "a", "1", "c", widest, "u", widest).Err())
-	res, err := r.store.Claim(ctx, key, claimReq(time.Minute, nil))
-	require.NoError(t, err)
-	require.True(t, res.Acquired)
-	got, err := r.store.Get(ctx, key)
-	require.NoError(t, err)
-	assert.Equal(t, res.Record, got)
-	assert.Equal(t, time.UnixMilli(1<<48-1), got.CreatedAt)
-}
-
 // TestReplicaGetsTheFastPathsWrites acknowledges every claim, renewal and
 // completion by a replica (Options.Replicas) while they take the fast
-// sections (SET NX GET on Redis 7, GET then SET before it, GET TIME SET)
-// and the codec (a HASH of an earlier version): each is acknowledged, and
+// sections (the plain SET NX GET, claim.lua's own, GET TIME SET)
+// and the codec (the claim of a FAILED record): each is acknowledged, and
 // the replica holds the primary's very bytes and expiry after each, so a
 // failover to it keeps what the owner was told.
 func TestReplicaGetsTheFastPathsWrites(t *testing.T) {
@@ -1157,11 +806,11 @@ func TestReplicaGetsTheFastPathsWrites(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: replica.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rc.Close() })
 	ctx := context.Background()
-	ack := func(claimAsBefore7 bool) *redisstore.Store {
+	ack := func(scriptOnly bool) *redisstore.Store {
 		s, err := redisstore.NewWithOptions(r.client, redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
 		require.NoError(t, err)
-		if claimAsBefore7 {
-			redisstore.ClaimAsBefore7(s)
+		if scriptOnly {
+			redisstore.ClaimWithScriptOnly(s)
 		}
 		return s
 	}
@@ -1174,7 +823,7 @@ func TestReplicaGetsTheFastPathsWrites(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, mt, rt, "%s: and its expiry", step)
 	}
-	for path, s := range map[string]*redisstore.Store{"redis7": ack(false), "before7": ack(true)} {
+	for path, s := range map[string]*redisstore.Store{"plain": ack(false), "script": ack(true)} {
 		t.Run(path, func(t *testing.T) {
 			before := s.ReplicaStats()
 			key := "replica:" + path
@@ -1192,17 +841,17 @@ func TestReplicaGetsTheFastPathsWrites(t *testing.T) {
 			assert.False(t, dup.Acquired)
 			assert.Equal(t, []byte("out"), dup.Record.Result)
 
-			hash := "replica-hash:" + path
-			legacyHashes()[2].put(t, r.client, hash)
-			require.Eventually(t, func() bool { return dump(t, rc, hash) != "" }, 5*time.Second, 10*time.Millisecond)
+			failed := "replica-failed:" + path
+			require.NoError(t, r.client.Set(ctx, failed, pf('F', 2, 1000, 2000, 0, 0, "tok", []byte("fp")), 10*time.Minute).Err())
+			require.Eventually(t, func() bool { return dump(t, rc, failed) != "" }, 5*time.Second, 10*time.Millisecond)
 			req = claimReq(time.Minute, nil)
-			res, err = s.Claim(ctx, hash, req)
+			res, err = s.Claim(ctx, failed, req)
 			require.NoError(t, err)
 			require.True(t, res.Acquired)
 			assert.Equal(t, 3, res.Record.Attempts)
-			same(t, hash, "claim of a hash")
-			require.NoError(t, s.Complete(ctx, hash, req.Token, nil, time.Hour))
-			same(t, hash, "complete after a hash")
+			same(t, failed, "claim of a FAILED record")
+			require.NoError(t, s.Complete(ctx, failed, req.Token, nil, time.Hour))
+			same(t, failed, "complete after it")
 
 			assert.Equal(t, redisstore.ReplicaStats{Acknowledged: before.Acknowledged + 5}, s.ReplicaStats(),
 				"every transition that wrote acknowledged (the duplicate wrote nothing)")
@@ -1210,23 +859,24 @@ func TestReplicaGetsTheFastPathsWrites(t *testing.T) {
 	}
 }
 
-// TestClusterFastPathsAndLegacyHashes spreads keys over the three primaries
-// of a Cluster and runs them through the fast sections (both claim paths),
-// the codec (HASH records of earlier versions) and the Go decoding of a
-// claim's COMPLETED string, corrupt values included: the same answers as
-// on one Redis, each script touching only its key's node.
-func TestClusterFastPathsAndLegacyHashes(t *testing.T) {
+// TestClusterFastPathsAndTheCodec spreads keys over the three primaries of
+// a Cluster and runs them through the fast sections (both claim paths),
+// the codec (a live lease of another owner, written by hand; a HASH) and
+// the Go decoding of a claim's COMPLETED string, corrupt values included:
+// the same answers as on one Redis, each script touching only its key's
+// node.
+func TestClusterFastPathsAndTheCodec(t *testing.T) {
 	t.Parallel()
 	addrs := testserver.StartRedisCluster(t)
 	client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs})
 	t.Cleanup(func() { _ = client.Close() })
 	s, err := redisstore.New(client)
 	require.NoError(t, err)
-	before7, err := redisstore.New(client)
+	script, err := redisstore.New(client)
 	require.NoError(t, err)
-	redisstore.ClaimAsBefore7(before7)
+	redisstore.ClaimWithScriptOnly(script)
 	ctx := context.Background()
-	for path, c := range map[string]*redisstore.Store{"redis7": s, "before7": before7} {
+	for path, c := range map[string]*redisstore.Store{"plain": s, "script": script} {
 		for i := range 9 {
 			key := "cluster:" + path + ":" + strconv.Itoa(i)
 			req := claimReq(time.Minute, []byte("fp"))
@@ -1241,17 +891,27 @@ func TestClusterFastPathsAndLegacyHashes(t *testing.T) {
 			assert.False(t, dup.Acquired)
 			assert.Equal(t, []byte("out"), dup.Record.Result)
 
-			hash := "cluster-hash:" + path + ":" + strconv.Itoa(i)
-			require.NoError(t, client.HSet(ctx, hash, legacyHashes()[0].fields).Err())
-			held, err := c.Claim(ctx, hash, claimReq(time.Minute, nil))
+			live := "cluster-live:" + path + ":" + strconv.Itoa(i)
+			require.NoError(t, client.Set(ctx, live, pf('P', 2, 1000, 2000, farMs(), 60000, "tok", []byte("fp")), time.Hour).Err())
+			held, err := c.Claim(ctx, live, claimReq(time.Minute, nil))
 			require.NoError(t, err)
-			assert.False(t, held.Acquired, "a live lease of an earlier version is held")
-			require.NoError(t, s.Renew(ctx, hash, "tok", time.Minute))
-			require.NoError(t, s.Complete(ctx, hash, "tok", nil, time.Hour))
-			got, err := s.Get(ctx, hash)
+			assert.False(t, held.Acquired, "a live lease is held")
+			require.NoError(t, s.Renew(ctx, live, "tok", time.Minute))
+			require.NoError(t, s.Complete(ctx, live, "tok", nil, time.Hour))
+			got, err := s.Get(ctx, live)
 			require.NoError(t, err)
 			assert.Equal(t, idempotency.StateCompleted, got.State)
 			assert.Equal(t, 2, got.Attempts)
+
+			hash := "cluster-hash:" + path + ":" + strconv.Itoa(i)
+			require.NoError(t, client.HSet(ctx, hash, "s", "P", "o", "tok", "a", "2", "c", "1000", "u", "2000", "l", strconv.FormatUint(farMs(), 10), "r", "60000").Err())
+			_, err = c.Claim(ctx, hash, claimReq(time.Minute, nil))
+			assert.ErrorIs(t, err, idempotency.ErrCorruptRecord, "a HASH is another type")
+			assert.ErrorContains(t, err, "wrong type hash")
+			assert.ErrorIs(t, s.Complete(ctx, hash, "tok", nil, time.Hour), idempotency.ErrCorruptRecord)
+			typ, err := client.Type(ctx, hash).Result()
+			require.NoError(t, err)
+			assert.Equal(t, "hash", typ, "never overwritten")
 
 			bad := "cluster-corrupt:" + path + ":" + strconv.Itoa(i)
 			require.NoError(t, client.Set(ctx, bad, cat(cHeader(1, 1000, 2000), []byte{255, 0, 0, 0, 7}), 0).Err())
@@ -1344,8 +1004,8 @@ func TestWidestFieldsThroughTheFastSections(t *testing.T) {
 
 // TestCompletedMemoryOnEveryPath completes 48-byte keys without output or
 // fingerprint along every path that writes a COMPLETED string (the fast
-// sections, the codec after a resent claim, a FAILED record, a lapsed lease
-// and a HASH of an earlier version): each costs the same memory, under the
+// sections, the codec after a resent claim, a FAILED record, a renewal and
+// a record written by hand): each costs the same memory, under the
 // 150 bytes the package promises.
 func TestCompletedMemoryOnEveryPath(t *testing.T) {
 	r := startCodecRedis(t)
@@ -1358,9 +1018,9 @@ func TestCompletedMemoryOnEveryPath(t *testing.T) {
 			require.NoError(t, err)
 			return req.Token
 		},
-		"before7": func(k string) string {
+		"claim.lua": func(k string) string {
 			req := claimReq(time.Minute, nil)
-			_, err := r.before7.Claim(ctx, k, req)
+			_, err := r.script.Claim(ctx, k, req)
 			require.NoError(t, err)
 			return req.Token
 		},
@@ -1382,16 +1042,16 @@ func TestCompletedMemoryOnEveryPath(t *testing.T) {
 			require.NoError(t, err)
 			return req.Token
 		},
-		"hash": func(k string) string {
-			live := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
-			require.NoError(t, r.client.HSet(ctx, k, "s", "P", "o", "tok", "a", "1", "c", "1000", "u", "2000", "l", live, "r", "60000").Err())
+		"by hand": func(k string) string {
+			require.NoError(t, r.client.Set(ctx, k, pf('P', 1, 1000, 2000, farMs(), 60000, "tok", nil), time.Hour).Err())
 			return "tok"
 		},
-		"renewed hash": func(k string) string {
-			live := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
-			require.NoError(t, r.client.HSet(ctx, k, "s", "P", "o", "tok", "a", "1", "c", "1000", "u", "2000", "l", live, "r", "60000").Err())
-			require.NoError(t, r.store.Renew(ctx, k, "tok", time.Minute))
-			return "tok"
+		"renewed": func(k string) string {
+			req := claimReq(time.Minute, nil)
+			_, err := r.store.Claim(ctx, k, req)
+			require.NoError(t, err)
+			require.NoError(t, r.store.Renew(ctx, k, req.Token, time.Minute))
+			return req.Token
 		},
 	}
 	usage := map[string]int64{}
@@ -1411,3 +1071,6 @@ func TestCompletedMemoryOnEveryPath(t *testing.T) {
 		assert.Equal(t, usage["fast"], n, "%s costs what the fast path costs", name)
 	}
 }
+
+// farMs is a lease deadline an hour from now, in ms.
+func farMs() uint64 { return uint64(time.Now().Add(time.Hour).UnixMilli()) }

@@ -31,13 +31,7 @@
 // attempts, created and updated times, the first 8 bytes of the SHA-1 of the
 // token that completed it, the fingerprint and the result. Neither tag byte
 // occurs in UTF-8 text. A COMPLETED 48-byte key without output or
-// fingerprint takes 136 bytes of Redis memory (MEMORY USAGE, jemalloc), no
-// more than before the token hash was added. Earlier versions kept
-// IN_PROGRESS and FAILED records in a HASH with one-letter fields: such a
-// record is read, held, renewed, completed and claimed as it always was,
-// and its next transition writes the string. A consumer of an earlier version
-// reads the IN_PROGRESS and FAILED strings as corrupt records: upgrade
-// every consumer of one store together.
+// fingerprint takes 136 bytes of Redis memory (MEMORY USAGE, jemalloc).
 //
 // # The cost of a message
 //
@@ -49,9 +43,8 @@
 //     decodes and checks it in Go with the checks of the codec (a
 //     duplicate). Redis runs it at the cost of a plain SET, a third of a
 //     script's. Any other reply (a key held, FAILED or lapsed, the caller's
-//     own claim resent, a record of an earlier version, a corrupt value
-//     without the COMPLETED tag, a full Redis's OOM refusal) has written
-//     nothing, and the claim goes on to claim.lua: a second round trip, for
+//     own claim resent, a corrupt value without the COMPLETED tag, a full
+//     Redis's OOM refusal) has written nothing, and the claim goes on to claim.lua: a second round trip, for
 //     keys that are not the common case. A value with the COMPLETED tag
 //     that fails those checks is idempotency.ErrCorruptRecord at once.
 //   - Complete and Renew settle their common case in a fast section at the
@@ -62,11 +55,8 @@
 //     transition, nothing written yet.
 //
 // claim.lua starts with a fast section too (claimfast.lua): TIME and SET NX
-// GET, or GET then SET on Redis 5 and 6, whose SET cannot take NX and GET
-// together. A server that answers the plain claim with a syntax error (Redis
-// 5 and 6) has every claim of the store run claim.lua from then on. The
-// owner hash of a COMPLETED string is computed by the store, not by a
-// script.
+// GET. The owner hash of a COMPLETED string is computed by the store, not
+// by a script.
 //
 // The plain claim cannot read the server's clock, and does not need to: the
 // lease is the PX that Redis counts from when it runs the SET, and the
@@ -115,21 +105,19 @@
 // of them changes the record a second time.
 //
 // Decoding is strict. A value under a key that is not a record of this
-// store — another type, a string without a tag, shorter than its header or
-// of the wrong length, text, JSON, a hash without a state or with a field
-// that is not a decimal number below 2^48 (what the string it is rewritten
-// as holds), an IN_PROGRESS record without its token —
-// makes the script answer the error "IDEMPOTENCY_CORRUPT <reason>" (counted
+// store — another type (a HASH included), a string without a tag, shorter
+// than its header or of the wrong length, text, JSON, an IN_PROGRESS record
+// without its token — makes the script answer the error "IDEMPOTENCY_CORRUPT <reason>" (counted
 // by Redis as errorstat_IDEMPOTENCY_CORRUPT) without writing anything; a
 // COMPLETED string that a claim's fast section returns is checked by the
 // store with the same checks and reasons. The store returns it as
 // idempotency.ErrCorruptRecord, wrapped with the operation and key, from
 // Claim, Renew, Complete, Fail, Release and Get: it is never read as a
 // duplicate, never overwritten, never given an expiry. Delete removes it.
-// The fast sections read a key of another type, or a HASH of an earlier
-// version, with a command that Redis refuses (WRONGTYPE, which Redis counts
-// in errorstat_WRONGTYPE) before the codec reads it. go-redis does
-// not retry an error reply, nor does it drop the connection over one.
+// The fast sections read a key of another type with a command that Redis
+// refuses (WRONGTYPE, which Redis counts in errorstat_WRONGTYPE) before the
+// codec reads it. go-redis does not retry an error reply, nor does it drop
+// the connection over one.
 //
 // Errors of the client (a Redis that is down, a timeout, a cancelled context)
 // are returned wrapped with the operation and key; redis.Nil is never
@@ -154,11 +142,9 @@
 //
 // # What the Redis must provide
 //
-//   - Redis 5 or newer for the store: the scripts read the server's clock
-//     (TIME) before they write, which needs script effects replication, the
-//     default since 5.0. Redis 7.0 or newer for ExpiringKeyRepository, which
-//     uses SET with both NX and GET. The tests run on Redis 7.0; older
-//     servers are not tested.
+//   - Redis 7.0 or newer: the claim is SET with both NX and GET, and a fresh
+//     claim's times are read back with PEXPIRETIME. On an older server every
+//     claim fails with an error that says so. The tests run on Redis 7.0.
 //   - maxmemory-policy noeviction (the default). Every record has a TTL, so
 //     any volatile-* or allkeys-* policy may evict an IN_PROGRESS or
 //     COMPLETED record under memory pressure, and the effect runs again. Size

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/binary"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -131,36 +130,26 @@ func TestCorruptRecords(t *testing.T) {
 		return hash(append(base, fields...)...)
 	}
 	cases := map[string]func(key string) error{
-		"short string":            str([]byte("1")),
-		"text":                    str([]byte(strings.Repeat("not a record, ", 8))),
-		"json":                    str([]byte(`{"state":"completed","attempts":1}`)),
-		"tag only":                str([]byte{0xC1}),
-		"header one byte short":   str(good[:25]),
-		"old layout":              str(append([]byte{'C', 0, 0, 0, 1, 0, 0, 0, 0, 3, 232, 0, 0, 0, 0, 7, 208, 0}, "result of twelve"...)),
-		"unknown tag":             str(append([]byte{0xC2}, good[1:]...)),
-		"fingerprint overruns":    str(good[:len(good)-1]),
-		"long length cut":         str(long[:28]),
-		"long length not needed":  str(append(append(append([]byte{}, good[:25]...), 255, 0, 0, 0, 2), "fp"...)),
-		"zero attempts":           str(completed(0, 1000, 2000, "tok", nil, nil)),
-		"zero created":            str(completed(1, 0, 2000, "tok", nil, nil)),
-		"updated before created":  str(completed(1, 2000, 1000, "tok", nil, nil)),
-		"list":                    func(key string) error { return client.RPush(ctx, key, "a").Err() },
-		"set":                     func(key string) error { return client.SAdd(ctx, key, "a").Err() },
-		"hash without state":      hash("a", "1", "c", "1", "u", "1"),
-		"hash unknown state":      hash("s", "C", "a", "1", "c", "1", "u", "1"),
-		"non-numeric attempts":    hash("s", "P", "o", "tok", "a", "notanumber", "c", "1", "u", "1", "l", "1", "r", "1"),
-		"float attempts":          live("a", "1.5"),
-		"hex attempts":            live("a", "0x10"),
-		"negative attempts":       live("a", "-1"),
-		"zero attempts in hash":   live("a", "0"),
-		"non-numeric created":     live("c", "x"),
-		"updated before created2": live("c", "5", "u", "4"),
-		"non-numeric lease":       live("l", "soon"),
-		"non-numeric retention":   live("r", ""),
-		"in progress no owner":    hash("s", "P", "a", "1", "c", "1", "u", "1", "l", "1", "r", "1"),
-		"in progress empty owner": live("o", ""),
-		"in progress no lease":    hash("s", "P", "o", "tok", "a", "1", "c", "1", "u", "1", "r", "1"),
-		"failed bad lease":        hash("s", "F", "o", "tok", "a", "1", "c", "1", "u", "1", "l", "x"),
+		"short string":           str([]byte("1")),
+		"text":                   str([]byte(strings.Repeat("not a record, ", 8))),
+		"json":                   str([]byte(`{"state":"completed","attempts":1}`)),
+		"tag only":               str([]byte{0xC1}),
+		"header one byte short":  str(good[:25]),
+		"old layout":             str(append([]byte{'C', 0, 0, 0, 1, 0, 0, 0, 0, 3, 232, 0, 0, 0, 0, 7, 208, 0}, "result of twelve"...)),
+		"unknown tag":            str(append([]byte{0xC2}, good[1:]...)),
+		"fingerprint overruns":   str(good[:len(good)-1]),
+		"long length cut":        str(long[:28]),
+		"long length not needed": str(append(append(append([]byte{}, good[:25]...), 255, 0, 0, 0, 2), "fp"...)),
+		"zero attempts":          str(completed(0, 1000, 2000, "tok", nil, nil)),
+		"zero created":           str(completed(1, 0, 2000, "tok", nil, nil)),
+		"updated before created": str(completed(1, 2000, 1000, "tok", nil, nil)),
+		"list":                   func(key string) error { return client.RPush(ctx, key, "a").Err() },
+		"set":                    func(key string) error { return client.SAdd(ctx, key, "a").Err() },
+		// A HASH is another type, however well it would read as a record:
+		// a live lease of "tok", a FAILED record, one without a state.
+		"hash in progress":   live(),
+		"hash failed":        hash("s", "F", "o", "tok", "a", "1", "c", "1", "u", "1"),
+		"hash without state": hash("a", "1", "c", "1", "u", "1"),
 		// The IN_PROGRESS and FAILED string, with "tok" as its owner where it
 		// has one, so that Renew and Complete meet their fast sections.
 		"pf too short":                str(pf('P', 1, 1, 1, 1<<46, 1000, "tok", nil)[:37]),
@@ -326,8 +315,7 @@ func TestLapsedLease(t *testing.T) {
 // TestReleasedEncoding pins what Release leaves: a first attempt's key is
 // gone; a later attempt's string is FAILED with one attempt fewer, without
 // owner, lease and retention, and expires the claim's TTL after the
-// release. Such a record, without an owner, is valid, also in the HASH
-// layout of earlier versions.
+// release. Such a record, without an owner, is valid.
 func TestReleasedEncoding(t *testing.T) {
 	s, client, prefix := newStore(t)
 	ctx := context.Background()
@@ -365,21 +353,10 @@ func TestReleasedEncoding(t *testing.T) {
 	assert.Greater(t, pttl, time.Duration(0))
 	assert.LessOrEqual(t, pttl, 30*time.Second, "the key expires the claim's TTL after the release, not the Fail's hour")
 
-	// The same record written by hand, in the string layout and in the HASH
-	// layout of earlier versions, reads back, refuses every owner, and is
-	// claimed as the next attempt.
-	for _, layout := range []string{"string", "hash"} {
-		t.Run(layout, func(t *testing.T) { releasedByHand(t, s, client, prefix+"by-hand-"+layout, layout == "hash") })
-	}
-}
-
-func releasedByHand(t *testing.T, s *redisstore.Store, client *redis.Client, key string, hash bool) {
-	ctx := context.Background()
-	if hash {
-		require.NoError(t, client.HSet(ctx, key, "s", "F", "a", "3", "c", "1000", "u", "2000").Err())
-	} else {
-		require.NoError(t, client.Set(ctx, key, pf('F', 3, 1000, 2000, 0, 0, "", nil), 0).Err())
-	}
+	// The same record written by hand reads back, refuses every owner, and
+	// is claimed as the next attempt.
+	key = prefix + "by-hand"
+	require.NoError(t, client.Set(ctx, key, pf('F', 3, 1000, 2000, 0, 0, "", nil), 0).Err())
 	rec, err := s.Get(ctx, key)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.Record{State: idempotency.StateFailed, Attempts: 3,
@@ -395,9 +372,7 @@ func releasedByHand(t *testing.T, s *redisstore.Store, client *redis.Client, key
 }
 
 // TestInProgressEncoding pins the IN_PROGRESS string that a claim writes
-// and a renewal rewrites, and shows that an IN_PROGRESS HASH of an earlier
-// version is refused to others, renewed and completed by its owner, and
-// taken over once its lease lapses.
+// and a renewal rewrites.
 func TestInProgressEncoding(t *testing.T) {
 	s, client, prefix := newStore(t)
 	ctx := context.Background()
@@ -439,37 +414,4 @@ func TestInProgressEncoding(t *testing.T) {
 	pttl, err = client.PTTL(ctx, key).Result()
 	require.NoError(t, err)
 	assert.Greater(t, pttl, time.Hour+time.Minute, "and the key's expiry with it")
-
-	// An IN_PROGRESS hash of an earlier version, held by "tok".
-	key = prefix + "hash"
-	far := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
-	require.NoError(t, client.HSet(ctx, key, "s", "P", "o", "tok", "a", "2", "c", "1000", "u", "2000", "l", far, "r", "60000", "f", "fp").Err())
-	other, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
-	require.NoError(t, err)
-	assert.False(t, other.Acquired, "a live lease of an earlier version is held")
-	assert.Equal(t, idempotency.StateInProgress, other.Record.State)
-	assert.Empty(t, other.Record.Token)
-	require.NoError(t, s.Renew(ctx, key, "tok", time.Minute))
-	typ, err := client.Type(ctx, key).Result()
-	require.NoError(t, err)
-	assert.Equal(t, "string", typ, "its renewal writes the string layout")
-	require.NoError(t, s.Complete(ctx, key, "tok", []byte("out"), time.Hour))
-	got, err = s.Get(ctx, key)
-	require.NoError(t, err)
-	assert.Equal(t, idempotency.StateCompleted, got.State)
-	assert.Equal(t, 2, got.Attempts)
-	assert.Equal(t, time.UnixMilli(1000), got.CreatedAt)
-	assert.Equal(t, []byte("fp"), got.Fingerprint)
-	assert.Equal(t, []byte("out"), got.Result)
-
-	// A lapsed one is the next attempt's.
-	key = prefix + "hash-lapsed"
-	require.NoError(t, client.HSet(ctx, key, "s", "P", "o", "tok", "a", "2", "c", "1000", "u", "2000", "l", "3000", "r", "60000").Err())
-	require.NoError(t, client.PExpire(ctx, key, time.Minute).Err())
-	assert.ErrorIs(t, s.Complete(ctx, key, "tok", nil, time.Hour), idempotency.ErrLeaseLost, "its owner is fenced")
-	next, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
-	require.NoError(t, err)
-	require.True(t, next.Acquired)
-	assert.Equal(t, 3, next.Record.Attempts)
-	assert.Equal(t, time.UnixMilli(1000), next.Record.CreatedAt)
 }

@@ -78,7 +78,7 @@ func TestLostReplies(t *testing.T) {
 	l := newLostReplies(t)
 	ctx := context.Background()
 
-	// A fresh claim is a plain SET on Redis 7, and claim.lua on older ones.
+	// A fresh claim is a plain SET, and claim.lua for a key the SET leaves.
 	scriptOnly, err := redisstore.New(l.client)
 	require.NoError(t, err)
 	redisstore.ClaimWithScriptOnly(scriptOnly)

@@ -46,7 +46,6 @@ func TestFullRedisAnswersDuplicates(t *testing.T) {
 		{"auto-pipelined", redisstore.Options{}, func(*redisstore.Store) {}},
 		{"on its own", redisstore.Options{DisableAutoPipelining: true}, func(*redisstore.Store) {}},
 		{"claim.lua", redisstore.Options{}, redisstore.ClaimWithScriptOnly},
-		{"Redis 5 and 6", redisstore.Options{}, redisstore.ClaimAsBefore7},
 		{"replica acknowledgement", redisstore.Options{Replicas: 1, ReplicaTimeout: 20 * time.Millisecond}, func(*redisstore.Store) {}},
 	}
 	stores := make([]*redisstore.Store, len(paths))
@@ -95,7 +94,6 @@ func TestFullRedisAnswersDuplicates(t *testing.T) {
 		n, err := admin.Exists(ctx, "new-"+p.name).Result()
 		require.NoError(t, err)
 		assert.Zero(t, n, "%s: nothing written", p.name)
-		assert.False(t, redisstore.ClaimsWithScriptOnly(s) && p.name != "claim.lua" && p.name != "Redis 5 and 6", "%s: a full Redis does not turn the plain claim off", p.name)
 	}
 
 	// Reads, and deletes that free memory, are not refused.

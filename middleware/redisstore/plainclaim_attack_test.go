@@ -98,7 +98,7 @@ func TestPlainClaimLostReplyThenOtherClaimers(t *testing.T) {
 }
 
 // TestPlainClaimRaceAcrossPaths: claimers on every claim path (the plain
-// SET, claim.lua on Redis 7, claim.lua as on Redis 5 and 6) race for one
+// SET and claim.lua) race for one
 // fresh key, many times: exactly one acquires each key, and the key holds
 // its token.
 func TestPlainClaimRaceAcrossPaths(t *testing.T) {
@@ -539,7 +539,7 @@ func TestPlainClaimMemory(t *testing.T) {
 	req := claimReq(time.Minute, []byte("0123456789abcdef0123456789abcdef"))
 	_, err := r.store.Claim(ctx, "memory:plain:", req)
 	require.NoError(t, err)
-	_, err = r.script7.Claim(ctx, "memory:script", idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: req.Lease, TTL: req.TTL, Fingerprint: req.Fingerprint})
+	_, err = r.script.Claim(ctx, "memory:script", idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: req.Lease, TTL: req.TTL, Fingerprint: req.Fingerprint})
 	require.NoError(t, err)
 	n, err := r.client.StrLen(ctx, "memory:plain:").Result()
 	require.NoError(t, err)

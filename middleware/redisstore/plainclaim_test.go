@@ -2,9 +2,11 @@ package redisstore_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -13,42 +15,41 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
-// TestPlainClaimRefusedFallsBackToTheScript: a server that answers the
-// fresh claim's SET with a syntax error, as Redis 5 and 6 answer SET NX GET
-// (here Redis 7, made to refuse it by one more option), has the claim run
-// by claim.lua instead, and every later claim of the store too: no claim
-// fails, and the key is claimed once.
-func TestPlainClaimRefusedFallsBackToTheScript(t *testing.T) {
+// TestClaimBefore7IsRefused: a server that answers the fresh claim's SET
+// with a syntax error, as Redis before 7.0 answers SET NX GET (here Redis
+// 7, made to refuse it by one more option), fails the claim with an error
+// that says Redis 7.0 or newer is required, on every path of the call, and
+// every later claim too: nothing is written, no script runs.
+func TestClaimBefore7IsRefused(t *testing.T) {
 	srv := testserver.StartRedis(t)
-	admin, client, _ := statClients(t, srv.Addr)
-	s, err := redisstore.New(client)
-	require.NoError(t, err)
-	redisstore.AddFreshClaimArgs(s, "xx") // SET NX XX: "ERR syntax error"
+	admin, _, _ := statClients(t, srv.Addr)
 	ctx := context.Background()
-
-	req := claimReq(time.Minute, []byte("fp"))
-	res, err := s.Claim(ctx, "k", req)
-	require.NoError(t, err, "the refused SET is not the claim's answer")
-	assert.True(t, res.Acquired)
-	assert.True(t, redisstore.ClaimsWithScriptOnly(s), "the store went over to claim.lua")
-	raw, err := admin.Get(ctx, "k").Bytes()
-	require.NoError(t, err)
-	assert.Equal(t, byte('P'), raw[1], "claim.lua's P record, with the server's times")
-	rec, err := s.Get(ctx, "k")
-	require.NoError(t, err)
-	assert.Equal(t, res.Record, rec)
-
-	calls := commandCalls(t, admin)
-	require.NoError(t, admin.ConfigResetStat(ctx).Err())
-	other, err := s.Claim(ctx, "k", claimReq(time.Minute, nil))
-	require.NoError(t, err)
-	assert.False(t, other.Acquired, "the key is claimed once")
-	second, err := s.Claim(ctx, "k2", claimReq(time.Minute, nil))
-	require.NoError(t, err)
-	assert.True(t, second.Acquired)
-	after := commandCalls(t, admin)
-	assert.Equal(t, 2, after["evalsha"], "later claims go straight to claim.lua, stats before %v, after %v", calls, after)
-	assert.Equal(t, 2, after["set"], "no plain SET before them (claim.lua's own SET NX GET, once per claim), stats %v", after)
+	for name, opts := range map[string]redisstore.Options{
+		"auto-pipelined":          {},
+		"on its own":              {DisableAutoPipelining: true},
+		"replica acknowledgement": {Replicas: 1, ReplicaTimeout: 10 * time.Millisecond},
+	} {
+		t.Run(name, func(t *testing.T) {
+			client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr})
+			t.Cleanup(func() { _ = client.Close() })
+			s, err := redisstore.NewWithOptions(client, opts)
+			require.NoError(t, err)
+			redisstore.AddFreshClaimArgs(s, "xx") // SET NX XX: "ERR syntax error"
+			require.NoError(t, admin.ConfigResetStat(ctx).Err())
+			n := writes(t, admin)
+			for i := range 2 {
+				key := "before7:" + name + ":" + strconv.Itoa(i)
+				_, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
+				require.Error(t, err)
+				assert.ErrorContains(t, err, "redisstore: claim \""+key+"\": the server must be Redis 7.0 or newer")
+				assert.ErrorContains(t, err, "ERR syntax error", "the server's reply is kept")
+				assert.Zero(t, dump(t, admin, key), "nothing written")
+			}
+			assert.Equal(t, n, writes(t, admin), "nothing written")
+			calls := commandCalls(t, admin)
+			assert.Zero(t, calls["evalsha"]+calls["eval"], "no claim went on to claim.lua: %v", calls)
+		})
+	}
 }
 
 // TestPlainClaimTimesBracketTheSend: the times a plain claim reports are

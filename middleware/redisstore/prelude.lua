@@ -27,23 +27,18 @@
 -- with attempts + 1, and its owner is fenced. The key itself expires at the
 -- deadline + retention.
 --
--- A fresh claim on Redis 7 is one plain SET NX PX GET from the Go side,
+-- A fresh claim is one plain SET NX PX GET from the Go side,
 -- which cannot read the server's clock: it writes state 'N' (new), the P
 -- layout with created and updated 0 and, at offset 18, the lease's length
 -- in ms instead of its deadline. Its times come from the key's expiry, set
 -- by the server's clock: the SET's PX is lease + retention, so the lease
--- deadline is PEXPIRETIME - retention (Redis 7, as SET NX GET is), and
+-- deadline is PEXPIRETIME - retention, and
 -- created = updated = deadline - lease. The codec reads an N record as
 -- that P record, and its next transition writes the P string. An N
 -- without an expiry is corrupt, and so is one whose created time would be
 -- more than a minute after the server's clock (NEW_AHEAD): its expiry was
 -- moved later, which would move its lease as far (a key claimed for as
 -- long as an operator's EXPIRE says).
---
--- Records of earlier versions hold IN_PROGRESS and FAILED in a HASH (s the
--- state, o owner, a attempts, c created, u updated, l lease deadline, r
--- retention, f fingerprint; decimal fields, below 2^48 as the string's are);
--- they are read as such, and the next transition writes the string.
 --
 -- COMPLETED, most of the keys a busy service holds: a compact STRING
 --   offset  size  field
@@ -60,10 +55,9 @@
 --   ...     rest  result
 -- The header is 26 bytes (30 with the long fingerprint length).
 --
--- Anything else under the key (another type, a string without a tag, too
--- short or of the wrong length, a hash without s or with non-numeric or
--- too wide fields) is corrupt: the
--- script answers the error reply "IDEMPOTENCY_CORRUPT <reason>" and writes
+-- Anything else under the key (another type, a hash included, a string
+-- without a tag, too short or of the wrong length) is corrupt: the script
+-- answers the error reply "IDEMPOTENCY_CORRUPT <reason>" and writes
 -- nothing. Every check returns its reason instead of raising an error, so
 -- the reply carries no script position and reads the same on every Redis
 -- version.
@@ -73,7 +67,6 @@ local HEADER = 26
 local PF_TAG = '\192'
 local PF_HEADER = 38
 local MAX_U32 = 4294967295
-local MAX_U48 = 281474976710655
 
 local function corrupt(reason)
   return redis.error_reply('IDEMPOTENCY_CORRUPT ' .. reason)
@@ -85,49 +78,12 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- uint parses a decimal field of a hash strictly (digits only, at most
--- 2^48 - 1: the widest field of the string layout, which the hash's next
--- transition writes); nil for a missing, malformed or wider one.
-local function uint(v)
-  if type(v) ~= 'string' or #v > 15 or not string.find(v, '^%d+$') then
-    return nil
-  end
-  local n = tonumber(v)
-  if n > MAX_U48 then return nil end
-  return n
-end
-
 -- check_times validates the fields every record has.
 local function check_times(rec)
-  if not rec.attempts or rec.attempts < 1 or rec.attempts > MAX_U32 then return 'bad attempts' end
-  if not rec.created or rec.created < 1 then return 'bad created time' end
-  if not rec.updated or rec.updated < rec.created then return 'bad updated time' end
+  if rec.attempts < 1 or rec.attempts > MAX_U32 then return 'bad attempts' end
+  if rec.created < 1 then return 'bad created time' end
+  if rec.updated < rec.created then return 'bad updated time' end
   return nil
-end
-
-local function load_hash(key)
-  local h = redis.call('HMGET', key, 's', 'o', 'a', 'c', 'u', 'l', 'r', 'f')
-  local rec = {state = h[1], owner = h[2] or '', attempts = uint(h[3]),
-    created = uint(h[4]), updated = uint(h[5]), fp = h[8] or ''}
-  if rec.state ~= 'P' and rec.state ~= 'F' then return nil, 'hash: bad state' end
-  local bad = check_times(rec)
-  if bad then return nil, 'hash: ' .. bad end
-  if h[6] then
-    rec.lease = uint(h[6])
-    if not rec.lease or rec.lease < 1 then return nil, 'hash: bad lease deadline' end
-  end
-  if h[7] then
-    rec.retain = uint(h[7])
-    if not rec.retain or rec.retain < 1 then return nil, 'hash: bad retention' end
-  end
-  if rec.state == 'P' then
-    if rec.owner == '' then return nil, 'hash: in progress without owner' end
-    if not rec.lease then return nil, 'hash: in progress without lease deadline' end
-    if not rec.retain then return nil, 'hash: in progress without retention' end
-  else
-    rec.lease = nil -- a FAILED record has ended its lease
-  end
-  return rec
 end
 
 -- NEW_AHEAD is how far past the server's clock the created time of an N
@@ -219,7 +175,6 @@ end
 local function load(key, full)
   local t = redis.call('TYPE', key).ok
   if t == 'none' then return nil end
-  if t == 'hash' then return load_hash(key) end
   if t == 'string' then
     if redis.call('GETRANGE', key, 0, 0) == PF_TAG then return load_pf(key, redis.call('GET', key)) end
     return load_string(key, full)

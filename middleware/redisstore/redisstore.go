@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,13 +37,10 @@ type Store struct {
 	// pending holds the claims given up while go-redis still had them;
 	// Release waits for them.
 	pending pendingClaims
-	// claim is claimScript; the tests swap in its Redis 5 and 6 path.
-	claim *redis.Script
-	// scriptClaims is set once the server has refused the fresh claim's
-	// SET NX PX GET (Redis 5 and 6): every claim then runs claim.lua.
-	scriptClaims atomic.Bool
-	// freshClaimArgs are extra arguments of the fresh claim's SET; nil but
-	// in tests.
+	// scriptClaims and freshClaimArgs are set by tests alone, before the
+	// store's first call: every claim runs claim.lua; extra arguments of
+	// the fresh claim's SET.
+	scriptClaims   bool
 	freshClaimArgs []any
 }
 
@@ -85,7 +81,7 @@ func NewWithOptions(client redis.UniversalClient, opts Options) (*Store, error) 
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{client: client, ack: ack, claim: claimScript}
+	s := &Store{client: client, ack: ack}
 	if c, primary := client.(*redis.Client); primary && !opts.DisableAutoPipelining && boundsSocketIO(c) {
 		if s.ap, err = newAutoPipeliner(c); err != nil {
 			return nil, fmt.Errorf("redisstore: auto-pipelining: %w", err)
@@ -132,24 +128,25 @@ func isNil(c redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// Claim implements idempotency.Store. On Redis 7 and newer a claim is
-// first one plain SET NX PX GET of a new record (see the package
-// documentation, Claim): it settles an absent key (acquired) and a
-// COMPLETED one (a duplicate, decoded and checked here) in one command.
-// A key in any other state, or a server older than Redis 7, takes
+// Claim implements idempotency.Store. A claim is first one plain SET NX
+// PX GET of a new record (see the package documentation, Claim): it
+// settles an absent key (acquired) and a COMPLETED one (a duplicate,
+// decoded and checked here) in one command. A key in any other state takes
 // claim.lua by EVALSHA. Under Options.Replicas each is pipelined with WAIT.
+// A server older than Redis 7.0 refuses the SET: the claim returns an
+// error that says so.
 func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	if err := idempotency.CheckClaim(key, req); err != nil {
 		return idempotency.ClaimResult{}, wrap("claim", key, err)
 	}
 	lease, ttl := millis(req.Lease), millis(req.TTL)
-	if !s.scriptClaims.Load() {
+	if !s.scriptClaims {
 		res, done, err := s.freshClaim(ctx, key, req, lease, ttl)
 		if done || err != nil {
 			return res, err
 		}
 	}
-	v, err := s.runScript(ctx, "claim", key, s.claim, req.Token, lease, ttl, req.Fingerprint).Result()
+	v, err := s.runScript(ctx, "claim", key, claimScript, req.Token, lease, ttl, req.Fingerprint).Result()
 	if err != nil {
 		return idempotency.ClaimResult{}, scriptError(ctx, "claim", key, err)
 	}
@@ -189,10 +186,9 @@ func (s *Store) freshClaim(ctx context.Context, key string, req idempotency.Clai
 	case err == redis.Nil: // the key was absent: this claim wrote it
 		return acquiredFresh(sent, lease, req), true, nil
 	case err != nil && isSyntaxError(err):
-		// A server before Redis 7, which has no SET NX GET: claim.lua from
-		// now on.
-		s.scriptClaims.Store(true)
-		return idempotency.ClaimResult{}, false, nil
+		// A server before Redis 7.0, whose SET cannot take NX and GET
+		// together.
+		return idempotency.ClaimResult{}, false, wrap("claim", key, fmt.Errorf("%w: %w", errBefore7, err))
 	case err != nil && (isWrongType(err) || isFull(err)):
 		// Not a string, or a full Redis, which refuses any SET, even one
 		// that would write nothing: claim.lua reads the key, answers a
@@ -210,8 +206,11 @@ func (s *Store) freshClaim(ctx context.Context, key string, req idempotency.Clai
 	return idempotency.ClaimResult{Record: rec}, true, nil
 }
 
+// errBefore7 is the error of a claim on a server older than Redis 7.0.
+var errBefore7 = errors.New("the server must be Redis 7.0 or newer (SET with NX and GET)")
+
 // isSyntaxError reports the error reply of a server that does not know a
-// command's options (SET NX GET before Redis 7).
+// command's options (SET NX GET before Redis 7.0).
 func isSyntaxError(err error) bool {
 	var rerr redis.Error
 	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "ERR syntax error")

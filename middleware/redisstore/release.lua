@@ -6,7 +6,7 @@
 -- Reply: 1 when the token held a live lease and the claim is undone: the key
 -- is deleted if the claim was attempt 1, else it is FAILED again with one
 -- attempt fewer, no owner (so nobody's resent Fail or Complete matches it),
--- no lease fields, and an expiry of the claim's TTL (r) from now. 0 when
+-- no lease fields, and an expiry of the claim's TTL (its retention) from now. 0 when
 -- nothing changed: the key is absent, COMPLETED, FAILED, held by another
 -- token, or its lease lapsed (a resent Release lands here). A corrupt value:
 -- the error reply IDEMPOTENCY_CORRUPT, nothing written.
