@@ -43,8 +43,7 @@
 //   - There is no foreign encoding anyone could write into the store, so
 //     idempotency.ErrCorruptRecord never occurs (storetest's corrupt-record
 //     case does not apply).
-//   - Errors name the operation and the key; after Close every method
-//     returns ErrClosed.
+//   - Errors name the operation and the key.
 //
 // # Clock
 //
@@ -79,7 +78,7 @@
 // Memory stays bounded under a stream of unique keys: every write also
 // reclaims the records whose expiry has passed, and reads drop an expired
 // record they meet; a record is reclaimed at the first write at or after
-// its expiry. No goroutine is started; Close only marks the store closed.
+// its expiry. No goroutine is started.
 //
 // A record costs about 200 bytes besides its key, its result and its
 // fingerprint: a fixed-size slot (times, attempts, state and the owner

@@ -3,7 +3,6 @@ package memstore
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
@@ -13,10 +12,6 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/inprocess"
 )
-
-// ErrClosed is returned, wrapped with the operation and key, by every method
-// of a store after Close.
-var ErrClosed = errors.New("memstore: closed")
 
 // Config configures a Store. The zero Config is valid.
 type Config struct {
@@ -46,8 +41,7 @@ type Store struct {
 	// now is Config.Now; nil for the default clock.
 	now func() time.Time
 
-	mu     sync.Mutex
-	closed bool
+	mu sync.Mutex
 	// seed hashes keys with maphash.String, unless hash is set (by tests,
 	// to make keys collide).
 	seed maphash.Seed
@@ -145,22 +139,6 @@ func after(t, d int64) int64 {
 // at returns the wall time of the offset t.
 func (s *Store) at(t int64) time.Time {
 	return s.wallBase.Add(time.Duration(t))
-}
-
-// Close releases the store; later calls return ErrClosed. It starts and
-// stops no goroutine: expired records are reclaimed by writes.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	s.slots = nil
-	s.count = 0
-	s.recs = nil
-	s.refs = nil
-	s.used = 0
-	s.free = nil
-	s.expiry = expiryQueues{}
-	return nil
 }
 
 // Len returns the number of records held, expired ones not yet reclaimed
@@ -367,17 +345,13 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 }
 
 // lock starts a call of op (the method's name, as errors spell it) on key:
-// it fails if ctx is done or the store closed, with the error wrapped with
+// it fails if ctx is done, with the error wrapped with
 // op and key, and otherwise returns with s.mu held for the caller to unlock.
 func (s *Store) lock(ctx context.Context, op, key string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memstore: %s %q: %w", op, key, err)
 	}
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return fmt.Errorf("memstore: %s %q: %w", op, key, ErrClosed)
-	}
 	return nil
 }
 

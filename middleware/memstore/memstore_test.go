@@ -46,7 +46,6 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Subject {
 		clock := newFakeClock()
 		s := memstore.New(memstore.Config{Now: clock.Now})
-		t.Cleanup(func() { _ = s.Close() })
 		return storetest.Subject{Store: s, Advance: clock.Advance}
 	})
 }
@@ -58,7 +57,6 @@ func TestConformanceCollidingHashes(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Subject {
 		clock := newFakeClock()
 		s := memstore.NewWithHash(memstore.Config{Now: clock.Now}, func(string) uint64 { return 42 })
-		t.Cleanup(func() { _ = s.Close() })
 		return storetest.Subject{Store: s, Advance: clock.Advance}
 	})
 }
@@ -229,16 +227,6 @@ func TestTokensOfAnyLength(t *testing.T) {
 			assert.Empty(t, rec.Token)
 		})
 	}
-}
-
-func TestClosed(t *testing.T) {
-	s := memstore.New(memstore.Config{})
-	require.NoError(t, s.Close())
-	_, err := s.Claim(context.Background(), "k", claim(time.Second))
-	assert.ErrorIs(t, err, memstore.ErrClosed)
-	_, err = s.Get(context.Background(), "k")
-	assert.ErrorIs(t, err, memstore.ErrClosed)
-	assert.ErrorIs(t, s.Complete(context.Background(), "k", "t", nil, time.Second), memstore.ErrClosed)
 }
 
 func TestResultIsCopied(t *testing.T) {
