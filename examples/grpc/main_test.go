@@ -146,7 +146,6 @@ func requireReplayed(t *testing.T, c paymentspb.PaymentsClient, ctx context.Cont
 
 func memstoreFor(t *testing.T) idempotency.Store {
 	s := memstore.New(memstore.Config{})
-	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
 

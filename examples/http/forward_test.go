@@ -47,7 +47,6 @@ func (p *lostConfirm) Publish(topic string, msgs ...*message.Message) error {
 func forwardingPath(t *testing.T, publish func(message.Publisher) message.Publisher) (post func(apiKey, idemKey string) (status int, paymentID string), sent *receipts) {
 	t.Helper()
 	store := memstore.New(memstore.Config{})
-	t.Cleanup(func() { _ = store.Close() })
 	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	sent = newReceipts()
 	router, err := newConsumer(store, pubSub, sent, watermill.NopLogger{})

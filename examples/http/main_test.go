@@ -39,7 +39,6 @@ func TestREADMESession(t *testing.T) {
 	require.Len(t, sessions, 5, "the README shows five curl commands")
 
 	store := memstore.New(memstore.Config{})
-	t.Cleanup(func() { _ = store.Close() })
 	api, err := newAPI(store, gochannel.NewGoChannel(gochannel.Config{}, nil), watermill.NopLogger{})
 	require.NoError(t, err)
 	srv := httptest.NewServer(api)

@@ -37,7 +37,6 @@ func run(w io.Writer) error {
 	defer pubSub.Close()
 
 	store := memstore.New(memstore.Config{})
-	defer store.Close()
 	stats := &outcomes{} // counts what the middleware did with each delivery
 	idem, err := idempotency.New(idempotency.Config{
 		Store:     store,

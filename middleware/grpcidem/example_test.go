@@ -19,7 +19,6 @@ import (
 // the repeat gets the replay.
 func Example() {
 	store := memstore.New(memstore.Config{})
-	defer store.Close()
 	idem, err := grpcidem.New(grpcidem.Config{
 		Store:        store,
 		Methods:      []string{"/grpcidem.test.v1.Ledger/Charge"},

@@ -212,7 +212,6 @@ func TestCorruptRecord(t *testing.T) {
 			"empty":        {},
 		} {
 			store := memstore.New(memstore.Config{})
-			t.Cleanup(func() { _ = store.Close() })
 			skey := grpcidem.StoreKey(grpcidem.DefaultKeyPrefix, "t", "k1")
 			ctx := context.Background()
 			_, err := store.Claim(ctx, skey, idempotency.ClaimRequest{Token: "tok", Lease: time.Minute, TTL: time.Minute})

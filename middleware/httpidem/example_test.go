@@ -13,7 +13,6 @@ import (
 
 func Example() {
 	store := memstore.New(memstore.Config{}) // redisstore in production
-	defer store.Close()
 
 	idem, err := httpidem.New(httpidem.Config{
 		Store: store,

@@ -15,7 +15,6 @@ import (
 
 func ExampleTransport() {
 	store := memstore.New(memstore.Config{})
-	defer store.Close()
 	idem, err := httpidem.New(httpidem.Config{Store: store, SingleTenant: true}, nil)
 	if err != nil {
 		panic(err)

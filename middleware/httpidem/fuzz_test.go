@@ -55,7 +55,6 @@ func FuzzMiddleware(f *testing.F) {
 			b2 = b1
 		}
 		store := memstore.New(memstore.Config{})
-		defer store.Close()
 		m, err := New(Config{
 			Store: store, Scope: func(r *http.Request) string { return r.Header.Get("X-Tenant") },
 			MaxRequestBody: 256, MaxResponseBody: 96,

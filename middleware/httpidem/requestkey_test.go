@@ -19,7 +19,6 @@ import (
 // hash, never the scope; a method the middleware passes has neither.
 func TestRequestKeyAndForwardKey(t *testing.T) {
 	store := memstore.New(memstore.Config{})
-	t.Cleanup(func() { _ = store.Close() })
 	idem, err := httpidem.New(httpidem.Config{Store: store, Scope: func(r *http.Request) string { return r.Header.Get("X-Tenant") }}, nil)
 	require.NoError(t, err)
 	type seen struct {

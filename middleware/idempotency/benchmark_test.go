@@ -73,7 +73,6 @@ var chainCases = []chainCase{
 	}},
 	{name: "memstore", build: func(b *testing.B, _ *redis.Client, prefix string) message.HandlerMiddleware {
 		store := memstore.New(memstore.Config{})
-		b.Cleanup(func() { _ = store.Close() })
 		return benchIdem(b, store, prefix).Middleware
 	}},
 	{name: "redisstore", redis: true, build: func(b *testing.B, client *redis.Client, prefix string) message.HandlerMiddleware {

@@ -12,6 +12,5 @@ import (
 //	go test -run '^$' -bench . -benchmem ./middleware/memstore/
 func BenchmarkStore(b *testing.B) {
 	s := memstore.New(memstore.Config{})
-	b.Cleanup(func() { _ = s.Close() })
 	storetest.Benchmark(b, s, "")
 }

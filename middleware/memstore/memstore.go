@@ -2,11 +2,9 @@ package memstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"hash/maphash"
-	"math"
 	"sync"
 	"time"
 
@@ -14,56 +12,27 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/internal/inprocess"
 )
 
-// ErrClosed is returned, wrapped with the operation and key, by every method
-// of a store after Close.
-var ErrClosed = errors.New("memstore: closed")
-
 // Config configures a Store. The zero Config is valid.
 type Config struct {
-	// Now returns the current time. Zero means the process's monotonic clock
-	// (time.Now's monotonic reading), which a step of the wall clock does not
-	// move. Tests inject a fake clock here to move through leases and TTLs
-	// without sleeping; the store measures intervals between its readings
-	// with time.Time.Sub, so readings without a monotonic reading (time.Unix,
-	// time.Date, ...) are compared by their wall times.
+	// Now returns the current time. The default is time.Now. Tests inject a
+	// fake clock to move through leases and TTLs without sleeping.
 	Now func() time.Time
 }
 
-// Store is an in-memory idempotency.Store, safe for concurrent use.
+// Store is an in-memory [idempotency.Store], safe for concurrent use.
 type Store struct {
 	// inProcess marks the store as one whose calls never wait on I/O, so
 	// the owner protocol calls it without a per-call timeout.
 	//lint:ignore U1000 read through its promoted method, by package inprocess
 	inProcess
 
-	// base is the clock's reading at New. Every time the store keeps is an
-	// offset from it, measured with Sub, so with the default clock it is a
-	// monotonic interval and a wall-clock step moves nothing.
-	base time.Time
-	// wallBase is base without its monotonic reading: reported times are
-	// wallBase plus an offset, plain wall times like those of other stores.
-	wallBase time.Time
-	// now is Config.Now; nil for the default clock.
 	now func() time.Time
 
-	mu     sync.Mutex
-	closed bool
-	// seed hashes keys with maphash.String, unless hash is set (by tests,
-	// to make keys collide).
-	seed maphash.Seed
-	hash func(string) uint64
-	// slots maps the hash of each key to its record's slot (see table.go):
-	// s.rec(i) and s.ref(i), in chunks of chunkLen slots; keys with the same
-	// hash are chained from it. used counts the slots ever handed out; free
-	// lists those of removed records, for reuse; count is the number of
-	// records.
-	slots  map[uint64]uint32
-	count  int
-	recs   []*[chunkLen]record
-	refs   []*[chunkLen]refs
-	used   uint32
-	free   []uint32
-	expiry expiryQueues
+	mu sync.Mutex
+	m  map[string]*record
+	// added counts the records added since the last sweep, and swept those
+	// it left: the next sweep comes after max(swept, minSweep) more.
+	added, swept int
 }
 
 var _ idempotency.Store = (*Store)(nil)
@@ -71,324 +40,257 @@ var _ idempotency.Store = (*Store)(nil)
 // inProcess is an alias, so that the embedded field is unexported.
 type inProcess = inprocess.Marker
 
-// record returns a copy of slot i as a Record at now; the token only for
-// its owner, and only while the lease is live. owner is the token when the
-// caller knows it holds the lease (saving a copy), else "".
-func (s *Store) record(i uint32, now int64, withToken bool, owner string) idempotency.Record {
-	r := s.rec(i)
-	rec := idempotency.Record{
-		State:     r.state,
-		Attempts:  int(r.attempts),
-		CreatedAt: s.at(r.created),
-		UpdatedAt: s.at(r.updated),
-	}
-	if r.fpLen > 0 {
-		rec.Fingerprint = bytes.Clone(s.fingerprint(i))
-	}
-	switch r.state {
-	case idempotency.StateCompleted:
-		rec.Result = []byte{} // non-nil, even when empty
-		if data := s.ref(i).data; len(data) > 0 {
-			rec.Result = append(rec.Result, s.result(i)...)
-		}
-	case idempotency.StateInProgress:
-		rec.LeaseExpiresAt = s.at(r.deadline)
-		switch {
-		case now >= r.deadline:
-			rec.State = idempotency.StateFailed // the owner stopped renewing: the attempt failed
-		case withToken && owner != "":
-			rec.Token = owner
-		case withToken:
-			rec.Token = s.tokenString(i)
-		}
-	}
-	return rec
+// minSweep is the fewest records added between two sweeps.
+const minSweep = 64
+
+// record is the state of one key.
+type record struct {
+	state            idempotency.State
+	attempts         int
+	created, updated time.Time
+	// deadline is the lease's end, while IN_PROGRESS. ttl is the claim's
+	// TTL, which keeps the record after the deadline.
+	deadline time.Time
+	ttl      time.Duration
+	expireAt time.Time
+	// token is the lease's owner, or the one whose Complete or Fail made
+	// the record COMPLETED or FAILED; "" after a Release.
+	token       string
+	fingerprint []byte
+	result      []byte
 }
 
 // New returns an empty store.
 func New(cfg Config) *Store {
-	return newStore(cfg, nil)
-}
-
-// newStore returns an empty store that indexes keys by hash, or by
-// maphash.String when hash is nil.
-func newStore(cfg Config, hash func(string) uint64) *Store {
-	s := &Store{now: cfg.Now, seed: maphash.MakeSeed(), hash: hash, slots: make(map[uint64]uint32)}
+	s := &Store{now: cfg.Now, m: make(map[string]*record)}
 	if s.now == nil {
-		s.base = time.Now()
-	} else {
-		s.base = s.now()
+		s.now = time.Now
 	}
-	s.wallBase = s.base.Round(0)
 	return s
 }
 
-// clock returns the current time as an offset from s.base.
-func (s *Store) clock() int64 {
-	if s.now == nil {
-		return int64(time.Since(s.base)) // monotonic: base carries time.Now's reading
-	}
-	return int64(s.now().Sub(s.base))
-}
-
-// after returns the offset d after t, saturating at the largest offset: a
-// deadline that overflowed would lie in the past, and a live key would be
-// claimable at once. Leases and TTLs are clamped to idempotency.MaxTTL
-// already; this keeps a clock far from the store's base safe too.
-func after(t, d int64) int64 {
-	if t > math.MaxInt64-d {
-		return math.MaxInt64
-	}
-	return t + d
-}
-
-// at returns the wall time of the offset t.
-func (s *Store) at(t int64) time.Time {
-	return s.wallBase.Add(time.Duration(t))
-}
-
-// Close releases the store; later calls return ErrClosed. It starts and
-// stops no goroutine: expired records are reclaimed by writes.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	s.slots = nil
-	s.count = 0
-	s.recs = nil
-	s.refs = nil
-	s.used = 0
-	s.free = nil
-	s.expiry = expiryQueues{}
-	return nil
-}
-
-// Len returns the number of records held, expired ones not yet reclaimed
-// included.
+// Len returns the number of records that have not expired.
 func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.count
+	s.sweep(s.now())
+	return len(s.m)
 }
 
-// Claim implements idempotency.Store.
+// Claim implements [idempotency.Store].
 func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
-	if err := idempotency.CheckClaim(key, req); err != nil {
+	if err := cmp.Or(idempotency.CheckClaim(key, req), ctx.Err()); err != nil {
 		return idempotency.ClaimResult{}, fmt.Errorf("memstore: claim %q: %w", key, err)
 	}
-	req.Lease, req.TTL = idempotency.ClampTTL(req.Lease), idempotency.ClampTTL(req.TTL)
-	if err := s.lock(ctx, "claim", key); err != nil {
-		return idempotency.ClaimResult{}, err
-	}
+	lease, ttl := idempotency.ClampTTL(req.Lease), idempotency.ClampTTL(req.TTL)
+	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.clock()
-	s.reclaim(now)
-	i, h, ok := s.live(key, now)
+	now := s.now()
+	r := s.live(key, now)
 	switch {
-	case !ok:
-		i = s.add(key, h)
-		r := s.rec(i)
-		r.created = now
-		r.attempts = 1
-		s.setData(i, req.Token, req.Fingerprint, nil)
-	case len(req.Fingerprint) > 0 && s.rec(i).fpLen > 0 && !bytes.Equal(req.Fingerprint, s.fingerprint(i)):
-		return idempotency.ClaimResult{Record: s.record(i, now, false, "")}, nil
-	case s.held(i, req.Token, now):
+	case r == nil:
+		r = &record{created: now, attempts: 1, fingerprint: bytes.Clone(req.Fingerprint)}
+		s.add(key, r, now)
+	case len(req.Fingerprint) > 0 && len(r.fingerprint) > 0 && !bytes.Equal(req.Fingerprint, r.fingerprint):
+		return idempotency.ClaimResult{Record: r.get(now, false)}, nil
+	case r.held(req.Token, now):
 		// The same owner's claim again (a resend whose first reply was lost):
-		// acquired, no new attempt, no new transition; only the lease counts
-		// from now.
-		r := s.rec(i)
-		r.deadline = after(now, int64(req.Lease))
-		s.extend(i, after(r.deadline, int64(req.TTL)))
-		return idempotency.ClaimResult{Acquired: true, Record: s.record(i, now, true, req.Token)}, nil
-	case s.rec(i).state == idempotency.StateFailed || s.rec(i).lapsed(now):
-		// A new attempt of the same record: a lapsed lease counts as a failed
-		// attempt, so a consumer that dies mid-handler still counts. The token
-		// that failed (or let its lease lapse) has no hold on the key, so its
-		// own claim is a new attempt too.
-		s.rec(i).attempts++
-		fp := s.fingerprint(i)
+		// acquired, no new attempt; only the lease counts from now.
+		r.deadline, r.ttl = now.Add(lease), ttl
+		r.expireAt = r.deadline.Add(ttl)
+		return idempotency.ClaimResult{Acquired: true, Record: r.get(now, true)}, nil
+	case r.state == idempotency.StateFailed || r.lapsed(now):
+		// A new attempt: a lapsed lease counts as a failed attempt, so a
+		// consumer that dies mid-handler still counts.
+		r.attempts++
 		if len(req.Fingerprint) > 0 {
-			fp = req.Fingerprint
+			r.fingerprint = bytes.Clone(req.Fingerprint)
 		}
-		s.setData(i, req.Token, fp, nil)
 	default: // COMPLETED, or a live lease of another owner
-		return idempotency.ClaimResult{Record: s.record(i, now, false, "")}, nil
+		return idempotency.ClaimResult{Record: r.get(now, false)}, nil
 	}
-	r := s.rec(i)
-	r.state = idempotency.StateInProgress
-	r.updated = now
-	r.deadline = after(now, int64(req.Lease))
-	s.queue(i, now, after(r.deadline, int64(req.TTL)))
-	return idempotency.ClaimResult{Acquired: true, Record: s.record(i, now, true, req.Token)}, nil
+	r.state, r.token, r.updated = idempotency.StateInProgress, req.Token, now
+	r.deadline, r.ttl = now.Add(lease), ttl
+	r.expireAt = r.deadline.Add(ttl)
+	return idempotency.ClaimResult{Acquired: true, Record: r.get(now, true)}, nil
 }
 
-// Renew implements idempotency.Store. It moves the lease deadline to lease
-// from now and the record's expiry with it, keeping the claim's TTL after
-// the deadline.
+// Renew implements [idempotency.Store]. It moves the lease deadline to
+// lease from now, and the record's expiry with it.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
-	return s.transition(ctx, opRenew, key, token, lease, nil)
+	return s.transition(ctx, "renew", key, token, lease, nil)
 }
 
-// Complete implements idempotency.Store.
+// Complete implements [idempotency.Store].
 func (s *Store) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
-	return s.transition(ctx, opComplete, key, token, ttl, result)
+	return s.transition(ctx, "complete", key, token, ttl, result)
 }
 
-// Fail implements idempotency.Store.
+// Fail implements [idempotency.Store].
 func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) error {
-	return s.transition(ctx, opFail, key, token, ttl, nil)
+	return s.transition(ctx, "fail", key, token, ttl, nil)
 }
 
-type op uint8
-
-const (
-	opRenew op = iota
-	opComplete
-	opFail
-)
-
-var opNames = [...]string{opRenew: "renew", opComplete: "complete", opFail: "fail"}
-
-// transition applies o to the record of key if token holds its live lease.
-// A Complete or Fail that token already applied (its resend) changes nothing
-// and succeeds.
-func (s *Store) transition(ctx context.Context, o op, key, token string, d time.Duration, result []byte) error {
-	if err := idempotency.CheckOwner(key, token, d); err != nil {
-		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, err)
+// transition applies op to the record of key if token holds its live
+// lease. A Complete or Fail that token already applied (a resend) changes
+// nothing and succeeds.
+func (s *Store) transition(ctx context.Context, op, key, token string, d time.Duration, result []byte) error {
+	if err := cmp.Or(idempotency.CheckOwner(key, token, d), ctx.Err()); err != nil {
+		return fmt.Errorf("memstore: %s %q: %w", op, key, err)
 	}
 	d = idempotency.ClampTTL(d)
-	if err := s.lock(ctx, opNames[o], key); err != nil {
-		return err
-	}
+	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.clock()
-	s.reclaim(now)
-	i, _, ok := s.live(key, now)
-	if !ok {
-		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, idempotency.ErrLeaseLost)
-	}
-	r := s.rec(i)
-	if !s.held(i, token, now) {
+	now := s.now()
+	r := s.live(key, now)
+	switch {
+	case r == nil:
+		return fmt.Errorf("memstore: %s %q: %w", op, key, idempotency.ErrLeaseLost)
+	case !r.held(token, now):
 		// The token of a COMPLETED or FAILED record is the one whose
 		// Complete or Fail made it so: the same call again is a resend.
-		resent := (o == opComplete && r.state == idempotency.StateCompleted ||
-			o == opFail && r.state == idempotency.StateFailed) &&
-			s.hasToken(i, token)
-		if resent {
+		mine := r.token == token
+		switch {
+		case mine && (op == "complete" && r.state == idempotency.StateCompleted ||
+			op == "fail" && r.state == idempotency.StateFailed):
 			return nil
-		}
-		if o == opRenew && r.state == idempotency.StateCompleted && s.hasToken(i, token) {
+		case mine && op == "renew" && r.state == idempotency.StateCompleted:
 			return fmt.Errorf("memstore: renew %q: %w", key, idempotency.ErrCompletedByOwner)
 		}
-		return fmt.Errorf("memstore: %s %q: %w", opNames[o], key, idempotency.ErrLeaseLost)
-	}
-	switch o {
-	case opRenew:
-		ttl := r.expireAt - r.deadline
-		r.deadline = after(now, int64(d))
-		s.extend(i, after(r.deadline, ttl))
+		return fmt.Errorf("memstore: %s %q: %w", op, key, idempotency.ErrLeaseLost)
+	case op == "renew":
+		r.deadline = now.Add(d)
+		r.expireAt = r.deadline.Add(r.ttl)
 		return nil
-	case opComplete:
-		r.state = idempotency.StateCompleted
-		s.setData(i, token, s.fingerprint(i), result)
-	case opFail:
+	case op == "complete":
+		r.state, r.result = idempotency.StateCompleted, bytes.Clone(result)
+	default:
 		r.state = idempotency.StateFailed
 	}
-	r.updated = now
-	s.queue(i, now, after(now, int64(d)))
+	r.updated, r.expireAt = now, now.Add(d)
 	return nil
 }
 
-// Release implements idempotency.Store. A live lease of token is undone: a
-// first attempt's record is removed, and a later attempt's goes back to
-// FAILED with one attempt fewer and no token (so no earlier owner's resent
-// Fail or Complete matches it), kept for the claim's TTL from now. Anything
-// else (another owner, a lapsed lease, a COMPLETED, FAILED or absent key) is
-// left as it is, and nil returned.
+// Release implements [idempotency.Store]. A live lease of token is undone:
+// a first attempt's record is removed, and a later attempt's is FAILED
+// again with one attempt fewer and no token, kept for the claim's TTL from
+// now. Anything else is left as it is, and nil returned.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	if err := idempotency.CheckRelease(key, token); err != nil {
+	if err := cmp.Or(idempotency.CheckRelease(key, token), ctx.Err()); err != nil {
 		return fmt.Errorf("memstore: release %q: %w", key, err)
 	}
-	if err := s.lock(ctx, "release", key); err != nil {
-		return err
-	}
+	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.clock()
-	s.reclaim(now)
-	i, _, ok := s.live(key, now)
-	if !ok || !s.held(i, token, now) {
+	now := s.now()
+	r := s.live(key, now)
+	switch {
+	case r == nil || !r.held(token, now):
 		return nil // not token's claim, or already released: a resend
-	}
-	r := s.rec(i)
-	if r.attempts == 1 {
-		s.remove(i)
+	case r.attempts == 1:
+		delete(s.m, key)
 		return nil
 	}
-	ttl := r.expireAt - r.deadline // the claim's TTL
-	r.state = idempotency.StateFailed
-	r.attempts--
-	r.deadline = 0
-	r.updated = now
-	s.setData(i, "", s.fingerprint(i), nil)
-	s.queue(i, now, after(now, ttl))
+	r.state, r.attempts, r.token = idempotency.StateFailed, r.attempts-1, ""
+	r.updated, r.expireAt = now, now.Add(r.ttl)
 	return nil
 }
 
-// Get implements idempotency.Store.
+// Get implements [idempotency.Store].
 func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error) {
 	if key == "" {
 		return idempotency.Record{}, fmt.Errorf("memstore: get: %w", idempotency.ErrEmptyKey)
 	}
-	if err := s.lock(ctx, "get", key); err != nil {
-		return idempotency.Record{}, err
+	if err := ctx.Err(); err != nil {
+		return idempotency.Record{}, fmt.Errorf("memstore: get %q: %w", key, err)
 	}
+	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.clock()
-	if i, _, ok := s.live(key, now); ok {
-		return s.record(i, now, true, ""), nil
+	now := s.now()
+	if r := s.live(key, now); r != nil {
+		return r.get(now, true), nil
 	}
 	return idempotency.Record{State: idempotency.StateAbsent}, nil
 }
 
-// Delete implements idempotency.Store.
+// Delete implements [idempotency.Store].
 func (s *Store) Delete(ctx context.Context, key string) error {
 	if key == "" {
 		return fmt.Errorf("memstore: delete: %w", idempotency.ErrEmptyKey)
 	}
-	if err := s.lock(ctx, "delete", key); err != nil {
-		return err
-	}
-	defer s.mu.Unlock()
-	if i, _, ok := s.find(key); ok {
-		s.remove(i)
-	}
-	return nil
-}
-
-// lock starts a call of op (the method's name, as errors spell it) on key:
-// it fails if ctx is done or the store closed, with the error wrapped with
-// op and key, and otherwise returns with s.mu held for the caller to unlock.
-func (s *Store) lock(ctx context.Context, op, key string) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memstore: %s %q: %w", op, key, err)
+		return fmt.Errorf("memstore: delete %q: %w", key, err)
 	}
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return fmt.Errorf("memstore: %s %q: %w", op, key, ErrClosed)
-	}
+	defer s.mu.Unlock()
+	delete(s.m, key)
 	return nil
 }
 
-// live returns the slot of key's record unless it is missing or expired,
-// and key's hash; an expired record is removed on the spot. The caller
-// holds s.mu.
-func (s *Store) live(key string, now int64) (i uint32, h uint64, ok bool) {
-	i, h, ok = s.find(key)
-	if ok && now >= s.rec(i).expireAt {
-		s.remove(i)
-		return 0, h, false
+// live returns key's record, or nil if it is missing or expired; an expired
+// record is removed. The caller holds s.mu.
+func (s *Store) live(key string, now time.Time) *record {
+	r := s.m[key]
+	if r != nil && !now.Before(r.expireAt) {
+		delete(s.m, key)
+		return nil
 	}
-	return i, h, ok
+	return r
+}
+
+// add adds r under key, first sweeping out the expired records if enough
+// were added since the last sweep. As many are added between two sweeps as
+// the last one left, so an add costs a constant on average, and the map
+// holds at most twice the records live at the last sweep plus minSweep.
+// The caller holds s.mu.
+func (s *Store) add(key string, r *record, now time.Time) {
+	if s.added++; s.added > max(s.swept, minSweep) {
+		s.sweep(now)
+	}
+	s.m[key] = r
+}
+
+// sweep removes the expired records. The caller holds s.mu.
+func (s *Store) sweep(now time.Time) {
+	for k, r := range s.m {
+		if !now.Before(r.expireAt) {
+			delete(s.m, k)
+		}
+	}
+	s.added, s.swept = 0, len(s.m)
+}
+
+// held reports whether token holds r's live lease.
+func (r *record) held(token string, now time.Time) bool {
+	return r.state == idempotency.StateInProgress && now.Before(r.deadline) && r.token == token
+}
+
+// lapsed reports whether r is IN_PROGRESS past its lease's deadline.
+func (r *record) lapsed(now time.Time) bool {
+	return r.state == idempotency.StateInProgress && !now.Before(r.deadline)
+}
+
+// get returns a copy of r as a Record at now: a lapsed lease reads as
+// FAILED, and the token is reported, if withToken, while the lease is live.
+func (r *record) get(now time.Time, withToken bool) idempotency.Record {
+	rec := idempotency.Record{
+		State:     r.state,
+		Attempts:  r.attempts,
+		CreatedAt: r.created,
+		UpdatedAt: r.updated,
+	}
+	if len(r.fingerprint) > 0 {
+		rec.Fingerprint = bytes.Clone(r.fingerprint)
+	}
+	switch {
+	case r.state == idempotency.StateCompleted:
+		rec.Result = append([]byte{}, r.result...) // non-nil, even when empty
+	case r.state == idempotency.StateInProgress:
+		rec.LeaseExpiresAt = r.deadline
+		if r.lapsed(now) {
+			rec.State = idempotency.StateFailed // the owner stopped renewing
+		} else if withToken {
+			rec.Token = r.token
+		}
+	}
+	return rec
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -33,7 +34,6 @@ func StoreKinds(defaultPrefix, testPrefix string) []StoreKind {
 	return []StoreKind{
 		{Name: "memstore", New: func(t *testing.T) (idempotency.Store, string) {
 			s := memstore.New(memstore.Config{})
-			t.Cleanup(func() { _ = s.Close() })
 			return s, defaultPrefix
 		}},
 		{Name: "redisstore", New: func(t *testing.T) (idempotency.Store, string) {
@@ -68,13 +68,11 @@ type DownStore struct {
 	New  func(t *testing.T) idempotency.Store
 }
 
-// DownStores are the stores that cannot be reached: a closed memstore, and
-// a redisstore whose address nothing listens on.
+// DownStores are the stores that cannot be reached: an in-process store
+// whose every call fails, and a redisstore whose address nothing listens on.
 var DownStores = []DownStore{
-	{Name: "memstore closed", New: func(t *testing.T) idempotency.Store {
-		s := memstore.New(memstore.Config{})
-		require.NoError(t, s.Close())
-		return s
+	{Name: "in-process down", New: func(*testing.T) idempotency.Store {
+		return downStore{memstore.New(memstore.Config{})}
 	}},
 	{Name: "redis not listening", New: func(t *testing.T) idempotency.Store {
 		c := redis.NewClient(&redis.Options{
@@ -89,6 +87,26 @@ var DownStores = []DownStore{
 		return s
 	}},
 }
+
+// downStore is an in-process store (it embeds a memstore, which marks it
+// so) whose every call fails with errDown.
+type downStore struct{ *memstore.Store }
+
+var errDown = errors.New("adaptertest: store down")
+
+func (downStore) Claim(context.Context, string, idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
+	return idempotency.ClaimResult{}, errDown
+}
+func (downStore) Renew(context.Context, string, string, time.Duration) error { return errDown }
+func (downStore) Complete(context.Context, string, string, []byte, time.Duration) error {
+	return errDown
+}
+func (downStore) Fail(context.Context, string, string, time.Duration) error { return errDown }
+func (downStore) Release(context.Context, string, string) error             { return errDown }
+func (downStore) Get(context.Context, string) (idempotency.Record, error) {
+	return idempotency.Record{}, errDown
+}
+func (downStore) Delete(context.Context, string) error { return errDown }
 
 // PartitionedStore returns a redisstore on the test server reached through
 // a fault proxy that carries nothing: every call waits, unanswered, until

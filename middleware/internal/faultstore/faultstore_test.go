@@ -64,7 +64,6 @@ func TestFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				inner := memstore.New(memstore.Config{})
-				defer func() { _ = inner.Close() }()
 				s := faultstore.New(inner).On(idempotency.OpComplete, tc.fault)
 				ctx := context.Background()
 				if tc.deadline > 0 {
@@ -92,7 +91,6 @@ func TestFaults(t *testing.T) {
 func TestHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		inner := memstore.New(memstore.Config{})
-		defer func() { _ = inner.Close() }()
 		release := make(chan struct{}) // in the bubble, so that waiting on it is durable
 		time.AfterFunc(2*time.Second, func() { close(release) })
 		s := faultstore.New(inner).On(idempotency.OpComplete, faultstore.Hold(release, nil))
@@ -122,7 +120,6 @@ func TestHold(t *testing.T) {
 func TestCounting(t *testing.T) {
 	errSecond := errors.New("second")
 	inner := memstore.New(memstore.Config{})
-	t.Cleanup(func() { _ = inner.Close() })
 	s := faultstore.New(inner).
 		On(idempotency.OpRenew, faultstore.First(2, faultstore.Fail(errInjected))).
 		On(idempotency.OpFail, faultstore.Sequence(faultstore.Pass, faultstore.Fail(errSecond), faultstore.Fail(errInjected)))
@@ -149,7 +146,6 @@ func TestCounting(t *testing.T) {
 // Release and the call's key reach the Fault.
 func TestClaimAndRelease(t *testing.T) {
 	inner := memstore.New(memstore.Config{})
-	t.Cleanup(func() { _ = inner.Close() })
 	var keys []string
 	s := faultstore.New(inner).
 		On(idempotency.OpClaim, func(ctx context.Context, c faultstore.Call) error {
@@ -198,7 +194,6 @@ func TestClaimAndRelease(t *testing.T) {
 // TestNotInProcess: a wrapped memstore is timed like a network store.
 func TestNotInProcess(t *testing.T) {
 	inner := memstore.New(memstore.Config{})
-	t.Cleanup(func() { _ = inner.Close() })
 	require.True(t, inprocess.Is(inner))
 	assert.False(t, inprocess.Is(faultstore.New(inner)))
 }
