@@ -215,7 +215,7 @@
 // dup_warm_redis_commands,
 // dup_warm_chain_vs_watermill_c1, dup_warm_chain_vs_watermill_c64,
 // fresh_c64_vs_pipelined_ceiling, fresh_c1_latency,
-// memstore_fresh_seq_vs_watermill, e2e_c64_{fresh,duplicate}_{redis,amqp,nats},
+// e2e_c64_{fresh,duplicate}_{redis,amqp,nats},
 // fresh_redis_commands, dup_nocache_redis_commands, renewals,
 // completed_key_bytes, fresh_c64_vs_ceiling, pg_fresh_statements,
 // pg_duplicate_statements, pg_fresh_tx_statements, mysql_fresh_statements,

@@ -34,15 +34,14 @@ const (
 
 // Bounds of the targets.
 const (
-	dupVsWatermillMaxTime      = 1.2 // our time per duplicate / the Deduplicator's
-	memstoreVsWatermillMaxTime = 1.3 // our time per fresh message on memstore / the Deduplicator's
-	pipelinedCeilingMin        = 0.8 // our fresh rate / the -P 16 message ceiling
-	ceilingMin                 = 0.7 // our fresh rate / the -P 1 message ceiling
-	e2eMin                     = 0.8 // dedup / none, end to end
-	completedKeyMaxBytes       = 150 // MEMORY USAGE of a COMPLETED key without output
-	floorFreshMin              = 0.5 // our fresh message's commands / the floor's (SET NX, SET XX), rate
-	floorDupMin                = 0.5 // our duplicate's commands / GET, rate
-	e2eFloorMin                = 0.8 // ours / the floor dedup, end to end
+	dupVsWatermillMaxTime = 1.2 // our time per duplicate / the Deduplicator's
+	pipelinedCeilingMin   = 0.8 // our fresh rate / the -P 16 message ceiling
+	ceilingMin            = 0.7 // our fresh rate / the -P 1 message ceiling
+	e2eMin                = 0.8 // dedup / none, end to end
+	completedKeyMaxBytes  = 150 // MEMORY USAGE of a COMPLETED key without output
+	floorFreshMin         = 0.5 // our fresh message's commands / the floor's (SET NX, SET XX), rate
+	floorDupMin           = 0.5 // our duplicate's commands / GET, rate
+	e2eFloorMin           = 0.8 // ours / the floor dedup, end to end
 )
 
 // e2eFloorBrokers are the brokers whose end-to-end ratio to the floor is a
@@ -94,9 +93,6 @@ func (r *report) targets() []Target {
 	ts = append(ts, r.ceilingTarget("fresh_c64_vs_pipelined_ceiling", fmt.Sprintf("fresh messages at c=%d: rate ÷ redis-benchmark -P %d message ceiling", ceilingClients, ceilingPipeline),
 		true, pipelinedCeilingMin))
 	ts = append(ts, r.latencyTarget())
-	ts = append(ts, r.chainTimeTarget("memstore_fresh_seq_vs_watermill",
-		"memstore, fresh sequential: chain time, memstore ÷ Watermill Deduplicator",
-		"memstore", "fresh", 1, memstoreVsWatermillMaxTime))
 	for _, load := range []string{"fresh", "duplicate"} {
 		for _, b := range e2eTargetBrokers {
 			ts = append(ts, r.e2eTarget(b.name, b.title, load))
