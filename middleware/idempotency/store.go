@@ -37,6 +37,22 @@ func (s State) String() string {
 	}
 }
 
+// Entry is one stored record as a store lists it for inspection
+// (cmd/idemctl): the stores' Records methods yield it.
+type Entry struct {
+	// Key is the key as stored, the store's prefix included.
+	Key string
+	// Record is the key's record; StateAbsent when it expired while listed.
+	Record Record
+	// TTL is the time left before the store forgets the key; 0 when unknown.
+	TTL time.Duration
+	// Bytes is the record's stored size; 0 when unknown.
+	Bytes int64
+	// Err, wrapping ErrCorruptRecord, is set for a record that does not
+	// decode; the listing goes on after it.
+	Err error
+}
+
 // Record is what a store knows about one key: what Store.Get returns to the
 // tools that inspect keys (cmd/idemctl), and what a claim found
 // (ClaimResult, Lease.Record).
