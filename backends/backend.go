@@ -11,6 +11,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
 
 // Backend is a Publisher and a Subscriber of one broker, built by New.
@@ -20,8 +22,6 @@ import (
 // never breaks the other, except for gochannel, where both are the same
 // in-process instance.
 type Backend struct {
-	// Broker is the broker that Publisher and Subscriber talk to.
-	Broker Broker
 	// Publisher publishes to the broker.
 	Publisher message.Publisher
 	// Subscriber consumes as Config.Group. Every handler that subscribes
@@ -30,6 +30,7 @@ type Backend struct {
 	// a topic its own group with SubscriberForGroup.
 	Subscriber message.Subscriber
 
+	broker brokerkit.Broker
 	// newSubscriber builds a Subscriber of the broker for a group.
 	newSubscriber func(group string) (message.Subscriber, error)
 	// group is Config.Group, which SubscriberForGroup refuses.
@@ -67,13 +68,13 @@ type Backend struct {
 // SubscriberForGroup is an error.
 func (b *Backend) SubscriberForGroup(group string) (message.Subscriber, error) {
 	group = strings.TrimSpace(group)
-	if group == "" && b.Broker != GoChannel {
-		return nil, fmt.Errorf("%w: SubscriberForGroup needs one", ErrMissingGroup)
+	if group == "" && b.broker != brokerkit.GoChannel {
+		return nil, fmt.Errorf("%w: missing consumer group: SubscriberForGroup needs one", ErrInvalidConfig)
 	}
 	if b.newSubscriber == nil {
 		return nil, errors.New("backends: SubscriberForGroup on a Backend not built by New")
 	}
-	if b.Broker != GoChannel && group == b.group {
+	if b.broker != brokerkit.GoChannel && group == b.group {
 		return nil, fmt.Errorf("backends: SubscriberForGroup(%q) is Config.Group: its handlers would divide the "+
 			"messages with Backend.Subscriber's; name another group", group)
 	}
@@ -109,17 +110,17 @@ func (b *Backend) Close() error {
 	b.mu.Unlock()
 	for _, sub := range others {
 		if err := sub.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("backends: close %s subscriber: %w", b.Broker, err))
+			errs = append(errs, fmt.Errorf("backends: close %s subscriber: %w", b.broker, err))
 		}
 	}
 	if b.Subscriber != nil {
 		if err := b.Subscriber.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("backends: close %s subscriber: %w", b.Broker, err))
+			errs = append(errs, fmt.Errorf("backends: close %s subscriber: %w", b.broker, err))
 		}
 	}
 	if b.Publisher != nil {
 		if err := b.Publisher.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("backends: close %s publisher: %w", b.Broker, err))
+			errs = append(errs, fmt.Errorf("backends: close %s publisher: %w", b.broker, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -139,7 +140,6 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -147,26 +147,24 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := driverFor(ep.Broker)
-	if err != nil {
-		return nil, err
-	}
-	logger = logger.With(watermill.LogFields{"broker": string(ep.Broker), "consumer_group": cfg.Group})
+	d, _ := brokerkit.Lookup(ep.Broker)
+	s := cfg.settings()
+	logger = logger.With(watermill.LogFields{"broker": string(ep.Broker), "consumer_group": s.Group})
 	if len(ep.Addrs) > 0 {
-		if err := dialAny(ep, cfg.DialTimeout); err != nil {
+		if err := dialAny(ep, s.DialTimeout); err != nil {
 			return nil, err
 		}
 	}
-	c, err := d.Open(cfg, ep, logger)
+	c, err := d.Open(s, ep, logger)
 	if err != nil {
 		return nil, err
 	}
 	return &Backend{
-		Broker:        ep.Broker,
+		broker:        ep.Broker,
 		Publisher:     c.Publisher,
 		Subscriber:    c.Subscriber,
 		newSubscriber: c.NewSubscriber,
-		group:         cfg.Group,
+		group:         s.Group,
 	}, nil
 }
 
@@ -174,7 +172,7 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 // otherwise an ErrUnreachable naming every address, after at most timeout.
 // Client libraries retry and back off on their own, some for minutes; this
 // check lets New fail fast and say where it looked.
-func dialAny(ep Endpoint, timeout time.Duration) error {
+func dialAny(ep brokerkit.Endpoint, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var d net.Dialer

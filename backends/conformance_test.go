@@ -19,7 +19,6 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
-	"github.com/idempotency/watermill-idempotency/backends/kafkabackend"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -148,13 +147,10 @@ func TestConformance_Kafka(t *testing.T) {
 	t.Parallel()
 	brokers := testserver.KafkaBrokers(t)
 	conformance(t, backends.Config{
-		URL:             "kafka://" + strings.Join(brokers, ","),
+		URL:             backendtest.WithParams("kafka://"+strings.Join(brokers, ","), "partitions", "4"),
 		Group:           "set-per-test",
 		NackResendSleep: backendtest.FastNack,
-		Kafka: backends.KafkaConfig{
-			Partitions: 4,
-			Tune:       fastRebalance,
-		},
+		Tune:            fastRebalance,
 	}, tests.Features{
 		ConsumerGroups:      true,
 		ExactlyOnceDelivery: false,
@@ -169,15 +165,9 @@ func TestConformance_RedisStreams(t *testing.T) {
 	t.Parallel()
 	addr := testserver.RedisAddr(t)
 	conformance(t, backends.Config{
-		URL:             "redis://" + addr + "/0",
+		URL:             backendtest.WithParams("redis://"+addr+"/0", "max_idle_time", "3s", "claim_interval", "1s"),
 		Group:           "set-per-test",
 		NackResendSleep: backendtest.FastNack,
-		Redis: backends.RedisConfig{
-			// The suite closes subscribers holding unacked messages and
-			// expects another to get them within seconds.
-			MaxIdleTime:   3 * time.Second,
-			ClaimInterval: time.Second,
-		},
 	}, tests.Features{
 		ConsumerGroups:                      true,
 		ExactlyOnceDelivery:                 false,
@@ -219,12 +209,11 @@ func TestConformance_NATS(t *testing.T) {
 	t.Parallel()
 	url := testserver.NATSURL(t)
 	conformance(t, backends.Config{
-		URL:             url,
-		Group:           "set-per-test",
-		NackResendSleep: backendtest.FastNack,
 		// The suite closes subscribers holding unacked messages and expects
 		// another to get them within seconds.
-		NATS: backends.NATSConfig{AckWait: 3 * time.Second},
+		URL:             backendtest.WithParams(url, "ack_wait", "3s"),
+		Group:           "set-per-test",
+		NackResendSleep: backendtest.FastNack,
 	}, tests.Features{
 		ConsumerGroups:                      true,
 		ExactlyOnceDelivery:                 false,
@@ -254,8 +243,10 @@ func deleteNATSStreams(t *testing.T, url, prefix string) {
 
 // fastRebalance makes a Kafka consumer group rebalance in well under a
 // second: the members of the suites' groups come and go by the dozen.
-var fastRebalance = kafkabackend.TuneFunc(func(c *sarama.Config) {
-	c.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
-	c.Consumer.Group.Session.Timeout = 6 * time.Second
-	c.Consumer.Group.Rebalance.Timeout = 3 * time.Second
-})
+func fastRebalance(client any) {
+	if c, ok := client.(*sarama.Config); ok {
+		c.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
+		c.Consumer.Group.Session.Timeout = 6 * time.Second
+		c.Consumer.Group.Rebalance.Timeout = 3 * time.Second
+	}
+}

@@ -29,8 +29,9 @@ var groupedBrokers = []groupedBroker{
 	{
 		name: "kafka",
 		config: func(t *testing.T, group string) backends.Config {
-			return backends.Config{URL: "kafka://" + strings.Join(testserver.KafkaBrokers(t), ","), Group: group,
-				NackResendSleep: backendtest.FastNack, Kafka: backends.KafkaConfig{Partitions: 2, Tune: fastRebalance}}
+			return backends.Config{URL: backendtest.WithParams("kafka://"+strings.Join(testserver.KafkaBrokers(t), ","), "partitions", "2"), Group: group,
+				NackResendSleep: backendtest.FastNack,
+				Tune:            fastRebalance}
 		},
 		cleanup: func(*testing.T, string, ...string) {}, // kfake goes away with the test binary
 	},
@@ -135,7 +136,8 @@ func TestSubscriberForGroup_Validation(t *testing.T) {
 	t.Parallel()
 	b := backendtest.NewBackend(t, backends.Config{URL: "redis://" + testserver.RedisAddr(t) + "/0", Group: "g-" + backendtest.RunID})
 	_, err := b.SubscriberForGroup(" ")
-	require.ErrorIs(t, err, backends.ErrMissingGroup)
+	require.ErrorIs(t, err, backends.ErrInvalidConfig)
+	require.ErrorContains(t, err, "missing consumer group")
 	// Config.Group itself would be one group with b.Subscriber, dividing
 	// the messages, where the doc promises a group of its own.
 	_, err = b.SubscriberForGroup(" g-" + backendtest.RunID)

@@ -1,62 +1,38 @@
 package backends
 
 import (
-	"errors"
 	"fmt"
+
 	"time"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// ErrLeaseNotBelowRedelivery is returned by CheckLease when the idempotency
-// lease is not below the time after which the broker hands an unacked
-// message to another consumer.
-var ErrLeaseNotBelowRedelivery = errors.New("backends: the idempotency lease is not below the broker's redelivery timer")
-
-// CheckLease checks idem, the idempotency middleware's Config, against the
-// broker's redelivery timer: the lease (idem.LeaseTTL, zero meaning
-// idempotency.DefaultLeaseTTL) must be below NATS.AckWait on NATS
-// JetStream and below Redis.MaxIdleTime on Redis Streams (each zero
-// meaning its default, 60 s). Otherwise a message whose consumer died
-// comes back while the dead run's lease still holds its key, and is
-// nacked as in progress until the lease lapses (NATS); or a message a live
-// consumer is still handling is claimed by another consumer of the group
-// every MaxIdleTime, since Redis Streams has no heartbeat (Redis Streams).
-// Nothing is lost either way, but redeliveries spin and the handler's
-// peers are kept busy. It returns an error matching
-// ErrLeaseNotBelowRedelivery that names both values, or nil; Kafka, AMQP
-// and gochannel have no such timer and always pass. It reads cfg.URL only
-// for its scheme (a broker that is not linked is checked all the same): an
-// invalid URL is the error of New.
+// CheckLease checks the idempotency middleware's lease against the broker's
+// redelivery timer. Zero means [idempotency.DefaultLeaseTTL]. The lease must
+// be below ack_wait on NATS and below max_idle_time on Redis Streams. Kafka,
+// AMQP and gochannel have no such timer and always pass.
 //
-// Call it at start-up, where both configs are known:
+// A longer lease loses nothing, but redeliveries spin. On NATS, a dead
+// consumer's message comes back while its lease still holds the key. On
+// Redis Streams, another consumer claims a message a live one still
+// handles. The error matches [ErrInvalidConfig] and names both values.
+// Call it at start-up:
 //
-//	if err := cfg.CheckLease(idemCfg); err != nil {
+//	if err := cfg.CheckLease(idemCfg.LeaseTTL); err != nil {
 //		return err // or log it as a warning
 //	}
-func (c Config) CheckLease(idem idempotency.Config) error {
-	broker, err := brokerOf(c.URL)
+func (c Config) CheckLease(lease time.Duration) error {
+	ep, err := parseEndpoint(c.URL)
 	if err != nil {
 		return err
 	}
-	c = c.withDefaults()
-	lease := idem.LeaseTTL
 	if lease == 0 {
 		lease = idempotency.DefaultLeaseTTL
 	}
-	var timer time.Duration
-	var name string
-	switch broker {
-	case NATS:
-		timer, name = c.NATS.AckWait, "NATS.AckWait ("+EnvNATSAckWait+")"
-	case RedisStreams:
-		timer, name = c.Redis.MaxIdleTime, "Redis.MaxIdleTime ("+EnvRedisMaxIdleTime+")"
-	default:
+	if ep.Redelivery == 0 || lease < ep.Redelivery {
 		return nil
 	}
-	if lease >= timer {
-		return fmt.Errorf("%w: the lease is %s and %s is %s: lower the lease or raise %s",
-			ErrLeaseNotBelowRedelivery, lease, name, timer, name)
-	}
-	return nil
+	return fmt.Errorf("%w: the lease is %s and %s redelivers after %s (%s): lower the lease or raise %s",
+		ErrInvalidConfig, lease, ep.Broker, ep.Redelivery, ep.RedeliveryParam, ep.RedeliveryParam)
 }

@@ -8,42 +8,43 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
-	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// TestCheckLease: an 80 s lease over a 60 s AckWait or MaxIdleTime (the
+// TestCheckLease: an 80 s lease over a 60 s ack_wait or max_idle_time (the
 // defaults included) is refused, naming both; a lease below passes, and
 // brokers without a redelivery timer always pass.
 func TestCheckLease(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		cfg   backends.Config
+		url   string
 		lease time.Duration
 		want  string // a part of the error; "" for none
 	}{
-		{"nats default lease", backends.Config{URL: "nats://localhost:4222"}, 0, ""},
-		{"nats 80s over default ack wait", backends.Config{URL: "nats://localhost:4222"}, 80 * time.Second, "the lease is 1m20s and NATS.AckWait (BROKER_NATS_ACK_WAIT) is 1m0s"},
-		{"nats equal", backends.Config{URL: "nats://localhost:4222", NATS: backends.NATSConfig{AckWait: 40 * time.Second}}, 0, "NATS.AckWait"},
-		{"nats raised ack wait", backends.Config{URL: "nats://localhost:4222", NATS: backends.NATSConfig{AckWait: 2 * time.Minute}}, 80 * time.Second, ""},
-		{"redis default", backends.Config{URL: "redis://localhost:6379/0"}, 0, ""},
-		{"redis 80s over default max idle", backends.Config{URL: "redis://localhost:6379/0"}, 80 * time.Second, "Redis.MaxIdleTime (BROKER_REDIS_MAX_IDLE_TIME) is 1m0s"},
-		{"redis short max idle", backends.Config{URL: "redis://localhost:6379/0", Redis: backends.RedisConfig{MaxIdleTime: 30 * time.Second}}, 0, "the lease is 40s"},
-		{"kafka has no timer", backends.Config{URL: "kafka://localhost:9092"}, time.Hour, ""},
-		{"amqp has no timer", backends.Config{URL: "amqp://guest:guest@localhost:5672/"}, time.Hour, ""},
-		{"gochannel has no timer", backends.Config{URL: "gochannel://"}, time.Hour, ""},
+		{"nats default lease", "nats://localhost:4222", 0, ""},
+		{"nats 80s over default ack wait", "nats://localhost:4222", 80 * time.Second, "the lease is 1m20s and nats redelivers after 1m0s (ack_wait)"},
+		{"nats equal", "nats://localhost:4222?ack_wait=40s", 0, "ack_wait"},
+		{"nats raised ack wait", "nats://localhost:4222?ack_wait=2m", 80 * time.Second, ""},
+		{"redis default", "redis://localhost:6379/0", 0, ""},
+		{"redis 80s over default max idle", "redis://localhost:6379/0", 80 * time.Second, "redis redelivers after 1m0s (max_idle_time)"},
+		{"redis short max idle", "redis://localhost:6379/0?max_idle_time=30s", 0, "the lease is 40s"},
+		{"kafka has no timer", "kafka://localhost:9092", time.Hour, ""},
+		{"amqp has no timer", "amqp://guest:guest@localhost:5672/", time.Hour, ""},
+		{"gochannel has no timer", "gochannel://", time.Hour, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.cfg.CheckLease(idempotency.Config{LeaseTTL: tc.lease})
+			err := backends.Config{URL: tc.url}.CheckLease(tc.lease)
 			if tc.want == "" {
 				assert.NoError(t, err)
 				return
 			}
-			require.ErrorIs(t, err, backends.ErrLeaseNotBelowRedelivery)
+			require.ErrorIs(t, err, backends.ErrInvalidConfig)
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
-	err := backends.Config{URL: "nats://user:s3cret@localhost:4222"}.CheckLease(idempotency.Config{LeaseTTL: time.Hour})
-	require.ErrorIs(t, err, backends.ErrLeaseNotBelowRedelivery)
+	err := backends.Config{URL: "nats://user:s3cret@localhost:4222"}.CheckLease(time.Hour)
+	require.ErrorIs(t, err, backends.ErrInvalidConfig)
 	assert.NotContains(t, err.Error(), "s3cret", "the URL is not in the error")
-	assert.ErrorIs(t, backends.Config{URL: "nope://x"}.CheckLease(idempotency.Config{}), backends.ErrUnknownBroker)
+	err = backends.Config{URL: "nope://x"}.CheckLease(0)
+	require.ErrorIs(t, err, backends.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "unknown broker scheme")
 }

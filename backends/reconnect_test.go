@@ -46,22 +46,20 @@ func privateRedis(t *testing.T) privateBroker {
 	// server acknowledged, the consumer group and its pending list included.
 	srv := testserver.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
 	return privateBroker{cfg: backends.Config{
-		URL:             "redis://" + srv.Addr + "/0",
+		// Messages read but not acked when the server went away stay
+		// pending, and are claimed again after max_idle_time.
+		URL:             backendtest.WithParams("redis://"+srv.Addr+"/0", "max_idle_time", "3s", "claim_interval", "1s"),
 		Group:           "restart",
 		NackResendSleep: backendtest.FastNack,
-		// Messages read but not acked when the server went away stay
-		// pending, and are claimed again after MaxIdleTime.
-		Redis: backends.RedisConfig{MaxIdleTime: 3 * time.Second, ClaimInterval: time.Second},
 	}, restart: srv.Restart}
 }
 
 func privateNATS(t *testing.T) privateBroker {
 	srv := testserver.StartNATS(t)
 	return privateBroker{cfg: backends.Config{
-		URL:             srv.URL,
+		URL:             backendtest.WithParams(srv.URL, "ack_wait", "3s"),
 		Group:           "restart",
 		NackResendSleep: backendtest.FastNack,
-		NATS:            backends.NATSConfig{AckWait: 3 * time.Second},
 	}, restart: srv.Restart}
 }
 
@@ -71,7 +69,7 @@ func privateKafka(t *testing.T) privateBroker {
 		URL:             "kafka://" + strings.Join(cluster.Addrs(), ","),
 		Group:           "restart",
 		NackResendSleep: backendtest.FastNack,
-		Kafka:           backends.KafkaConfig{Tune: fastRebalance},
+		Tune:            fastRebalance,
 	}, restart: cluster.Restart}
 }
 

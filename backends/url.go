@@ -2,57 +2,41 @@ package backends
 
 import (
 	"fmt"
-	"net/url"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
 
-// ParseURL returns a Config that selects the broker rawURL names, after
-// checking the URL as Validate does. Group and the other fields are left
-// zero. A URL of a broker whose package the program does not import is an
-// ErrBrokerNotLinked: its Driver checks the URL.
-//
-// Its errors, like every error of this package, name the URL's scheme and
-// host alone: never the URL itself, its user information (a user name, a
-// password or a token), its path or query, or the text of a client library's
-// parse error, which may quote any of them.
-func ParseURL(rawURL string) (Config, error) {
-	if _, err := parseEndpoint(rawURL); err != nil {
-		return Config{}, err
-	}
-	return Config{URL: rawURL}, nil
-}
-
 // brokerOf returns the broker that raw's scheme selects, linked or not.
-func brokerOf(raw string) (Broker, error) {
+func brokerOf(raw string) (brokerkit.Broker, error) {
 	raw = strings.TrimSpace(raw)
 	if raw == "" {
-		return "", fmt.Errorf("%w: empty (set %s to a URL of a broker this program links: %s; gochannel:// for one process)",
-			ErrInvalidURL, EnvURL, brokerNames(Linked()))
+		return "", fmt.Errorf("%w: empty broker URL (set %s to a URL of a broker this program links: %s; gochannel:// for one process)",
+			ErrInvalidConfig, envURL, strings.Join(brokerkit.Linked(), ", "))
 	}
 	scheme, _, ok := strings.Cut(raw, "://")
 	if !ok {
-		return "", fmt.Errorf("%w: no scheme:// (want the URL of a broker this program links: %s)", ErrInvalidURL, brokerNames(Linked()))
+		return "", fmt.Errorf("%w: broker URL without scheme:// (want the URL of a broker this program links: %s)", ErrInvalidConfig, strings.Join(brokerkit.Linked(), ", "))
 	}
 	broker, ok := brokerByScheme[strings.ToLower(scheme)]
 	if !ok {
-		return "", fmt.Errorf("%w: scheme %s (want kafka, redis, rediss, amqp, amqps, nats or gochannel)",
-			ErrUnknownBroker, safeScheme(scheme))
+		return "", fmt.Errorf("%w: unknown broker scheme %s (want kafka, redis, rediss, amqp, amqps, nats or gochannel)",
+			ErrInvalidConfig, safeScheme(scheme))
 	}
 	return broker, nil
 }
 
 // parseEndpoint checks raw with the Driver of the broker it selects.
-func parseEndpoint(raw string) (Endpoint, error) {
+func parseEndpoint(raw string) (brokerkit.Endpoint, error) {
 	broker, err := brokerOf(raw)
 	if err != nil {
-		return Endpoint{}, err
+		return brokerkit.Endpoint{}, err
 	}
-	d, err := driverFor(broker)
-	if err != nil {
-		return Endpoint{}, err
+	d, ok := brokerkit.Lookup(broker)
+	if !ok {
+		return brokerkit.Endpoint{}, notLinkedError{broker}
 	}
 	raw = strings.TrimSpace(raw)
 	// For every broker alike, before its Driver: go-redis and amqp091 take
@@ -60,22 +44,52 @@ func parseEndpoint(raw string) (Endpoint, error) {
 	for _, h := range hosts(raw) {
 		if _, port := splitPort(h); port != "" {
 			if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-				return Endpoint{}, invalidURL(raw, "a bad port (want 1 to 65535)")
+				return brokerkit.Endpoint{}, invalidURL(raw, "a bad port (want 1 to 65535)")
 			}
 		}
 	}
 	ep, err := d.ParseURL(raw)
 	if err != nil {
-		return Endpoint{}, invalidURL(raw, err.Error())
+		return brokerkit.Endpoint{}, invalidURL(raw, err.Error())
 	}
 	ep.Broker = broker
 	return ep, nil
 }
 
-// invalidURL is an ErrInvalidURL that names raw by its scheme and host only.
+// invalidURL is an ErrInvalidConfig that names raw by its scheme and host
+// only.
 func invalidURL(raw, why string) error {
-	return fmt.Errorf("%w: %s: %s", ErrInvalidURL, where(raw), why)
+	return fmt.Errorf("%w: broker URL %s: %s", ErrInvalidConfig, where(raw), why)
 }
+
+var brokerByScheme = map[string]brokerkit.Broker{
+	"kafka":     brokerkit.Kafka,
+	"redis":     brokerkit.RedisStreams,
+	"rediss":    brokerkit.RedisStreams,
+	"amqp":      brokerkit.AMQP,
+	"amqps":     brokerkit.AMQP,
+	"nats":      brokerkit.NATS,
+	"gochannel": brokerkit.GoChannel,
+}
+
+// importPath is the package that registers each broker.
+var importPath = map[brokerkit.Broker]string{
+	brokerkit.Kafka:        "github.com/idempotency/watermill-idempotency/backends/kafkabackend",
+	brokerkit.RedisStreams: "github.com/idempotency/watermill-idempotency/backends/redisbackend",
+	brokerkit.AMQP:         "github.com/idempotency/watermill-idempotency/backends/amqpbackend",
+	brokerkit.NATS:         "github.com/idempotency/watermill-idempotency/backends/natsbackend",
+}
+
+// notLinkedError is an ErrInvalidConfig for a broker whose package the
+// program does not import; it names the import to add.
+type notLinkedError struct{ broker brokerkit.Broker }
+
+func (e notLinkedError) Error() string {
+	return fmt.Sprintf("backends: broker %q is not linked: import _ %q (this program links %s)",
+		e.broker, importPath[e.broker], strings.Join(brokerkit.Linked(), ", "))
+}
+
+func (e notLinkedError) Unwrap() error { return ErrInvalidConfig }
 
 var (
 	schemeChars = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]{0,15}$`)
@@ -147,34 +161,4 @@ func splitPort(h string) (host, port string) {
 		return h[:i], h[i+1:]
 	}
 	return h, ""
-}
-
-// scrubUserinfo replaces in text every occurrence of the user information
-// of the URL (or URLs, comma-separated) raw, whole and split at ':', as
-// written and percent-decoded, with "xxxxx".
-func scrubUserinfo(text, raw string) string {
-	var secrets []string
-	for _, u := range strings.Split(raw, ",") {
-		_, rest, ok := strings.Cut(u, "://")
-		at := strings.LastIndex(rest, "@")
-		if !ok || at < 0 {
-			continue
-		}
-		userinfo := rest[:at]
-		parts := append([]string{userinfo}, strings.Split(userinfo, ":")...)
-		for _, p := range parts {
-			secrets = append(secrets, p)
-			if d, err := url.PathUnescape(p); err == nil {
-				secrets = append(secrets, d)
-			}
-		}
-	}
-	// Longest first, so that a part does not break up its whole.
-	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
-	for _, s := range secrets {
-		if s != "" {
-			text = strings.ReplaceAll(text, s, "xxxxx")
-		}
-	}
-	return text
 }

@@ -39,11 +39,11 @@ func secretURL(scheme string, form uint8, user, secret, host, port, tail string)
 
 var fuzzSchemes = []string{"kafka", "redis", "rediss", "amqp", "amqps", "nats", "gochannel", "pulsar", "NATS", "http"}
 
-// urlErrors returns the text of every error that ParseURL and Validate give
-// for raw, joined.
+// urlErrors returns the text of every error that CheckLease and Validate
+// give for raw, joined.
 func urlErrors(raw string) string {
 	var texts []string
-	if _, err := backends.ParseURL(raw); err != nil {
+	if err := (backends.Config{URL: raw}).CheckLease(0); err != nil {
 		texts = append(texts, err.Error())
 	}
 	if err := (backends.Config{URL: raw, Group: "g"}).Validate(); err != nil {
@@ -54,7 +54,7 @@ func urlErrors(raw string) string {
 
 // FuzzParseURL plants a secret in each position of a broker URL's user
 // information, with any characters around it, and checks that no error of
-// ParseURL or Validate shows it, raw or percent-decoded. The seeds run in
+// CheckLease or Validate shows it, raw or percent-decoded. The seeds run in
 // every go test; go test -fuzz=FuzzParseURL ./backends/ searches further.
 func FuzzParseURL(f *testing.F) {
 	for _, s := range []struct {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	neturl "net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,7 +14,6 @@ import (
 	"github.com/idempotency/watermill-idempotency/backends"
 	// The scenarios run on every broker.
 	_ "github.com/idempotency/watermill-idempotency/backends/all"
-	"github.com/idempotency/watermill-idempotency/backends/kafkabackend"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -101,46 +101,68 @@ func sqlColumn(db, name string) *broker {
 
 // config is the backends configuration of one member of group.
 func (b *broker) config(url, group, consumer string) backends.Config {
-	return backends.Config{
+	cfg := backends.Config{
 		URL:             url,
 		Group:           group,
 		Consumer:        consumer,
 		NackResendSleep: nackResend,
-		Kafka:           backends.KafkaConfig{Partitions: kafkaPartitions, Tune: kafkaTune},
-		Redis:           backends.RedisConfig{MaxIdleTime: redeliverAfter, ClaimInterval: 500 * time.Millisecond},
-		NATS:            backends.NATSConfig{AckWait: redeliverAfter},
-		// The scenarios publish before the group's consumers (children
-		// among them) first subscribe: on RabbitMQ the group's queue must
-		// exist first, or the publish is ErrUnroutable.
-		AMQP: backends.AMQPConfig{PublishGroups: []string{group}},
+		Tune:            kafkaTune,
+	}
+	setParam(&cfg, "kafka", "partitions", strconv.Itoa(kafkaPartitions))
+	setParam(&cfg, "redis", "max_idle_time", redeliverAfter.String())
+	setParam(&cfg, "redis", "claim_interval", "500ms")
+	setParam(&cfg, "nats", "ack_wait", redeliverAfter.String())
+	// The scenarios publish before the group's consumers (children among
+	// them) first subscribe: on RabbitMQ the group's queue must exist
+	// first, or the publish is ErrUnroutable.
+	setParam(&cfg, "amqp", "publish_groups", group)
+	return cfg
+}
+
+// setParam sets the URL parameter name of cfg.URL to value (removes it,
+// for ""), where the URL's scheme is scheme.
+func setParam(cfg *backends.Config, scheme, name, value string) {
+	if !strings.HasPrefix(cfg.URL, scheme+"://") {
+		return
+	}
+	base, query, _ := strings.Cut(cfg.URL, "?")
+	var kept []string
+	for kv := range strings.SplitSeq(query, "&") {
+		if kv != "" && !strings.HasPrefix(kv, name+"=") {
+			kept = append(kept, kv)
+		}
+	}
+	if value != "" {
+		kept = append(kept, name+"="+neturl.QueryEscape(value))
+	}
+	cfg.URL = base
+	if len(kept) > 0 {
+		cfg.URL += "?" + strings.Join(kept, "&")
 	}
 }
 
 // childEnv is config as the environment variables backends.FromEnv reads, for
-// the child processes of the crash and crash-loop scenarios. Kafka.Tune has
-// no variable; the children set it to kafkaTune themselves.
+// the child processes of the crash and crash-loop scenarios. Tune has no
+// variable; the children set it to kafkaTune themselves.
 func childEnv(cfg backends.Config) []string {
 	return []string{
-		backends.EnvURL + "=" + cfg.URL,
-		backends.EnvGroup + "=" + cfg.Group,
-		backends.EnvConsumer + "=" + cfg.Consumer,
-		backends.EnvNackResendSleep + "=" + cfg.NackResendSleep.String(),
-		backends.EnvKafkaPartitions + "=" + strconv.Itoa(int(cfg.Kafka.Partitions)),
-		backends.EnvRedisMaxIdleTime + "=" + cfg.Redis.MaxIdleTime.String(),
-		backends.EnvRedisClaimInterval + "=" + cfg.Redis.ClaimInterval.String(),
-		backends.EnvNATSAckWait + "=" + cfg.NATS.AckWait.String(),
-		backends.EnvAMQPPublishGroups + "=" + strings.Join(cfg.AMQP.PublishGroups, ","),
+		"BROKER_URL=" + cfg.URL,
+		"BROKER_GROUP=" + cfg.Group,
+		"BROKER_CONSUMER=" + cfg.Consumer,
+		"BROKER_NACK_RESEND_SLEEP=" + cfg.NackResendSleep.String(),
 	}
 }
 
 // kafkaTune makes consumer-group rebalances take seconds: every scenario
 // starts a new group whose members join one by one, and the crash scenario
 // waits for the killed member's session to time out.
-var kafkaTune = kafkabackend.TuneFunc(func(c *sarama.Config) {
-	c.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
-	c.Consumer.Group.Session.Timeout = 6 * time.Second
-	c.Consumer.Group.Rebalance.Timeout = 3 * time.Second
-})
+func kafkaTune(client any) {
+	if c, ok := client.(*sarama.Config); ok {
+		c.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
+		c.Consumer.Group.Session.Timeout = 6 * time.Second
+		c.Consumer.Group.Rebalance.Timeout = 3 * time.Second
+	}
+}
 
 var brokers = []*broker{
 	{

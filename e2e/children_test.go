@@ -79,7 +79,7 @@ func newChildKit() (*childKit, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Kafka.Tune = kafkaTune
+	cfg.Tune = kafkaTune
 	b, err := backends.New(cfg, logger())
 	if err != nil {
 		return nil, err

@@ -176,7 +176,7 @@ func crashLoop(e *env) {
 	e.expectEffects("up", keys)
 	poisoned := e.readPoisonTopic()
 	cfg := e.b.config(e.url, e.group, e.id+"-looper")
-	cfg.AMQP.PublishGroups = []string{poisoned.group}
+	setParam(&cfg, "amqp", "publish_groups", poisoned.group)
 	e.publish(oneCopyEach(append([]string{poisonKey}, keys[:n/2]...))...)
 
 	// The child dies of the poison and is started again, until the other

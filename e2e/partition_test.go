@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
-	"github.com/idempotency/watermill-idempotency/backends/kafkabackend"
 )
 
 var errStuck = errors.New("stuck handler failed on purpose")
@@ -41,11 +40,13 @@ func stuckPartition(e *env) {
 	e.expectEffects("up", append([]string{stuck, behind}, keys...))
 	part := newPinnedPartitioner(stuck, behind)
 	e.configure = func(cfg *backends.Config) {
-		cfg.Kafka.Partitions = 0 // the backends' default is under test
-		cfg.Kafka.Tune = kafkabackend.TuneFunc(func(c *sarama.Config) {
-			kafkaTune(c)
-			c.Producer.Partitioner = func(string) sarama.Partitioner { return part }
-		})
+		setParam(cfg, "kafka", "partitions", "") // the backends' default is under test
+		cfg.Tune = func(client any) {
+			kafkaTune(client)
+			if c, ok := client.(*sarama.Config); ok {
+				c.Producer.Partitioner = func(string) sarama.Partitioner { return part }
+			}
+		}
 	}
 	e.publishWith("pinned-publisher")
 

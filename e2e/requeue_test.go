@@ -48,7 +48,7 @@ func requeuePoison(e *env) {
 	})
 	// On RabbitMQ the poison topic's queues must exist before its first
 	// message: the consumer declares them at every publish.
-	e.configure = func(cfg *backends.Config) { cfg.AMQP.PublishGroups = []string{poisoned.group, requeueGroup} }
+	e.configure = func(cfg *backends.Config) { setParam(cfg, "amqp", "publish_groups", poisoned.group+","+requeueGroup) }
 	e.maxAttempts, e.poisonTopic = requeueMaxAttempts, poisoned.topic
 
 	var fixed atomic.Bool
@@ -132,7 +132,7 @@ func (e *env) runRequeuer(topic, group string) {
 	b := e.shared
 	if b == nil {
 		cfg := e.b.config(e.url, group, e.id+"-requeuer")
-		cfg.AMQP.PublishGroups = []string{e.group}
+		setParam(&cfg, "amqp", "publish_groups", e.group)
 		var err error
 		b, err = backends.New(cfg, logger())
 		require.NoError(e.t, err)

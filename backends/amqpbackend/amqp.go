@@ -13,26 +13,34 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 	"github.com/idempotency/watermill-idempotency/internal/amqpname"
 )
 
 func init() {
-	backends.Register(backends.Driver{Broker: backends.AMQP, ParseURL: parseURL, Open: open})
+	brokerkit.Register(brokerkit.Driver{Broker: brokerkit.AMQP, ParseURL: parseURL, Open: open})
 }
 
-// parseURL reads amqp:// and amqps:// URLs as amqp091 does.
-func parseURL(raw string) (backends.Endpoint, error) {
-	if err := brokerkit.CheckAuthority(raw); err != nil {
-		return backends.Endpoint{}, err
+// options are the backend's URL parameters of an amqp:// URL.
+type options struct {
+	prefetch      int
+	publishGroups []string
+}
+
+// parseURL reads amqp:// and amqps:// URLs as amqp091 does, after taking
+// out the backend's parameters.
+func parseURL(raw string) (brokerkit.Endpoint, error) {
+	rest, p, err := brokerkit.TakeParams(raw, "prefetch", "publish_groups")
+	if err != nil {
+		return brokerkit.Endpoint{}, err
 	}
-	uri, err := amqp091.ParseURI(raw)
+	uri, err := amqp091.ParseURI(rest)
 	if err != nil {
 		// The parser's text may quote the password: never pass it on.
-		return backends.Endpoint{}, errors.New("amqp091 cannot parse it: check the host, the port and the options")
+		return brokerkit.Endpoint{}, errors.New("amqp091 cannot parse it: check the host, the port and the options")
 	}
-	return backends.Endpoint{URL: raw, Addrs: []string{net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))}}, nil
+	o := options{prefetch: int(p.Int("prefetch", 1, 32)), publishGroups: p.List("publish_groups")}
+	return brokerkit.Endpoint{URL: rest, Addrs: []string{net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))}, Options: o}, p.Err()
 }
 
 // open builds an AMQP (RabbitMQ) publisher and subscriber on Watermill's
@@ -45,20 +53,21 @@ func parseURL(raw string) (backends.Endpoint, error) {
 //   - the publisher is the backend's own (amqpPublisher), on a
 //     watermill-amqp connection: every publish is mandatory and confirmed,
 //     and a message RabbitMQ returns as unroutable (no queue bound to the
-//     exchange) is a backends.ErrUnroutable, where watermill-amqp's publisher
+//     exchange) is a brokerkit.ErrUnroutable, where watermill-amqp's publisher
 //     returned nil for a message the exchange discarded;
 //   - at every publish the publisher declares and binds the queues of
-//     AMQP.PublishGroups (none by default), and declares them again and
+//     publish_groups (none by default), and declares them again and
 //     retries once when a publish comes back unroutable;
-//   - Prefetch as configured (1 by default);
+//   - prefetch as configured (1 by default);
 //   - a nack is held for NackResendSleep before RabbitMQ requeues the
 //     message, since RabbitMQ would otherwise hand it straight back;
 //   - the dial and handshake are bounded by DialTimeout (30 s in amqp091);
-//     a 403 before it passed is a refusal (backends.ErrInvalidConfig).
+//     a 403 before it passed is a refusal (brokerkit.ErrInvalidConfig).
 //
 // Each side owns its connection; a dropped connection is redialled with
 // Watermill's exponential backoff.
-func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdapter) (backends.Clients, error) {
+func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.LoggerAdapter) (brokerkit.Clients, error) {
+	o := ep.Options.(options)
 	amqpConfig := func(group string) amqp.Config {
 		c := amqp.NewDurablePubSubConfig(ep.URL, func(topic string) string { return amqpname.Queue(topic, group) })
 		c.Exchange.GenerateName = amqpname.Exchange
@@ -69,11 +78,12 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 			Properties: props,
 			Locale:     "en_US",
 		}
+		cfg.TuneClient(c.Connection.AmqpConfig)
 		c.Connection.Reconnect = amqp.DefaultReconnectConfig()
 		c.Marshaler = amqpMarshaler{}
 		c.Publish.ConfirmDelivery = true
 		c.Publish.Mandatory = true
-		c.Consume.Qos.PrefetchCount = cfg.AMQP.Prefetch
+		c.Consume.Qos.PrefetchCount = o.prefetch
 		return c
 	}
 
@@ -107,12 +117,12 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 	start := time.Now()
 	conn, err := amqp.NewConnection(pubConfig.Connection, logger)
 	if err != nil {
-		return backends.Clients{}, dialError(start, tap, err)
+		return brokerkit.Clients{}, dialError(start, tap, err)
 	}
 	pub := &amqpPublisher{
 		conn:     conn,
 		config:   pubConfig,
-		groups:   cfg.AMQP.PublishGroups,
+		groups:   o.publishGroups,
 		logger:   logger,
 		declared: brokerkit.NewTopicSet[struct{}](),
 	}
@@ -127,9 +137,9 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 	}
 	sub, err := newSubscriber(cfg.Group)
 	if err != nil {
-		return backends.Clients{}, errors.Join(err, pub.Close())
+		return brokerkit.Clients{}, errors.Join(err, pub.Close())
 	}
-	return backends.Clients{Publisher: pub, Subscriber: sub, NewSubscriber: newSubscriber}, nil
+	return brokerkit.Clients{Publisher: pub, Subscriber: sub, NewSubscriber: newSubscriber}, nil
 }
 
 // amqpPublisher publishes each message mandatory and with a publisher
@@ -151,7 +161,7 @@ var _ message.Publisher = (*amqpPublisher)(nil)
 
 // Publish publishes msgs to topic's exchange one after another, each
 // confirmed before the next, and returns at the first that RabbitMQ did not
-// take: an error, or a backends.ErrUnroutable for one that no queue was bound to
+// take: an error, or a brokerkit.ErrUnroutable for one that no queue was bound to
 // receive. When PublishGroups lists groups, their queues are declared and
 // bound at every Publish (so a listed group's deleted queue is back before
 // the message goes out), and an unroutable message is retried once after
@@ -192,7 +202,7 @@ func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) (err err
 	returns := ch.NotifyReturn(make(chan amqp091.Return, 1))
 	for _, msg := range msgs {
 		err := p.publish(ch, returns, topic, msg)
-		if errors.Is(err, backends.ErrUnroutable) && len(p.groups) > 0 {
+		if errors.Is(err, brokerkit.ErrUnroutable) && len(p.groups) > 0 {
 			// A listed group's queue is gone: declare it again, and retry.
 			p.declared.Forget(topic)
 			if derr := p.ensure(ch, topic); derr != nil {
@@ -201,7 +211,7 @@ func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) (err err
 			err = p.publish(ch, returns, topic, msg)
 		}
 		if err != nil {
-			if !errors.Is(err, backends.ErrUnroutable) {
+			if !errors.Is(err, brokerkit.ErrUnroutable) {
 				// The exchange may be gone (RabbitMQ closes the channel
 				// with 404): declare it again on the next publish.
 				p.declared.Forget(topic)
@@ -237,8 +247,8 @@ func (p *amqpPublisher) publish(ch *amqp091.Channel, returns <-chan amqp091.Retu
 	select {
 	case r := <-returns:
 		return fmt.Errorf("%w: RabbitMQ returned message %s published to exchange %q (%d %s): no queue is bound to it; "+
-			"a group's queue exists from its first subscribe, or list the group in %s",
-			backends.ErrUnroutable, msg.UUID, exchange, r.ReplyCode, r.ReplyText, backends.EnvAMQPPublishGroups)
+			"a group's queue exists from its first subscribe, or list the group in the URL parameter publish_groups",
+			brokerkit.ErrUnroutable, msg.UUID, exchange, r.ReplyCode, r.ReplyText)
 	default:
 		return nil
 	}

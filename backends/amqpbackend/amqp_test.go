@@ -76,8 +76,7 @@ func TestAMQP_DeletedQueueIsDeclaredAgain(t *testing.T) {
 	group := "billing-" + backendtest.RunID
 	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
 
-	producer := backendtest.NewBackend(t, backends.Config{URL: url, Group: "producer-" + backendtest.RunID,
-		AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
+	producer := backendtest.NewBackend(t, backends.Config{URL: backendtest.WithParams(url, "publish_groups", group), Group: "producer-" + backendtest.RunID})
 	backendtest.Publish(t, producer.Publisher, topic, "one")
 	amqpAdmin(t, url, func(ch *amqp091.Channel) {
 		_, err := ch.QueuePurge(amqpname.Queue(topic, group), false)
@@ -127,7 +126,7 @@ func TestAMQP_DeletedExchangeIsDeclaredAgain(t *testing.T) {
 	group := "billing-" + backendtest.RunID
 	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
 
-	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: group, AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
+	b := backendtest.NewBackend(t, backends.Config{URL: backendtest.WithParams(url, "publish_groups", group), Group: group})
 	backendtest.Publish(t, b.Publisher, topic, "one")
 	amqpAdmin(t, url, func(ch *amqp091.Channel) {
 		require.NoError(t, ch.ExchangeDelete(topic, false, false))
@@ -186,8 +185,7 @@ func TestAMQP_ListedQueueDeletedBesideAnother(t *testing.T) {
 	billing, audit := "billing-"+backendtest.RunID, "audit-"+backendtest.RunID
 	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{billing, audit}) })
 
-	producer := backendtest.NewBackend(t, backends.Config{URL: url, Group: "producer-" + backendtest.RunID,
-		AMQP: backends.AMQPConfig{PublishGroups: []string{billing, audit}}})
+	producer := backendtest.NewBackend(t, backends.Config{URL: backendtest.WithParams(url, "publish_groups", billing+","+audit), Group: "producer-" + backendtest.RunID})
 	backendtest.Publish(t, producer.Publisher, topic, "one")
 	amqpAdmin(t, url, func(ch *amqp091.Channel) {
 		_, err := ch.QueueDelete(amqpname.Queue(topic, billing), false, false, false)
@@ -254,7 +252,7 @@ func TestAMQP_ChannelClosedByBrokerIsAnError(t *testing.T) {
 	amqpAdmin(t, url, func(ch *amqp091.Channel) {
 		require.NoError(t, ch.ExchangeDeclare(topic, "direct", false, true, false, false, nil))
 	})
-	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: group, AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
+	b := backendtest.NewBackend(t, backends.Config{URL: backendtest.WithParams(url, "publish_groups", group), Group: group})
 
 	publishWithin := func(payload string) error {
 		done := make(chan error, 1)
@@ -293,8 +291,7 @@ func TestAMQP_QueueNamesDoNotCollide(t *testing.T) {
 
 	first := backendtest.NewBackend(t, backends.Config{URL: url, Group: group})
 	second := backendtest.NewBackend(t, backends.Config{URL: url, Group: euGroup})
-	producer := backendtest.NewBackend(t, backends.Config{URL: url, Group: "producer-" + backendtest.RunID,
-		AMQP: backends.AMQPConfig{PublishGroups: []string{euGroup}}})
+	producer := backendtest.NewBackend(t, backends.Config{URL: backendtest.WithParams(url, "publish_groups", euGroup), Group: "producer-" + backendtest.RunID})
 	// Both queues, and their bindings, exist before anything is published.
 	require.NoError(t, first.Subscriber.(message.SubscribeInitializer).SubscribeInitialize(xEU))
 	backendtest.Publish(t, producer.Publisher, x, "to X")
@@ -365,8 +362,7 @@ func TestAMQP_CutQueueNameIsNoOtherPairs(t *testing.T) {
 
 	first := backendtest.NewBackend(t, backends.Config{URL: url, Group: group})
 	second := backendtest.NewBackend(t, backends.Config{URL: url, Group: hash})
-	producer := backendtest.NewBackend(t, backends.Config{URL: url, Group: "producer-" + backendtest.RunID,
-		AMQP: backends.AMQPConfig{PublishGroups: []string{hash}}})
+	producer := backendtest.NewBackend(t, backends.Config{URL: backendtest.WithParams(url, "publish_groups", hash), Group: "producer-" + backendtest.RunID})
 	require.NoError(t, first.Subscriber.(message.SubscribeInitializer).SubscribeInitialize(long))
 	backendtest.Publish(t, producer.Publisher, short, "to the short topic")
 	backendtest.Publish(t, first.Publisher, long, "to the long topic")

@@ -28,7 +28,7 @@ func TestAMQP_QueueDeclaredBeforeFirstPublish(t *testing.T) {
 	group := "billing-" + backendtest.RunID
 	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
 
-	producer := backendtest.NewBackend(t, backends.Config{URL: url, Group: group, AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
+	producer := backendtest.NewBackend(t, backends.Config{URL: backendtest.WithParams(url, "publish_groups", group), Group: group})
 	backendtest.Publish(t, producer.Publisher, topic, "early")
 	require.NoError(t, producer.Close())
 
@@ -59,7 +59,7 @@ func TestAMQP_GroupsFanOut(t *testing.T) {
 	a, b := "a-"+backendtest.RunID, "b-"+backendtest.RunID
 	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{a, b}) })
 
-	pub := backendtest.NewBackend(t, backends.Config{URL: url, Group: a, AMQP: backends.AMQPConfig{PublishGroups: []string{a, b}}})
+	pub := backendtest.NewBackend(t, backends.Config{URL: backendtest.WithParams(url, "publish_groups", a+","+b), Group: a})
 	backendtest.Publish(t, pub.Publisher, topic, "m")
 
 	for _, g := range []string{a, b} {
@@ -81,8 +81,7 @@ func TestAMQP_PublishGroupsArePerProcess(t *testing.T) {
 	billing := "billing-" + backendtest.RunID
 	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{orders, invoices}, []string{billing}) })
 
-	listing := backendtest.NewBackend(t, backends.Config{URL: url, Group: "api-" + backendtest.RunID,
-		AMQP: backends.AMQPConfig{PublishGroups: []string{billing}}})
+	listing := backendtest.NewBackend(t, backends.Config{URL: backendtest.WithParams(url, "publish_groups", billing), Group: "api-" + backendtest.RunID})
 	other := backendtest.NewBackend(t, backends.Config{URL: url, Group: "api-" + backendtest.RunID})
 
 	require.ErrorIs(t, other.Publisher.Publish(orders, backendtest.NewMessage("lost")), backends.ErrUnroutable)

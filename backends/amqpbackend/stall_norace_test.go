@@ -30,8 +30,7 @@ func TestAMQP_StalledConnectionFailsThePublish(t *testing.T) {
 	topic := backendtest.UniqueTopic("stalled")
 	group := "stalled-" + backendtest.RunID
 	t.Cleanup(func() { testserver.DeleteAMQP(t, url, []string{topic}, []string{group}) })
-	b := backendtest.NewBackend(t, backends.Config{URL: u.String(), Group: group,
-		AMQP: backends.AMQPConfig{PublishGroups: []string{group}}})
+	b := backendtest.NewBackend(t, backends.Config{URL: backendtest.WithParams(u.String(), "publish_groups", group), Group: group})
 	backendtest.Publish(t, b.Publisher, topic, "before")
 
 	require.Positive(t, proxy.StallAll())

@@ -12,7 +12,6 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
-	"github.com/idempotency/watermill-idempotency/backends/kafkabackend"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -29,9 +28,8 @@ func TestKafka_CreatesTopics(t *testing.T) {
 	}
 	topic := backendtest.UniqueTopic("created")
 	b := backendtest.NewBackend(t, backends.Config{
-		URL:   "kafka://" + strings.Join(brokers, ","),
+		URL:   backendtest.WithParams("kafka://"+strings.Join(brokers, ","), "partitions", "5"),
 		Group: "billing-" + backendtest.RunID,
-		Kafka: backends.KafkaConfig{Partitions: 5},
 	})
 	backendtest.Publish(t, b.Publisher, topic, "first")
 	msgs := backendtest.Subscribe(t, b, topic)
@@ -79,8 +77,8 @@ func TestKafka_NackRedelivers(t *testing.T) {
 	t.Parallel()
 	brokers := testserver.KafkaBrokers(t)
 	topic := backendtest.UniqueTopic("nack")
-	b := backendtest.NewBackend(t, backends.Config{URL: "kafka://" + strings.Join(brokers, ","), Group: "g-" + backendtest.RunID,
-		NackResendSleep: 100 * time.Millisecond, Kafka: backends.KafkaConfig{Partitions: 1}})
+	b := backendtest.NewBackend(t, backends.Config{URL: backendtest.WithParams("kafka://"+strings.Join(brokers, ","), "partitions", "1"), Group: "g-" + backendtest.RunID,
+		NackResendSleep: 100 * time.Millisecond})
 	backendtest.Publish(t, b.Publisher, topic, "a", "b")
 	msgs := backendtest.Subscribe(t, b, topic)
 	m := <-msgs
@@ -100,9 +98,17 @@ func TestKafka_RefusesReadTimeoutWithinRebalance(t *testing.T) {
 		func(c *sarama.Config) { c.Consumer.Group.Rebalance.Timeout = 60 * time.Second }, // sarama's default, above the read timeout
 		func(c *sarama.Config) { c.Net.ReadTimeout = c.Consumer.Group.Rebalance.Timeout },
 	} {
-		_, err := backends.New(backends.Config{URL: "kafka://" + strings.Join(brokers, ","), Group: "g-" + backendtest.RunID,
-			Kafka: backends.KafkaConfig{Tune: kafkabackend.TuneFunc(tune)}}, backendtest.Logger())
+		_, err := backends.New(backends.Config{URL: "kafka://" + strings.Join(brokers, ","), Group: "g-" + backendtest.RunID, Tune: tuneSarama(tune)}, backendtest.Logger())
 		require.ErrorIs(t, err, backends.ErrInvalidConfig)
 		assert.Contains(t, err.Error(), "Net.ReadTimeout")
+	}
+}
+
+// tuneSarama is f as a Config.Tune: it changes each *sarama.Config.
+func tuneSarama(f func(*sarama.Config)) func(any) {
+	return func(client any) {
+		if c, ok := client.(*sarama.Config); ok {
+			f(c)
+		}
 	}
 }

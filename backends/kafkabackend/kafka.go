@@ -12,16 +12,29 @@ import (
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
 
 func init() {
-	backends.Register(backends.Driver{Broker: backends.Kafka, ParseURL: parseURL, Open: open})
+	brokerkit.Register(brokerkit.Driver{Broker: brokerkit.Kafka, ParseURL: parseURL, Open: open})
 }
 
+// options are the URL parameters of a kafka:// URL.
+type options struct {
+	partitions  int32
+	replication int16 // zero: min(defaultMaxReplicas, brokers)
+	version     sarama.KafkaVersion
+}
+
+// Defaults of the URL parameters. Why 12 partitions: see the package
+// documentation.
+const (
+	defaultPartitions = 12
+	defaultVersion    = "2.1.0"
+)
+
 // defaultMaxReplicas caps the replication factor of a created topic when
-// Kafka.ReplicationFactor is zero.
+// replication_factor is absent.
 const defaultMaxReplicas = 3
 
 // The consumer group's timeouts. A JoinGroup or SyncGroup request waits up
@@ -38,41 +51,53 @@ const (
 	readTimeout       = 30 * time.Second // sarama's default
 )
 
-// parseURL reads kafka://host:9092[,host2:9092]; credentials belong in
-// Kafka.Tune (SASL), never in the URL.
-func parseURL(raw string) (backends.Endpoint, error) {
-	urls, addrs, err := brokerkit.HostList(raw, "9092", false,
-		"put Kafka credentials in KafkaConfig.Tune (SASL), not in the URL")
-	return backends.Endpoint{URL: urls, Addrs: addrs}, err
+// parseURL reads kafka://host:9092[,host2:9092][?parameters]; credentials
+// belong in Config.Tune (SASL), never in the URL.
+func parseURL(raw string) (brokerkit.Endpoint, error) {
+	rest, p, err := brokerkit.TakeParams(raw, "partitions", "replication_factor", "version")
+	if err != nil {
+		return brokerkit.Endpoint{}, err
+	}
+	urls, addrs, err := brokerkit.HostList(rest, "9092", false,
+		"put Kafka credentials in Config.Tune (SASL), not in the URL")
+	if err != nil {
+		return brokerkit.Endpoint{}, err
+	}
+	o := options{
+		partitions:  int32(p.Int("partitions", defaultPartitions, 32)),
+		replication: int16(p.Int("replication_factor", 0, 16)),
+	}
+	v := p.String("version", defaultVersion)
+	if o.version, err = sarama.ParseKafkaVersion(v); err != nil {
+		p.Fail("version=%q is not a Kafka version such as 3.6.0", v)
+	}
+	return brokerkit.Endpoint{URL: urls, Addrs: addrs, Options: o}, p.Err()
 }
 
 // open builds a Kafka publisher and consumer-group subscriber.
 //
 // Choices over watermill-kafka's defaults:
-//   - protocol version Kafka.Version (2.1.0), where watermill pins 1.0.0,
+//   - protocol version from the version parameter (2.1.0), where watermill pins 1.0.0,
 //     which Kafka 4 no longer accepts;
 //   - the subscriber joins Group and a new group starts at the oldest
 //     offset, so nothing published before its first start is skipped
 //     (sarama's default is the newest);
 //   - producer acks from all in-sync replicas (sarama's default is the
 //     leader alone, which loses acked messages on leader failover);
-//   - topics are created, with Kafka.Partitions (12 by default, where the
-//     broker's own default is 1) and Kafka.ReplicationFactor, before the
+//   - topics are created, with partitions (12 by default, where the
+//     broker's own default is 1) and replication_factor, before the
 //     first publish or subscribe to them, so nothing depends on the broker's
 //     auto.create.topics.enable, and one failing message holds back its
 //     partition rather than the whole topic;
 //   - NackResendSleep as configured (redelivered in-process: a nacked
 //     message holds back its partition until it is acked);
 //   - a rebalance timeout of 5 s, where sarama's 60 s outlasts its own read
-//     timeout (30 s); a Tune that leaves the read timeout no longer than
+//     timeout (30 s); a Config.Tune that leaves the read timeout no longer than
 //     the rebalance timeout is refused.
-func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdapter) (backends.Clients, error) {
-	version, err := sarama.ParseKafkaVersion(cfg.Kafka.Version)
-	if err != nil {
-		return backends.Clients{}, fmt.Errorf("%w: Kafka.Version: %v", backends.ErrInvalidConfig, err)
-	}
+func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.LoggerAdapter) (brokerkit.Clients, error) {
+	o := ep.Options.(options)
 	base := func(c *sarama.Config) {
-		c.Version = version
+		c.Version = o.version
 		c.ClientID = kafkaClientID(cfg.Consumer)
 		c.Net.DialTimeout = cfg.DialTimeout
 	}
@@ -87,24 +112,22 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 	subConf.Consumer.Group.Heartbeat.Interval = heartbeatInterval
 	subConf.Consumer.Group.Rebalance.Timeout = rebalanceTimeout
 	subConf.Net.ReadTimeout = readTimeout
-	if cfg.Kafka.Tune != nil {
-		cfg.Kafka.Tune.TuneKafka(pubConf)
-		cfg.Kafka.Tune.TuneKafka(subConf)
-	}
+	cfg.TuneClient(pubConf)
+	cfg.TuneClient(subConf)
 	if err := subConf.Validate(); err != nil {
-		return backends.Clients{}, fmt.Errorf("%w: Kafka: %v", backends.ErrInvalidConfig, err)
+		return brokerkit.Clients{}, fmt.Errorf("%w: Kafka: %v", brokerkit.ErrInvalidConfig, err)
 	}
 	if read, rebalance := subConf.Net.ReadTimeout, subConf.Consumer.Group.Rebalance.Timeout; read <= rebalance {
-		return backends.Clients{}, fmt.Errorf("%w: Kafka: Net.ReadTimeout (%v) must be longer than Consumer.Group.Rebalance.Timeout (%v): "+
+		return brokerkit.Clients{}, fmt.Errorf("%w: Kafka: Net.ReadTimeout (%v) must be longer than Consumer.Group.Rebalance.Timeout (%v): "+
 			"a JoinGroup waits up to the rebalance timeout, and a member whose read gives up first rejoins, so the group may never settle",
-			backends.ErrInvalidConfig, read, rebalance)
+			brokerkit.ErrInvalidConfig, read, rebalance)
 	}
 
 	topics := &kafkaTopics{
 		brokers:     ep.Addrs,
 		conf:        subConf,
-		partitions:  cfg.Kafka.Partitions,
-		replication: cfg.Kafka.ReplicationFactor,
+		partitions:  o.partitions,
+		replication: o.replication,
 		created:     brokerkit.NewTopicSet[struct{}](),
 	}
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig{
@@ -113,7 +136,7 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 		OverwriteSaramaConfig: pubConf,
 	}, logger)
 	if err != nil {
-		return backends.Clients{}, ep.Unreachable(cfg.DialTimeout, err)
+		return brokerkit.Clients{}, ep.Unreachable(cfg.DialTimeout, err)
 	}
 	newSubscriber := func(group string) (message.Subscriber, error) {
 		// A copy of the config per subscriber: nothing is shared but the
@@ -134,9 +157,9 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 	sub, err := newSubscriber(cfg.Group)
 	if err != nil {
 		_ = pub.Close()
-		return backends.Clients{}, err
+		return brokerkit.Clients{}, err
 	}
-	return backends.Clients{
+	return brokerkit.Clients{
 		Publisher:     brokerkit.EnsuringPublisher{Publisher: pub, Ensure: topics.ensure},
 		Subscriber:    sub,
 		NewSubscriber: newSubscriber,

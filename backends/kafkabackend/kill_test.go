@@ -21,7 +21,6 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
-	"github.com/idempotency/watermill-idempotency/backends/kafkabackend"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -50,7 +49,7 @@ type killChild struct {
 // the same factor, so that their relation is the backend's: 3/5, which
 // brings a session timeout of 10 s to 6 s, the least a Kafka broker accepts
 // by default (group.min.session.timeout.ms).
-var killTune = kafkabackend.TuneFunc(func(c *sarama.Config) {
+var killTune = tuneSarama(func(c *sarama.Config) {
 	for _, d := range []*time.Duration{
 		&c.Net.ReadTimeout,
 		&c.Consumer.Group.Session.Timeout,
@@ -65,11 +64,11 @@ var killTune = kafkabackend.TuneFunc(func(c *sarama.Config) {
 // consumer process: all are named alike, as the pods of one deployment are.
 func killConfig(url, group string) backends.Config {
 	return backends.Config{
-		URL:             url,
+		URL:             backendtest.WithParams(url, "partitions", "6"),
 		Group:           group,
 		Consumer:        "kill-consumer",
 		NackResendSleep: backendtest.FastNack,
-		Kafka:           backends.KafkaConfig{Partitions: 6, Tune: killTune},
+		Tune:            killTune,
 	}
 }
 

@@ -3,10 +3,10 @@ package kafkabackend_test
 import (
 	"testing"
 
-	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/backends/internal/backendtest"
+	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
 
 // This test binary links kafkabackend alone: a URL of another broker is
 // refused with the import to add.
-func TestBrokersNotLinked(t *testing.T) { backendtest.NotLinked(t, backends.Kafka) }
+func TestBrokersNotLinked(t *testing.T) { backendtest.NotLinked(t, brokerkit.Kafka) }

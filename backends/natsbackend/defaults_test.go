@@ -117,5 +117,5 @@ func shortAckWait(t *testing.T, topicPrefix string) (backends.Config, string) {
 	url := testserver.NATSURL(t)
 	topic := backendtest.UniqueTopic(topicPrefix)
 	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
-	return backends.Config{URL: url, Group: "billing-" + backendtest.RunID, NATS: backends.NATSConfig{AckWait: time.Second}}, topic
+	return backends.Config{URL: backendtest.WithParams(url, "ack_wait", "1s"), Group: "billing-" + backendtest.RunID}, topic
 }

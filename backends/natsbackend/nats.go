@@ -13,19 +13,36 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 
-	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
 
 func init() {
-	backends.Register(backends.Driver{Broker: backends.NATS, ParseURL: parseURL, Open: open})
+	brokerkit.Register(brokerkit.Driver{Broker: brokerkit.NATS, ParseURL: parseURL, Open: open})
 }
 
-// parseURL reads nats://[user:pass@]host:4222[,host2:4222] into the
-// comma-separated list of full URLs that nats.Connect takes.
-func parseURL(raw string) (backends.Endpoint, error) {
-	urls, addrs, err := brokerkit.HostList(raw, "4222", true, "")
-	return backends.Endpoint{URL: urls, Addrs: addrs}, err
+// options are the backend's URL parameters of a nats:// URL.
+type options struct {
+	ackWait       time.Duration
+	maxAckPending int
+}
+
+// defaultAckWait stays above the idempotency lease (40 s): a dead
+// consumer's key is then free when its message comes back.
+const defaultAckWait = 60 * time.Second
+
+// parseURL reads nats://[user:pass@]host:4222[,host2:4222][?parameters]
+// into the comma-separated list of full URLs that nats.Connect takes.
+func parseURL(raw string) (brokerkit.Endpoint, error) {
+	rest, p, err := brokerkit.TakeParams(raw, "ack_wait", "max_ack_pending")
+	if err != nil {
+		return brokerkit.Endpoint{}, err
+	}
+	urls, addrs, err := brokerkit.HostList(rest, "4222", true, "")
+	if err != nil {
+		return brokerkit.Endpoint{}, err
+	}
+	o := options{ackWait: p.Duration("ack_wait", defaultAckWait), maxAckPending: int(p.Int("max_ack_pending", 100, 32))}
+	return brokerkit.Endpoint{URL: urls, Addrs: addrs, Options: o, Redelivery: o.ackWait, RedeliveryParam: "ack_wait"}, p.Err()
 }
 
 // open builds a NATS JetStream publisher and subscriber.
@@ -41,7 +58,7 @@ func parseURL(raw string) (backends.Endpoint, error) {
 // (see there for why). Choices, each against a trap:
 //   - ManualAck: without it nats.go acks every message as soon as the
 //     callback returns, before the handler has run, and a crash loses it;
-//   - AckExplicit, with the server-side AckWait set to NATS.AckWait (and the
+//   - AckExplicit, with the server-side AckWait set to ack_wait (and the
 //     subscriber's own wait to the same), and MaxAckPending bounded;
 //   - the durable consumer is created by the backend and subscriptions bind
 //     to it. nats.go deletes a consumer on Unsubscribe when the subscription
@@ -59,15 +76,19 @@ func parseURL(raw string) (backends.Endpoint, error) {
 //     (Watermill's requeuer does that) within the stream's duplicate
 //     window, while Publish returned nil. A publish that JetStream still
 //     reports as a duplicate (the message's metadata set Nats-Msg-Id) is an
-//     backends.ErrDuplicatePublish;
+//     brokerkit.ErrDuplicatePublish;
 //   - reconnects never give up (nats.go stops after 60 attempts).
-func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdapter) (backends.Clients, error) {
+func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.LoggerAdapter) (brokerkit.Clients, error) {
+	o := ep.Options.(options)
 	connect := func(role string) (*nats.Conn, nats.JetStreamContext, error) {
-		conn, err := nats.Connect(ep.URL,
-			nats.Name(cfg.Consumer+"-"+role),
-			nats.Timeout(cfg.DialTimeout),
-			nats.MaxReconnects(-1),
-		)
+		// nats.Connect(ep.URL, ...), with Config.Tune called last.
+		opts := nats.GetDefaultOptions()
+		opts.Servers = strings.Split(ep.URL, ",")
+		opts.Name = cfg.Consumer + "-" + role
+		opts.Timeout = cfg.DialTimeout
+		opts.MaxReconnect = -1
+		cfg.TuneClient(&opts)
+		conn, err := opts.Connect()
 		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||
 			errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired) {
 			// The server's -ERR to CONNECT: credentials it refuses.
@@ -91,7 +112,7 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 	streams := brokerkit.NewTopicSet[string]()
 	pubConn, pubJS, err := connect("pub")
 	if err != nil {
-		return backends.Clients{}, err
+		return brokerkit.Clients{}, err
 	}
 	pub := &natsPublisher{conn: pubConn, js: pubJS, streams: streams, logger: logger}
 
@@ -105,8 +126,8 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 			js:            js,
 			streams:       streams,
 			group:         group,
-			ackWait:       cfg.NATS.AckWait,
-			maxAckPending: cfg.NATS.MaxAckPending,
+			ackWait:       o.ackWait,
+			maxAckPending: o.maxAckPending,
 			nakDelay:      cfg.NackResendSleep,
 			logger:        logger,
 			Closer:        brokerkit.NewCloser(),
@@ -116,9 +137,9 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 	}
 	sub, err := newSubscriber(cfg.Group)
 	if err != nil {
-		return backends.Clients{}, errors.Join(err, pub.Close())
+		return brokerkit.Clients{}, errors.Join(err, pub.Close())
 	}
-	return backends.Clients{Publisher: pub, Subscriber: sub, NewSubscriber: newSubscriber}, nil
+	return brokerkit.Clients{Publisher: pub, Subscriber: sub, NewSubscriber: newSubscriber}, nil
 }
 
 var invalidNATSNameChars = regexp.MustCompile(`[^A-Za-z0-9_-]`)
@@ -179,7 +200,7 @@ var _ message.Publisher = (*natsPublisher)(nil)
 
 // Publish publishes msgs to topic one after another, creating the topic's
 // stream first if none captures it (again if it was deleted since), and returns at the first that JetStream
-// did not store: an error, or a backends.ErrDuplicatePublish for one it dropped as
+// did not store: an error, or a brokerkit.ErrDuplicatePublish for one it dropped as
 // a duplicate of an earlier Nats-Msg-Id.
 func (p *natsPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if _, err := ensureStream(p.streams, p.js, topic); err != nil {
@@ -211,7 +232,7 @@ func (p *natsPublisher) Publish(topic string, msgs ...*message.Message) error {
 		}
 		if ack.Duplicate {
 			return fmt.Errorf("%w: nats: JetStream dropped message %s on %q: stream %s already holds Nats-Msg-Id %q "+
-				"(sequence %d) within its duplicate window", backends.ErrDuplicatePublish, msg.UUID, topic, ack.Stream,
+				"(sequence %d) within its duplicate window", brokerkit.ErrDuplicatePublish, msg.UUID, topic, ack.Stream,
 				m.Header.Get(nats.MsgIdHdr), ack.Sequence)
 		}
 	}

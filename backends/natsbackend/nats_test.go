@@ -96,7 +96,7 @@ func TestNATS_BufferedMessageKeepsItsAckWait(t *testing.T) {
 	url := testserver.NATSURL(t)
 	topic := backendtest.UniqueTopic("buffered")
 	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
-	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: "billing-" + backendtest.RunID, NATS: backends.NATSConfig{AckWait: ackWait}})
+	b := backendtest.NewBackend(t, backends.Config{URL: backendtest.WithParams(url, "ack_wait", ackWait.String()), Group: "billing-" + backendtest.RunID})
 	msgs := backendtest.Subscribe(t, b, topic)
 	backendtest.Publish(t, b.Publisher, topic, "slow", "buffered")
 
@@ -345,8 +345,8 @@ func TestNATS_AckOfHeldMessageAfterRecreationElsewhereSettlesNothingNew(t *testi
 	url := testserver.NATSURL(t)
 	topic := backendtest.UniqueTopic("held-ack-other")
 	t.Cleanup(func() { testserver.DeleteNATSStreams(t, url, topic) })
-	b := backendtest.NewBackend(t, backends.Config{URL: url, Group: "billing-" + backendtest.RunID,
-		NackResendSleep: 10 * time.Millisecond, NATS: backends.NATSConfig{AckWait: 2 * time.Second}})
+	b := backendtest.NewBackend(t, backends.Config{URL: backendtest.WithParams(url, "ack_wait", "2s"), Group: "billing-" + backendtest.RunID,
+		NackResendSleep: 10 * time.Millisecond})
 	msgs := backendtest.Subscribe(t, b, topic)
 	backendtest.Publish(t, b.Publisher, topic, "old")
 	var held *message.Message

@@ -6,7 +6,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
 
 // redisUnmarshaller reads a stream entry as watermill-redisstream's
@@ -17,7 +17,7 @@ import (
 // unconsumed. Here an entry without a UUID is handed on with an empty UUID
 // (the idempotency middleware then keys it by its requestId, or returns
 // ErrMissingKey, a permanent error for PoisonQueue), and undecodable
-// metadata is replaced by backends.MetadataUndecodable.
+// metadata is replaced by brokerkit.MetadataUndecodable.
 type redisUnmarshaller struct{}
 
 var _ redisstream.Unmarshaller = redisUnmarshaller{}
@@ -41,11 +41,11 @@ func (redisUnmarshaller) Unmarshal(values map[string]any) (*message.Message, err
 }
 
 // redisFallback is the entry's UUID and payload as text, with the metadata
-// replaced by backends.MetadataUndecodable when err says it could not be read.
+// replaced by brokerkit.MetadataUndecodable when err says it could not be read.
 func redisFallback(values map[string]any, err error) *message.Message {
 	msg := message.NewMessage(redisString(values[redisstream.UUIDHeaderKey]), []byte(redisString(values["payload"])))
 	if err != nil {
-		msg.Metadata.Set(backends.MetadataUndecodable, "metadata: "+err.Error())
+		msg.Metadata.Set(brokerkit.MetadataUndecodable, "metadata: "+err.Error())
 	} else if md := redisString(values["metadata"]); md != "" {
 		// No UUID: the library rejects the entry before it reads the
 		// metadata; read it the same way.
@@ -53,7 +53,7 @@ func redisFallback(values map[string]any, err error) *message.Message {
 			redisstream.UUIDHeaderKey: "", "metadata": md,
 		})
 		if err != nil {
-			msg.Metadata.Set(backends.MetadataUndecodable, "metadata: "+err.Error())
+			msg.Metadata.Set(brokerkit.MetadataUndecodable, "metadata: "+err.Error())
 		} else {
 			msg.Metadata = m.Metadata
 		}

@@ -12,26 +12,47 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
 
 func init() {
-	backends.Register(backends.Driver{Broker: backends.RedisStreams, ParseURL: parseURL, Open: open})
+	brokerkit.Register(brokerkit.Driver{Broker: brokerkit.RedisStreams, ParseURL: parseURL, Open: open})
 }
 
-// parseURL reads redis:// and rediss:// URLs as go-redis does.
-func parseURL(raw string) (backends.Endpoint, error) {
-	if err := brokerkit.CheckAuthority(raw); err != nil {
-		return backends.Endpoint{}, err
+// options are the backend's URL parameters of a redis:// URL.
+type options struct {
+	maxIdleTime   time.Duration
+	claimInterval time.Duration
+	maxLen        int64
+}
+
+// Defaults of the URL parameters. max_idle_time stays above the
+// idempotency lease (40 s): see the package documentation.
+const (
+	defaultMaxIdleTime   = 60 * time.Second
+	defaultClaimInterval = 5 * time.Second
+)
+
+// parseURL reads redis:// and rediss:// URLs as go-redis does, after
+// taking out the backend's parameters.
+func parseURL(raw string) (brokerkit.Endpoint, error) {
+	rest, p, err := brokerkit.TakeParams(raw, "max_idle_time", "claim_interval", "maxlen")
+	if err != nil {
+		return brokerkit.Endpoint{}, err
 	}
-	opts, err := redis.ParseURL(raw)
+	opts, err := redis.ParseURL(rest)
 	if err != nil {
 		// The parser's text may quote the password: never pass it on.
-		return backends.Endpoint{}, errors.New("go-redis cannot parse it: check the host, the port, the database number " +
-			"(a number after the /) and the options (go-redis URL options only)")
+		return brokerkit.Endpoint{}, errors.New("go-redis cannot parse it: check the host, the port, the database number " +
+			"(a number after the /) and the options (go-redis URL options and max_idle_time, claim_interval, maxlen)")
 	}
-	return backends.Endpoint{URL: raw, Addrs: []string{opts.Addr}}, nil
+	o := options{
+		maxIdleTime:   p.Duration("max_idle_time", defaultMaxIdleTime),
+		claimInterval: p.Duration("claim_interval", defaultClaimInterval),
+		maxLen:        p.Int("maxlen", 0, 64),
+	}
+	return brokerkit.Endpoint{URL: rest, Addrs: []string{opts.Addr}, Options: o,
+		Redelivery: o.maxIdleTime, RedeliveryParam: "max_idle_time"}, p.Err()
 }
 
 // open builds a Redis Streams publisher and consumer-group
@@ -49,7 +70,7 @@ func parseURL(raw string) (backends.Endpoint, error) {
 //     and once more before the resend, so a message that keeps failing
 //     stays with the consumer that holds it instead of being claimed after
 //     MaxIdleTime by another consumer, which would loop on it too;
-//   - MaxIdleTime and ClaimInterval as configured (see RedisConfig);
+//   - max_idle_time and claim_interval as configured;
 //   - the first read blocks for the block time rather than forever, so Close
 //     never waits on a read that cannot be cancelled;
 //   - a new group starts at the beginning of the stream ("0"), so nothing
@@ -57,17 +78,19 @@ func parseURL(raw string) (backends.Endpoint, error) {
 //   - a read refused with NOGROUP (the stream was deleted, and the group
 //     with it, or the group alone) creates the group again, at "0" too
 //     (redisGroups), where the library retried the read for ever.
-func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdapter) (backends.Clients, error) {
+func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.LoggerAdapter) (brokerkit.Clients, error) {
+	o := ep.Options.(options)
 	newClient := func() (*redis.Client, error) {
 		opts, err := redis.ParseURL(ep.URL)
 		if err != nil {
 			// parseURL parsed it already; the parser's text may quote the
 			// password.
-			return nil, fmt.Errorf("%w: go-redis cannot parse it", backends.ErrInvalidURL)
+			return nil, fmt.Errorf("%w: go-redis cannot parse it", brokerkit.ErrInvalidConfig)
 		}
 		if opts.ClientName == "" {
 			opts.ClientName = cfg.Consumer
 		}
+		cfg.TuneClient(opts)
 		c := redis.NewClient(opts)
 		ctx, cancel := context.WithTimeout(context.Background(), cfg.DialTimeout)
 		defer cancel()
@@ -83,15 +106,15 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 
 	pubClient, err := newClient()
 	if err != nil {
-		return backends.Clients{}, err
+		return brokerkit.Clients{}, err
 	}
 	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{
 		Client:        pubClient,
-		DefaultMaxlen: cfg.Redis.MaxLen,
+		DefaultMaxlen: o.maxLen,
 	}, logger)
 	if err != nil {
 		_ = pubClient.Close()
-		return backends.Clients{}, fmt.Errorf("backends: redis streams publisher: %w", err)
+		return brokerkit.Clients{}, fmt.Errorf("backends: redis streams publisher: %w", err)
 	}
 
 	newSubscriber := func(group string) (message.Subscriber, error) {
@@ -105,8 +128,8 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 			Consumer:                      cfg.Consumer,
 			ConsumerGroup:                 group,
 			NackResendSleep:               redisstream.NoSleep, // the wrapper waits, refreshing
-			MaxIdleTime:                   cfg.Redis.MaxIdleTime,
-			ClaimInterval:                 cfg.Redis.ClaimInterval,
+			MaxIdleTime:                   o.maxIdleTime,
+			ClaimInterval:                 o.claimInterval,
 			Unmarshaller:                  redisUnmarshaller{},
 			OldestId:                      redisGroupStart,
 			DisableIndefiniteInitialBlock: true,
@@ -124,14 +147,14 @@ func open(cfg backends.Config, ep backends.Endpoint, logger watermill.LoggerAdap
 		// another consumer to claim it.
 		wrapped := brokerkit.NewNackDelaySubscriber(groups, cfg.NackResendSleep)
 		wrapped.BeforeNack = (&redisNackRefresh{client: subClient, group: group, consumer: cfg.Consumer, logger: logger}).refresh
-		wrapped.RefreshEvery = max(cfg.Redis.MaxIdleTime/3, 10*time.Millisecond)
+		wrapped.RefreshEvery = max(o.maxIdleTime/3, 10*time.Millisecond)
 		return wrapped, nil
 	}
 	sub, err := newSubscriber(cfg.Group)
 	if err != nil {
-		return backends.Clients{}, errors.Join(err, pub.Close())
+		return brokerkit.Clients{}, errors.Join(err, pub.Close())
 	}
-	return backends.Clients{Publisher: pub, Subscriber: sub, NewSubscriber: newSubscriber}, nil
+	return brokerkit.Clients{Publisher: pub, Subscriber: sub, NewSubscriber: newSubscriber}, nil
 }
 
 // redisNackRefresh keeps a nacked message with the consumer that holds it.

@@ -32,9 +32,8 @@ func TestRedisStreams_FailingMessageStaysWithItsConsumer(t *testing.T) {
 	poisonedAt := map[string]bool{}
 	healthy := map[string]bool{}
 	for _, consumer := range []string{"pod-1", "pod-2"} {
-		b := backendtest.NewBackend(t, backends.Config{URL: "redis://" + addr + "/0", Group: group, Consumer: consumer,
-			NackResendSleep: 100 * time.Millisecond,
-			Redis:           backends.RedisConfig{MaxIdleTime: maxIdle, ClaimInterval: 200 * time.Millisecond}})
+		b := backendtest.NewBackend(t, backends.Config{URL: backendtest.WithParams("redis://"+addr+"/0", "max_idle_time", maxIdle.String(), "claim_interval", "200ms"), Group: group, Consumer: consumer,
+			NackResendSleep: 100 * time.Millisecond})
 		msgs := backendtest.Subscribe(t, b, topic)
 		go func() {
 			for m := range msgs {
@@ -97,9 +96,8 @@ func TestRedisStreams_FailingMessageStaysWithItsConsumerThroughALongNackSleep(t 
 	var mu sync.Mutex
 	nacks := map[string]int{}
 	for _, consumer := range []string{"pod-1", "pod-2"} {
-		b := backendtest.NewBackend(t, backends.Config{URL: "redis://" + addr + "/0", Group: group, Consumer: consumer,
-			NackResendSleep: 4 * maxIdle,
-			Redis:           backends.RedisConfig{MaxIdleTime: maxIdle, ClaimInterval: 50 * time.Millisecond}})
+		b := backendtest.NewBackend(t, backends.Config{URL: backendtest.WithParams("redis://"+addr+"/0", "max_idle_time", maxIdle.String(), "claim_interval", "50ms"), Group: group, Consumer: consumer,
+			NackResendSleep: 4 * maxIdle})
 		msgs := backendtest.Subscribe(t, b, topic)
 		go func() {
 			for m := range msgs {

@@ -94,9 +94,8 @@ func newE2ERun(o options, rc *redis.Client, broker, url string, c int, dedup str
 	}
 	r.cfg = backends.Config{URL: url, Group: r.group, Consumer: "idembench", NackResendSleep: 100 * time.Millisecond,
 		DialTimeout: 10 * time.Second}
-	r.cfg.Kafka.Partitions = 1
 	if broker == "kafka" {
-		r.cfg.Kafka.Partitions = int32(c)
+		r.cfg.URL += "?partitions=" + strconv.Itoa(c)
 	}
 	return r
 }

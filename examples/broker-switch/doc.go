@@ -8,7 +8,7 @@
 //	BROKER_URL=nats://localhost:4222                 go run ./examples/broker-switch
 //
 // BROKER_URL defaults to gochannel:// and BROKER_GROUP to "broker-switch";
-// see package backends for the other BROKER_* settings. The idempotency store
+// see backends.FromEnv for the other BROKER_* variables. The idempotency store
 // is Redis when REDIS_URL is set (redis://localhost:6379/0), and in memory
 // otherwise.
 //

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,10 +42,7 @@ func run(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	broker, err := cfg.Broker()
-	if err != nil {
-		return err
-	}
+	broker, _, _ := strings.Cut(cfg.URL, "://")
 	b, err := backends.New(cfg, logger)
 	if err != nil {
 		return err
@@ -60,8 +58,8 @@ func run(w io.Writer) error {
 	stats := &outcomes{}
 	idemCfg := idempotency.Config{Store: store, Observer: stats, NackDelay: 100 * time.Millisecond}
 	// The lease must stay below the broker's redelivery timer (NATS
-	// AckWait, Redis Streams MaxIdleTime), both set from the environment.
-	if err := cfg.CheckLease(idemCfg); err != nil {
+	// ack_wait, Redis Streams max_idle_time), both URL parameters.
+	if err := cfg.CheckLease(idemCfg.LeaseTTL); err != nil {
 		return err
 	}
 	idem, err := idempotency.New(idemCfg, logger)

@@ -5,6 +5,8 @@ package main
 
 import (
 	"fmt"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,8 +21,8 @@ import (
 
 // brokerFromEnv is backends.FromEnv with three defaults, so that the
 // program runs without any setup: the in-process gochannel broker where
-// BROKER_URL is unset, group where BROKER_GROUP is, and that group in
-// AMQP.PublishGroups where BROKER_AMQP_PUBLISH_GROUPS is.
+// BROKER_URL is unset, group where BROKER_GROUP is, and that group in the
+// publish_groups parameter of an amqp:// URL that has none.
 func brokerFromEnv(group string) (backends.Config, error) {
 	cfg, err := backends.FromEnv()
 	if err != nil {
@@ -32,11 +34,15 @@ func brokerFromEnv(group string) (backends.Config, error) {
 	if cfg.Group == "" {
 		cfg.Group = group
 	}
-	if len(cfg.AMQP.PublishGroups) == 0 {
+	if strings.HasPrefix(cfg.URL, "amqp") && !strings.Contains(cfg.URL, "publish_groups=") {
 		// The program publishes to topics its own group consumes, at times
 		// before that group ever subscribed: on RabbitMQ the group's queue
 		// must exist first.
-		cfg.AMQP.PublishGroups = []string{cfg.Group}
+		sep := "?"
+		if strings.Contains(cfg.URL, "?") {
+			sep = "&"
+		}
+		cfg.URL += sep + "publish_groups=" + url.QueryEscape(cfg.Group)
 	}
 	return cfg, nil
 }

@@ -104,13 +104,11 @@ func TestMySQLLedgerSurvivesKills(t *testing.T) {
 
 	const payments, kills = 300, 5
 	env := append(os.Environ(), childVar+"=1",
-		"BROKER_URL=redis://"+redisAddr+"/0",
-		"BROKER_GROUP=ledger",
-		"BROKER_CONSUMER=ledger-1",
 		// A dead consumer's unacked messages are claimed after 1 s (not
 		// 60 s), above the 500 ms lease, as the README advises.
-		"BROKER_REDIS_MAX_IDLE_TIME=1s",
-		"BROKER_REDIS_CLAIM_INTERVAL=200ms",
+		"BROKER_URL=redis://"+redisAddr+"/0?max_idle_time=1s&claim_interval=200ms",
+		"BROKER_GROUP=ledger",
+		"BROKER_CONSUMER=ledger-1",
 		"BROKER_NACK_RESEND_SLEEP=50ms",
 		"LEASE_TTL=500ms",
 		"MYSQL_URL="+mysqlURL(t),

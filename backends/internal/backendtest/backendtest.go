@@ -7,6 +7,7 @@ package backendtest
 
 import (
 	"context"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
 
 // RunID keeps this run's topics and consumer groups apart from other runs'
@@ -104,68 +106,73 @@ func NothingFor(t *testing.T, msgs <-chan *message.Message, d time.Duration) {
 // sampleURLs are a URL of each broker that lives in a package of its own,
 // with the package that links it. None is dialled.
 var sampleURLs = []struct {
-	broker backends.Broker
+	broker brokerkit.Broker
 	url    string
 	pkg    string
 }{
-	{backends.Kafka, "kafka://127.0.0.1:9092", "kafkabackend"},
-	{backends.RedisStreams, "redis://127.0.0.1:6379/0", "redisbackend"},
-	{backends.AMQP, "amqp://guest:s3cr3t@127.0.0.1:5672/", "amqpbackend"},
-	{backends.NATS, "nats://127.0.0.1:4222", "natsbackend"},
+	{brokerkit.Kafka, "kafka://127.0.0.1:9092?partitions=3", "kafkabackend"},
+	{brokerkit.RedisStreams, "redis://127.0.0.1:6379/0?max_idle_time=90s", "redisbackend"},
+	{brokerkit.AMQP, "amqp://guest:s3cr3t@127.0.0.1:5672/?prefetch=4", "amqpbackend"},
+	{brokerkit.NATS, "nats://127.0.0.1:4222?ack_wait=2m", "natsbackend"},
 }
 
 // NotLinked checks the brokers of a test binary that links linked alone:
-// Linked names it and gochannel, its URLs parse, and a URL of any other
-// broker is refused by ParseURL, Config.Validate and New with an
-// ErrBrokerNotLinked that names the import to add, before New dials
-// anything.
-func NotLinked(t *testing.T, linked backends.Broker) {
+// its URLs are valid, and a URL of any other broker is refused by
+// Config.Validate and New with an ErrInvalidConfig that names the import to
+// add and the brokers the program links, before New dials anything.
+func NotLinked(t *testing.T, linked brokerkit.Broker) {
 	t.Helper()
-	require.ElementsMatch(t, []backends.Broker{backends.GoChannel, linked}, backends.Linked())
-	links := "(this program links " + strings.Join(slices.Sorted(slices.Values([]string{"gochannel", string(linked)})), ", ") + ")"
+	links := strings.Join(slices.Sorted(slices.Values([]string{"gochannel", string(linked)})), ", ")
 	// An empty URL, or one without a scheme, names the brokers the program
 	// links, not one it may not.
 	for _, raw := range []string{"", "localhost:6379"} {
-		_, err := backends.ParseURL(raw)
-		require.ErrorIs(t, err, backends.ErrInvalidURL)
-		require.ErrorContains(t, err, "a broker this program links: "+strings.Join(slices.Sorted(slices.Values([]string{"gochannel", string(linked)})), ", "))
+		err := backends.Config{URL: raw}.Validate()
+		require.ErrorIs(t, err, backends.ErrInvalidConfig)
+		require.ErrorContains(t, err, "a broker this program links: "+links)
 	}
 	for _, s := range sampleURLs {
 		t.Run(string(s.broker), func(t *testing.T) {
 			cfg := backends.Config{URL: s.url, Group: "g"}
 			if s.broker == linked {
-				_, err := backends.ParseURL(s.url)
-				require.NoError(t, err)
 				require.NoError(t, cfg.Validate())
 				return
 			}
 			want := `backends: broker "` + string(s.broker) + `" is not linked: ` +
 				`import _ "github.com/idempotency/watermill-idempotency/backends/` + s.pkg + `"`
-			_, err := backends.ParseURL(s.url)
-			require.ErrorIs(t, err, backends.ErrBrokerNotLinked)
-			require.ErrorContains(t, err, want)
-			require.ErrorContains(t, err, links)
-			require.NotContains(t, err.Error(), "s3cr3t")
-
-			err = cfg.Validate()
-			require.ErrorIs(t, err, backends.ErrBrokerNotLinked)
+			err := cfg.Validate()
 			require.ErrorIs(t, err, backends.ErrInvalidConfig)
-			require.NotErrorIs(t, err, backends.ErrUnknownBroker)
+			require.ErrorContains(t, err, want)
+			require.ErrorContains(t, err, "(this program links "+links+")")
+			require.NotContains(t, err.Error(), "s3cr3t")
+			require.NotContains(t, err.Error(), "unknown broker")
 
 			// Without a group, Validate names both fixes.
 			cfg.Group = ""
 			err = cfg.Validate()
-			require.ErrorIs(t, err, backends.ErrBrokerNotLinked)
-			require.ErrorIs(t, err, backends.ErrMissingGroup)
+			require.ErrorContains(t, err, want)
+			require.ErrorContains(t, err, "missing consumer group")
 
 			// New refuses it before any dial: nothing listens at these
 			// addresses, which would be ErrUnreachable.
 			cfg.Group = "g"
 			b, err := backends.New(cfg, nil)
 			require.Nil(t, b)
-			require.ErrorIs(t, err, backends.ErrBrokerNotLinked)
+			require.ErrorIs(t, err, backends.ErrInvalidConfig)
 			require.ErrorContains(t, err, want)
 			require.NotErrorIs(t, err, backends.ErrUnreachable)
 		})
 	}
+}
+
+// WithParams adds the backend's URL parameters to raw's query: pairs of a
+// name and a value, which it escapes.
+func WithParams(raw string, pairs ...string) string {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		sep := "?"
+		if strings.Contains(raw, "?") {
+			sep = "&"
+		}
+		raw += sep + pairs[i] + "=" + url.QueryEscape(pairs[i+1])
+	}
+	return raw
 }

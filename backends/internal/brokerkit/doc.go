@@ -1,9 +1,8 @@
-// Package brokerkit holds what the broker packages of package backends
-// share and no user needs: the nack delay that keeps a failing message from
-// spinning, the per-process record of topics set up on a broker, the closed
-// state of a subscriber that relays messages itself, and the parsing of a
-// broker URL that is a list of hosts.
+// Package brokerkit holds what package backends and its broker packages
+// share and no user needs: the registry of brokers, the parameters of a
+// broker URL, the nack delay that keeps a failing message from spinning,
+// the per-process record of topics set up on a broker, and the closed state
+// of a subscriber that relays messages itself.
 //
-// It imports no broker client library, so that package backends, which
-// uses it for gochannel, links none.
+// It imports no broker client library, so that package backends links none.
 package brokerkit

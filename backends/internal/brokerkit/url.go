@@ -54,7 +54,7 @@ func HostList(raw, defPort string, userinfo bool, noUserinfo string) (urls strin
 		authority, tail = rest[:i], rest[i:]
 	}
 	if tail != "" && tail != "/" {
-		return "", nil, errors.New(strings.ToLower(scheme) + " takes only host:port pairs, no path, query or fragment")
+		return "", nil, errors.New(strings.ToLower(scheme) + " takes only host:port pairs and the parameters of its backend: no path, other query or fragment")
 	}
 	var list []string
 	for _, h := range strings.Split(authority, ",") {

@@ -165,10 +165,9 @@ func (c *Consumer) Consume(store idempotency.Store, effect func(ctx context.Cont
 // claimed again (by itself) once idle for idle.
 func brokerConfig(url, group string) backends.Config {
 	return backends.Config{
-		URL:             url,
+		URL:             url + "?max_idle_time=" + idle.String() + "&claim_interval=" + claimEvery.String(),
 		Group:           group,
 		Consumer:        "kill-consumer",
 		NackResendSleep: nackResend,
-		Redis:           backends.RedisConfig{MaxIdleTime: idle, ClaimInterval: claimEvery},
 	}
 }
