@@ -15,19 +15,14 @@ import (
 	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
 
-// Backend is a Publisher and a Subscriber of one broker, built by New.
-//
-// Hand both to a Watermill router (it closes them when it stops) or close
-// them with Close. Each owns its own connection to the broker, so closing one
-// never breaks the other, except for gochannel, where both are the same
-// in-process instance.
+// Backend is a Publisher and a Subscriber of one broker, built by [New].
+// Each owns its connection, so closing one never breaks the other (but on
+// gochannel, where both are one instance).
 type Backend struct {
 	// Publisher publishes to the broker.
 	Publisher message.Publisher
-	// Subscriber consumes as Config.Group. Every handler that subscribes
-	// through it is a member of that one group: two handlers on one topic
-	// would divide the topic's messages between them. Give each handler of
-	// a topic its own group with SubscriberForGroup.
+	// Subscriber consumes as Config.Group. Two handlers of one topic on
+	// it divide the messages: see SubscriberForGroup.
 	Subscriber message.Subscriber
 
 	broker brokerkit.Broker
@@ -41,31 +36,20 @@ type Backend struct {
 	closed bool                 // Close ran: SubscriberForGroup refuses
 }
 
-// SubscriberForGroup returns a new Subscriber of the same broker, with the
-// same settings, that consumes as group instead of Config.Group: a group of
-// its own, which receives every message of a topic whatever other groups do.
-//
-// Use one for each handler of a topic beyond the first. Handlers that share
-// a Subscriber share its group and divide the topic's messages between them
-// (Kafka, Redis Streams, RabbitMQ and NATS all deliver each message to one
-// member of a group), so the idempotency middleware's per-handler scope
-// would see each message in one handler only:
+// SubscriberForGroup returns a Subscriber of the same broker and settings
+// in another consumer group. That group receives every message of a topic,
+// whatever the other groups do. Use one for each handler of a topic beyond
+// the first:
 //
 //	router.AddConsumerHandler("charge", "orders", b.Subscriber, charge)
 //	notify, err := b.SubscriberForGroup(cfg.Group + ".notify")
 //	if err != nil { ... }
 //	router.AddConsumerHandler("notify", "orders", notify, sendMail)
 //
-// The group is named as Config.Group is (the Kafka and Redis Streams
-// consumer group, the AMQP queue topic_group as amqpbackend writes it, the
-// NATS durable group_topic); keep it stable across restarts, as a group's
-// position lives under its name. Empty is an ErrMissingGroup; Config.Group itself is an error (its
-// Subscriber would share the messages of Backend.Subscriber's group). gochannel has no groups: its
-// subscribers each receive every message, and the group is ignored.
-//
-// The Subscriber owns its own connection. A router closes it when it stops,
-// as it closes the others; Backend.Close closes it too. After Close,
-// SubscriberForGroup is an error.
+// Keep the name stable across restarts: a group's position lives under it.
+// An empty group, or Config.Group itself, is an error. gochannel has no
+// groups and ignores the name. The Subscriber owns its connection; a
+// router or [Backend.Close] closes it. After Close it is an error.
 func (b *Backend) SubscriberForGroup(group string) (message.Subscriber, error) {
 	group = strings.TrimSpace(group)
 	if group == "" && b.broker != brokerkit.GoChannel {
@@ -99,9 +83,9 @@ func (b *Backend) SubscriberForGroup(group string) (message.Subscriber, error) {
 	return sub, nil
 }
 
-// Close closes the Subscribers (those of SubscriberForGroup too), then the Publisher, and returns their errors
-// joined. Closing what a router already closed is harmless: every backend's
-// Close is idempotent.
+// Close closes the Subscribers, those of SubscriberForGroup too, then the
+// Publisher, and joins their errors. Closing what a router closed is
+// harmless.
 func (b *Backend) Close() error {
 	var errs []error
 	b.mu.Lock()
@@ -126,16 +110,11 @@ func (b *Backend) Close() error {
 	return errors.Join(errs...)
 }
 
-// New builds the Publisher and Subscriber of the broker that cfg.URL names,
-// with the production settings described in the package documentation.
-//
-// New copies cfg, fills its defaults and validates it (see Config.Validate);
-// a nil logger means watermill.NopLogger{}. A broker whose package the
-// program does not import is an ErrBrokerNotLinked naming the import to
-// add. New connects before it returns: a broker that does not answer within
-// cfg.DialTimeout is an ErrUnreachable naming the address tried, one that
-// refuses the connection (credentials, database, virtual host) an
-// ErrInvalidConfig, and nothing is left open.
+// New builds the Publisher and Subscriber of the broker that cfg.URL names.
+// It validates cfg first (see [Config.Validate]). A nil logger means
+// [watermill.NopLogger]. New connects before it returns, and leaves nothing
+// open on error: [ErrUnreachable] when the broker does not answer within
+// cfg.DialTimeout, [ErrInvalidConfig] when it refuses the connection.
 func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}

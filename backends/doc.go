@@ -1,160 +1,111 @@
-// Package backends builds a Watermill Publisher and Subscriber for the broker
-// named in configuration, so that a service moves from one broker to another
-// by changing one environment variable:
+// Package backends builds a Watermill Publisher and Subscriber for the
+// broker that one URL names. A service moves to another broker by changing
+// BROKER_URL alone:
 //
 //	import _ "github.com/idempotency/watermill-idempotency/backends/all" // or only the brokers used
 //
 //	cfg, err := backends.FromEnv() // BROKER_URL, BROKER_GROUP, ...
 //	if err != nil { ... }
 //	b, err := backends.New(cfg, logger)
-//	if err != nil { ... } // ErrUnknownBroker, ErrBrokerNotLinked, ErrMissingGroup, ErrUnreachable, ...
+//	if err != nil { ... } // ErrInvalidConfig: fix it; ErrUnreachable: retry
 //	router.AddHandler("bill", "orders", b.Subscriber, "invoices", b.Publisher, bill)
-//	audit, err := b.SubscriberForGroup(cfg.Group + ".audit") // a second handler of "orders"
-//	if err != nil { ... }
-//	router.AddConsumerHandler("audit", "orders", audit, record)
 //
-// with BROKER_URL one of
+// # Broker URLs
 //
-//	kafka://localhost:9092[,host2:9092]
-//	redis://[user:pass@]localhost:6379/0    rediss:// for TLS
-//	amqp://guest:guest@localhost:5672/vhost amqps:// for TLS
-//	nats://localhost:4222[,host2:4222]
+// The scheme picks the broker:
+//
+//	kafka://host:9092[,host2:9092]
+//	redis://[user:pass@]host:6379/0      rediss:// for TLS
+//	amqp://user:pass@host:5672/vhost     amqps:// for TLS
+//	nats://[user:pass@]host:4222[,host2:4222]
 //	gochannel://
 //
-// New picks the broker by the URL's scheme, among the brokers the program
-// links (see Linking brokers). Every broker library has defaults that lose
-// or duplicate messages in production; each backend replaces them, and its
-// package's documentation says with what and why (kafkabackend,
-// redisbackend, amqpbackend, natsbackend; gochannel below), as do the
-// comments beside the code.
+// The query holds the broker's own parameters, as pgxpool reads
+// pool_max_conns from a connection string. The backend takes them out; the
+// client library's URL options (go-redis, amqp091) pass through. A zero
+// value means the default.
+//
+//	broker  parameter           default    meaning
+//	kafka   partitions          12         partitions of the topics it creates
+//	kafka   replication_factor  min(3, n)  their replication, n the cluster's brokers
+//	kafka   version             2.1.0      the lowest Kafka version of the cluster
+//	redis   max_idle_time       60s        XCLAIM a message unacked this long
+//	redis   claim_interval      5s         how often to look for such messages
+//	redis   maxlen              none       XADD MAXLEN ~ on each stream
+//	amqp    prefetch            1          unacked messages per subscription
+//	amqp    publish_groups      none       groups whose queues each publish declares
+//	nats    ack_wait            60s        redeliver a message unacked this long
+//	nats    max_ack_pending     100        unacked messages per group and topic
+//
+// Keep max_idle_time and ack_wait above the idempotency lease (40 s).
+// [Config.CheckLease] checks it. Each broker package explains its
+// parameters: kafkabackend, redisbackend, amqpbackend, natsbackend.
 //
 // # Linking brokers
 //
-// Each broker but gochannel lives in a package of its own, which registers
-// it with this package when imported, as database/sql drivers do; a program
-// imports the packages of the brokers it may use, for their side effect,
-// and links only their client libraries:
-//
-//	import (
-//		"github.com/idempotency/watermill-idempotency/backends"
-//		_ "github.com/idempotency/watermill-idempotency/backends/natsbackend"
-//		_ "github.com/idempotency/watermill-idempotency/backends/redisbackend"
-//	)
+// Each broker but gochannel lives in a package of its own. Imported for its
+// side effect, it registers the broker, as database/sql drivers do. A
+// program links only the client libraries of the brokers it imports:
 //
 //	Kafka          backends/kafkabackend   watermill-kafka, sarama, gokrb5
 //	Redis Streams  backends/redisbackend   watermill-redisstream, go-redis
 //	AMQP           backends/amqpbackend    watermill-amqp, amqp091-go
 //	NATS           backends/natsbackend    watermill-nats, nats.go
 //	every broker   backends/all
-//	gochannel      built in (part of Watermill, which this package needs anyway)
+//	gochannel      built in
 //
-// Switching brokers still changes BROKER_URL alone, among the brokers the
-// program links. A URL naming a broker that is not linked is refused by
-// ParseURL, Validate and New with ErrBrokerNotLinked, whose message names
-// the import to add; Linked lists what the program links. This package
-// imports no broker client library, and Config keeps every broker's
-// settings as plain values (Kafka.Tune is an interface that
-// kafkabackend.TuneFunc implements), so that one Config serves every broker
-// without linking any. ErrUnroutable, ErrDuplicatePublish and
-// MetadataUndecodable are declared here too, so that code that checks them
-// links no broker either.
-//
-// What each broker's backend sets over its library's defaults, and why, is
-// in its package's documentation.
+// A URL of a broker that is not linked is an [ErrInvalidConfig]. Its
+// message names the import to add. This package imports no broker client:
+// [Config.Tune] takes any client configuration for that reason.
 //
 // # Guarantees
 //
-// Every backend delivers at least once: a message is acked to the broker only
-// after the handler acked it (returned nil through the router), and a message
-// that was delivered but neither acked nor nacked comes back, to this or
-// another member of the group, after a broker-specific time (see each
-// broker's package). Nothing here is exactly-once: pair the backend with
-// this module's idempotency middleware, which makes a redelivered message's
-// effect happen once.
+// Every backend delivers at least once. A message is acked only after the
+// handler acked it. A message delivered but never settled comes back, to
+// this or another member of the group. Nothing here is exactly-once: the
+// idempotency middleware makes a redelivered message's effect happen once.
 //
-// Subscribers that share Config.Group divide a topic's messages between them;
-// each group gets every message. Two handlers that subscribe to one topic
-// through the one Backend.Subscriber are therefore one group, and each gets
-// part of the messages: give every handler of a topic beyond the first a
-// Subscriber of its own group, from Backend.SubscriberForGroup. (The
-// idempotency middleware scopes keys by handler name so that two handlers
-// each process a message once; they must each receive it first.) A new
-// group starts at the oldest message the broker still holds (Kafka, Redis
-// Streams, NATS), or at the moment its queue was declared (AMQP; see
-// amqpbackend), never at "now": a service's first start must not skip what
-// was published before it.
+// Subscribers that share [Config.Group] divide a topic's messages. Each
+// group gets every message. Two handlers of one topic on one
+// [Backend.Subscriber] are one group: each sees part of the messages. Give
+// every further handler a group of its own with [Backend.SubscriberForGroup].
 //
-// A nacked message is redelivered after Config.NackResendSleep (1 s by
-// default), not at once. The idempotency middleware nacks a message whose key
-// is in progress elsewhere; an immediate redelivery would spin on it.
+// A new group starts at the oldest message the broker holds, never at
+// "now". On AMQP it starts when its queue is declared (see amqpbackend).
 //
-// New connects before it returns. A broker that does not accept a connection
-// within Config.DialTimeout (10 s) is an ErrUnreachable naming the address;
-// one that refuses it (a wrong password, a missing Redis database or
-// RabbitMQ virtual host) is an ErrInvalidConfig, which a retry does not
-// mend; a malformed URL, an unknown scheme or a missing group is an error before
-// any network traffic. Errors name a broker URL by its scheme and host
-// alone: never the URL, its user information (user name, password, token),
-// its path or query, or a client library's parse error, which may quote
-// them.
+// A nacked message comes back after [Config.NackResendSleep] (1 s), not at
+// once. The middleware nacks a key in progress elsewhere; an instant
+// redelivery would spin on it.
 //
-// # Five cases where brokers differ
+// [New] connects before it returns. A broker that does not answer within
+// [Config.DialTimeout] is an [ErrUnreachable]. One that refuses the
+// connection (a wrong password, a missing database or virtual host) is an
+// [ErrInvalidConfig]: a retry does not mend it. A malformed URL or a missing
+// group fails before any network traffic.
 //
-// What each backend does in the five cases where brokers differ most:
+// Errors name a broker URL by its scheme and host alone. They never show
+// its user information, path or query, nor a library's parse error.
 //
-//   - A requeued message (published again with its UUID unchanged, as
-//     Watermill's requeuer does after PoisonQueue): delivered again on every
-//     broker. NATS sends no Nats-Msg-Id, so JetStream deduplicates nothing;
-//     a message whose metadata sets Nats-Msg-Id asks for JetStream's
-//     deduplication, and a copy it drops is an ErrDuplicatePublish.
-//   - An unroutable publish (a topic nobody can receive yet): Kafka and
-//     NATS create the topic or stream before the first publish, and Redis
-//     Streams keeps the entry in the stream, so a group that starts later
-//     reads it. RabbitMQ keeps messages only in queues: a publish that no
-//     queue is bound to is an ErrUnroutable (never a silent drop); list the
-//     groups in AMQP.PublishGroups to have their queues declared, and
-//     declared again if deleted. gochannel keeps every message for later
-//     subscribers.
-//   - An undecodable message: handed to the handler, never dropped or
-//     looped on unseen. NATS joins the values of a repeated header with
-//     ", "; AMQP formats a header that is not a string with %v; a Redis
-//     Streams entry without a UUID comes with an empty UUID, one with
-//     unreadable metadata with MetadataUndecodable instead; Kafka's and
-//     gochannel's messages always decode (a repeated Kafka header keeps its
-//     last value).
-//   - A slow handler: Kafka keeps its message while the consumer stays in
-//     the group (a rebalance waits for it up to the rebalance timeout, 5 s;
-//     after that the copy another member gets meets the handler's lease);
-//     Redis Streams lets another consumer claim it after
-//     Redis.MaxIdleTime, live consumer or not; RabbitMQ keeps it until its
-//     own consumer_timeout (30 minutes by default) closes the channel;
-//     NATS keeps it with progress acks from the moment the handler receives
-//     it; gochannel waits.
-//   - A failing message (the handler keeps returning an error): redelivered
-//     after NackResendSleep, for ever, on every broker. Kafka holds back its
-//     partition meanwhile, and the other partitions go on. Redis Streams
-//     keeps it with the consumer that holds it, which handles nothing else,
-//     while the others go on; RabbitMQ requeues it at the head of the queue,
-//     where the consumer that nacked it takes it again: with a single
-//     consumer in the group, both wait for it. NATS and gochannel go on with
-//     the messages behind it. Set the idempotency middleware's MaxAttempts
-//     and put Watermill's PoisonQueue outside it: the message then leaves
-//     the topic after MaxAttempts attempts.
+// Every backend replaces the library defaults that lose or duplicate
+// messages. docs/GUARANTEES.md ("Brokers") has what each sets, and how the
+// brokers differ on a requeued, unroutable, undecodable, slow or failing
+// message. A failing message is retried for ever unless the middleware's
+// MaxAttempts and Watermill's PoisonQueue stop it.
 //
-// The Publisher and the Subscriber each own their connection and close it in
-// Close, which a Watermill router calls on both when it stops; Backend.Close
-// does the same for code without a router. Close is idempotent.
+// An AMQP publish that no queue receives is an [ErrUnroutable], never a
+// silent drop. A NATS publish that JetStream drops as a duplicate is an
+// [ErrDuplicatePublish]. A Redis Streams entry whose metadata does not
+// decode reaches the handler with [MetadataUndecodable] set.
+//
+// The Publisher and each Subscriber own their connection. A Watermill
+// router closes them when it stops; [Backend.Close] does it without one.
+// Close is idempotent.
 //
 // # gochannel
 //
-// One in-process, persistent GoChannel serves as both Publisher and
-// Subscriber: GoChannel has no state outside its instance, so separate
-// instances would never deliver. Persistent means a late subscriber still
-// receives everything published before it, as it would from a broker; it
-// also means every message stays in memory for the instance's life. There
-// are no groups: every subscriber receives every message, and Group is not
-// required, and SubscriberForGroup returns one more subscriber of the same
-// instance. GoChannel resends a nacked message at once; the subscriber holds
-// the nack for NackResendSleep first. Nothing survives the process: use it
-// for tests, examples and demos.
+// One in-process, persistent GoChannel is both Publisher and Subscriber.
+// A late subscriber still receives what was published before it. Every
+// message stays in memory for the life of the process. There are no
+// groups: every subscriber receives every message, and Group is optional.
+// Use it for tests, examples and demos.
 package backends
