@@ -1,62 +1,53 @@
 // Package redisbackend is the Redis Streams broker of package backends.
-// Imported for its side effect, it registers the broker, and backends.New
-// then builds a Publisher and Subscriber for redis://[user:pass@]host:6379/0
-// (rediss:// for TLS):
+// Imported for its side effect, it registers redis://[user:pass@]host:6379/0
+// and rediss:// for TLS:
 //
 //	import _ "github.com/idempotency/watermill-idempotency/backends/redisbackend"
 //
-// It links watermill-redisstream and go-redis, which a program that does
-// not import it does without; New refuses a redis:// URL there with
-// backends.ErrBrokerNotLinked.
+// It links watermill-redisstream and go-redis. A program that does not
+// import it links neither.
 //
-// The settings named below (Group, Consumer, NackResendSleep and the Redis
-// section) are fields of backends.Config, which holds every broker's
-// settings so that one Config, and backends.FromEnv, serves them all.
+// # Parameters
 //
-// watermill-redisstream (go-redis). Each topic is a stream; Group is a
-// consumer group on it, created at the start of the stream ("0"). The
-// publisher and the subscriber each get their own client from the URL: the
-// library closes the client it was given when the publisher or subscriber
-// closes, and a router closes both.
+//	redis://localhost:6379/0?max_idle_time=90s&claim_interval=5s&maxlen=100000
 //
-// The consumer name is Config.Consumer, the host name (the pod name) by
-// default, where the library picks a random name per process: a restarted
-// process then comes back as the same consumer instead of leaving a dead one
-// behind.
+// max_idle_time (60 s) is how long a message may stay unacked before
+// another consumer claims it (XCLAIM). claim_interval (5 s) is how often a
+// subscriber looks. maxlen (none) caps each stream, approximately; trimming
+// drops the oldest entries whether or not every group read them. go-redis
+// URL options pass through; backends.Config.Tune receives each
+// *redis.Options.
 //
-// A nacked message is resent by the subscriber itself after NackResendSleep
-// (the library resends at once, in a loop) and holds back the stream for
-// this consumer until it is acked. Each nack also refreshes the entry's idle
-// time in Redis (XCLAIM to the same consumer, JUSTID), every third of
-// MaxIdleTime while it waits out NackResendSleep and again before the
-// resend, so a message that keeps failing stays with its consumer, however
-// long NackResendSleep is: without that, its idle time grew
-// with every attempt, another consumer claimed it after MaxIdleTime and
-// looped on it too, and one failing message stalled the whole group. The
-// message the failing consumer has read ahead is claimed by another after
-// MaxIdleTime (backends.Config.CheckLease checks the lease against it, and against
-// NATS.AckWait). A message delivered but not acked for
-// Redis.MaxIdleTime (60 s) is claimed (XCLAIM) by another consumer of the
-// group, checked every Redis.ClaimInterval (5 s). Redis Streams has no
-// heartbeat, so this happens to a live consumer whose handler is slow as
-// surely as to a dead one. MaxIdleTime is therefore kept above the
-// idempotency lease (40 s): a message claimed from a live consumer finds its
-// key IN_PROGRESS, and the middleware's in-progress nack sends it round again
-// until the first handler completes, after which it is acked as a duplicate;
-// one claimed from a dead consumer finds the lease expired and runs.
+// # What it sets
 //
-// Streams grow without bound unless Redis.MaxLen caps them (approximately;
-// trimming drops the oldest entries whether or not every group read them).
+// Each topic is a stream, and backends.Config.Group a consumer group on it,
+// created at "0": nothing written before is skipped. The publisher and
+// every subscriber have a client of their own; the library closes it.
 //
-// A stream deleted under a running subscriber (DEL, or a restart without
-// persistence) takes its groups with it, and the next XADD creates it
-// without them. The subscriber's next read is refused with NOGROUP; it then
-// creates the group again (XGROUP CREATE ... MKSTREAM, at "0") and reads on.
-// The entries the deleted stream held are gone with it, acked or not, but
-// for those the subscriber had read already. Everything written to the new
-// stream is delivered, also what came before the group was back: the group
-// starts at the stream's beginning. A group destroyed alone is created again
-// the same way, and then reads its stream again from the beginning, as a new
-// group does; the idempotency middleware acks what it completed within
-// CompletedTTL as duplicates.
+// The consumer name is backends.Config.Consumer, the host name by default.
+// The library picks a random name per process, which leaves a dead
+// consumer behind at every restart.
+//
+// # Failures
+//
+// Redis Streams has no heartbeat. A live consumer whose handler runs longer
+// than max_idle_time loses the message as surely as a dead one. So
+// max_idle_time stays above the idempotency lease (40 s). A message claimed
+// from a live consumer finds its key IN_PROGRESS and waits; one claimed
+// from a dead consumer finds the lease expired and runs.
+// backends.Config.CheckLease checks the lease against it.
+//
+// A nacked message is resent by the subscriber after NackResendSleep; the
+// library resends at once, in a loop. It holds back the stream for this
+// consumer. Each nack refreshes the entry's idle time (XCLAIM JUSTID), and
+// so does every third of max_idle_time while it waits. A failing message
+// therefore stays with its consumer instead of stalling the whole group.
+//
+// An entry that does not decode reaches the handler. Without a UUID it
+// comes with an empty one; with unreadable metadata, with
+// backends.MetadataUndecodable. The library stopped reading the stream.
+//
+// A stream or group deleted under a running subscriber comes back. The
+// next read is refused with NOGROUP, and the subscriber creates the group
+// again at "0". docs/GUARANTEES.md ("Brokers") has what is delivered then.
 package redisbackend
