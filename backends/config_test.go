@@ -428,7 +428,7 @@ func TestErrorsAreDistinct(t *testing.T) {
 }
 
 // A NATS password or token holding an unescaped '?', '#' or '/', or a bad
-// percent escape, is refused by ParseURL, before New dials: nats.go parsed
+// percent escape, is refused by Validate, before New dials: nats.go parsed
 // the URL again, read part of the password as the port or the host, and
 // New's error quoted it (`invalid port ":s3cr3t" after host`, `address
 // s3cr3t: missing port`).

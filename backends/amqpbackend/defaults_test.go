@@ -69,7 +69,7 @@ func TestAMQP_GroupsFanOut(t *testing.T) {
 	}
 }
 
-// AMQP.PublishGroups is read by the process that publishes, for every topic
+// publish_groups is read by the process that publishes, for every topic
 // it publishes to: another process that does not list the groups gets
 // ErrUnroutable for a topic until a queue exists, and the listing process
 // declares the groups' queues on every topic it publishes to, consumed or

@@ -42,7 +42,7 @@ func TestKafka_CreatesTopics(t *testing.T) {
 	}
 }
 
-// Topics created without Kafka.Partitions get 12, not the broker's 1: with
+// Topics created without the partitions parameter get 12, not the broker's 1: with
 // one partition a single failing message holds back the whole topic, and a
 // group cannot have more than one active consumer. The in-process cluster's
 // own default is 8, so 12 can only come from the backend.

@@ -9,7 +9,7 @@ import (
 
 // The URL parsers below return errors whose text says what is wrong and
 // quotes nothing of the URL: package backends wraps them as an
-// ErrInvalidURL that names the URL by its scheme and host alone.
+// ErrInvalidConfig that names the URL by its scheme and host alone.
 
 // CheckAuthority rejects a URL with an '@' after the end of its host part:
 // a user name or password holding an unescaped '/', '?' or '#', which URL
