@@ -58,10 +58,11 @@ func TakeParams(raw string, names ...string) (string, *Params, error) {
 	return base, p, nil
 }
 
-// Duration returns the parameter name, def when it is absent or zero.
+// Duration returns the parameter name, def when it is absent, empty or
+// zero.
 func (p *Params) Duration(name string, def time.Duration) time.Duration {
-	v, ok := p.values[name]
-	if !ok {
+	v := p.values[name]
+	if v == "" {
 		return def
 	}
 	d, err := time.ParseDuration(v)
@@ -77,10 +78,10 @@ func (p *Params) Duration(name string, def time.Duration) time.Duration {
 }
 
 // Int returns the parameter name as an integer of bits bits, def when it is
-// absent or zero.
+// absent, empty or zero.
 func (p *Params) Int(name string, def int64, bits int) int64 {
-	v, ok := p.values[name]
-	if !ok {
+	v := p.values[name]
+	if v == "" {
 		return def
 	}
 	n, err := strconv.ParseInt(v, 10, bits)
