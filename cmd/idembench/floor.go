@@ -98,9 +98,10 @@ func (t cmdTemplate) String() string {
 			s = "<key>"
 		case i == 0:
 			s = strings.ToUpper(s)
-		case s == "":
-			s = `""`
-		case len(s) > 40:
+		case s == "" || strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r > '~' }):
+			s = strconv.Quote(s)
+		}
+		if len(s) > 40 {
 			s = s[:40] + "…"
 		}
 		parts[i] = s
