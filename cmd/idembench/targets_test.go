@@ -82,6 +82,12 @@ func TestTargets(t *testing.T) {
 	}
 }
 
+func TestRatioNearItsBoundShowsThreeDecimals(t *testing.T) {
+	assert.Equal(t, "0.796", against(0.796, 0.8))
+	assert.Equal(t, "0.80", against(0.8, 0.8))
+	assert.Equal(t, "0.81", against(0.812, 0.8))
+}
+
 func TestPrintEndsWithTheTargetsTable(t *testing.T) {
 	var buf bytes.Buffer
 	fullReport().print(&buf)
