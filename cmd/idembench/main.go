@@ -6,222 +6,150 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"net"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency/watermill-idempotency/internal/commalist"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
 type options struct {
-	sections    map[string]bool
-	sectionList []string // -sections, split and trimmed, in the order given, for the report's config
+	sections    []string
 	brokers     []string
 	concurrency []int
 	n           int
 	phaseLimit  time.Duration
-	chainDur    time.Duration
-	ceilingDur  time.Duration
 	floorDur    time.Duration
 	floorRounds int
+	statsN      int
 	redisAddr   string
 	amqpURL     string
 	natsURL     string
 	pgURL       string
-	mysqlURL    string
-	statsKeys   int
-	rounds      int
 	jsonOut     bool
-	jsonFile    string
-	cpuProfile  string
 	verbose     bool
-	prefix      string
+	prefix      string // of every key, stream, queue and group of the run
+}
+
+// allSections are the sections of a run, in the order they run.
+var allSections = []string{"floor", "stats", "e2e"}
+
+// report is what a run measured; -json prints it as it is.
+type report struct {
+	Started string   `json:"started"`
+	Machine string   `json:"machine"`
+	Floor   *Floor   `json:"floor,omitempty"`
+	Stats   *Stats   `json:"stats,omitempty"`
+	E2E     []Rate   `json:"e2e,omitempty"`
+	Targets []Target `json:"targets"`
 }
 
 func main() {
 	log.SetFlags(0)
 	log.SetPrefix("idembench: ")
-	o := parseFlags()
-	if o.cpuProfile != "" {
-		stop := startCPUProfile(o.cpuProfile)
-		defer stop()
-	}
-	o.prefix = "idembench-" + watermill.NewShortUUID()
 	redis.SetLogger(quietRedis{})
-
-	rep := newReport(o)
-	rc := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: o.redisAddr, PoolSize: 256})
-	defer rc.Close()
-	defer cleanup(rc, o.prefix)
-
-	var pg *pgBench
-	if o.pgURL != "" && (o.sections["chain"] || o.sections["stats"]) {
-		// As many connections as goroutines at the highest concurrency, as
-		// the Redis pool has more than enough.
-		pg = openPG(o.pgURL, maxInt(o.concurrency))
-		defer pg.close()
+	o, cpuProfile := parseFlags()
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			log.Fatalf("-cpuprofile: %v", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
-	var my *mysqlBench
-	if o.mysqlURL != "" && (o.sections["chain"] || o.sections["stats"]) {
-		my = openMySQL(o.mysqlURL, maxInt(o.concurrency))
-		defer my.close()
-	}
-	runSections(o, rc, pg, my, rep)
-	rep.summarise()
-	if err := writeReport(rep, o); err != nil {
-		log.Fatal(err)
-	}
-}
-
-// startCPUProfile writes a CPU profile of the run to path until stop is
-// called; a file it cannot write ends the process.
-func startCPUProfile(path string) (stop func()) {
-	f, err := os.Create(path)
-	if err != nil {
-		log.Fatalf("-cpuprofile: %v", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		log.Fatalf("-cpuprofile: %v", err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		if err := f.Close(); err != nil {
-			log.Printf("-cpuprofile: %v", err)
+	rep := &report{Started: time.Now().UTC().Format(time.RFC3339), Machine: machine()}
+	for _, s := range o.sections {
+		o.logf("%s ...", s)
+		switch s {
+		case "floor":
+			fl, err := runFloor(context.Background(), o)
+			if err != nil {
+				log.Fatalf("floor: %v", err)
+			}
+			rep.Floor = &fl
+		case "stats":
+			st := runStats(o)
+			rep.Stats = &st
+		case "e2e":
+			rep.E2E = runE2E(o)
 		}
 	}
+	rep.Targets = rep.targets()
+	if o.jsonOut {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
+	rep.print(os.Stdout)
 }
 
-// parseFlags defines the flags, parses the command line and checks the
-// lists; a bad value ends the process.
-func parseFlags() options {
-	var o options
+// parseFlags parses the command line; a bad value ends the process.
+func parseFlags() (o options, cpuProfile string) {
 	sections := flag.String("sections", strings.Join(allSections, ","), "sections to run, comma-separated: "+strings.Join(allSections, ", "))
-	brokers := flag.String("brokers", "gochannel,kafka,redis,amqp,nats", "brokers of the e2e section, comma-separated")
-	conc := flag.String("c", "1,64", "concurrency levels, comma-separated")
-	flag.IntVar(&o.n, "n", 2000, "e2e: messages per phase (fresh, then the same keys again as duplicates)")
-	flag.DurationVar(&o.phaseLimit, "phase-timeout", 60*time.Second, "e2e: give up on a phase after this long and report what was handled")
-	flag.DurationVar(&o.chainDur, "d", 2*time.Second, "chain: measuring time of each case")
-	flag.DurationVar(&o.ceilingDur, "ceiling-d", 3*time.Second, "ceiling: measuring time of each load generator")
-	flag.StringVar(&o.redisAddr, "redis", envOr("REDIS_ADDR", "127.0.0.1:6379"), "Redis: store, Redis Streams broker and ceiling")
-	flag.StringVar(&o.amqpURL, "amqp", envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "RabbitMQ URL")
-	flag.StringVar(&o.natsURL, "nats", envOr("NATS_URL", "nats://127.0.0.1:4222"), "NATS JetStream URL")
-	flag.StringVar(&o.pgURL, "pg", envOr("PG_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
-		"PostgreSQL: pgstore in the chain and stats sections (empty: leave it out)")
-	flag.StringVar(&o.mysqlURL, "mysql", envOr("MYSQL_URL", "mysql://root@127.0.0.1:3306/test"),
-		"MySQL or MariaDB: mysqlstore in the chain and stats sections (empty: leave it out)")
+	brokers := flag.String("brokers", "gochannel,kafka,redis,amqp,nats", "e2e: brokers, comma-separated")
+	conc := flag.String("c", "1,64", "stats and e2e: concurrency levels, comma-separated")
+	flag.IntVar(&o.n, "n", 2000, "e2e: messages per cell")
+	flag.DurationVar(&o.phaseLimit, "phase-timeout", time.Minute, "e2e: give up on a cell after this long and report what was handled")
 	flag.DurationVar(&o.floorDur, "floor-d", time.Second, "floor: measuring time of each load and side in each round")
 	flag.IntVar(&o.floorRounds, "floor-rounds", 5, "floor: rounds, each running the floor and ours side by side")
-	flag.IntVar(&o.statsKeys, "stats-n", 1000, "stats: messages per measurement")
-	flag.IntVar(&o.rounds, "rounds", 5, "latency: rounds of each setting (auto-pipelining off, on), alternating, -d each")
+	flag.IntVar(&o.statsN, "stats-n", 1000, "stats: messages per cell")
+	flag.StringVar(&o.redisAddr, "redis", envOr("REDIS_ADDR", "127.0.0.1:6379"), "e2e: the store's Redis, and the Redis Streams broker")
+	flag.StringVar(&o.amqpURL, "amqp", envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "e2e: RabbitMQ URL")
+	flag.StringVar(&o.natsURL, "nats", envOr("NATS_URL", "nats://127.0.0.1:4222"), "e2e: NATS JetStream URL")
+	flag.StringVar(&o.pgURL, "pg", envOr("PG_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
+		"stats: PostgreSQL for pgstore (empty: leave it out)")
 	flag.BoolVar(&o.jsonOut, "json", false, "print the report as JSON instead of tables")
-	flag.StringVar(&o.jsonFile, "o", "", "also write the report as JSON to this file")
 	flag.BoolVar(&o.verbose, "v", false, "log progress")
-	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
+	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	flag.Parse()
 
-	o.sectionList = commalist.Split(*sections)
-	o.sections = map[string]bool{}
-	for _, s := range o.sectionList {
+	for _, s := range splitList(*sections) {
 		if !slices.Contains(allSections, s) {
 			log.Fatalf("-sections: unknown section %q (want %s)", s, strings.Join(allSections, ", "))
 		}
-		o.sections[s] = true
 	}
-	if o.rounds < 1 {
-		log.Fatalf("-rounds: %d is not a positive number", o.rounds)
-	}
-	if o.floorRounds < 1 {
-		log.Fatalf("-floor-rounds: %d is not a positive number", o.floorRounds)
-	}
-	o.brokers = commalist.Split(*brokers)
-	for _, s := range commalist.Split(*conc) {
+	o.sections = slices.DeleteFunc(slices.Clone(allSections), func(s string) bool { return !slices.Contains(splitList(*sections), s) })
+	o.brokers = splitList(*brokers)
+	for _, s := range splitList(*conc) {
 		c, err := strconv.Atoi(s)
 		if err != nil || c < 1 {
 			log.Fatalf("-c: %q is not a positive number", s)
 		}
 		o.concurrency = append(o.concurrency, c)
 	}
-	return o
+	if o.floorRounds < 1 || o.n < 1 || o.statsN < 1 {
+		log.Fatal("-floor-rounds, -n and -stats-n must be positive")
+	}
+	o.prefix = "idembench-" + watermill.NewShortUUID()
+	return o, cpuProfile
 }
 
-// newReport starts the report of a run: where it runs and with what
-// settings.
-func newReport(o options) *report {
-	rep := &report{SchemaVersion: schemaVersion, Machine: machine(), Started: time.Now().UTC().Format(time.RFC3339), Prefix: o.prefix}
-	rep.Config = reportConfig{Sections: o.sectionList, N: o.n, ChainSeconds: o.chainDur.Seconds(), CeilingSeconds: o.ceilingDur.Seconds(),
-		FloorSeconds: o.floorDur.Seconds(), FloorRounds: o.floorRounds, Rounds: o.rounds, StatsMessages: o.statsKeys, Concurrency: o.concurrency, Brokers: o.brokers}
-	return rep
-}
-
-// runSections runs the chosen sections in the order of allSections and
-// puts their results into rep; pg is nil without PostgreSQL, my without
-// MySQL.
-func runSections(o options, rc *redis.Client, pg *pgBench, my *mysqlBench, rep *report) {
-	if o.sections["chain"] {
-		o.logf("chain ...")
-		rep.Chain = runChain(o, rc, pg, my)
-	}
-	if o.sections["latency"] {
-		o.logf("latency ...")
-		lat := runLatency(o, rc)
-		rep.Latency = &lat
-	}
-	if o.sections["ceiling"] {
-		o.logf("ceiling ...")
-		ce := runCeiling(o, rc)
-		rep.Ceiling = &ce
-	}
-	if o.sections["floor"] {
-		o.logf("floor ...")
-		fl := runFloor(o)
-		rep.Floor = &fl
-	}
-	if o.sections["stats"] {
-		o.logf("stats ...")
-		st := runStats(o)
-		rep.Stats = &st
-		if pg != nil {
-			o.logf("pgstats ...")
-			ps := runPGStats(pg, o.statsKeys)
-			rep.PGStats = &ps
-		}
-		if my != nil {
-			o.logf("mysqlstats ...")
-			ms := runMySQLStats(my, o.statsKeys)
-			rep.MySQLStats = &ms
+// splitList splits a comma-separated list, items trimmed, empty ones left out.
+func splitList(s string) []string {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
 		}
 	}
-	if o.sections["e2e"] {
-		rep.E2E = runE2E(o, rc)
-	}
-}
-
-// writeReport writes rep as JSON to -o if set, then to stdout as JSON with
-// -json or as tables without.
-func writeReport(rep *report, o options) error {
-	if o.jsonFile != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err == nil {
-			err = os.WriteFile(o.jsonFile, append(b, '\n'), 0o644)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if o.jsonOut {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	}
-	rep.print(os.Stdout)
-	return nil
+	return out
 }
 
 func (o options) logf(format string, args ...any) {
@@ -237,26 +165,13 @@ func envOr(name, def string) string {
 	return def
 }
 
-// allSections are the sections of a run, in the order they run.
-var allSections = []string{"chain", "latency", "ceiling", "floor", "stats", "e2e"}
-
-// Machine describes where the numbers come from.
-type Machine struct {
-	GOOS       string `json:"goos"`
-	GOARCH     string `json:"goarch"`
-	CPUs       int    `json:"cpus"`
-	GOMAXPROCS int    `json:"gomaxprocs"`
-	GoVersion  string `json:"go_version"`
-	CPUModel   string `json:"cpu_model,omitempty"`
-}
-
-func machine() Machine {
-	m := Machine{GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version()}
+// machine describes where the numbers come from.
+func machine() string {
+	m := fmt.Sprintf("%s/%s  %d CPUs (GOMAXPROCS %d)  %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for line := range strings.SplitSeq(string(b), "\n") {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
+				return m + "  " + strings.TrimSpace(v)
 			}
 		}
 	}
@@ -266,6 +181,99 @@ func machine() Machine {
 type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
+
+// newClient is a client of addr that the store accepts: it honours context
+// deadlines.
+func newClient(addr string, poolSize int) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: poolSize})
+}
+
+// newStore is a redisstore on c with the defaults.
+func newStore(c *redis.Client) *redisstore.Store {
+	s, err := redisstore.New(c)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return s
+}
+
+// newMiddleware is the middleware on cfg, or the end of the process.
+func newMiddleware(cfg idempotency.Config) *idempotency.Middleware {
+	m, err := idempotency.New(cfg, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return m
+}
+
+// startRedis starts a private redis-server without persistence on a free
+// loopback port: clean INFO counters, no other client, and a server the
+// run may flush.
+func startRedis() (c *redis.Client, stop func(), err error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, nil, fmt.Errorf("this section needs redis-server on PATH: %w", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	_ = l.Close()
+	dir, err := os.MkdirTemp("", "idembench-redis")
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	c = newClient(net.JoinHostPort("127.0.0.1", port), 128)
+	stop = func() { _ = c.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = os.RemoveAll(dir) }
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if c.Ping(context.Background()).Err() == nil {
+			return c, stop, nil
+		}
+	}
+	stop()
+	return nil, nil, fmt.Errorf("redis-server on port %s did not start", port)
+}
+
+// infoFloat reads one numeric field of an INFO reply.
+func infoFloat(info, field string) (float64, bool) {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			x, err := strconv.ParseFloat(v, 64)
+			return x, err == nil
+		}
+	}
+	return 0, false
+}
+
+// redisCPU is the CPU seconds Redis's main thread has used so far.
+func redisCPU(ctx context.Context, c *redis.Client) (float64, bool) {
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, false
+	}
+	u, uok := infoFloat(info, "used_cpu_user_main_thread")
+	s, sok := infoFloat(info, "used_cpu_sys_main_thread")
+	return u + s, uok && sok
+}
+
+// forEach calls f once for each key, from conc goroutines.
+func forEach(conc int, keys []string, f func(string)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(conc, len(keys)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(keys); i = int(next.Add(1) - 1) {
+				f(keys[i])
+			}
+		})
+	}
+	wg.Wait()
+}
 
 // rate formats messages per second.
 func rate(r float64) string {
@@ -281,9 +289,9 @@ func rate(r float64) string {
 	}
 }
 
-func ratio(a, b float64) string {
-	if a == 0 || b == 0 {
-		return "-"
+func div(a, b float64) float64 {
+	if b == 0 {
+		return 0
 	}
-	return fmt.Sprintf("%.2f", a/b)
+	return a / b
 }

@@ -2,337 +2,135 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"strings"
+	"text/tabwriter"
 )
 
 // Target is one performance target with what this run measured for it.
 type Target struct {
-	// ID names the target for programs; it never changes for a target.
-	ID string `json:"id"`
-	// Figure, Target and Measured are the table's text.
+	ID       string `json:"id"` // never changes for a target
 	Figure   string `json:"figure"`
 	Target   string `json:"target"`
 	Measured string `json:"measured"`
-	// Result is "met", "missed" or "not measured" (its section was not run,
-	// or its concurrency or broker was left out).
-	Result string `json:"result"`
-	// Value is the number compared with Bound by Compare ("<", "<=",
-	// ">=", or "==" within 0.005): a ratio, a count per message, bytes, or µs. 0
-	// when not measured.
+	// Result is "met", "missed" or "not measured" (its section, broker or
+	// concurrency was left out). Value is compared with Bound by Compare
+	// ("<", "<=", ">=", or "==" within 0.005).
+	Result  string  `json:"result"`
 	Value   float64 `json:"value"`
 	Compare string  `json:"compare"`
 	Bound   float64 `json:"bound"`
 }
 
-// The results of a Target.
+// The bounds of the targets.
 const (
-	resultMet         = "met"
-	resultMissed      = "missed"
-	resultNotMeasured = "not measured"
+	floorFreshMin  = 0.5 // our fresh message's commands ÷ SET NX, SET XX, rate
+	floorDupMin    = 0.5 // our duplicate's commands ÷ GET, rate
+	e2eFloorMin    = 0.8 // ours ÷ the floor dedup, end to end
+	e2eCPUMaxExtra = 25  // µs of this process's CPU per fresh message beyond the floor dedup's
+	keyMaxBytes    = 150 // MEMORY USAGE of a COMPLETED key without output
+	e2eConc        = 64  // the concurrency of the end-to-end targets
 )
 
-// Bounds of the targets.
-const (
-	dupVsWatermillMaxTime = 1.2 // our time per duplicate / the Deduplicator's
-	pipelinedCeilingMin   = 0.8 // our fresh rate / the -P 16 message ceiling
-	ceilingMin            = 0.7 // our fresh rate / the -P 1 message ceiling
-	e2eMin                = 0.8 // dedup / none, end to end
-	completedKeyMaxBytes  = 150 // MEMORY USAGE of a COMPLETED key without output
-	floorFreshMin         = 0.5 // our fresh message's commands / the floor's (SET NX, SET XX), rate
-	floorDupMin           = 0.5 // our duplicate's commands / GET, rate
-	e2eFloorMin           = 0.8 // ours / the floor dedup, end to end
-)
-
-// e2eFloorBrokers are the brokers whose end-to-end ratio to the floor is a
-// target: all of them, as the floor sends Redis commands on every one.
-var e2eFloorBrokers = []struct{ name, title string }{{"gochannel", "gochannel"}, {"kafka", "Kafka (kfake)"},
+var brokerTitles = []struct{ name, title string }{{"gochannel", "gochannel"}, {"kafka", "Kafka (kfake)"},
 	{"redis", "Redis Streams"}, {"amqp", "RabbitMQ"}, {"nats", "NATS"}}
 
-// e2eTargetBrokers are the brokers whose end-to-end ratio is a target.
-var e2eTargetBrokers = []struct{ name, title string }{{"redis", "Redis Streams"}, {"amqp", "RabbitMQ"}, {"nats", "NATS"}}
-
-// check fills t's Value, Compare, Bound and Result.
-func (t Target) check(value float64, compare string, bound float64) Target {
-	t.Value, t.Compare, t.Bound = value, compare, bound
-	met := false
-	switch compare {
-	case "<":
-		met = value < bound
-	case "<=":
-		met = value <= bound
-	case ">=":
-		met = value >= bound
-	case "==":
-		met = math.Abs(value-bound) < 0.005
-	}
-	t.Result = metWord(met)
+// check fills t's Value, Compare, Bound, Measured and Result.
+func (t Target) check(value float64, compare string, bound float64, measured string) Target {
+	t.Value, t.Compare, t.Bound, t.Measured = value, compare, bound, measured
+	met := map[string]bool{"<": value < bound, "<=": value <= bound, ">=": value >= bound, "==": math.Abs(value-bound) < 0.005}[compare]
+	t.Result = map[bool]string{true: "met", false: "missed"}[met]
 	return t
 }
 
-func notMeasured(t Target, why string) Target {
-	t.Result, t.Measured = resultNotMeasured, why
+func (t Target) notMeasured(why string) Target {
+	t.Result, t.Measured = "not measured", why
 	return t
 }
 
-// targets returns every target, in the order of the table: those of the
-// command floor first, then those of auto-pipelining and the local cache,
-// then the earlier ones that must still hold.
+// targets returns every target, in the order of the table.
 func (r *report) targets() []Target {
 	var ts []Target
-	ts = append(ts, r.floorTargets()...)
-	for _, b := range e2eFloorBrokers {
-		ts = append(ts, r.e2eFloorTarget(b.name, b.title))
-	}
-	ts = append(ts, r.dupWarmCommandsTarget())
-	for _, c := range []int{1, ceilingClients} {
-		ts = append(ts, r.chainTimeTarget(fmt.Sprintf("dup_warm_chain_vs_watermill_c%d", c),
-			fmt.Sprintf("duplicates, warm cache, c=%d: chain time, redisstore ÷ Watermill Deduplicator", c),
-			"redisstore", "duplicate", c, dupVsWatermillMaxTime))
-	}
-	ts = append(ts, r.ceilingTarget("fresh_c64_vs_pipelined_ceiling", fmt.Sprintf("fresh messages at c=%d: rate ÷ redis-benchmark -P %d message ceiling", ceilingClients, ceilingPipeline),
-		true, pipelinedCeilingMin))
-	ts = append(ts, r.latencyTarget())
-	for _, load := range []string{"fresh", "duplicate"} {
-		for _, b := range e2eTargetBrokers {
-			ts = append(ts, r.e2eTarget(b.name, b.title, load))
-		}
-	}
-	ts = append(ts, r.costTarget("fresh_redis_commands", "fresh message: Redis commands (every cost cell)", loadFresh, 2))
-	ts = append(ts, r.costTarget("dup_nocache_redis_commands", "duplicate, cache off: Redis commands (every cost cell)", loadDupNoCache, 1))
-	ts = append(ts, r.renewalTarget())
-	ts = append(ts, r.memoryTarget())
-	ts = append(ts, r.ceilingTarget("fresh_c64_vs_ceiling", fmt.Sprintf("fresh messages at c=%d: rate ÷ redis-benchmark -P 1 message ceiling", ceilingClients),
-		false, ceilingMin))
-	ts = append(ts, r.pgTargets()...)
-	ts = append(ts, r.mysqlTargets()...)
-	return ts
-}
-
-// dupWarmCommandsTarget: a duplicate that the local cache holds costs no
-// Redis command, by Redis's count and the client's, in every cell.
-func (r *report) dupWarmCommandsTarget() Target {
-	t := Target{ID: "dup_warm_redis_commands", Figure: "duplicates, warm cache: Redis commands per duplicate", Target: "0"}
-	if r.Stats == nil {
-		return notMeasured(t, "needs section stats")
-	}
-	worst, cells := 0.0, 0
-	for _, x := range r.Stats.Cost {
-		if x.Load == loadDupWarm {
-			worst, cells = max(worst, x.ServerCommands, x.ClientCommands), cells+1
-		}
-	}
-	if cells == 0 {
-		return notMeasured(t, "no cell measured")
-	}
-	t.Measured = fmt.Sprintf("%.2f at most (Redis commandstats and client hook; %d cells: c=%s, auto-pipelining off and on)", worst, cells, joinInts(r.Config.Concurrency))
-	return t.check(worst, "<=", 0)
-}
-
-// chainTimeTarget compares the time per message of ours (dedup) with
-// Watermill's Deduplicator's in the chain section: the ratio of the
-// Deduplicator's rate to ours.
-func (r *report) chainTimeTarget(id, figure, dedup, load string, c int, bound float64) Target {
-	t := Target{ID: id, Figure: figure, Target: fmt.Sprintf("≤ %.1f×", bound)}
-	ours, wm := r.find(r.Chain, "", dedup, load, c), r.find(r.Chain, "", "watermill", load, c)
-	if ours == 0 || wm == 0 {
-		return notMeasured(t, fmt.Sprintf("needs section chain (c=%d)", c))
-	}
-	x := wm / ours
-	t.Measured = fmt.Sprintf("%s× (%s µs vs %s µs per message)", against(x, bound), micros(ours), micros(wm))
-	return t.check(x, "<=", bound)
-}
-
-// ceilingTarget compares our fresh rate at the ceiling's concurrency (chain
-// section) with a redis-benchmark message ceiling of the same run.
-func (r *report) ceilingTarget(id, figure string, pipelined bool, bound float64) Target {
-	t := Target{ID: id, Figure: figure, Target: fmt.Sprintf("≥ %.2f", bound)}
-	ours := r.find(r.Chain, "", "redisstore", "fresh", ceilingClients)
-	var ceiling float64
-	if r.Ceiling != nil {
-		ceiling = r.Ceiling.MessageCeiling
-		if pipelined {
-			ceiling = r.Ceiling.MessageCeilingPipelined
-		}
-	}
-	if ours == 0 || ceiling == 0 {
-		return notMeasured(t, fmt.Sprintf("needs sections chain (c=%d) and ceiling, and redis-benchmark", ceilingClients))
-	}
-	x := ours / ceiling
-	t.Measured = fmt.Sprintf("%s (%s of %s msg/s)", against(x, bound), rate(ours), rate(ceiling))
-	return t.check(x, ">=", bound)
-}
-
-func (r *report) latencyTarget() Target {
-	t := Target{ID: "fresh_c1_latency", Figure: "fresh messages at c=1: latency, auto-pipelining on vs off",
-		Target: "median on ≤ slowest round off"}
-	l := r.Latency
-	if l == nil || len(l.On.Micros) == 0 || len(l.Off.Micros) == 0 {
-		return notMeasured(t, "needs section latency")
-	}
-	t.Measured = fmt.Sprintf("on %.1f µs [%.1f–%.1f], off %.1f µs [%.1f–%.1f] (median [min–max], %d rounds each)",
-		l.On.Median, l.On.Min, l.On.Max, l.Off.Median, l.Off.Min, l.Off.Max, l.Rounds)
-	return t.check(l.On.Median, "<=", l.Off.Max)
-}
-
-func (r *report) e2eTarget(broker, title, load string) Target {
-	c := ceilingClients
-	t := Target{ID: fmt.Sprintf("e2e_c%d_%s_%s", c, load, broker),
-		Figure: fmt.Sprintf("end to end at c=%d, %s, %s: dedup ÷ none", c, load, title), Target: fmt.Sprintf("≥ %.2f", e2eMin)}
-	none, idem := r.find(r.E2E, broker, "none", load, c), r.find(r.E2E, broker, "idem", load, c)
-	if none == 0 || idem == 0 {
-		return notMeasured(t, fmt.Sprintf("needs section e2e (broker %s, c=%d)", broker, c))
-	}
-	x := idem / none
-	t.Measured = fmt.Sprintf("%s (%s vs %s msg/s)", against(x, e2eMin), rate(idem), rate(none))
-	return t.check(x, ">=", e2eMin)
-}
-
-// floorTargets compare the rates of our store's commands and of the
-// floor's, replayed side by side on one Redis (the floor section).
-func (r *report) floorTargets() []Target {
-	shape := fmt.Sprintf("%d connections, pipelines of %d", floorConns, floorPipeline)
-	ts := []Target{
-		{ID: "fresh_commands_vs_floor", Figure: "fresh message, store commands alone (" + shape + "): rate, ours ÷ floor (SET NX PX, SET XX PX)",
-			Target: fmt.Sprintf("≥ %.2f", floorFreshMin)},
-		{ID: "dup_commands_vs_get", Figure: "duplicate, store commands alone (" + shape + "): rate, ours ÷ GET",
-			Target: fmt.Sprintf("≥ %.2f", floorDupMin)},
-	}
-	f := r.Floor
-	for i, x := range []struct {
-		pair  *FloorPair
-		bound float64
-	}{{pairOf(f, true), floorFreshMin}, {pairOf(f, false), floorDupMin}} {
-		if x.pair == nil || x.pair.RateRatio == 0 {
-			ts[i] = notMeasured(ts[i], "needs section floor")
+	for _, x := range []struct {
+		id, figure string
+		pair       func(*Floor) FloorPair
+		bound      float64
+	}{
+		{"fresh_commands_vs_floor", "fresh message, store commands alone: rate, ours ÷ floor (SET NX PX, SET XX PX)", func(f *Floor) FloorPair { return f.Fresh }, floorFreshMin},
+		{"dup_commands_vs_get", "duplicate, store commands alone: rate, ours ÷ GET", func(f *Floor) FloorPair { return f.Duplicate }, floorDupMin},
+	} {
+		t := Target{ID: x.id, Figure: x.figure, Target: fmt.Sprintf("≥ %.2f", x.bound)}
+		if r.Floor == nil {
+			ts = append(ts, t.notMeasured("needs section floor"))
 			continue
 		}
-		p := x.pair
-		ts[i].Measured = fmt.Sprintf("%s (%s vs %s msg/s, medians of %d rounds; Redis %.1f vs %.1f µs per message)", against(p.RateRatio, x.bound),
-			rate(p.Ours.PerSecond), rate(p.Floor.PerSecond), len(p.Ours.Rates), p.Ours.RedisUsec, p.Floor.RedisUsec)
-		ts[i] = ts[i].check(p.RateRatio, ">=", x.bound)
+		p := x.pair(r.Floor)
+		ts = append(ts, t.check(p.RateRatio, ">=", x.bound, fmt.Sprintf("%s (Redis CPU %.2f vs %.2f µs per message)", against(p.RateRatio, x.bound), p.Ours.RedisCPU, p.Floor.RedisCPU)))
 	}
-	return ts
-}
-
-// pairOf returns f's fresh or duplicate pair, nil without f.
-func pairOf(f *Floor, fresh bool) *FloorPair {
-	switch {
-	case f == nil:
-		return nil
-	case fresh:
-		return &f.Fresh
-	default:
-		return &f.Duplicate
+	for _, b := range brokerTitles {
+		t := Target{ID: "e2e_c64_fresh_vs_floor_" + b.name, Figure: fmt.Sprintf("end to end at c=%d, fresh, %s: ours ÷ floor dedup", e2eConc, b.title),
+			Target: fmt.Sprintf("≥ %.2f", e2eFloorMin)}
+		idem, floor := r.cell(b.name, "idem"), r.cell(b.name, "floor")
+		if idem.PerSecond == 0 || floor.PerSecond == 0 {
+			ts = append(ts, t.notMeasured(fmt.Sprintf("needs section e2e (broker %s, c=%d)", b.name, e2eConc)))
+			continue
+		}
+		x := idem.PerSecond / floor.PerSecond
+		ts = append(ts, t.check(x, ">=", e2eFloorMin, fmt.Sprintf("%s (%s vs %s msg/s)", against(x, e2eFloorMin), rate(idem.PerSecond), rate(floor.PerSecond))))
 	}
-}
-
-// e2eFloorTarget compares ours with the floor dedup end to end, fresh
-// messages at c=64: the floor's duplicates ask Redis where ours answer from
-// the local cache, so only fresh messages compare two stores.
-func (r *report) e2eFloorTarget(broker, title string) Target {
-	c := ceilingClients
-	t := Target{ID: fmt.Sprintf("e2e_c%d_fresh_vs_floor_%s", c, broker),
-		Figure: fmt.Sprintf("end to end at c=%d, fresh, %s: ours ÷ floor dedup", c, title), Target: fmt.Sprintf("≥ %.2f", e2eFloorMin)}
-	floor, idem := r.find(r.E2E, broker, "floor", "fresh", c), r.find(r.E2E, broker, "idem", "fresh", c)
-	if floor == 0 || idem == 0 {
-		return notMeasured(t, fmt.Sprintf("needs section e2e (broker %s, c=%d)", broker, c))
+	t := Target{ID: "e2e_c64_fresh_cpu_gochannel", Figure: fmt.Sprintf("end to end at c=%d, fresh, gochannel: this process's CPU per message, ours − floor dedup", e2eConc),
+		Target: fmt.Sprintf("≤ %d µs", e2eCPUMaxExtra)}
+	if idem, floor := r.cell("gochannel", "idem"), r.cell("gochannel", "floor"); idem.ClientCPU == 0 || floor.ClientCPU == 0 {
+		ts = append(ts, t.notMeasured(fmt.Sprintf("needs section e2e (broker gochannel, c=%d)", e2eConc)))
+	} else {
+		x := idem.ClientCPU - floor.ClientCPU
+		ts = append(ts, t.check(x, "<=", e2eCPUMaxExtra, fmt.Sprintf("%.1f (%.1f vs %.1f µs)", x, idem.ClientCPU, floor.ClientCPU)))
 	}
-	x := idem / floor
-	t.Measured = fmt.Sprintf("%s (%s vs %s msg/s)", against(x, e2eFloorMin), rate(idem), rate(floor))
-	return t.check(x, ">=", e2eFloorMin)
-}
-
-// costTarget: every cost cell of load costs want commands per message, by
-// Redis's count and the client's.
-func (r *report) costTarget(id, figure, load string, want float64) Target {
-	t := Target{ID: id, Figure: figure, Target: fmt.Sprintf("%.0f", want)}
+	for _, x := range []struct {
+		load, figure string
+		want         float64
+	}{{"fresh", "fresh message: Redis commands", 2}, {"duplicate-nocache", "duplicate, cache off: Redis commands", 1},
+		{"duplicate-warm", "duplicate, warm cache: Redis commands", 0}} {
+		t := Target{ID: strings.ReplaceAll(x.load, "-", "_") + "_redis_commands", Figure: x.figure + " (every c)", Target: fmt.Sprintf("%.0f", x.want)}
+		worst, cells := x.want, 0
+		for _, c := range r.statsCost() {
+			if c.Load == x.load {
+				if cells++; math.Abs(c.Commands-x.want) > math.Abs(worst-x.want) {
+					worst = c.Commands
+				}
+			}
+		}
+		if cells == 0 {
+			ts = append(ts, t.notMeasured("needs section stats"))
+			continue
+		}
+		ts = append(ts, t.check(worst, "==", x.want, fmt.Sprintf("%.2f", worst)))
+	}
+	t = Target{ID: "completed_key_bytes", Figure: "Redis memory per COMPLETED key without output (MEMORY USAGE)", Target: fmt.Sprintf("< %d B", keyMaxBytes)}
 	if r.Stats == nil {
-		return notMeasured(t, "needs section stats")
+		ts = append(ts, t.notMeasured("needs section stats"))
+	} else {
+		ts = append(ts, t.check(r.Stats.MemoryUsage, "<", keyMaxBytes, fmt.Sprintf("%.0f B (%d-byte key)", r.Stats.MemoryUsage, r.Stats.KeyBytes)))
 	}
-	lo, hi, cells := math.Inf(1), math.Inf(-1), 0
-	for _, x := range r.Stats.Cost {
-		if x.Load == load {
-			lo, hi, cells = min(lo, x.ServerCommands, x.ClientCommands), max(hi, x.ServerCommands, x.ClientCommands), cells+1
+	for i, x := range []struct {
+		id, figure string
+		want       float64
+	}{{"pg_fresh_statements", "pgstore fresh message: statements", 2}, {"pg_duplicate_statements", "pgstore duplicate, cache off: statements", 1},
+		{"pg_fresh_tx_statements", "pgstore fresh, completion in the handler's transaction: statements outside it", 1}} {
+		t := Target{ID: x.id, Figure: x.figure, Target: fmt.Sprintf("%.0f", x.want)}
+		if r.Stats == nil || r.Stats.PG == nil {
+			ts = append(ts, t.notMeasured("needs section stats and -pg"))
+			continue
 		}
-	}
-	if cells == 0 {
-		return notMeasured(t, "no cell measured")
-	}
-	t.Measured = fmt.Sprintf("%.2f–%.2f (Redis commandstats and client hook, %d cells)", lo, hi, cells)
-	worst := lo
-	if math.Abs(hi-want) > math.Abs(lo-want) {
-		worst = hi
-	}
-	return t.check(worst, "==", want)
-}
-
-func (r *report) renewalTarget() Target {
-	t := Target{ID: "renewals", Figure: "handler shorter than lease/3: Redis commands (no renewal)",
-		Target: "2"}
-	if r.Stats == nil {
-		return notMeasured(t, "needs section stats")
-	}
-	s := r.Stats
-	t.Measured = fmt.Sprintf("%.2f (handler %s, lease %s); handler %s: %.2f", s.FastHandler.CommandsPerMessage, s.FastHandler.Handler,
-		s.FastHandler.Lease, s.SlowHandler.Handler, s.SlowHandler.CommandsPerMessage)
-	return t.check(s.FastHandler.CommandsPerMessage, "==", 2)
-}
-
-func (r *report) memoryTarget() Target {
-	t := Target{ID: "completed_key_bytes", Figure: "Redis memory per COMPLETED key without output (MEMORY USAGE)",
-		Target: fmt.Sprintf("< %d B", completedKeyMaxBytes)}
-	if r.Stats == nil || r.Stats.MemoryNoOutput == 0 {
-		return notMeasured(t, "needs section stats")
-	}
-	t.Measured = fmt.Sprintf("%.0f B (%d-byte key)", r.Stats.MemoryNoOutput, r.Stats.KeyBytes)
-	return t.check(r.Stats.MemoryNoOutput, "<", completedKeyMaxBytes)
-}
-
-func (r *report) pgTargets() []Target {
-	ts := []Target{
-		{ID: "pg_fresh_statements", Figure: "pgstore fresh message: statements", Target: "2"},
-		{ID: "pg_duplicate_statements", Figure: "pgstore duplicate, cache off: statements", Target: "1"},
-		{ID: "pg_fresh_tx_statements", Figure: "pgstore fresh, completion in the handler's transaction: statements outside it", Target: "1"},
-	}
-	p := r.PGStats
-	if p == nil {
-		for i := range ts {
-			ts[i] = notMeasured(ts[i], "needs section stats and -pg")
-		}
-		return ts
-	}
-	for i, v := range []float64{p.Fresh, p.Duplicate, p.FreshTx} {
-		ts[i].Measured = fmt.Sprintf("%.2f", v)
-		ts[i] = ts[i].check(v, "==", []float64{2, 1, 1}[i])
+		v := []float64{r.Stats.PG.Fresh, r.Stats.PG.Duplicate, r.Stats.PG.FreshTx}[i]
+		ts = append(ts, t.check(v, "==", x.want, fmt.Sprintf("%.2f", v)))
 	}
 	return ts
 }
 
-// mysqlTargets are pgTargets for mysqlstore, whose claim is two statements
-// (MySQL cannot return the row it wrote).
-func (r *report) mysqlTargets() []Target {
-	ts := []Target{
-		{ID: "mysql_fresh_statements", Figure: "mysqlstore fresh message: round trips", Target: "3"},
-		{ID: "mysql_duplicate_statements", Figure: "mysqlstore duplicate, cache off: round trips", Target: "2"},
-		{ID: "mysql_fresh_tx_statements", Figure: "mysqlstore fresh, completion in the handler's transaction: round trips outside it", Target: "2"},
-	}
-	p := r.MySQLStats
-	if p == nil {
-		for i := range ts {
-			ts[i] = notMeasured(ts[i], "needs section stats and -mysql")
-		}
-		return ts
-	}
-	for i, v := range []float64{p.Fresh, p.Duplicate, p.FreshTx} {
-		ts[i].Measured = fmt.Sprintf("%.2f", v)
-		ts[i] = ts[i].check(v, "==", []float64{3, 2, 2}[i])
-	}
-	return ts
-}
-
-// against formats ratio x with two decimals, or three when two would show
-// it equal to bound: 0.796 against 0.8 reads as missed.
+// against formats ratio x with two decimals, or three where two would
+// show it equal to bound: 0.796 against 0.8 reads as missed.
 func against(x, bound float64) string {
 	if s := fmt.Sprintf("%.2f", x); s != fmt.Sprintf("%.2f", bound) || x == bound {
 		return s
@@ -340,19 +138,97 @@ func against(x, bound float64) string {
 	return fmt.Sprintf("%.3f", x)
 }
 
-// micros formats the time per message of a rate in µs.
-func micros(perSecond float64) string {
-	us := 1e6 / perSecond
-	if us < 10 {
-		return fmt.Sprintf("%.2f", us)
+// cell is the e2e cell of broker and dedup at e2eConc, zero if not run.
+func (r *report) cell(broker, dedup string) Rate {
+	for _, x := range r.E2E {
+		if x.Broker == broker && x.Dedup == dedup && x.Concurrency == e2eConc {
+			return x
+		}
 	}
-	return fmt.Sprintf("%.1f", us)
+	return Rate{}
 }
 
-func joinInts(xs []int) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = fmt.Sprint(x)
+func (r *report) statsCost() []Cost {
+	if r.Stats == nil {
+		return nil
 	}
-	return strings.Join(s, ",")
+	return r.Stats.Cost
+}
+
+// print prints the tables of the sections that ran, then the targets.
+func (r *report) print(w io.Writer) {
+	fmt.Fprintf(w, "idembench %s  %s\n", r.Started, r.Machine)
+	table := func(title string, rows ...[]any) {
+		fmt.Fprintf(w, "\n## %s\n\n", title)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		for _, row := range rows {
+			for _, cell := range row {
+				fmt.Fprintf(tw, "%v\t", cell)
+			}
+			fmt.Fprintln(tw)
+		}
+		tw.Flush()
+	}
+	if f := r.Floor; f != nil {
+		rows := [][]any{{"load", "side", "msg/s (median)", "rounds (msg/s)", "Redis CPU µs/msg", "ours ÷ floor"}}
+		for _, p := range []struct {
+			load, floor string
+			pair        FloorPair
+		}{{"fresh", "SET NX, SET XX", f.Fresh}, {"duplicate", "GET", f.Duplicate}} {
+			for i, s := range []FloorSide{p.pair.Floor, p.pair.Ours} {
+				rounds := make([]string, len(s.Rates))
+				for j, v := range s.Rates {
+					rounds[j] = rate(v)
+				}
+				row := []any{p.load, p.floor, rate(s.PerSecond), strings.Join(rounds, " "), fmt.Sprintf("%.2f", s.RedisCPU), ""}
+				if i == 1 {
+					row[1], row[5] = "ours", fmt.Sprintf("%.2f", p.pair.RateRatio)
+				}
+				rows = append(rows, row)
+			}
+		}
+		table(fmt.Sprintf("Command floor (private redis-server; %d connections, pipelines of %d)", floorConns, floorPipeline), rows...)
+		fmt.Fprintf(w, "ours, claim:     %s\nours, complete:  %s\nours, duplicate: %s\n",
+			strings.Join(f.OursClaim, " ; "), strings.Join(f.OursComplete, " ; "), strings.Join(f.OursDuplicate, " ; "))
+	}
+	if s := r.Stats; s != nil {
+		rows := [][]any{{"load", "c", "commands", "round trips"}}
+		for _, x := range s.Cost {
+			rows = append(rows, []any{x.Load, x.Concurrency, fmt.Sprintf("%.2f", x.Commands), fmt.Sprintf("%.2f", x.RoundTrips)})
+		}
+		table(fmt.Sprintf("Redis commands per message (private redis-server, go-redis hook, %d messages per cell)", s.Messages), rows...)
+		fmt.Fprintf(w, "memory per COMPLETED key without output (%d-byte key): %.0f B (MEMORY USAGE)\n", s.KeyBytes, s.MemoryUsage)
+		if p := s.PG; p != nil {
+			fmt.Fprintf(w, "pgstore statements per message (cache off): fresh %.2f, duplicate %.2f, fresh completed in the handler's transaction %.2f outside it\n",
+				p.Fresh, p.Duplicate, p.FreshTx)
+		}
+	}
+	if len(r.E2E) > 0 {
+		rows := [][]any{{"broker", "c", "none", "idem", "floor", "idem ÷ floor", "CPU µs/msg here + Redis: none", "idem", "floor", "idem − floor", "notes"}}
+		for i := 0; i+2 < len(r.E2E); i += 3 { // none, idem, floor of one broker and c
+			none, idem, floor := r.E2E[i], r.E2E[i+1], r.E2E[i+2]
+			cpu := func(x Rate) string { return fmt.Sprintf("%.1f + %.1f", x.ClientCPU, x.RedisCPU) }
+			var notes []string
+			for _, x := range r.E2E[i : i+3] {
+				if x.Note != "" {
+					notes = append(notes, x.Dedup+": "+x.Note)
+				}
+			}
+			rows = append(rows, []any{none.Broker, none.Concurrency, rate(none.PerSecond), rate(idem.PerSecond), rate(floor.PerSecond),
+				fmt.Sprintf("%.2f", div(idem.PerSecond, floor.PerSecond)), cpu(none), cpu(idem), cpu(floor),
+				cpu(Rate{ClientCPU: idem.ClientCPU - floor.ClientCPU, RedisCPU: idem.RedisCPU - floor.RedisCPU}), strings.Join(notes, "; ")})
+		}
+		table("End to end through a Watermill router (fresh messages/s, first to last handled; floor = floor dedup)", rows...)
+	}
+	count := map[string]int{}
+	for _, t := range r.Targets {
+		count[t.Result]++
+	}
+	fmt.Fprintf(w, "\n## Targets (%d met, %d missed, %d not measured)\n\n", count["met"], count["missed"], count["not measured"])
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\ttarget\tmeasured\tresult")
+	for _, t := range r.Targets {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Figure, t.Target, t.Measured, t.Result)
+	}
+	tw.Flush()
 }

@@ -120,8 +120,7 @@ func program(text string) string {
 //     test of this clone cannot: the module path is checked instead.
 //
 // A go or idemctl command that none of these covers fails the test.
-var smokeIdembench = []string{"-c", "1,8", "-n", "20", "-d", "10ms", "-ceiling-d", "10ms", "-floor-d", "10ms",
-	"-floor-rounds", "1", "-rounds", "1", "-stats-n", "20"}
+var smokeIdembench = []string{"-c", "1,8", "-n", "20", "-floor-d", "10ms", "-floor-rounds", "1", "-stats-n", "20"}
 
 // TestDocumentedCommands runs every go and idemctl command that README.md,
 // BENCHMARKS.md and docs/*.md tell a user to run (see smokeIdembench for
