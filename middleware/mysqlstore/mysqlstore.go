@@ -2,7 +2,6 @@ package mysqlstore
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -12,32 +11,28 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
 var (
-	// ErrNilDB is returned by New for a nil *sql.DB.
-	ErrNilDB = errors.New("mysqlstore: nil *sql.DB")
-	// ErrInvalidTable is returned by New and Schema for a Config.Table that
-	// is not a plain, optionally database-qualified, identifier.
-	ErrInvalidTable = errors.New("mysqlstore: invalid table name")
-	// ErrInvalidBatch is returned by Purge for a batch size below 1.
-	ErrInvalidBatch = errors.New("mysqlstore: purge batch must be positive")
-	// ErrTooLong is returned for a token longer than MaxTokenBytes or a
-	// fingerprint longer than MaxFingerprintBytes: their columns are
+	// errNilDB is New's error for a nil *sql.DB.
+	errNilDB = errors.New("mysqlstore: nil *sql.DB")
+	// errTooLong is Claim's error for a token longer than maxTokenBytes or
+	// a fingerprint longer than maxFingerprintBytes: their columns are
 	// bounded, and a server outside strict SQL mode would silently cut them.
-	ErrTooLong = errors.New("mysqlstore: value longer than its column")
+	errTooLong = errors.New("mysqlstore: value longer than its column")
 )
 
 // The bounds of the bounded columns.
 const (
-	// MaxTokenBytes is the longest owner token (VARBINARY(255));
+	// maxTokenBytes is the longest owner token (VARBINARY(255));
 	// idempotency.NewToken makes 32-byte tokens.
-	MaxTokenBytes = 255
-	// MaxFingerprintBytes is the longest fingerprint (BLOB).
-	MaxFingerprintBytes = 65535
+	maxTokenBytes = 255
+	// maxFingerprintBytes is the longest fingerprint (BLOB).
+	maxFingerprintBytes = 65535
 )
 
-// Store is an idempotency.Store on a MySQL or MariaDB (InnoDB) table. It is
+// Store is an [idempotency.Store] on a MySQL or MariaDB (InnoDB) table. It is
 // safe for concurrent use and does not own the *sql.DB: closing it is the
 // caller's business. It prepares each of its statements once, on first
 // use; Close releases them.
@@ -56,17 +51,16 @@ var _ idempotency.Store = (*Store)(nil)
 // github.com/go-sql-driver/mysql (driver name "mysql"); no DSN option is
 // required, and none changes what the store reads. New does not contact the
 // server and creates nothing: create the table once with Migrate, or with
-// the DDL that Schema returns.
+// the DDL that [Schema] returns.
 func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
-		return nil, ErrNilDB
+		return nil, errNilDB
 	}
-	cfg = cfg.withDefaults()
-	st, err := cfg.statements()
+	st, table, err := cfg.statements()
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, table: cfg.Table, sql: st, prepared: map[string]*sql.Stmt{}}, nil
+	return &Store{db: db, table: table, sql: st, prepared: map[string]*sql.Stmt{}}, nil
 }
 
 // Close releases the store's prepared statements. It does not close the
@@ -81,9 +75,6 @@ func (s *Store) Close() error {
 	}
 	return errors.Join(errs...)
 }
-
-// Schema returns the DDL of the store's table: what Migrate runs.
-func (s *Store) Schema() string { return s.sql.schema }
 
 // Migrate creates the store's table, with its index and CHECK constraint,
 // unless it exists. It is one CREATE TABLE IF NOT EXISTS, which MySQL and
@@ -135,17 +126,17 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	if len(req.Fingerprint) > 0 {
 		fp = req.Fingerprint
 	}
-	hash := keyHash(key)
+	hash := sqlstore.KeyHash(key)
 	tok := []byte(req.Token)
 	lease, ttl := durationMicros(req.Lease), durationMicros(req.TTL)
 	db := dbRunner{s}
 	for i := 1; ; i++ {
-		if _, err := db.exec(ctx, s.sql.claim, hash[:], []byte(key), tok, fp, lease, ttl, lease+ttl,
+		if _, err := db.exec(ctx, s.sql.claim, hash, []byte(key), tok, fp, lease, ttl, lease+ttl,
 			fp, fp, tok, tok, fp, fp, lease, ttl, lease+ttl); err != nil {
 			return idempotency.ClaimResult{}, s.queryError(ctx, "claim", key, err)
 		}
-		var r row
-		err := db.queryRow(ctx, s.sql.get, hash[:]).Scan(r.dest()...)
+		var r sqlstore.Row
+		err := db.queryRow(ctx, s.sql.get, hash).Scan(dest(&r)...)
 		if errors.Is(err, sql.ErrNoRows) {
 			if i < maxClaimReads {
 				continue // deleted since the write
@@ -161,9 +152,9 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 		refusedFP := fp != nil && len(r.Fingerprint) > 0 && string(req.Fingerprint) != string(r.Fingerprint)
 		if !r.Expired() && r.ClaimedBy(req.Token) && !refusedFP {
 			s.prepareCompletion(ctx)
-			return idempotency.ClaimResult{Acquired: true, Record: r.claimedRecord()}, nil
+			return idempotency.ClaimResult{Acquired: true, Record: claimedRecord(&r)}, nil
 		}
-		claimable := r.Expired() || *r.State == stateFailed || (*r.State == stateInProgress && !r.Live())
+		claimable := r.Expired() || *r.State == sqlstore.StateFailed || (*r.State == sqlstore.StateInProgress && !r.Live())
 		if claimable && !refusedFP && i < maxClaimReads {
 			continue // the record moved on since the write
 		}
@@ -226,8 +217,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := ctx.Err(); err != nil {
 		return wrap("release", key, err)
 	}
-	hash := keyHash(key)
-	res, err := dbRunner{s}.exec(ctx, s.sql.releaseDelete, hash[:], []byte(token))
+	res, err := dbRunner{s}.exec(ctx, s.sql.releaseDelete, sqlstore.KeyHash(key), []byte(token))
 	if err != nil {
 		return s.queryError(ctx, "release", key, err)
 	}
@@ -237,18 +227,16 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return s.owned(ctx, dbRunner{s}, "release", key, token, s.sql.releaseUpdate)
 }
 
-// owned runs an owner statement (sql.go), whose last parameters are the key's
-// hash and token, and reads its answer: nil when it changed the row;
-// otherwise, from the row as a second statement reads it, ErrCorruptRecord,
-// nil for the token's own resent Complete or Fail (and for any Release:
-// there was nothing of the token's to undo), ErrCompletedByOwner for a
-// renewal of the token's own COMPLETED record (see Renew), or ErrLeaseLost.
+// owned runs an owner statement (sql.go), whose last parameters are the
+// key's hash and token, and reads its answer: nil when it changed the row,
+// else what [sqlstore.Refused] makes of the row as a second statement reads
+// it.
 func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string, args ...any) error {
 	if err := ctx.Err(); err != nil {
 		return wrap(op, key, err)
 	}
-	hash := keyHash(key)
-	res, err := q.exec(ctx, stmt, append(args, hash[:], []byte(token))...)
+	hash := sqlstore.KeyHash(key)
+	res, err := q.exec(ctx, stmt, append(args, hash, []byte(token))...)
 	if err != nil {
 		return s.queryError(ctx, op, key, err)
 	}
@@ -264,39 +252,17 @@ func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string
 		// read the row as the UPDATE did, locked, never from a snapshot.
 		fallback = s.sql.fallbackLocked
 	}
-	var r row
-	err = q.queryRow(ctx, fallback, hash[:]).Scan(r.dest()...)
-	found := true
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		found = false
-	case err != nil:
+	var r sqlstore.Row
+	err = q.queryRow(ctx, fallback, hash).Scan(dest(&r)...)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return s.queryError(ctx, op, key, err)
 	}
-	if found {
-		if err := r.Check(); err != nil {
-			return wrap(op, key, err)
-		}
-		own := !r.Expired() && string(r.Token) == token
-		switch {
-		case own && op == "renew" && r.Live():
-			return nil // matched, but nothing changed within the microsecond
-		case own && op == "renew" && *r.State == stateCompleted:
-			// The owner's own Complete, most often its transaction's,
-			// committed: the lease ended without anyone taking it.
-			return wrap(op, key, idempotency.ErrCompletedByOwner)
-		case own && (op == "complete" && *r.State == stateCompleted || op == "fail" && *r.State == stateFailed):
-			return nil // the token's own transition, resent
-		case own && op == opCompleteTx && *r.State == stateCompleted:
-			// Not a resend: another transaction of this run committed its
-			// effect and COMPLETED already; this one must not commit.
-			return wrap(op, key, ErrAlreadyCompleted)
-		}
+	switch err := sqlstore.Refused(op, err == nil, &r, token); {
+	case err == nil, errors.Is(err, sqlstore.ErrRenewRaced):
+		return nil // for a renewal: matched, but nothing changed within the microsecond
+	default:
+		return wrap(op, key, err)
 	}
-	if op == "release" {
-		return nil
-	}
-	return wrap(op, key, idempotency.ErrLeaseLost)
 }
 
 // Get implements idempotency.Store with one SELECT.
@@ -307,9 +273,8 @@ func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error)
 	if err := ctx.Err(); err != nil {
 		return idempotency.Record{}, wrap("get", key, err)
 	}
-	hash := keyHash(key)
-	var r row
-	err := dbRunner{s}.queryRow(ctx, s.sql.get, hash[:]).Scan(r.dest()...)
+	var r sqlstore.Row
+	err := dbRunner{s}.queryRow(ctx, s.sql.get, sqlstore.KeyHash(key)).Scan(dest(&r)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return idempotency.Record{State: idempotency.StateAbsent}, nil
 	}
@@ -334,8 +299,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return wrap("delete", key, err)
 	}
-	hash := keyHash(key)
-	if _, err := (dbRunner{s}).exec(ctx, s.sql.del, hash[:]); err != nil {
+	if _, err := (dbRunner{s}).exec(ctx, s.sql.del, sqlstore.KeyHash(key)); err != nil {
 		return s.queryError(ctx, "delete", key, err)
 	}
 	return nil
@@ -343,30 +307,17 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 
 // checkLengths refuses a token or fingerprint longer than its column.
 func checkLengths(token string, fingerprint []byte) error {
-	if len(token) > MaxTokenBytes {
-		return fmt.Errorf("%w: the token has %d bytes, at most %d fit", ErrTooLong, len(token), MaxTokenBytes)
+	if len(token) > maxTokenBytes {
+		return fmt.Errorf("%w: the token has %d bytes, at most %d fit", errTooLong, len(token), maxTokenBytes)
 	}
-	if len(fingerprint) > MaxFingerprintBytes {
-		return fmt.Errorf("%w: the fingerprint has %d bytes, at most %d fit", ErrTooLong, len(fingerprint), MaxFingerprintBytes)
+	if len(fingerprint) > maxFingerprintBytes {
+		return fmt.Errorf("%w: the fingerprint has %d bytes, at most %d fit", errTooLong, len(fingerprint), maxFingerprintBytes)
 	}
 	return nil
 }
 
-// keyHash is the primary key of key's row.
-func keyHash(key string) [sha256.Size]byte {
-	return sha256.Sum256([]byte(key))
-}
-
-// durationMicros returns d in whole microseconds, rounded up so that a
-// positive duration stays positive, after clamping it to
-// idempotency.MaxTTL: the rounding must not overflow into a negative
-// INTERVAL (an expiry in the past, or a row the CHECK constraint refuses),
-// and a deadline must stay within DATETIME's range (year 9999). A renewal
-// adds the claim's TTL to its lease: two MaxTTLs from now is still there.
-func durationMicros(d time.Duration) int64 {
-	d = idempotency.ClampTTL(d)
-	return int64((d + time.Microsecond - 1) / time.Microsecond)
-}
+// durationMicros is d in microseconds for the statements' INTERVALs.
+func durationMicros(d time.Duration) int64 { return sqlstore.DurationMicros(d) }
 
 // MySQL and MariaDB error numbers the store translates or retries.
 const (
@@ -408,22 +359,6 @@ func isDeadlock(err error) bool {
 	return errors.As(err, &myErr) && myErr.Number == errDeadlock
 }
 
-// withContext adds the context's error to err when the context has ended and
-// err does not already match it, so that callers can test for
-// context.DeadlineExceeded or context.Canceled.
-func withContext(ctx context.Context, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%w: %w", cerr, err)
-	}
-	return err
-}
+func wrap(op, key string, err error) error { return sqlstore.Wrap("mysqlstore", op, key, err) }
 
-// maxKeyInError bounds how much of a key an error message quotes.
-const maxKeyInError = 64
-
-func wrap(op, key string, err error) error {
-	if len(key) > maxKeyInError {
-		return fmt.Errorf("mysqlstore: %s %q… (%d bytes): %w", op, key[:maxKeyInError], len(key), err)
-	}
-	return fmt.Errorf("mysqlstore: %s %q: %w", op, key, err)
-}
+func withContext(ctx context.Context, err error) error { return sqlstore.WithContext(ctx, err) }

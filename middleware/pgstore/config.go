@@ -2,13 +2,11 @@ package pgstore
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
-)
 
-// DefaultTable is the table of a Config whose Table is empty.
-const DefaultTable = "idempotency_keys"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
+)
 
 // indexSuffix makes the name of the table's expiry index from the table's.
 const indexSuffix = "_expires_at"
@@ -20,69 +18,37 @@ const maxIdentifier = 63
 
 // Config configures a Store. The zero Config is valid.
 type Config struct {
-	// Table is the table that holds the records: a name of lower-case ASCII
-	// letters, digits and underscores that does not start with a digit,
-	// optionally qualified by a schema name of the same form
-	// ("idempotency.keys"). The table name may be at most 52 bytes long, so
-	// that the name of its index (the table's plus "_expires_at") fits in
-	// PostgreSQL's 63. Names are quoted in every statement, so reserved
-	// words are fine. Zero means DefaultTable, unqualified, which resolves
-	// through the connection's search_path.
+	// Table holds the records: lower-case ASCII letters, digits and
+	// underscores, not starting with a digit, at most 52 bytes (its index
+	// adds "_expires_at" within PostgreSQL's 63), optionally qualified by a
+	// schema of the same form ("idempotency.keys"). Names are quoted in
+	// every statement. The default is idempotency_keys, resolved through
+	// the connection's search_path.
 	Table string
 }
 
-func (c Config) withDefaults() Config {
-	if c.Table == "" {
-		c.Table = DefaultTable
-	}
-	return c
-}
-
-// Schema returns the DDL that creates cfg's table and its index, for users
-// who run their own migrations: the same SQL that Store.Migrate runs. Zero
-// fields of cfg mean their defaults.
+// Schema returns the DDL that creates cfg's table and its index, for your
+// own migrations: the SQL that [Store.Migrate] runs.
 func Schema(cfg Config) (string, error) {
-	st, err := cfg.withDefaults().statements()
+	st, _, err := cfg.statements()
 	if err != nil {
 		return "", err
 	}
 	return st.schema, nil
 }
 
-// statements validates the (defaulted) table name and builds the store's SQL
-// for it.
-func (c Config) statements() (statements, error) {
-	parts := strings.Split(c.Table, ".")
-	if len(parts) > 2 {
-		return statements{}, fmt.Errorf("%w: %q has more than one dot", ErrInvalidTable, c.Table)
+// statements validates the table name and builds the store's SQL for it,
+// and returns the table as configured.
+func (c Config) statements() (statements, string, error) {
+	if c.Table == "" {
+		c.Table = sqlstore.DefaultTable
+	}
+	parts, err := sqlstore.ParseTable(c.Table, maxIdentifier, indexSuffix)
+	if err != nil {
+		return statements{}, "", wrapTable(err)
 	}
 	table := parts[len(parts)-1]
-	for _, p := range parts {
-		if !isIdentifier(p) {
-			return statements{}, fmt.Errorf("%w: %q: each part must be lower-case ASCII letters, digits and underscores, not starting with a digit, at most %d bytes",
-				ErrInvalidTable, c.Table, maxIdentifier)
-		}
-	}
-	if len(table)+len(indexSuffix) > maxIdentifier {
-		return statements{}, fmt.Errorf("%w: %q: the table name may be at most %d bytes", ErrInvalidTable, c.Table, maxIdentifier-len(indexSuffix))
-	}
-	return buildStatements(pgx.Identifier(parts).Sanitize(), pgx.Identifier{table + indexSuffix}.Sanitize()), nil
+	return buildStatements(pgx.Identifier(parts).Sanitize(), pgx.Identifier{table + indexSuffix}.Sanitize()), c.Table, nil
 }
 
-// isIdentifier reports whether s is a plain lower-case SQL identifier: one
-// that means the same quoted or not, so users can type it bare in psql.
-func isIdentifier(s string) bool {
-	if s == "" || len(s) > maxIdentifier {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c == '_':
-		case c >= '0' && c <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
+func wrapTable(err error) error { return fmt.Errorf("pgstore: %w", err) }

@@ -1,4 +1,4 @@
-package purgeloop
+package sqlstore
 
 import (
 	"context"
@@ -9,20 +9,22 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 )
 
-// ErrInvalidInterval is the error of Run for an interval below 1 ns; the
-// stores wrap it with their name.
+// ErrInvalidInterval is PurgeEvery's error for an interval below 1 ns.
 var ErrInvalidInterval = errors.New("purge interval must be positive")
 
-// Purge deletes up to batch expired records and returns how many.
-type Purge func(ctx context.Context, batch int) (int64, error)
+// ErrInvalidBatch is PurgeEvery's error for a batch below 1.
+var ErrInvalidBatch = errors.New("purge batch must be positive")
 
-// Run calls purge at once and then every interval until ctx ends, and
+// PurgeEvery calls purge at once and then every interval until ctx ends, and
 // returns nil then. Each round calls purge again while it returns a full
 // batch, so that a backlog drains within one round. A failing call is
 // logged at Error and ends the round; the next round tries again. A round
-// that deleted rows is logged at Debug. Run returns an error at once, and
-// purges nothing, for an interval below 1 ns; the caller checks the batch.
-func Run(ctx context.Context, interval time.Duration, batch int, purge Purge, logger watermill.LoggerAdapter, table string) error {
+// that deleted rows is logged at Debug. It returns an error at once, and
+// purges nothing, for a batch below 1 or an interval below 1 ns.
+func PurgeEvery(ctx context.Context, interval time.Duration, batch int, purge func(ctx context.Context, batch int) (int64, error), logger watermill.LoggerAdapter, table string) error {
+	if batch < 1 {
+		return fmt.Errorf("%w (got %d)", ErrInvalidBatch, batch)
+	}
 	if interval <= 0 {
 		return fmt.Errorf("%w (got %s)", ErrInvalidInterval, interval)
 	}

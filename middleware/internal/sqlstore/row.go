@@ -1,10 +1,4 @@
-// Package sqlrecord is the record of the SQL stores (pgstore, mysqlstore)
-// as their statements return it: one row, every column nullable, checked
-// against the record's invariants before anything reads it, and read as an
-// idempotency.Record. Both stores keep the same columns with the same
-// meaning; how each scans its times is its own (Micros for a column of
-// microseconds since the Unix epoch).
-package sqlrecord
+package sqlstore
 
 import (
 	"database/sql"
@@ -184,7 +178,7 @@ func (m Micros) Scan(src any) error {
 		t := time.UnixMicro(us.Int64).UTC()
 		*m.T = &t
 	case !us.Valid:
-		return errors.New("sqlrecord: NULL where a time is required")
+		return errors.New("sqlstore: NULL where a time is required")
 	default:
 		*m.At = time.UnixMicro(us.Int64).UTC()
 	}
