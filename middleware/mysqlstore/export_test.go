@@ -36,7 +36,9 @@ func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, key, token string, r
 }
 
 // Purge deletes up to batch expired records: one round of PurgeEvery.
-func (s *Store) Purge(ctx context.Context, batch int) (int64, error) { return s.purge(ctx, batch) }
+func (s *Store) Purge(ctx context.Context, batch int) (int64, error) {
+	return sqlstore.Purge(ctx, "mysqlstore", s.table, batch, s.purge)
+}
 
 // Schema is the DDL the store's Migrate runs.
 func (s *Store) Schema() string { return s.sql.schema }

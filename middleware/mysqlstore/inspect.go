@@ -63,18 +63,14 @@ func (s *Store) Records(ctx context.Context, prefix string) iter.Seq2[idempotenc
 
 func (s *Store) records(ctx context.Context, prefix string, batch int) iter.Seq2[idempotency.Entry, error] {
 	stmt := s.inspectSQL().page
-	return sqlstore.Pages(batch, func(after []byte) ([]idempotency.Entry, []byte, error) {
+	return sqlstore.Records(batch, dest, func(after []byte) (sqlstore.Rows, func(), error) {
 		rows, err := s.db.QueryContext(ctx, stmt, after, []byte(prefix), []byte(prefix), batch)
 		if err != nil {
-			return nil, nil, s.queryError(ctx, "records", prefix, err)
+			return nil, nil, err
 		}
-		defer rows.Close()
-		page, last, err := sqlstore.ReadPage(rows, dest, func(key string, err error) error { return wrap("records", key, err) })
-		if err != nil {
-			return nil, nil, s.queryError(ctx, "records", prefix, err)
-		}
-		return page, last, nil
-	})
+		return rows, func() { _ = rows.Close() }, nil
+	}, func(key string, err error) error { return wrap("records", key, err) },
+		func(err error) error { return s.queryError(ctx, "records", prefix, err) })
 }
 
 // DeleteIf deletes key's row only when its record is in one of states

@@ -267,36 +267,25 @@ func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string
 
 // Get implements idempotency.Store with one SELECT.
 func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error) {
-	if key == "" {
-		return idempotency.Record{}, wrap("get", key, idempotency.ErrEmptyKey)
-	}
-	if err := ctx.Err(); err != nil {
+	if err := sqlstore.CheckKey(ctx, key); err != nil {
 		return idempotency.Record{}, wrap("get", key, err)
 	}
 	var r sqlstore.Row
 	err := dbRunner{s}.queryRow(ctx, s.sql.get, sqlstore.KeyHash(key)).Scan(dest(&r)...)
-	if errors.Is(err, sql.ErrNoRows) {
-		return idempotency.Record{State: idempotency.StateAbsent}, nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return idempotency.Record{}, s.queryError(ctx, "get", key, err)
 	}
-	if err := r.Check(); err != nil {
-		return idempotency.Record{}, wrap("get", key, err)
+	rec, err := r.Read(err == nil)
+	if err != nil {
+		return rec, wrap("get", key, err)
 	}
-	if r.Expired() {
-		return idempotency.Record{State: idempotency.StateAbsent}, nil
-	}
-	return r.Record(true), nil
+	return rec, nil
 }
 
 // Delete implements idempotency.Store with one DELETE, which removes any row,
 // a corrupt one included.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if key == "" {
-		return wrap("delete", key, idempotency.ErrEmptyKey)
-	}
-	if err := ctx.Err(); err != nil {
+	if err := sqlstore.CheckKey(ctx, key); err != nil {
 		return wrap("delete", key, err)
 	}
 	if _, err := (dbRunner{s}).exec(ctx, s.sql.del, sqlstore.KeyHash(key)); err != nil {

@@ -2,7 +2,6 @@ package mysqlstore
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -25,10 +24,7 @@ import (
 // DELETE also locks the gaps of the expires_at index it scans; a batch of
 // a few thousand keeps each statement well under a second.
 func (s *Store) PurgeEvery(ctx context.Context, interval time.Duration, batch int, logger watermill.LoggerAdapter) error {
-	if err := sqlstore.PurgeEvery(ctx, interval, batch, s.purge, logger, s.table); err != nil {
-		return fmt.Errorf("mysqlstore: purge %s: %w", s.table, err)
-	}
-	return nil
+	return sqlstore.PurgeEvery(ctx, "mysqlstore", s.table, interval, batch, s.purge, logger)
 }
 
 // purge deletes up to batch expired records, oldest expiry first, in one
@@ -36,15 +32,9 @@ func (s *Store) PurgeEvery(ctx context.Context, interval time.Duration, batch in
 // many. A claim that meets a row being purged waits for the DELETE and then
 // starts afresh (attempt 1), as it would on the expired row.
 func (s *Store) purge(ctx context.Context, batch int) (int64, error) {
-	if batch < 1 {
-		return 0, fmt.Errorf("mysqlstore: purge %s: %w (got %d)", s.table, sqlstore.ErrInvalidBatch, batch)
-	}
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("mysqlstore: purge %s: %w", s.table, err)
-	}
 	res, err := dbRunner{s}.exec(ctx, s.sql.purge, batch)
 	if err != nil {
-		return 0, fmt.Errorf("mysqlstore: purge %s: %w", s.table, withContext(ctx, err))
+		return 0, err
 	}
 	return res.RowsAffected()
 }

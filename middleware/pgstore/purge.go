@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -23,10 +22,7 @@ import (
 // returns an error at once for a batch below 1 or an interval below 1 ns.
 // A batch of a few thousand keeps each statement well under a second.
 func (s *Store) PurgeEvery(ctx context.Context, interval time.Duration, batch int, logger watermill.LoggerAdapter) error {
-	if err := sqlstore.PurgeEvery(ctx, interval, batch, s.purge, logger, s.table); err != nil {
-		return fmt.Errorf("pgstore: purge %s: %w", s.table, err)
-	}
-	return nil
+	return sqlstore.PurgeEvery(ctx, "pgstore", s.table, interval, batch, s.purge, logger)
 }
 
 // purge deletes up to batch expired records, in no particular order, in
@@ -34,12 +30,6 @@ func (s *Store) PurgeEvery(ctx context.Context, interval time.Duration, batch in
 // corrupt row is purged like any other once its expires_at has passed; one
 // without an expires_at is left for an operator to Delete.
 func (s *Store) purge(ctx context.Context, batch int) (int64, error) {
-	if batch < 1 {
-		return 0, fmt.Errorf("pgstore: purge %s: %w (got %d)", s.table, sqlstore.ErrInvalidBatch, batch)
-	}
 	tag, err := s.pool.Exec(ctx, s.sql.purge, batch)
-	if err != nil {
-		return 0, fmt.Errorf("pgstore: purge %s: %w", s.table, withContext(ctx, err))
-	}
-	return tag.RowsAffected(), nil
+	return tag.RowsAffected(), err
 }

@@ -155,6 +155,22 @@ func (r *Row) Record(withToken bool) idempotency.Record {
 	return rec
 }
 
+// Read is the stores' Get of the row, found false when there was none:
+// an absent or expired row reads StateAbsent, a corrupt one is Check's
+// error, any other its record, token included.
+func (r *Row) Read(found bool) (idempotency.Record, error) {
+	if !found {
+		return idempotency.Record{State: idempotency.StateAbsent}, nil
+	}
+	if err := r.Check(); err != nil {
+		return idempotency.Record{}, err
+	}
+	if r.Expired() {
+		return idempotency.Record{State: idempotency.StateAbsent}, nil
+	}
+	return r.Record(true), nil
+}
+
 // Micros scans a column of microseconds since the Unix epoch, or NULL, into
 // a time in UTC: into *T when T is set (NULL leaves nil there), else into
 // *At (NULL is an error).

@@ -114,6 +114,15 @@ func CompleteInTx(ctx context.Context, s idempotency.Store, result func(*idempot
 	return nil
 }
 
+// CheckKey is the check of Get and Delete before a statement: a key, and a
+// context that has not ended.
+func CheckKey(ctx context.Context, key string) error {
+	if key == "" {
+		return idempotency.ErrEmptyKey
+	}
+	return ctx.Err()
+}
+
 // KeyHash is the primary key of key's row.
 func KeyHash(key string) []byte {
 	h := sha256.Sum256([]byte(key))
@@ -237,7 +246,7 @@ func StateOf(name string) idempotency.State {
 // PageSize is the rows per query of the stores' Records.
 const PageSize = 500
 
-// Rows is what ReadPage reads of a driver's result set (pgx.Rows,
+// Rows is what Records reads of a driver's result set (pgx.Rows,
 // *sql.Rows).
 type Rows interface {
 	Next() bool
@@ -245,12 +254,29 @@ type Rows interface {
 	Err() error
 }
 
-// ReadPage reads a page of the stores' Records statement, whose columns
-// are key_hash, key, the row's size and then a record's (dest gives their
-// destinations): the entries, and the last row's key_hash. A corrupt row is
-// an entry with Err (wrapped by wrap); it does not test expiry, which the
-// statement does on the server's clock.
-func ReadPage(rows Rows, dest func(r *Row) []any, wrap func(key string, err error) error) (page []idempotency.Entry, last []byte, err error) {
+// Records is the stores' Records: pages of batch rows, each page read by
+// query (the page statement from after, and how to close its rows), whose
+// columns are key_hash, key, the row's size and then a record's (dest gives
+// their destinations). A corrupt row is an entry with Err (wrapped by
+// wrap); a failed query (wrapped by queryError) ends the walk. Expiry is
+// the statement's to test, on the server's clock.
+func Records(batch int, dest func(r *Row) []any, query func(after []byte) (Rows, func(), error),
+	wrap func(key string, err error) error, queryError func(error) error) iter.Seq2[idempotency.Entry, error] {
+	return Pages(batch, func(after []byte) ([]idempotency.Entry, []byte, error) {
+		rows, done, err := query(after)
+		if err != nil {
+			return nil, nil, queryError(err)
+		}
+		defer done()
+		page, last, err := readPage(rows, dest, wrap)
+		if err != nil {
+			return nil, nil, queryError(err)
+		}
+		return page, last, nil
+	})
+}
+
+func readPage(rows Rows, dest func(r *Row) []any, wrap func(key string, err error) error) (page []idempotency.Entry, last []byte, err error) {
 	for rows.Next() {
 		var key []byte
 		var e idempotency.Entry
