@@ -166,10 +166,10 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 }
 
 // prepareCompletion prepares the completion's statement on the pool once,
-// before a run needs it: CompleteTx runs it on the transaction's connection
-// and can prepare it there (once per connection) only from a statement of
-// the pool's, which it must not take a connection to make. A failure is left
-// for the next claim.
+// before a run needs it: the in-transaction completion runs it on the
+// transaction's connection and can prepare it there (once per connection)
+// only from a statement of the pool's, which it must not take a connection
+// to make. A failure is left for the next claim.
 func (s *Store) prepareCompletion(ctx context.Context) {
 	if s.preparedStmt(s.sql.complete) == nil {
 		_, _ = s.stmt(ctx, s.sql.complete)

@@ -245,7 +245,7 @@ const releaseUpdateSQL = `UPDATE {t} SET state = 'failed', token = NULL, attempt
 WHERE {held} AND attempts > 1`
 
 // fallbackSQL reads the row of a refused owner statement: 1 key_hash. In a
-// transaction (CompleteTx), and for a renewal, it is a locking read (LOCK
+// transaction (CompleteInTx), and for a renewal, it is a locking read (LOCK
 // IN SHARE MODE), so that it sees the latest committed version, as the
 // UPDATE did, rather than a snapshot: a renewal that waited for an
 // in-transaction completion must see its COMMIT (Store.Renew).
