@@ -37,7 +37,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, key, token string, r
 
 // Purge deletes up to batch expired records: one round of PurgeEvery.
 func (s *Store) Purge(ctx context.Context, batch int) (int64, error) {
-	return sqlstore.Purge(ctx, "mysqlstore", s.table, batch, s.purge)
+	return s.d.Purge(ctx, batch)
 }
 
 // Schema is the DDL the store's Migrate runs.
@@ -45,5 +45,5 @@ func (s *Store) Schema() string { return s.sql.schema }
 
 // RecordsBatch is Records with batch rows a page.
 func (s *Store) RecordsBatch(ctx context.Context, prefix string, batch int) iter.Seq2[idempotency.Entry, error] {
-	return s.records(ctx, prefix, batch)
+	return s.d.Records(ctx, prefix, batch)
 }

@@ -58,19 +58,7 @@ func (s *Store) inspectSQL() inspectStatements {
 // the server, which still reads the whole index. Corrupt rows are yielded
 // with Entry.Err; a failed query is the iterator's error and ends the walk.
 func (s *Store) Records(ctx context.Context, prefix string) iter.Seq2[idempotency.Entry, error] {
-	return s.records(ctx, prefix, sqlstore.PageSize)
-}
-
-func (s *Store) records(ctx context.Context, prefix string, batch int) iter.Seq2[idempotency.Entry, error] {
-	stmt := s.inspectSQL().page
-	return sqlstore.Records(batch, dest, func(after []byte) (sqlstore.Rows, func(), error) {
-		rows, err := s.db.QueryContext(ctx, stmt, after, []byte(prefix), []byte(prefix), batch)
-		if err != nil {
-			return nil, nil, err
-		}
-		return rows, func() { _ = rows.Close() }, nil
-	}, func(key string, err error) error { return wrap("records", key, err) },
-		func(err error) error { return s.queryError(ctx, "records", prefix, err) })
+	return s.d.Records(ctx, prefix, sqlstore.PageSize)
 }
 
 // DeleteIf deletes key's row only when its record is in one of states
@@ -83,10 +71,7 @@ func (s *Store) records(ctx context.Context, prefix string, batch int) iter.Seq2
 // context is cancelled. A corrupt row is ErrCorruptRecord and is not
 // deleted (use Delete for it).
 func (s *Store) DeleteIf(ctx context.Context, key string, states ...idempotency.State) (found idempotency.State, deleted bool, err error) {
-	if key == "" {
-		return 0, false, wrap("delete if", key, idempotency.ErrEmptyKey)
-	}
-	names, err := sqlstore.StateNames(states)
+	names, err := sqlstore.StateNames(key, states)
 	if err != nil {
 		return 0, false, wrap("delete if", key, err)
 	}

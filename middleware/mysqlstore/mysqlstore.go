@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,48 @@ const (
 	maxFingerprintBytes = 65535
 )
 
+// Config configures a Store. The zero Config is valid.
+type Config struct {
+	// Table holds the records: lower-case ASCII letters, digits and
+	// underscores, not starting with a digit, at most 51 bytes (its CHECK
+	// constraint adds "_record_valid" within 64), optionally qualified by a
+	// database of the same form ("idempotency.keys"). Names are quoted in
+	// every statement. The default is idempotency_keys, in the
+	// connection's current database.
+	Table string
+}
+
+// constraintSuffix makes the name of the table's CHECK constraint from the
+// table's: MySQL names constraints per database, not per table, so two
+// tables of the store in one database need two names.
+const constraintSuffix = "_record_valid"
+
+// maxIdentifier is the length of a MySQL and MariaDB identifier, in
+// characters (here bytes: only ASCII is accepted).
+const maxIdentifier = 64
+
+// Schema returns the DDL that creates cfg's table, with its index and CHECK
+// constraint, for your own migrations: the SQL that [Store.Migrate] runs.
+func Schema(cfg Config) (string, error) {
+	table, parts, err := sqlstore.ParseTable("mysqlstore", cfg.Table, maxIdentifier, constraintSuffix)
+	if err != nil {
+		return "", err
+	}
+	return buildStatements(quoteTable(table), quote(parts[len(parts)-1]+constraintSuffix)).schema, nil
+}
+
+// quote returns a validated identifier in backquotes.
+func quote(name string) string { return "`" + name + "`" }
+
+// quoteTable returns a validated, optionally qualified, table name quoted.
+func quoteTable(table string) string {
+	parts := strings.Split(table, ".")
+	for i, p := range parts {
+		parts[i] = quote(p)
+	}
+	return strings.Join(parts, ".")
+}
+
 // Store is an [idempotency.Store] on a MySQL or MariaDB (InnoDB) table. It is
 // safe for concurrent use and does not own the *sql.DB: closing it is the
 // caller's business. It prepares each of its statements once, on first
@@ -43,6 +86,7 @@ type Store struct {
 
 	mu       sync.Mutex
 	prepared map[string]*sql.Stmt
+	d        sqlstore.Dialect
 }
 
 var _ idempotency.Store = (*Store)(nil)
@@ -56,11 +100,39 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errNilDB
 	}
-	st, table, err := cfg.statements()
+	table, parts, err := sqlstore.ParseTable("mysqlstore", cfg.Table, maxIdentifier, constraintSuffix)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, table: table, sql: st, prepared: map[string]*sql.Stmt{}}, nil
+	st := buildStatements(quoteTable(table), quote(parts[len(parts)-1]+constraintSuffix))
+	s := &Store{db: db, table: table, sql: st, prepared: map[string]*sql.Stmt{}}
+	s.d = sqlstore.Dialect{Pkg: "mysqlstore", Table: table,
+		GetSQL: st.get, DeleteSQL: st.del, PurgeSQL: st.purge, PageSQL: s.inspectSQL().page,
+		PageArgs: func(after []byte, prefix string, batch int) []any {
+			return []any{after, []byte(prefix), []byte(prefix), batch}
+		},
+		Dest: dest,
+		QueryRow: func(ctx context.Context, q string, args ...any) interface{ Scan(...any) error } {
+			return dbRunner{s}.queryRow(ctx, q, args...)
+		},
+		IsNoRows: func(err error) bool { return errors.Is(err, sql.ErrNoRows) },
+		Exec: func(ctx context.Context, q string, args ...any) (int64, error) {
+			res, err := dbRunner{s}.exec(ctx, q, args...)
+			if err != nil {
+				return 0, err
+			}
+			return res.RowsAffected()
+		},
+		Query: func(ctx context.Context, q string, args ...any) (sqlstore.Rows, func(), error) {
+			rows, err := db.QueryContext(ctx, q, args...)
+			if err != nil {
+				return nil, nil, err
+			}
+			return rows, func() { _ = rows.Close() }, nil
+		},
+		QueryError: s.queryError,
+	}
+	return s, nil
 }
 
 // Close releases the store's prepared statements. It does not close the
@@ -267,32 +339,12 @@ func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string
 
 // Get implements idempotency.Store with one SELECT.
 func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error) {
-	if err := sqlstore.CheckKey(ctx, key); err != nil {
-		return idempotency.Record{}, wrap("get", key, err)
-	}
-	var r sqlstore.Row
-	err := dbRunner{s}.queryRow(ctx, s.sql.get, sqlstore.KeyHash(key)).Scan(dest(&r)...)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return idempotency.Record{}, s.queryError(ctx, "get", key, err)
-	}
-	rec, err := r.Read(err == nil)
-	if err != nil {
-		return rec, wrap("get", key, err)
-	}
-	return rec, nil
+	return s.d.Get(ctx, key)
 }
 
 // Delete implements idempotency.Store with one DELETE, which removes any row,
 // a corrupt one included.
-func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := sqlstore.CheckKey(ctx, key); err != nil {
-		return wrap("delete", key, err)
-	}
-	if _, err := (dbRunner{s}).exec(ctx, s.sql.del, sqlstore.KeyHash(key)); err != nil {
-		return s.queryError(ctx, "delete", key, err)
-	}
-	return nil
-}
+func (s *Store) Delete(ctx context.Context, key string) error { return s.d.Delete(ctx, key) }
 
 // checkLengths refuses a token or fingerprint longer than its column.
 func checkLengths(token string, fingerprint []byte) error {

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-
-	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
 // PurgeEvery deletes expired records at once and then every interval,
@@ -24,17 +22,5 @@ import (
 // DELETE also locks the gaps of the expires_at index it scans; a batch of
 // a few thousand keeps each statement well under a second.
 func (s *Store) PurgeEvery(ctx context.Context, interval time.Duration, batch int, logger watermill.LoggerAdapter) error {
-	return sqlstore.PurgeEvery(ctx, "mysqlstore", s.table, interval, batch, s.purge, logger)
-}
-
-// purge deletes up to batch expired records, oldest expiry first, in one
-// statement (a DELETE … ORDER BY expires_at LIMIT batch), and returns how
-// many. A claim that meets a row being purged waits for the DELETE and then
-// starts afresh (attempt 1), as it would on the expired row.
-func (s *Store) purge(ctx context.Context, batch int) (int64, error) {
-	res, err := dbRunner{s}.exec(ctx, s.sql.purge, batch)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return s.d.PurgeEvery(ctx, interval, batch, logger)
 }

@@ -46,7 +46,7 @@ func (s *Store) CompleteTx(ctx context.Context, q Querier, key, token string, re
 
 // Purge deletes up to batch expired records: one round of PurgeEvery.
 func (s *Store) Purge(ctx context.Context, batch int) (int64, error) {
-	return sqlstore.Purge(ctx, "pgstore", s.table, batch, s.purge)
+	return s.d.Purge(ctx, batch)
 }
 
 // Schema is the DDL the store's Migrate runs.
@@ -54,5 +54,5 @@ func (s *Store) Schema() string { return s.sql.schema }
 
 // RecordsBatch is Records with batch rows a page.
 func (s *Store) RecordsBatch(ctx context.Context, prefix string, batch int) iter.Seq2[idempotency.Entry, error] {
-	return s.records(ctx, prefix, batch)
+	return s.d.Records(ctx, prefix, batch)
 }

@@ -17,6 +17,40 @@ import (
 // errNilPool is New's error for a nil pool.
 var errNilPool = errors.New("pgstore: nil pgx pool")
 
+// indexSuffix makes the name of the table's expiry index from the table's.
+const indexSuffix = "_expires_at"
+
+// maxIdentifier is PostgreSQL's identifier length (NAMEDATALEN-1 bytes);
+// longer names are truncated by the server, which could make two tables'
+// index names collide, so they are refused instead.
+const maxIdentifier = 63
+
+// Config configures a Store. The zero Config is valid.
+type Config struct {
+	// Table holds the records: lower-case ASCII letters, digits and
+	// underscores, not starting with a digit, at most 52 bytes (its index
+	// adds "_expires_at" within PostgreSQL's 63), optionally qualified by a
+	// schema of the same form ("idempotency.keys"). Names are quoted in
+	// every statement. The default is idempotency_keys, resolved through
+	// the connection's search_path.
+	Table string
+}
+
+// Schema returns the DDL that creates cfg's table and its index, for your
+// own migrations: the SQL that [Store.Migrate] runs.
+func Schema(cfg Config) (string, error) {
+	_, parts, err := sqlstore.ParseTable("pgstore", cfg.Table, maxIdentifier, indexSuffix)
+	return statementsFor(parts).schema, err
+}
+
+// statementsFor builds the store's SQL for the (validated) table's parts.
+func statementsFor(parts []string) statements {
+	if parts == nil {
+		return statements{}
+	}
+	return buildStatements(pgx.Identifier(parts).Sanitize(), pgx.Identifier{parts[len(parts)-1] + indexSuffix}.Sanitize())
+}
+
 // Store is an [idempotency.Store] on a PostgreSQL table. It is safe for
 // concurrent use and does not own the pool: closing it is the caller's
 // business.
@@ -24,6 +58,7 @@ type Store struct {
 	pool  *pgxpool.Pool
 	table string // as configured, for messages
 	sql   statements
+	d     sqlstore.Dialect
 }
 
 var _ idempotency.Store = (*Store)(nil)
@@ -35,11 +70,34 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, errNilPool
 	}
-	st, table, err := cfg.statements()
+	table, parts, err := sqlstore.ParseTable("pgstore", cfg.Table, maxIdentifier, indexSuffix)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{pool: pool, table: table, sql: st}, nil
+	st := statementsFor(parts)
+	s := &Store{pool: pool, table: table, sql: st}
+	s.d = sqlstore.Dialect{Pkg: "pgstore", Table: table,
+		GetSQL: st.get, DeleteSQL: st.del, PurgeSQL: st.purge, PageSQL: s.inspectSQL().page,
+		PageArgs: func(after []byte, prefix string, batch int) []any { return []any{after, []byte(prefix), batch} },
+		Dest:     dest,
+		QueryRow: func(ctx context.Context, q string, args ...any) interface{ Scan(...any) error } {
+			return pool.QueryRow(ctx, q, args...)
+		},
+		IsNoRows: func(err error) bool { return errors.Is(err, pgx.ErrNoRows) },
+		Exec: func(ctx context.Context, q string, args ...any) (int64, error) {
+			tag, err := pool.Exec(ctx, q, args...)
+			return tag.RowsAffected(), err
+		},
+		Query: func(ctx context.Context, q string, args ...any) (sqlstore.Rows, func(), error) {
+			rows, err := pool.Query(ctx, q, args...)
+			if err != nil {
+				return nil, nil, err
+			}
+			return rows, rows.Close, nil
+		},
+		QueryError: s.queryError,
+	}
+	return s, nil
 }
 
 // Migrate creates the store's table and index unless they exist. It is safe
@@ -173,32 +231,12 @@ func (s *Store) owned(ctx context.Context, q Querier, op, key, token, stmt strin
 
 // Get implements idempotency.Store with one SELECT.
 func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error) {
-	if err := sqlstore.CheckKey(ctx, key); err != nil {
-		return idempotency.Record{}, wrap("get", key, err)
-	}
-	var r sqlstore.Row
-	err := s.pool.QueryRow(ctx, s.sql.get, sqlstore.KeyHash(key)).Scan(dest(&r)...)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return idempotency.Record{}, s.queryError(ctx, "get", key, err)
-	}
-	rec, err := r.Read(err == nil)
-	if err != nil {
-		return rec, wrap("get", key, err)
-	}
-	return rec, nil
+	return s.d.Get(ctx, key)
 }
 
 // Delete implements idempotency.Store with one DELETE, which removes any row,
 // a corrupt one included.
-func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := sqlstore.CheckKey(ctx, key); err != nil {
-		return wrap("delete", key, err)
-	}
-	if _, err := s.pool.Exec(ctx, s.sql.del, sqlstore.KeyHash(key)); err != nil {
-		return s.queryError(ctx, "delete", key, err)
-	}
-	return nil
-}
+func (s *Store) Delete(ctx context.Context, key string) error { return s.d.Delete(ctx, key) }
 
 // micros is d in microseconds for the statements' intervals.
 func micros(d time.Duration) int64 { return sqlstore.DurationMicros(d) }

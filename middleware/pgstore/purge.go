@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-
-	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
 // PurgeEvery deletes expired records at once and then every interval,
@@ -22,14 +20,5 @@ import (
 // returns an error at once for a batch below 1 or an interval below 1 ns.
 // A batch of a few thousand keeps each statement well under a second.
 func (s *Store) PurgeEvery(ctx context.Context, interval time.Duration, batch int, logger watermill.LoggerAdapter) error {
-	return sqlstore.PurgeEvery(ctx, "pgstore", s.table, interval, batch, s.purge, logger)
-}
-
-// purge deletes up to batch expired records, in no particular order, in
-// one statement (found through the expiry index), and returns how many. A
-// corrupt row is purged like any other once its expires_at has passed; one
-// without an expires_at is left for an operator to Delete.
-func (s *Store) purge(ctx context.Context, batch int) (int64, error) {
-	tag, err := s.pool.Exec(ctx, s.sql.purge, batch)
-	return tag.RowsAffected(), err
+	return s.d.PurgeEvery(ctx, interval, batch, logger)
 }

@@ -2,8 +2,9 @@
 // record as their statements return it ([Row]), the owner decision on a
 // refused owner statement ([Refused]), the transactional completion
 // ([CompleteInTx]) and its errors, the purge loop ([PurgeEvery]), the
-// listing of records ([Pages], [ReadPage]) and the table name rules
-// ([ParseTable]). Each dialect gives its SQL and its driver glue.
+// listing of records ([Records]), the table name rules ([ParseTable]), and
+// Get, Delete and the purge on a [Dialect]. Each dialect gives its SQL and
+// its driver glue.
 //
 // The errors of transactional completion are defined here, once: each
 // store's ErrAlreadyCompleted is [ErrAlreadyCompleted], so errors.Is
@@ -172,13 +173,25 @@ func Wrap(pkg, op, key string, err error) error {
 	return fmt.Errorf("%s: %s %q: %w", pkg, op, key, err)
 }
 
-// ParseTable validates a (defaulted) Config.Table: one or two parts (a
+// ParseTable validates Config.Table of the store named pkg, empty meaning
+// DefaultTable, and returns it and its parts: one or two parts (a
 // qualifier and the table) of lower-case ASCII letters, digits and
 // underscores, not starting with a digit, each at most maxIdent bytes, the
 // table short enough that table+suffix (the name of its index or
 // constraint) fits in maxIdent too. Such names mean the same quoted or
 // not, whatever the server's case rules.
-func ParseTable(table string, maxIdent int, suffix string) ([]string, error) {
+func ParseTable(pkg, table string, maxIdent int, suffix string) (string, []string, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	parts, err := parseTable(table, maxIdent, suffix)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", pkg, err)
+	}
+	return table, parts, nil
+}
+
+func parseTable(table string, maxIdent int, suffix string) ([]string, error) {
 	parts := strings.Split(table, ".")
 	if len(parts) > 2 {
 		return nil, fmt.Errorf("%w: %q has more than one dot", ErrInvalidTable, table)
@@ -211,9 +224,13 @@ func isIdentifier(s string, maxIdent int) bool {
 	return true
 }
 
-// StateNames are the state column's values of states, for DeleteIf; a
-// state that a row cannot be in (StateAbsent) is an error.
-func StateNames(states []idempotency.State) ([]string, error) {
+// StateNames are the state column's values of states, for DeleteIf of
+// key; an empty key, or a state that a row cannot be in (StateAbsent), is
+// an error.
+func StateNames(key string, states []idempotency.State) ([]string, error) {
+	if key == "" {
+		return nil, idempotency.ErrEmptyKey
+	}
 	names := make([]string, 0, len(states))
 	for _, st := range states {
 		switch st {
@@ -262,7 +279,7 @@ type Rows interface {
 // the statement's to test, on the server's clock.
 func Records(batch int, dest func(r *Row) []any, query func(after []byte) (Rows, func(), error),
 	wrap func(key string, err error) error, queryError func(error) error) iter.Seq2[idempotency.Entry, error] {
-	return Pages(batch, func(after []byte) ([]idempotency.Entry, []byte, error) {
+	return pages(batch, func(after []byte) ([]idempotency.Entry, []byte, error) {
 		rows, done, err := query(after)
 		if err != nil {
 			return nil, nil, queryError(err)
@@ -295,13 +312,13 @@ func readPage(rows Rows, dest func(r *Row) []any, wrap func(key string, err erro
 	return page, last, rows.Err()
 }
 
-// Pages walks a keyset pagination of batch rows a page, as the stores'
+// pages walks a keyset pagination of batch rows a page, as the stores'
 // Records do: read returns the rows whose key_hash is above after (empty
 // for the first page) and the last row's key_hash. Each page is read to its
 // end, its rows closed, before any of it is yielded, so no query is open
 // while the caller's loop runs. A read's error is yielded and ends the
 // walk; a page shorter than batch is the last.
-func Pages(batch int, read func(after []byte) (page []idempotency.Entry, last []byte, err error)) iter.Seq2[idempotency.Entry, error] {
+func pages(batch int, read func(after []byte) (page []idempotency.Entry, last []byte, err error)) iter.Seq2[idempotency.Entry, error] {
 	return func(yield func(idempotency.Entry, error) bool) {
 		after := []byte{}
 		for {
