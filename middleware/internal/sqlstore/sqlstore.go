@@ -39,6 +39,33 @@ var (
 	ErrInvalidTable = errors.New("invalid table name")
 )
 
+// ValidSQL is the record's invariant as an SQL condition on the columns
+// prefixed by {r}, true or false, never NULL; empty is the dialect's empty
+// binary string. It is the table's CHECK constraint (CheckSQL) plus the NOT
+// NULL columns, and exactly what [Row.Check] accepts: the stores write only
+// rows it holds true for, so a table without the constraint is protected by
+// the statements themselves.
+func ValidSQL(empty string) string {
+	return `COALESCE({r}attempts >= 1
+	AND {r}created_at IS NOT NULL AND {r}updated_at IS NOT NULL AND {r}expires_at IS NOT NULL
+	AND ` + stateSQL("{r}", empty) + `, FALSE)`
+}
+
+// CheckSQL is ValidSQL for the CHECK constraint: a CHECK passes on NULL,
+// and the NOT NULL columns are checked by their own constraints.
+func CheckSQL(empty string) string {
+	return `attempts >= 1
+	AND ` + stateSQL("", empty)
+}
+
+func stateSQL(r, empty string) string {
+	return strings.NewReplacer("{r}", r, "{empty}", empty).Replace(`CASE {r}state
+		WHEN 'in_progress' THEN {r}token <> {empty} AND {r}lease_until IS NOT NULL AND {r}claim_ttl_us > 0 AND {r}result IS NULL
+		WHEN 'completed' THEN {r}token <> {empty} AND {r}lease_until IS NULL AND {r}claim_ttl_us IS NULL AND {r}result IS NOT NULL
+		WHEN 'failed' THEN {r}lease_until IS NULL AND {r}claim_ttl_us IS NULL AND {r}result IS NULL
+		ELSE FALSE END`)
+}
+
 // DefaultTable is the table of a Config whose Table is empty.
 const DefaultTable = "idempotency_keys"
 
