@@ -338,14 +338,27 @@ type keyRead struct {
 	bytes int64
 }
 
-// lookup reads the store's clock, then the record under key.
+// lookup reads the store's clock, then the record under key: its entry
+// in a listing of key as a prefix (which has its TTL and size), or Get's
+// answer when the listing has none (the key is absent).
 func (c *cli) lookup(ctx context.Context, key string) (keyRead, error) {
 	now, err := c.be.now(ctx)
 	if err != nil {
 		return keyRead{}, err
 	}
-	rec, ttl, bytes, err := c.be.inspect(ctx, key)
-	return keyRead{now: now, rec: rec, ttl: ttl, bytes: bytes}, err
+	for e, err := range c.be.store.Records(ctx, key) {
+		switch {
+		case err != nil:
+			return keyRead{}, err
+		case e.Key != key:
+		case e.Err != nil:
+			return keyRead{now: now}, e.Err
+		default:
+			return keyRead{now: now, rec: e.Record, ttl: e.TTL, bytes: e.Bytes}, nil
+		}
+	}
+	rec, err := c.be.store.Get(ctx, key)
+	return keyRead{now: now, rec: rec}, err
 }
 
 func (c *cli) show(v recordView) {
@@ -386,7 +399,7 @@ func (f *filter) validate() error {
 	return nil
 }
 
-func (f *filter) match(e entry, now time.Time) bool {
+func (f *filter) match(e idempotency.Entry, now time.Time) bool {
 	if e.Err != nil { // a corrupt record has no state, attempts or age
 		return (f.state == "" || f.state == stateCorrupt) && f.minAttempts == 0 && f.age == 0
 	}
@@ -404,14 +417,14 @@ func (f *filter) match(e entry, now time.Time) bool {
 
 // walk yields the entries that match f, with progress on stderr. A read
 // error other than a corrupt record ends the walk.
-func (c *cli) walk(ctx context.Context, f filter, each func(e entry) error) (scanned, matched int, truncated bool, err error) {
+func (c *cli) walk(ctx context.Context, f filter, each func(e idempotency.Entry) error) (scanned, matched int, truncated bool, err error) {
 	now, err := c.be.now(ctx)
 	if err != nil {
 		return 0, 0, false, err
 	}
 	p := newProgress(c)
 	defer func() { p.done(scanned, matched) }()
-	for e, err := range c.be.walk(ctx, f.prefix) {
+	for e, err := range c.be.store.Records(ctx, f.prefix) {
 		if err != nil {
 			return scanned, matched, false, err
 		}
@@ -456,7 +469,7 @@ var listCommand = command{
 				tw = tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "STATE\tATTEMPTS\tAGE\tLEASE LEFT\tTTL\tKEY")
 			}
-			scanned, matched, truncated, err := c.walk(ctx, f, func(e entry) error {
+			scanned, matched, truncated, err := c.walk(ctx, f, func(e idempotency.Entry) error {
 				var v recordView
 				if e.Err != nil {
 					v = corruptView(e.Key, e.Err)
@@ -525,7 +538,7 @@ var releaseCommand = command{
 					return err
 				}
 			}
-			found, deleted, err := c.be.deleteIf(ctx, key, idempotency.StateInProgress, idempotency.StateFailed)
+			found, deleted, err := c.be.store.DeleteIf(ctx, key, idempotency.StateInProgress, idempotency.StateFailed)
 			if err != nil {
 				return err
 			}
@@ -575,7 +588,7 @@ var purgeCommand = command{
 				return fmt.Errorf("%w: purge needs --prefix or --state (it never deletes every key of a store)", errUsage)
 			}
 			var keys []string
-			if _, _, truncated, err := c.walk(ctx, f, func(e entry) error { keys = append(keys, e.Key); return nil }); err != nil {
+			if _, _, truncated, err := c.walk(ctx, f, func(e idempotency.Entry) error { keys = append(keys, e.Key); return nil }); err != nil {
 				return err
 			} else if truncated {
 				fmt.Fprintf(c.stderr, "idemctl: stopped at --limit %d; run purge again for the rest\n", f.limit)
@@ -627,7 +640,7 @@ func (c *cli) purgeKey(ctx context.Context, key, state string) (bool, error) {
 	var st idempotency.State
 	switch state {
 	case "", stateCorrupt:
-		return true, c.be.remove(ctx, key)
+		return true, c.be.store.Delete(ctx, key)
 	case "in_progress":
 		st = idempotency.StateInProgress
 	case "failed":
@@ -635,7 +648,7 @@ func (c *cli) purgeKey(ctx context.Context, key, state string) (bool, error) {
 	case "completed":
 		st = idempotency.StateCompleted
 	}
-	_, deleted, err := c.be.deleteIf(ctx, key, st)
+	_, deleted, err := c.be.store.DeleteIf(ctx, key, st)
 	return deleted, err
 }
 
@@ -649,24 +662,70 @@ func nonNil(s []string) []string {
 	return s
 }
 
+// stateCount is one state's line of stats.
+type stateCount struct {
+	Records   int64 `json:"records"`
+	Sampled   int64 `json:"sampled"` // the records whose size the store reported
+	MeanBytes int64 `json:"mean_bytes"`
+}
+
+// stats counts the records under prefix by state, from a listing of at
+// most limit of them.
+func (c *cli) stats(ctx context.Context, prefix string, limit int, progress func(scanned, matched int)) (counts map[string]stateCount, scanned int, truncated bool, err error) {
+	counts = map[string]stateCount{}
+	sums := map[string]int64{}
+	for e, err := range c.be.store.Records(ctx, prefix) {
+		if err != nil {
+			return nil, scanned, false, err
+		}
+		if scanned == limit {
+			truncated = true
+			break
+		}
+		scanned++
+		progress(scanned, scanned)
+		state := e.Record.State.String()
+		switch {
+		case e.Err != nil && errors.Is(e.Err, idempotency.ErrCorruptRecord):
+			state = stateCorrupt
+		case e.Err != nil:
+			return nil, scanned, false, e.Err
+		case e.Record.State == idempotency.StateAbsent:
+			continue // expired during the walk
+		}
+		n := counts[state]
+		n.Records++
+		if e.Bytes > 0 {
+			n.Sampled++
+			sums[state] += e.Bytes
+		}
+		counts[state] = n
+	}
+	for s, n := range counts {
+		if n.Sampled > 0 {
+			n.MeanBytes = sums[s] / n.Sampled
+		}
+		counts[s] = n
+	}
+	return counts, scanned, truncated, nil
+}
+
 var statsCommand = command{
-	synopsis: "stats [--prefix P] [--limit N] [--sample N] [--json]",
-	help: "Counts the keys under --prefix per state, with the mean bytes per record.\n" +
-		"PostgreSQL and MySQL count every row in one query (exact; PostgreSQL: pg_column_size of each\n" +
-		"row; MySQL: the sum of its columns' lengths, without InnoDB's overhead).\n" +
-		"Redis walks at most --limit keys with SCAN and measures MEMORY USAGE of up to\n" +
-		"--sample keys per state. Sizing: keys per day x retention in days x bytes per record.",
+	synopsis: "stats [--prefix P] [--limit N] [--json]",
+	help: "Counts the keys under --prefix per state, with the mean bytes per record, from a walk\n" +
+		"of at most --limit keys (Redis: SCAN, sizes by MEMORY USAGE; PostgreSQL: pg_column_size\n" +
+		"of each row; MySQL: the sum of its columns' lengths, without InnoDB's overhead).\n" +
+		"Sizing: keys per day x retention in days x bytes per record.",
 	args: 0,
 	flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 		prefix := fs.String("prefix", "", "only keys that start with this; empty: every key of the store")
-		limit := fs.Int("limit", 1000000, "Redis: scan at most this many keys")
-		sample := fs.Int("sample", 100, "Redis: measure the memory of up to this many keys per state")
+		limit := fs.Int("limit", 1000000, "count at most this many keys")
 		return func(ctx context.Context, c *cli, _ []string) error {
-			if *limit < 1 || *sample < 0 {
-				return fmt.Errorf("%w: --limit must be positive, --sample not negative", errUsage)
+			if *limit < 1 {
+				return fmt.Errorf("%w: --limit must be positive", errUsage)
 			}
 			p := newProgress(c)
-			counts, scanned, exact, truncated, err := c.be.stats(ctx, *prefix, *limit, *sample, p.update)
+			counts, scanned, truncated, err := c.stats(ctx, *prefix, *limit, p.update)
 			if err != nil {
 				return err
 			}
@@ -682,8 +741,8 @@ var statsCommand = command{
 				mean = sum / sampled
 			}
 			if c.opts.json {
-				c.writeJSON(map[string]any{"store": c.be.kind(), "prefix": *prefix, "records": total, "scanned": scanned,
-					"exact": exact, "truncated": truncated, "mean_bytes": mean, "states": counts})
+				c.writeJSON(map[string]any{"store": c.be.kind, "prefix": *prefix, "records": total, "scanned": scanned,
+					"exact": !truncated, "truncated": truncated, "mean_bytes": mean, "states": counts})
 				return nil
 			}
 			w := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)

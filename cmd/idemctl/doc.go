@@ -15,9 +15,10 @@
 //
 // Run idemctl --help for every command, flag and exit code.
 //
-// It reads and writes records only through the store packages (Get,
-// Inspect, Records, DeleteIf, Delete, Counts), never by decoding the stored
-// values itself, so it follows their format. Likewise an HTTP or gRPC key
+// It reads and writes records only through one interface that every store
+// implements (idempotency.Store, Records and DeleteIf), never by decoding
+// the stored values itself, so it follows their format; counts are made
+// from Records. Likewise an HTTP or gRPC key
 // (get --http, --grpc) is built, and a stored response or answer decoded,
 // by httpidem's and grpcidem's own code. Every command takes --json.
 //

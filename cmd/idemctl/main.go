@@ -42,9 +42,8 @@ Commands:
                that only lists them unless --apply (then it asks for
                confirmation unless --yes)
   stats        count the keys under --prefix per state, with the mean bytes
-               per record (Redis: MEMORY USAGE of up to --sample keys per
-               state; PostgreSQL: every row's stored size; MySQL: every
-               row's values)
+               per record (Redis: MEMORY USAGE of each key; PostgreSQL:
+               every row's stored size; MySQL: every row's values)
 
 Flags of every command:
   --store URL     the store: redis://[user:pass@]host:port/db, rediss://… (TLS),
@@ -97,7 +96,7 @@ type cli struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
-	be     backend
+	be     *backend
 	// answered: the command wrote its JSON object already (a corrupt
 	// record's, which carries its error), so a failure adds none.
 	answered bool

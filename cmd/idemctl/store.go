@@ -20,43 +20,34 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
-// entry is one record found by a walk, whichever the store.
-type entry struct {
-	Key    string
-	Record idempotency.Record
-	TTL    time.Duration
-	Bytes  int64 // 0 when the store does not report it on a walk
-	Err    error
+// inspector is what idemctl asks of a store, whichever it is: the store
+// contract, the listing of its records and the delete that checks a
+// record's state first. Only the store packages know the record format.
+type inspector interface {
+	idempotency.Store
+	Records(ctx context.Context, prefix string) iter.Seq2[idempotency.Entry, error]
+	DeleteIf(ctx context.Context, key string, states ...idempotency.State) (found idempotency.State, deleted bool, err error)
 }
 
-// stateCount is one state's line of stats.
-type stateCount struct {
-	Records   int64 `json:"records"`
-	Sampled   int64 `json:"sampled"`
-	MeanBytes int64 `json:"mean_bytes"`
-}
+var (
+	_ inspector = (*pgstore.Store)(nil)
+	_ inspector = (*mysqlstore.Store)(nil)
+)
 
-// backend is what idemctl asks of a store: only methods of the store
-// packages, which alone know the record format.
-type backend interface {
-	kind() string
-	now(ctx context.Context) (time.Time, error)
-	inspect(ctx context.Context, key string) (rec idempotency.Record, ttl time.Duration, bytes int64, err error)
-	walk(ctx context.Context, prefix string) iter.Seq2[entry, error]
-	deleteIf(ctx context.Context, key string, states ...idempotency.State) (idempotency.State, bool, error)
-	remove(ctx context.Context, key string) error
-	// stats counts records by state; exact when the store counts them all
-	// itself, else from a walk of at most limit keys, sizing sample per
-	// state.
-	stats(ctx context.Context, prefix string, limit, sample int, progress func(scanned, matched int)) (counts map[string]stateCount, scanned int, exact, truncated bool, err error)
-	close()
+// backend is an opened store: the store, the server's clock (the clock of
+// the records' times) and how to close the connection.
+type backend struct {
+	kind  string
+	store inspector
+	now   func(ctx context.Context) (time.Time, error)
+	close func()
 }
 
 // errUsage marks a mistake in the command line.
 var errUsage = errors.New("usage")
 
 // open connects to the store named by rawURL and checks that it answers.
-func open(ctx context.Context, rawURL, table string) (backend, error) {
+func open(ctx context.Context, rawURL, table string) (*backend, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Scheme == "" {
 		return nil, fmt.Errorf("%w: --store %q is not a URL such as redis://localhost:6379/0, postgres://user@host/db or mysql://user@host/db", errUsage, rawURL)
@@ -81,7 +72,8 @@ func open(ctx context.Context, rawURL, table string) (backend, error) {
 			_ = client.Close()
 			return nil, storeDown(fmt.Errorf("redis at %s: %w", opts.Addr, err))
 		}
-		return &redisBackend{client: client, store: store}, nil
+		return &backend{kind: "redis", store: redisShim{store}, now: func(ctx context.Context) (time.Time, error) { return client.Time(ctx).Result() },
+			close: func() { _ = client.Close() }}, nil
 	case "postgres", "postgresql":
 		cfg, err := pgxpool.ParseConfig(rawURL)
 		if err != nil {
@@ -101,7 +93,10 @@ func open(ctx context.Context, rawURL, table string) (backend, error) {
 			pool.Close()
 			return nil, storeDown(fmt.Errorf("postgres at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err))
 		}
-		return &pgBackend{pool: pool, store: store}, nil
+		now := func(ctx context.Context) (t time.Time, err error) {
+			return t, pool.QueryRow(ctx, `SELECT statement_timestamp()`).Scan(&t)
+		}
+		return &backend{kind: "postgres", store: store, now: now, close: pool.Close}, nil
 	case "mysql", "mariadb":
 		cfg, err := mysqlstore.ParseURL(rawURL)
 		if err != nil {
@@ -125,7 +120,17 @@ func open(ctx context.Context, rawURL, table string) (backend, error) {
 			_ = db.Close()
 			return nil, storeDown(fmt.Errorf("mysql at %s: %w", cfg.Addr, err))
 		}
-		return &mysqlBackend{db: db, store: store}, nil
+		now := func(ctx context.Context) (time.Time, error) {
+			// The records' clock, UTC_TIMESTAMP(6), read as microseconds so
+			// that no DSN setting (parseTime, loc) changes it.
+			var us int64
+			err := db.QueryRowContext(ctx, `SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))`).Scan(&us)
+			return time.UnixMicro(us).UTC(), err
+		}
+		return &backend{kind: "mysql", store: store, now: now, close: func() {
+			_ = store.Close()
+			_ = db.Close()
+		}}, nil
 	}
 	return nil, fmt.Errorf("%w: --store scheme %q: use redis://, rediss://, postgres:// or mysql://", errUsage, u.Scheme)
 }
@@ -140,178 +145,20 @@ type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
-type redisBackend struct {
-	client *redis.Client
-	store  *redisstore.Store
-}
+// redisShim gives redisstore the inspector's Records until redisstore's
+// own Records has that signature; delete it then.
+type redisShim struct{ *redisstore.Store }
 
-func (b *redisBackend) kind() string { return "redis" }
-func (b *redisBackend) close()       { _ = b.client.Close() }
-
-func (b *redisBackend) now(ctx context.Context) (time.Time, error) {
-	return b.client.Time(ctx).Result()
-}
-
-func (b *redisBackend) inspect(ctx context.Context, key string) (idempotency.Record, time.Duration, int64, error) {
-	return b.store.Inspect(ctx, key)
-}
-
-func (b *redisBackend) walk(ctx context.Context, prefix string) iter.Seq2[entry, error] {
-	return func(yield func(entry, error) bool) {
-		for e, err := range b.store.Records(ctx, prefix, 0) {
-			if !yield(entry{Key: e.Key, Record: e.Record, TTL: e.TTL, Err: e.Err}, err) {
+func (r redisShim) Records(ctx context.Context, prefix string) iter.Seq2[idempotency.Entry, error] {
+	return func(yield func(idempotency.Entry, error) bool) {
+		for e, err := range r.Store.Records(ctx, prefix, 0) {
+			out := idempotency.Entry{Key: e.Key, Record: e.Record, TTL: e.TTL, Err: e.Err}
+			if err == nil && e.Err == nil && e.Record.State != idempotency.StateAbsent {
+				out.Bytes, err = r.MemoryUsage(ctx, e.Key)
+			}
+			if !yield(out, err) {
 				return
 			}
 		}
 	}
-}
-
-func (b *redisBackend) deleteIf(ctx context.Context, key string, states ...idempotency.State) (idempotency.State, bool, error) {
-	return b.store.DeleteIf(ctx, key, states...)
-}
-
-func (b *redisBackend) remove(ctx context.Context, key string) error { return b.store.Delete(ctx, key) }
-
-func (b *redisBackend) stats(ctx context.Context, prefix string, limit, sample int, progress func(int, int)) (map[string]stateCount, int, bool, bool, error) {
-	counts := map[string]stateCount{}
-	sums := map[string]int64{}
-	scanned := 0
-	for e, err := range b.walk(ctx, prefix) {
-		if err != nil {
-			return nil, scanned, false, false, err
-		}
-		if limit > 0 && scanned >= limit {
-			return finish(counts, sums), scanned, false, true, nil
-		}
-		scanned++
-		progress(scanned, scanned)
-		state := e.Record.State.String()
-		switch {
-		case e.Err != nil && errors.Is(e.Err, idempotency.ErrCorruptRecord):
-			state = pgstore.CountCorrupt
-		case e.Err != nil:
-			return nil, scanned, false, false, e.Err
-		case e.Record.State == idempotency.StateAbsent:
-			continue // expired during the walk
-		}
-		c := counts[state]
-		c.Records++
-		if c.Sampled < int64(sample) {
-			n, err := b.store.MemoryUsage(ctx, e.Key)
-			if err != nil {
-				return nil, scanned, false, false, err
-			}
-			if n > 0 {
-				c.Sampled++
-				sums[state] += n
-			}
-		}
-		counts[state] = c
-	}
-	return finish(counts, sums), scanned, false, false, nil
-}
-
-func finish(counts map[string]stateCount, sums map[string]int64) map[string]stateCount {
-	for s, c := range counts {
-		if c.Sampled > 0 {
-			c.MeanBytes = sums[s] / c.Sampled
-		}
-		counts[s] = c
-	}
-	return counts
-}
-
-type pgBackend struct {
-	pool  *pgxpool.Pool
-	store *pgstore.Store
-}
-
-func (b *pgBackend) kind() string { return "postgres" }
-func (b *pgBackend) close()       { b.pool.Close() }
-
-func (b *pgBackend) now(ctx context.Context) (time.Time, error) {
-	var t time.Time
-	err := b.pool.QueryRow(ctx, `SELECT statement_timestamp()`).Scan(&t)
-	return t, err
-}
-
-func (b *pgBackend) inspect(ctx context.Context, key string) (idempotency.Record, time.Duration, int64, error) {
-	return b.store.Inspect(ctx, key)
-}
-
-func (b *pgBackend) walk(ctx context.Context, prefix string) iter.Seq2[entry, error] {
-	return func(yield func(entry, error) bool) {
-		for e, err := range b.store.Records(ctx, prefix, 0) {
-			if !yield(entry{Key: e.Key, Record: e.Record, TTL: e.TTL, Bytes: e.Bytes, Err: e.Err}, err) {
-				return
-			}
-		}
-	}
-}
-
-func (b *pgBackend) deleteIf(ctx context.Context, key string, states ...idempotency.State) (idempotency.State, bool, error) {
-	return b.store.DeleteIf(ctx, key, states...)
-}
-
-func (b *pgBackend) remove(ctx context.Context, key string) error { return b.store.Delete(ctx, key) }
-
-func (b *pgBackend) stats(ctx context.Context, prefix string, _, _ int, _ func(int, int)) (map[string]stateCount, int, bool, bool, error) {
-	counts, err := b.store.Counts(ctx, prefix)
-	if err != nil {
-		return nil, 0, false, false, err
-	}
-	out := map[string]stateCount{}
-	total := 0
-	for s, c := range counts {
-		out[s] = stateCount{Records: c.Records, Sampled: c.Records, MeanBytes: c.MeanBytes}
-		total += int(c.Records)
-	}
-	return out, total, true, false, nil
-}
-
-type mysqlBackend struct {
-	db    *sql.DB
-	store *mysqlstore.Store
-}
-
-func (b *mysqlBackend) kind() string { return "mysql" }
-func (b *mysqlBackend) close() {
-	_ = b.store.Close()
-	_ = b.db.Close()
-}
-
-func (b *mysqlBackend) now(ctx context.Context) (time.Time, error) { return b.store.Now(ctx) }
-
-func (b *mysqlBackend) inspect(ctx context.Context, key string) (idempotency.Record, time.Duration, int64, error) {
-	return b.store.Inspect(ctx, key)
-}
-
-func (b *mysqlBackend) walk(ctx context.Context, prefix string) iter.Seq2[entry, error] {
-	return func(yield func(entry, error) bool) {
-		for e, err := range b.store.Records(ctx, prefix, 0) {
-			if !yield(entry{Key: e.Key, Record: e.Record, TTL: e.TTL, Bytes: e.Bytes, Err: e.Err}, err) {
-				return
-			}
-		}
-	}
-}
-
-func (b *mysqlBackend) deleteIf(ctx context.Context, key string, states ...idempotency.State) (idempotency.State, bool, error) {
-	return b.store.DeleteIf(ctx, key, states...)
-}
-
-func (b *mysqlBackend) remove(ctx context.Context, key string) error { return b.store.Delete(ctx, key) }
-
-func (b *mysqlBackend) stats(ctx context.Context, prefix string, _, _ int, _ func(int, int)) (map[string]stateCount, int, bool, bool, error) {
-	counts, err := b.store.Counts(ctx, prefix)
-	if err != nil {
-		return nil, 0, false, false, err
-	}
-	out := map[string]stateCount{}
-	total := 0
-	for s, c := range counts {
-		out[s] = stateCount{Records: c.Records, Sampled: c.Records, MeanBytes: c.MeanBytes}
-		total += int(c.Records)
-	}
-	return out, total, true, false, nil
 }

@@ -17,12 +17,11 @@ import (
 
 // Records pages through every live record under its prefix, whatever the
 // page size; expired rows are skipped and corrupt rows carry their Err.
-// Counts agrees with it.
+// Counts made of it are exact.
 func TestRecordsAndCounts(t *testing.T) {
 	t.Parallel()
 	tb := sqlTable(t)
-	s := tb.Store.(*mysqlstore.Store)
-	sqlstoretest.RecordsAndCounts(t, tb, s.Records, s.Counts, mysqlstore.CountCorrupt)
+	sqlstoretest.RecordsAndCounts(t, tb, tb.Store.(*mysqlstore.Store).RecordsBatch)
 }
 
 // DeleteIf deletes only in the states named and reports what it found; a
@@ -42,7 +41,7 @@ func putCorrupt(t *testing.T, db *sql.DB, table, key string) {
 }
 
 // A table made by hand may lack the NOT NULL constraints: a row with no
-// state and no expiry is corrupt for DeleteIf, Inspect and Get alike, and
+// state and no expiry is corrupt for DeleteIf, Records and Get alike, and
 // DeleteIf keeps it.
 func TestNullColumnsAreCorrupt(t *testing.T) {
 	t.Parallel()
@@ -60,7 +59,7 @@ func TestNullColumnsAreCorrupt(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = s.DeleteIf(ctx, "k", idempotency.StateFailed, idempotency.StateInProgress, idempotency.StateCompleted)
 	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
-	_, _, _, err = s.Inspect(ctx, "k")
+	_, _, _, err = sqlstoretest.Inspect(ctx, s, "k")
 	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
 	_, err = s.Get(ctx, "k")
 	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)

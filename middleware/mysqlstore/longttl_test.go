@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstoretest"
 )
 
 // TestForeverTTLWithoutTheCheckConstraint: on a table without the CHECK
@@ -45,11 +46,11 @@ func TestForeverTTLWithoutTheCheckConstraint(t *testing.T) {
 	assert.GreaterOrEqual(t, left, int64((idempotency.MaxTTL-time.Minute)/time.Second), "the completed key is kept for MaxTTL")
 }
 
-// TestInspectLongestTTL: the longest expiry a record can have, a renewal's
+// TestRecordsLongestTTL: the longest expiry a record can have, a renewal's
 // lease plus its claim's TTL at MaxTTL each (two hundred years, within
-// DATETIME's year 9999), is reported by Inspect as it is, not overflowed
+// DATETIME's year 9999), is reported by Records as it is, not overflowed
 // into a negative duration.
-func TestInspectLongestTTL(t *testing.T) {
+func TestRecordsLongestTTL(t *testing.T) {
 	db := testDB(t)
 	s, _ := newTable(t, db)
 	ctx := context.Background()
@@ -58,7 +59,7 @@ func TestInspectLongestTTL(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 	require.NoError(t, s.Renew(ctx, "longest", "tok", forever))
-	rec, ttl, _, err := s.Inspect(ctx, "longest")
+	rec, ttl, _, err := sqlstoretest.Inspect(ctx, s, "longest")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateInProgress, rec.State)
 	assert.Greater(t, ttl, 2*idempotency.MaxTTL-time.Minute, "the record is kept for its lease and its claim's TTL")

@@ -2,42 +2,80 @@ package mysqlstore
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
 var (
-	// ErrNilDB is returned by New for a nil *sql.DB.
-	ErrNilDB = errors.New("mysqlstore: nil *sql.DB")
-	// ErrInvalidTable is returned by New and Schema for a Config.Table that
-	// is not a plain, optionally database-qualified, identifier.
-	ErrInvalidTable = errors.New("mysqlstore: invalid table name")
-	// ErrInvalidBatch is returned by Purge for a batch size below 1.
-	ErrInvalidBatch = errors.New("mysqlstore: purge batch must be positive")
-	// ErrTooLong is returned for a token longer than MaxTokenBytes or a
-	// fingerprint longer than MaxFingerprintBytes: their columns are
+	// errNilDB is New's error for a nil *sql.DB.
+	errNilDB = errors.New("mysqlstore: nil *sql.DB")
+	// errTooLong is Claim's error for a token longer than maxTokenBytes or
+	// a fingerprint longer than maxFingerprintBytes: their columns are
 	// bounded, and a server outside strict SQL mode would silently cut them.
-	ErrTooLong = errors.New("mysqlstore: value longer than its column")
+	errTooLong = errors.New("mysqlstore: value longer than its column")
 )
 
 // The bounds of the bounded columns.
 const (
-	// MaxTokenBytes is the longest owner token (VARBINARY(255));
+	// maxTokenBytes is the longest owner token (VARBINARY(255));
 	// idempotency.NewToken makes 32-byte tokens.
-	MaxTokenBytes = 255
-	// MaxFingerprintBytes is the longest fingerprint (BLOB).
-	MaxFingerprintBytes = 65535
+	maxTokenBytes = 255
+	// maxFingerprintBytes is the longest fingerprint (BLOB).
+	maxFingerprintBytes = 65535
 )
 
-// Store is an idempotency.Store on a MySQL or MariaDB (InnoDB) table. It is
+// Config configures a Store. The zero Config is valid.
+type Config struct {
+	// Table holds the records: lower-case ASCII letters, digits and
+	// underscores, not starting with a digit, at most 51 bytes (its CHECK
+	// constraint adds "_record_valid" within 64), optionally qualified by a
+	// database of the same form ("idempotency.keys"). Names are quoted in
+	// every statement. The default is idempotency_keys, in the
+	// connection's current database.
+	Table string
+}
+
+// constraintSuffix makes the name of the table's CHECK constraint from the
+// table's: MySQL names constraints per database, not per table, so two
+// tables of the store in one database need two names.
+const constraintSuffix = "_record_valid"
+
+// maxIdentifier is the length of a MySQL and MariaDB identifier, in
+// characters (here bytes: only ASCII is accepted).
+const maxIdentifier = 64
+
+// Schema returns the DDL that creates cfg's table, with its index and CHECK
+// constraint, for your own migrations: the SQL that [Store.Migrate] runs.
+func Schema(cfg Config) (string, error) {
+	table, parts, err := sqlstore.ParseTable("mysqlstore", cfg.Table, maxIdentifier, constraintSuffix)
+	if err != nil {
+		return "", err
+	}
+	return buildStatements(quoteTable(table), quote(parts[len(parts)-1]+constraintSuffix)).schema, nil
+}
+
+// quote returns a validated identifier in backquotes.
+func quote(name string) string { return "`" + name + "`" }
+
+// quoteTable returns a validated, optionally qualified, table name quoted.
+func quoteTable(table string) string {
+	parts := strings.Split(table, ".")
+	for i, p := range parts {
+		parts[i] = quote(p)
+	}
+	return strings.Join(parts, ".")
+}
+
+// Store is an [idempotency.Store] on a MySQL or MariaDB (InnoDB) table. It is
 // safe for concurrent use and does not own the *sql.DB: closing it is the
 // caller's business. It prepares each of its statements once, on first
 // use; Close releases them.
@@ -48,6 +86,7 @@ type Store struct {
 
 	mu       sync.Mutex
 	prepared map[string]*sql.Stmt
+	d        sqlstore.Dialect
 }
 
 var _ idempotency.Store = (*Store)(nil)
@@ -56,17 +95,44 @@ var _ idempotency.Store = (*Store)(nil)
 // github.com/go-sql-driver/mysql (driver name "mysql"); no DSN option is
 // required, and none changes what the store reads. New does not contact the
 // server and creates nothing: create the table once with Migrate, or with
-// the DDL that Schema returns.
+// the DDL that [Schema] returns.
 func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
-		return nil, ErrNilDB
+		return nil, errNilDB
 	}
-	cfg = cfg.withDefaults()
-	st, err := cfg.statements()
+	table, parts, err := sqlstore.ParseTable("mysqlstore", cfg.Table, maxIdentifier, constraintSuffix)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{db: db, table: cfg.Table, sql: st, prepared: map[string]*sql.Stmt{}}, nil
+	st := buildStatements(quoteTable(table), quote(parts[len(parts)-1]+constraintSuffix))
+	s := &Store{db: db, table: table, sql: st, prepared: map[string]*sql.Stmt{}}
+	s.d = sqlstore.Dialect{Pkg: "mysqlstore", Table: table,
+		GetSQL: st.get, DeleteSQL: st.del, PurgeSQL: st.purge, PageSQL: s.inspectSQL().page,
+		PageArgs: func(after []byte, prefix string, batch int) []any {
+			return []any{after, []byte(prefix), []byte(prefix), batch}
+		},
+		Dest: dest,
+		QueryRow: func(ctx context.Context, q string, args ...any) interface{ Scan(...any) error } {
+			return dbRunner{s}.queryRow(ctx, q, args...)
+		},
+		IsNoRows: func(err error) bool { return errors.Is(err, sql.ErrNoRows) },
+		Exec: func(ctx context.Context, q string, args ...any) (int64, error) {
+			res, err := dbRunner{s}.exec(ctx, q, args...)
+			if err != nil {
+				return 0, err
+			}
+			return res.RowsAffected()
+		},
+		Query: func(ctx context.Context, q string, args ...any) (sqlstore.Rows, func(), error) {
+			rows, err := db.QueryContext(ctx, q, args...)
+			if err != nil {
+				return nil, nil, err
+			}
+			return rows, func() { _ = rows.Close() }, nil
+		},
+		QueryError: s.queryError,
+	}
+	return s, nil
 }
 
 // Close releases the store's prepared statements. It does not close the
@@ -81,9 +147,6 @@ func (s *Store) Close() error {
 	}
 	return errors.Join(errs...)
 }
-
-// Schema returns the DDL of the store's table: what Migrate runs.
-func (s *Store) Schema() string { return s.sql.schema }
 
 // Migrate creates the store's table, with its index and CHECK constraint,
 // unless it exists. It is one CREATE TABLE IF NOT EXISTS, which MySQL and
@@ -135,17 +198,17 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	if len(req.Fingerprint) > 0 {
 		fp = req.Fingerprint
 	}
-	hash := keyHash(key)
+	hash := sqlstore.KeyHash(key)
 	tok := []byte(req.Token)
 	lease, ttl := durationMicros(req.Lease), durationMicros(req.TTL)
 	db := dbRunner{s}
 	for i := 1; ; i++ {
-		if _, err := db.exec(ctx, s.sql.claim, hash[:], []byte(key), tok, fp, lease, ttl, lease+ttl,
+		if _, err := db.exec(ctx, s.sql.claim, hash, []byte(key), tok, fp, lease, ttl, lease+ttl,
 			fp, fp, tok, tok, fp, fp, lease, ttl, lease+ttl); err != nil {
 			return idempotency.ClaimResult{}, s.queryError(ctx, "claim", key, err)
 		}
-		var r row
-		err := db.queryRow(ctx, s.sql.get, hash[:]).Scan(r.dest()...)
+		var r sqlstore.Row
+		err := db.queryRow(ctx, s.sql.get, hash).Scan(dest(&r)...)
 		if errors.Is(err, sql.ErrNoRows) {
 			if i < maxClaimReads {
 				continue // deleted since the write
@@ -161,9 +224,9 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 		refusedFP := fp != nil && len(r.Fingerprint) > 0 && string(req.Fingerprint) != string(r.Fingerprint)
 		if !r.Expired() && r.ClaimedBy(req.Token) && !refusedFP {
 			s.prepareCompletion(ctx)
-			return idempotency.ClaimResult{Acquired: true, Record: r.claimedRecord()}, nil
+			return idempotency.ClaimResult{Acquired: true, Record: claimedRecord(&r)}, nil
 		}
-		claimable := r.Expired() || *r.State == stateFailed || (*r.State == stateInProgress && !r.Live())
+		claimable := r.Expired() || *r.State == sqlstore.StateFailed || (*r.State == sqlstore.StateInProgress && !r.Live())
 		if claimable && !refusedFP && i < maxClaimReads {
 			continue // the record moved on since the write
 		}
@@ -175,10 +238,10 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 }
 
 // prepareCompletion prepares the completion's statement on the pool once,
-// before a run needs it: CompleteTx runs it on the transaction's connection
-// and can prepare it there (once per connection) only from a statement of
-// the pool's, which it must not take a connection to make. A failure is left
-// for the next claim.
+// before a run needs it: the in-transaction completion runs it on the
+// transaction's connection and can prepare it there (once per connection)
+// only from a statement of the pool's, which it must not take a connection
+// to make. A failure is left for the next claim.
 func (s *Store) prepareCompletion(ctx context.Context) {
 	if s.preparedStmt(s.sql.complete) == nil {
 		_, _ = s.stmt(ctx, s.sql.complete)
@@ -226,8 +289,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := ctx.Err(); err != nil {
 		return wrap("release", key, err)
 	}
-	hash := keyHash(key)
-	res, err := dbRunner{s}.exec(ctx, s.sql.releaseDelete, hash[:], []byte(token))
+	res, err := dbRunner{s}.exec(ctx, s.sql.releaseDelete, sqlstore.KeyHash(key), []byte(token))
 	if err != nil {
 		return s.queryError(ctx, "release", key, err)
 	}
@@ -237,18 +299,16 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return s.owned(ctx, dbRunner{s}, "release", key, token, s.sql.releaseUpdate)
 }
 
-// owned runs an owner statement (sql.go), whose last parameters are the key's
-// hash and token, and reads its answer: nil when it changed the row;
-// otherwise, from the row as a second statement reads it, ErrCorruptRecord,
-// nil for the token's own resent Complete or Fail (and for any Release:
-// there was nothing of the token's to undo), ErrCompletedByOwner for a
-// renewal of the token's own COMPLETED record (see Renew), or ErrLeaseLost.
+// owned runs an owner statement (sql.go), whose last parameters are the
+// key's hash and token, and reads its answer: nil when it changed the row,
+// else what [sqlstore.Refused] makes of the row as a second statement reads
+// it.
 func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string, args ...any) error {
 	if err := ctx.Err(); err != nil {
 		return wrap(op, key, err)
 	}
-	hash := keyHash(key)
-	res, err := q.exec(ctx, stmt, append(args, hash[:], []byte(token))...)
+	hash := sqlstore.KeyHash(key)
+	res, err := q.exec(ctx, stmt, append(args, hash, []byte(token))...)
 	if err != nil {
 		return s.queryError(ctx, op, key, err)
 	}
@@ -264,109 +324,41 @@ func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string
 		// read the row as the UPDATE did, locked, never from a snapshot.
 		fallback = s.sql.fallbackLocked
 	}
-	var r row
-	err = q.queryRow(ctx, fallback, hash[:]).Scan(r.dest()...)
-	found := true
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		found = false
-	case err != nil:
+	var r sqlstore.Row
+	err = q.queryRow(ctx, fallback, hash).Scan(dest(&r)...)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return s.queryError(ctx, op, key, err)
 	}
-	if found {
-		if err := r.Check(); err != nil {
-			return wrap(op, key, err)
-		}
-		own := !r.Expired() && string(r.Token) == token
-		switch {
-		case own && op == "renew" && r.Live():
-			return nil // matched, but nothing changed within the microsecond
-		case own && op == "renew" && *r.State == stateCompleted:
-			// The owner's own Complete, most often its transaction's,
-			// committed: the lease ended without anyone taking it.
-			return wrap(op, key, idempotency.ErrCompletedByOwner)
-		case own && (op == "complete" && *r.State == stateCompleted || op == "fail" && *r.State == stateFailed):
-			return nil // the token's own transition, resent
-		case own && op == opCompleteTx && *r.State == stateCompleted:
-			// Not a resend: another transaction of this run committed its
-			// effect and COMPLETED already; this one must not commit.
-			return wrap(op, key, ErrAlreadyCompleted)
-		}
+	switch err := sqlstore.Refused(op, err == nil, &r, token); {
+	case err == nil, errors.Is(err, sqlstore.ErrRenewRaced):
+		return nil // for a renewal: matched, but nothing changed within the microsecond
+	default:
+		return wrap(op, key, err)
 	}
-	if op == "release" {
-		return nil
-	}
-	return wrap(op, key, idempotency.ErrLeaseLost)
 }
 
 // Get implements idempotency.Store with one SELECT.
 func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error) {
-	if key == "" {
-		return idempotency.Record{}, wrap("get", key, idempotency.ErrEmptyKey)
-	}
-	if err := ctx.Err(); err != nil {
-		return idempotency.Record{}, wrap("get", key, err)
-	}
-	hash := keyHash(key)
-	var r row
-	err := dbRunner{s}.queryRow(ctx, s.sql.get, hash[:]).Scan(r.dest()...)
-	if errors.Is(err, sql.ErrNoRows) {
-		return idempotency.Record{State: idempotency.StateAbsent}, nil
-	}
-	if err != nil {
-		return idempotency.Record{}, s.queryError(ctx, "get", key, err)
-	}
-	if err := r.Check(); err != nil {
-		return idempotency.Record{}, wrap("get", key, err)
-	}
-	if r.Expired() {
-		return idempotency.Record{State: idempotency.StateAbsent}, nil
-	}
-	return r.Record(true), nil
+	return s.d.Get(ctx, key)
 }
 
 // Delete implements idempotency.Store with one DELETE, which removes any row,
 // a corrupt one included.
-func (s *Store) Delete(ctx context.Context, key string) error {
-	if key == "" {
-		return wrap("delete", key, idempotency.ErrEmptyKey)
-	}
-	if err := ctx.Err(); err != nil {
-		return wrap("delete", key, err)
-	}
-	hash := keyHash(key)
-	if _, err := (dbRunner{s}).exec(ctx, s.sql.del, hash[:]); err != nil {
-		return s.queryError(ctx, "delete", key, err)
-	}
-	return nil
-}
+func (s *Store) Delete(ctx context.Context, key string) error { return s.d.Delete(ctx, key) }
 
 // checkLengths refuses a token or fingerprint longer than its column.
 func checkLengths(token string, fingerprint []byte) error {
-	if len(token) > MaxTokenBytes {
-		return fmt.Errorf("%w: the token has %d bytes, at most %d fit", ErrTooLong, len(token), MaxTokenBytes)
+	if len(token) > maxTokenBytes {
+		return fmt.Errorf("%w: the token has %d bytes, at most %d fit", errTooLong, len(token), maxTokenBytes)
 	}
-	if len(fingerprint) > MaxFingerprintBytes {
-		return fmt.Errorf("%w: the fingerprint has %d bytes, at most %d fit", ErrTooLong, len(fingerprint), MaxFingerprintBytes)
+	if len(fingerprint) > maxFingerprintBytes {
+		return fmt.Errorf("%w: the fingerprint has %d bytes, at most %d fit", errTooLong, len(fingerprint), maxFingerprintBytes)
 	}
 	return nil
 }
 
-// keyHash is the primary key of key's row.
-func keyHash(key string) [sha256.Size]byte {
-	return sha256.Sum256([]byte(key))
-}
-
-// durationMicros returns d in whole microseconds, rounded up so that a
-// positive duration stays positive, after clamping it to
-// idempotency.MaxTTL: the rounding must not overflow into a negative
-// INTERVAL (an expiry in the past, or a row the CHECK constraint refuses),
-// and a deadline must stay within DATETIME's range (year 9999). A renewal
-// adds the claim's TTL to its lease: two MaxTTLs from now is still there.
-func durationMicros(d time.Duration) int64 {
-	d = idempotency.ClampTTL(d)
-	return int64((d + time.Microsecond - 1) / time.Microsecond)
-}
+// durationMicros is d in microseconds for the statements' INTERVALs.
+func durationMicros(d time.Duration) int64 { return sqlstore.DurationMicros(d) }
 
 // MySQL and MariaDB error numbers the store translates or retries.
 const (
@@ -408,22 +400,6 @@ func isDeadlock(err error) bool {
 	return errors.As(err, &myErr) && myErr.Number == errDeadlock
 }
 
-// withContext adds the context's error to err when the context has ended and
-// err does not already match it, so that callers can test for
-// context.DeadlineExceeded or context.Canceled.
-func withContext(ctx context.Context, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%w: %w", cerr, err)
-	}
-	return err
-}
+func wrap(op, key string, err error) error { return sqlstore.Wrap("mysqlstore", op, key, err) }
 
-// maxKeyInError bounds how much of a key an error message quotes.
-const maxKeyInError = 64
-
-func wrap(op, key string, err error) error {
-	if len(key) > maxKeyInError {
-		return fmt.Errorf("mysqlstore: %s %q… (%d bytes): %w", op, key[:maxKeyInError], len(key), err)
-	}
-	return fmt.Errorf("mysqlstore: %s %q: %w", op, key, err)
-}
+func withContext(ctx context.Context, err error) error { return sqlstore.WithContext(ctx, err) }

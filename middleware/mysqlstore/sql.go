@@ -2,6 +2,8 @@ package mysqlstore
 
 import (
 	"strings"
+
+	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
 // The statements of a store, built once by New for its table. Keys, tokens
@@ -53,30 +55,13 @@ var fallbackColumns = `r.state, r.token, r.attempts, NULL, IF(r.result IS NULL, 
 	micros("r.created_at") + `, ` + micros("r.updated_at") + `, ` + micros("r.lease_until") +
 	`, r.claim_ttl_us, ` + micros("r.expires_at") + `, ` + micros("UTC_TIMESTAMP(6)")
 
-// validSQL is the record's invariant as an SQL condition on the columns
-// prefixed by {r} (an alias and a dot, or nothing), true or false, never
-// NULL. It is the table's CHECK constraint (plus the NOT NULL columns), and
-// exactly what check in record.go accepts: the store writes only rows it
-// holds true for, so a table without the constraint (made by someone else,
-// or with the constraint dropped) is protected by the statements
-// themselves. state and token are VARBINARY: their comparisons are exact
-// (no trailing-space padding, no case folding).
-const validSQL = `COALESCE({r}attempts >= 1
-	AND {r}created_at IS NOT NULL AND {r}updated_at IS NOT NULL AND {r}expires_at IS NOT NULL
-	AND CASE {r}state
-		WHEN 'in_progress' THEN {r}token <> '' AND {r}lease_until IS NOT NULL AND {r}claim_ttl_us > 0 AND {r}result IS NULL
-		WHEN 'completed' THEN {r}token <> '' AND {r}lease_until IS NULL AND {r}claim_ttl_us IS NULL AND {r}result IS NOT NULL
-		WHEN 'failed' THEN {r}lease_until IS NULL AND {r}claim_ttl_us IS NULL AND {r}result IS NULL
-		ELSE FALSE END, FALSE)`
+// validSQL and checkSQL are the record's invariant (see sqlstore.ValidSQL),
+// on the columns prefixed by {r} (an alias and a dot, or nothing), and for
+// the CHECK constraint. state and token are VARBINARY: their comparisons
+// are exact (no trailing-space padding, no case folding).
+var validSQL = sqlstore.ValidSQL("''")
 
-// checkSQL is validSQL for the CHECK constraint: a CHECK passes on NULL, and
-// the NOT NULL columns are checked by their own constraints.
-const checkSQL = `attempts >= 1
-	AND CASE state
-		WHEN 'in_progress' THEN token <> '' AND lease_until IS NOT NULL AND claim_ttl_us > 0 AND result IS NULL
-		WHEN 'completed' THEN token <> '' AND lease_until IS NULL AND claim_ttl_us IS NULL AND result IS NOT NULL
-		WHEN 'failed' THEN lease_until IS NULL AND claim_ttl_us IS NULL AND result IS NULL
-		ELSE FALSE END`
+var checkSQL = sqlstore.CheckSQL("''")
 
 func valid(prefix string) string {
 	return strings.ReplaceAll(validSQL, "{r}", prefix)
@@ -245,7 +230,7 @@ const releaseUpdateSQL = `UPDATE {t} SET state = 'failed', token = NULL, attempt
 WHERE {held} AND attempts > 1`
 
 // fallbackSQL reads the row of a refused owner statement: 1 key_hash. In a
-// transaction (CompleteTx), and for a renewal, it is a locking read (LOCK
+// transaction (CompleteInTx), and for a renewal, it is a locking read (LOCK
 // IN SHARE MODE), so that it sees the latest committed version, as the
 // UPDATE did, rather than a snapshot: a renewal that waited for an
 // in-transaction completion must see its COMMIT (Store.Renew).

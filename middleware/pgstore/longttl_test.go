@@ -10,12 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstoretest"
 )
 
-// TestInspectLongestTTL: the longest expiry a record can have, a renewal's
-// lease plus its claim's TTL at MaxTTL each, is reported by Inspect as it
+// TestRecordsLongestTTL: the longest expiry a record can have, a renewal's
+// lease plus its claim's TTL at MaxTTL each, is reported by Records as it
 // is, not overflowed into a negative duration, and holds the key.
-func TestInspectLongestTTL(t *testing.T) {
+func TestRecordsLongestTTL(t *testing.T) {
 	s, _ := newTable(t, testPool(t))
 	ctx := context.Background()
 	forever := time.Duration(math.MaxInt64)
@@ -23,7 +24,7 @@ func TestInspectLongestTTL(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 	require.NoError(t, s.Renew(ctx, "longest", "tok", forever))
-	rec, ttl, _, err := s.Inspect(ctx, "longest")
+	rec, ttl, _, err := sqlstoretest.Inspect(ctx, s, "longest")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateInProgress, rec.State)
 	assert.Greater(t, ttl, 2*idempotency.MaxTTL-time.Minute, "the record is kept for its lease and its claim's TTL")

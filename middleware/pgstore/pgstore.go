@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"time"
@@ -12,46 +11,94 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
-var (
-	// ErrNilPool is returned by New for a nil pool.
-	ErrNilPool = errors.New("pgstore: nil pgx pool")
-	// ErrInvalidTable is returned by New and Schema for a Config.Table that
-	// is not a plain, optionally schema-qualified, identifier.
-	ErrInvalidTable = errors.New("pgstore: invalid table name")
-	// ErrInvalidBatch is returned by Purge for a batch size below 1.
-	ErrInvalidBatch = errors.New("pgstore: purge batch must be positive")
-)
+// errNilPool is New's error for a nil pool.
+var errNilPool = errors.New("pgstore: nil pgx pool")
 
-// Store is a idempotency.Store on a PostgreSQL table. It is safe for
+// indexSuffix makes the name of the table's expiry index from the table's.
+const indexSuffix = "_expires_at"
+
+// maxIdentifier is PostgreSQL's identifier length (NAMEDATALEN-1 bytes);
+// longer names are truncated by the server, which could make two tables'
+// index names collide, so they are refused instead.
+const maxIdentifier = 63
+
+// Config configures a Store. The zero Config is valid.
+type Config struct {
+	// Table holds the records: lower-case ASCII letters, digits and
+	// underscores, not starting with a digit, at most 52 bytes (its index
+	// adds "_expires_at" within PostgreSQL's 63), optionally qualified by a
+	// schema of the same form ("idempotency.keys"). Names are quoted in
+	// every statement. The default is idempotency_keys, resolved through
+	// the connection's search_path.
+	Table string
+}
+
+// Schema returns the DDL that creates cfg's table and its index, for your
+// own migrations: the SQL that [Store.Migrate] runs.
+func Schema(cfg Config) (string, error) {
+	_, parts, err := sqlstore.ParseTable("pgstore", cfg.Table, maxIdentifier, indexSuffix)
+	return statementsFor(parts).schema, err
+}
+
+// statementsFor builds the store's SQL for the (validated) table's parts.
+func statementsFor(parts []string) statements {
+	if parts == nil {
+		return statements{}
+	}
+	return buildStatements(pgx.Identifier(parts).Sanitize(), pgx.Identifier{parts[len(parts)-1] + indexSuffix}.Sanitize())
+}
+
+// Store is an [idempotency.Store] on a PostgreSQL table. It is safe for
 // concurrent use and does not own the pool: closing it is the caller's
 // business.
 type Store struct {
 	pool  *pgxpool.Pool
 	table string // as configured, for messages
 	sql   statements
+	d     sqlstore.Dialect
 }
 
 var _ idempotency.Store = (*Store)(nil)
 
 // New returns a store on pool, keeping its records in cfg.Table. New does not
 // contact the server and creates nothing: create the table once with
-// Migrate, or with the DDL that Schema returns.
+// [Store.Migrate], or with the DDL that [Schema] returns.
 func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
-		return nil, ErrNilPool
+		return nil, errNilPool
 	}
-	cfg = cfg.withDefaults()
-	st, err := cfg.statements()
+	table, parts, err := sqlstore.ParseTable("pgstore", cfg.Table, maxIdentifier, indexSuffix)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{pool: pool, table: cfg.Table, sql: st}, nil
+	st := statementsFor(parts)
+	s := &Store{pool: pool, table: table, sql: st}
+	s.d = sqlstore.Dialect{Pkg: "pgstore", Table: table,
+		GetSQL: st.get, DeleteSQL: st.del, PurgeSQL: st.purge, PageSQL: s.inspectSQL().page,
+		PageArgs: func(after []byte, prefix string, batch int) []any { return []any{after, []byte(prefix), batch} },
+		Dest:     dest,
+		QueryRow: func(ctx context.Context, q string, args ...any) interface{ Scan(...any) error } {
+			return pool.QueryRow(ctx, q, args...)
+		},
+		IsNoRows: func(err error) bool { return errors.Is(err, pgx.ErrNoRows) },
+		Exec: func(ctx context.Context, q string, args ...any) (int64, error) {
+			tag, err := pool.Exec(ctx, q, args...)
+			return tag.RowsAffected(), err
+		},
+		Query: func(ctx context.Context, q string, args ...any) (sqlstore.Rows, func(), error) {
+			rows, err := pool.Query(ctx, q, args...)
+			if err != nil {
+				return nil, nil, err
+			}
+			return rows, rows.Close, nil
+		},
+		QueryError: s.queryError,
+	}
+	return s, nil
 }
-
-// Schema returns the DDL of the store's table and index: what Migrate runs.
-func (s *Store) Schema() string { return s.sql.schema }
 
 // Migrate creates the store's table and index unless they exist. It is safe
 // to run at every start, from any number of processes at once: a transaction
@@ -86,10 +133,9 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	if len(req.Fingerprint) > 0 {
 		fp = req.Fingerprint
 	}
-	hash := keyHash(key)
-	var r row
-	err := s.pool.QueryRow(ctx, s.sql.claim, hash[:], []byte(key), []byte(req.Token),
-		micros(req.Lease), micros(req.TTL), fp).Scan(r.dest()...)
+	var r sqlstore.Row
+	err := s.pool.QueryRow(ctx, s.sql.claim, sqlstore.KeyHash(key), []byte(key), []byte(req.Token),
+		micros(req.Lease), micros(req.TTL), fp).Scan(dest(&r)...)
 	if err != nil {
 		return idempotency.ClaimResult{}, s.queryError(ctx, "claim", key, err)
 	}
@@ -126,9 +172,9 @@ func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duratio
 		return wrap("renew", key, err)
 	}
 	err := s.owned(ctx, s.pool, "renew", key, token, s.sql.renew, micros(lease))
-	if errors.Is(err, errRenewRaced) {
+	if errors.Is(err, sqlstore.ErrRenewRaced) {
 		err = s.owned(ctx, s.pool, "renew", key, token, s.sql.renew, micros(lease))
-		if errors.Is(err, errRenewRaced) {
+		if errors.Is(err, sqlstore.ErrRenewRaced) {
 			// Changed under it twice: whatever it became, the token does not
 			// hold it now.
 			err = wrap("renew", key, idempotency.ErrLeaseLost)
@@ -136,11 +182,6 @@ func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duratio
 	}
 	return err
 }
-
-// errRenewRaced is owned's answer to a renewal that was refused although
-// its snapshot shows the token's live lease: the row changed while the
-// statement waited for its lock. Renew never returns it.
-var errRenewRaced = errors.New("pgstore: the row changed while the renewal waited for it")
 
 // Complete implements idempotency.Store with one UPDATE.
 func (s *Store) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
@@ -165,113 +206,40 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 }
 
 // owned runs an owner statement (sql.go) and reads its answer: nil when it
-// was applied; otherwise, from the row it returns, ErrCorruptRecord, nil for
-// the token's own resent Complete or Fail (and for any Release: there was
-// nothing of the token's to undo), ErrCompletedByOwner or errRenewRaced for
-// a renewal (see Renew), or ErrLeaseLost.
+// was applied, else what [sqlstore.Refused] makes of the row it returns
+// (sqlstore.ErrRenewRaced, unwrapped, for a renewal that Renew runs again).
 func (s *Store) owned(ctx context.Context, q Querier, op, key, token, stmt string, args ...any) error {
 	if err := ctx.Err(); err != nil {
-		return wrap(op, key, withContext(ctx, err))
+		return wrap(op, key, sqlstore.WithContext(ctx, err))
 	}
-	hash := keyHash(key)
 	var applied, found bool
-	var r row
-	dest := append([]any{&applied, &found}, r.dest()...)
-	if err := q.QueryRow(ctx, stmt, append([]any{hash[:], []byte(token)}, args...)...).Scan(dest...); err != nil {
+	var r sqlstore.Row
+	dest := append([]any{&applied, &found}, dest(&r)...)
+	if err := q.QueryRow(ctx, stmt, append([]any{sqlstore.KeyHash(key), []byte(token)}, args...)...).Scan(dest...); err != nil {
 		return s.queryError(ctx, op, key, err)
 	}
 	if applied {
 		return nil
 	}
-	if found {
-		if err := r.Check(); err != nil {
-			return wrap(op, key, err)
-		}
-		if !r.Expired() && string(r.Token) == token &&
-			(op == "complete" && *r.State == stateCompleted || op == "fail" && *r.State == stateFailed) {
-			return nil // the token's own transition, resent
-		}
-		if !r.Expired() && string(r.Token) == token && op == opCompleteTx && *r.State == stateCompleted {
-			// Not a resend: another transaction of this run committed its
-			// effect and COMPLETED already; this one must not commit.
-			return wrap(op, key, ErrAlreadyCompleted)
-		}
-		if op == "renew" && !r.Expired() && string(r.Token) == token {
-			switch {
-			case *r.State == stateCompleted:
-				// The owner's own Complete, most often its transaction's,
-				// committed: the lease ended without anyone taking it.
-				return wrap(op, key, idempotency.ErrCompletedByOwner)
-			case r.Live():
-				return errRenewRaced
-			}
-		}
+	switch err := sqlstore.Refused(op, found, &r, token); {
+	case err == nil, errors.Is(err, sqlstore.ErrRenewRaced):
+		return err
+	default:
+		return wrap(op, key, err)
 	}
-	if op == "release" {
-		return nil
-	}
-	return wrap(op, key, idempotency.ErrLeaseLost)
 }
 
 // Get implements idempotency.Store with one SELECT.
 func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error) {
-	if key == "" {
-		return idempotency.Record{}, wrap("get", key, idempotency.ErrEmptyKey)
-	}
-	if err := ctx.Err(); err != nil {
-		return idempotency.Record{}, wrap("get", key, err)
-	}
-	hash := keyHash(key)
-	var r row
-	err := s.pool.QueryRow(ctx, s.sql.get, hash[:]).Scan(r.dest()...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return idempotency.Record{State: idempotency.StateAbsent}, nil
-	}
-	if err != nil {
-		return idempotency.Record{}, s.queryError(ctx, "get", key, err)
-	}
-	if err := r.Check(); err != nil {
-		return idempotency.Record{}, wrap("get", key, err)
-	}
-	if r.Expired() {
-		return idempotency.Record{State: idempotency.StateAbsent}, nil
-	}
-	return r.Record(true), nil
+	return s.d.Get(ctx, key)
 }
 
 // Delete implements idempotency.Store with one DELETE, which removes any row,
 // a corrupt one included.
-func (s *Store) Delete(ctx context.Context, key string) error {
-	if key == "" {
-		return wrap("delete", key, idempotency.ErrEmptyKey)
-	}
-	if err := ctx.Err(); err != nil {
-		return wrap("delete", key, err)
-	}
-	hash := keyHash(key)
-	if _, err := s.pool.Exec(ctx, s.sql.del, hash[:]); err != nil {
-		return s.queryError(ctx, "delete", key, err)
-	}
-	return nil
-}
+func (s *Store) Delete(ctx context.Context, key string) error { return s.d.Delete(ctx, key) }
 
-// keyHash is the primary key of key's row.
-func keyHash(key string) [sha256.Size]byte {
-	return sha256.Sum256([]byte(key))
-}
-
-// micros returns d in whole microseconds, rounded up so that a positive
-// duration stays positive, after clamping it to idempotency.MaxTTL: the
-// rounding must not overflow into a negative interval (a lease already
-// over), and a timestamp must stay within PostgreSQL's range.
-func micros(d time.Duration) int64 {
-	d = idempotency.ClampTTL(d)
-	us := d / time.Microsecond
-	if d%time.Microsecond != 0 {
-		us++
-	}
-	return int64(us)
-}
+// micros is d in microseconds for the statements' intervals.
+func micros(d time.Duration) int64 { return sqlstore.DurationMicros(d) }
 
 // queryError translates an error of pgx: a CHECK constraint that refuses to
 // write a row back (one that violates a constraint added NOT VALID) is a
@@ -289,32 +257,6 @@ func (s *Store) queryError(ctx context.Context, op, key string, err error) error
 	return wrap(op, key, withContext(ctx, err))
 }
 
-// withContext adds the context's error to err when the context has ended and
-// err does not already match it, so that callers can test for
-// context.DeadlineExceeded or context.Canceled, and the context's cause
-// (context.Cause) when it is another error: a handler's context cancelled
-// because its run's lease was lost makes CompleteInTx's error match
-// idempotency.ErrLeaseLost.
-func withContext(ctx context.Context, err error) error {
-	cerr := ctx.Err()
-	if cerr == nil {
-		return err
-	}
-	if !errors.Is(err, cerr) {
-		err = fmt.Errorf("%w: %w", cerr, err)
-	}
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
-		err = fmt.Errorf("%w: %w", err, cause)
-	}
-	return err
-}
+func wrap(op, key string, err error) error { return sqlstore.Wrap("pgstore", op, key, err) }
 
-// maxKeyInError bounds how much of a key an error message quotes.
-const maxKeyInError = 64
-
-func wrap(op, key string, err error) error {
-	if len(key) > maxKeyInError {
-		return fmt.Errorf("pgstore: %s %q… (%d bytes): %w", op, key[:maxKeyInError], len(key), err)
-	}
-	return fmt.Errorf("pgstore: %s %q: %w", op, key, err)
-}
+func withContext(ctx context.Context, err error) error { return sqlstore.WithContext(ctx, err) }

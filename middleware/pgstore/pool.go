@@ -10,12 +10,12 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// SessionTimeoutParam is the PostgreSQL setting that ApplyPoolSettings sets.
-const SessionTimeoutParam = "idle_in_transaction_session_timeout"
+// sessionTimeoutParam is the PostgreSQL setting that ApplyPoolSettings sets.
+const sessionTimeoutParam = "idle_in_transaction_session_timeout"
 
 // ApplyPoolSettings sets on cfg, the pool's config, what the transactional
-// completion (CompleteInTx) asks of the pool's sessions, given lease, the
-// idempotency lease (zero meaning idempotency.DefaultLeaseTTL):
+// completion ([Store.CompleteInTx]) asks of the pool's sessions, given
+// lease, the idempotency lease (zero means [idempotency.DefaultLeaseTTL]):
 // idle_in_transaction_session_timeout at half the lease, sent at every
 // connect as a runtime parameter, so that a consumer stalled between its
 // completion and its COMMIT has its session ended, its transaction rolled
@@ -44,8 +44,8 @@ func ApplyPoolSettings(cfg *pgxpool.Config, lease time.Duration) error {
 		params = map[string]string{}
 		cfg.ConnConfig.RuntimeParams = params
 	}
-	if _, set := params[SessionTimeoutParam]; !set {
-		params[SessionTimeoutParam] = strconv.FormatInt(max(lease/2, time.Millisecond).Milliseconds(), 10) // milliseconds
+	if _, set := params[sessionTimeoutParam]; !set {
+		params[sessionTimeoutParam] = strconv.FormatInt(max(lease/2, time.Millisecond).Milliseconds(), 10) // milliseconds
 	}
 	return nil
 }

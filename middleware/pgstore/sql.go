@@ -2,6 +2,8 @@ package pgstore
 
 import (
 	"strings"
+
+	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
 // The statements of a store, built once by New for its table. Each
@@ -34,27 +36,11 @@ const columns = `r.state, r.token, r.attempts, r.fingerprint, r.result, r.create
 // resent Complete does not carry a large result back.
 const fallbackColumns = `c.state, c.token, c.attempts, NULL::bytea, CASE WHEN c.result IS NULL THEN NULL ELSE ''::bytea END, c.created_at, c.updated_at, c.lease_until, c.claim_ttl_us, c.expires_at, statement_timestamp()`
 
-// validSQL is the record's invariant as an SQL condition on the alias {r}.,
-// true or false, never NULL. It is the table's CHECK constraint (plus the
-// NOT NULL columns), and exactly what check in record.go accepts: the store
-// writes only rows it holds true for, so a table without the constraint (made
-// by someone else, or older) is protected by the statements themselves.
-const validSQL = `COALESCE({r}attempts >= 1
-	AND {r}created_at IS NOT NULL AND {r}updated_at IS NOT NULL AND {r}expires_at IS NOT NULL
-	AND CASE {r}state
-		WHEN 'in_progress' THEN {r}token <> ''::bytea AND {r}lease_until IS NOT NULL AND {r}claim_ttl_us > 0 AND {r}result IS NULL
-		WHEN 'completed' THEN {r}token <> ''::bytea AND {r}lease_until IS NULL AND {r}claim_ttl_us IS NULL AND {r}result IS NOT NULL
-		WHEN 'failed' THEN {r}lease_until IS NULL AND {r}claim_ttl_us IS NULL AND {r}result IS NULL
-		ELSE false END, false)`
+// validSQL and checkSQL are the record's invariant (see sqlstore.ValidSQL),
+// for the alias {r}. and for the CHECK constraint.
+var validSQL = sqlstore.ValidSQL("''::bytea")
 
-// checkSQL is validSQL for the CHECK constraint: a CHECK passes on NULL, and
-// the NOT NULL columns are checked by their own constraints.
-const checkSQL = `attempts >= 1
-	AND CASE state
-		WHEN 'in_progress' THEN token <> ''::bytea AND lease_until IS NOT NULL AND claim_ttl_us > 0 AND result IS NULL
-		WHEN 'completed' THEN token <> ''::bytea AND lease_until IS NULL AND claim_ttl_us IS NULL AND result IS NOT NULL
-		WHEN 'failed' THEN lease_until IS NULL AND claim_ttl_us IS NULL AND result IS NULL
-		ELSE false END`
+var checkSQL = sqlstore.CheckSQL("''::bytea")
 
 // constraintName names the CHECK constraint of validSQL. Constraint names
 // are per table, so every table can use the same one.

@@ -162,7 +162,7 @@ func TestCompleteTxWithDatabaseSQL(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tx.ExecContext(ctx, `INSERT INTO `+quoted(fx)+` VALUES ('k')`)
 	require.NoError(t, err)
-	require.NoError(t, s.CompleteTx(ctx, pgstore.SQLTx(tx), "k", tok, []byte("r"), time.Minute))
+	require.NoError(t, s.CompleteTx(ctx, sqlTx{tx}, "k", tok, []byte("r"), time.Minute))
 	require.NoError(t, tx.Commit())
 	rec, err := s.Get(ctx, "k")
 	require.NoError(t, err)
@@ -174,13 +174,20 @@ func TestCompleteTxWithDatabaseSQL(t *testing.T) {
 	tx, err = db.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback() }()
-	assert.ErrorIs(t, s.CompleteTx(ctx, pgstore.SQLTx(tx), "k", tok, []byte("r"), time.Minute), pgstore.ErrAlreadyCompleted,
+	assert.ErrorIs(t, s.CompleteTx(ctx, sqlTx{tx}, "k", tok, []byte("r"), time.Minute), pgstore.ErrAlreadyCompleted,
 		"a second transaction of the owner that committed")
-	assert.ErrorIs(t, s.CompleteTx(ctx, pgstore.SQLTx(tx), "k", idempotency.NewToken(), nil, time.Minute), idempotency.ErrLeaseLost)
+	assert.ErrorIs(t, s.CompleteTx(ctx, sqlTx{tx}, "k", idempotency.NewToken(), nil, time.Minute), idempotency.ErrLeaseLost)
 	assert.Equal(t, 1, countEffects(t, pool, fx))
 }
 
 var _ pgstore.Querier = pgx.Tx(nil)
+
+// sqlTx is the adapter of a *sql.Tx to Querier that Querier's doc shows.
+type sqlTx struct{ *sql.Tx }
+
+func (t sqlTx) QueryRow(ctx context.Context, q string, args ...any) pgx.Row {
+	return t.QueryRowContext(ctx, q, args...)
+}
 
 // TestCompleteTxUnderRepeatableRead: a REPEATABLE READ transaction sees the
 // record as its snapshot has it. When the owner's renewal changed the row

@@ -47,6 +47,17 @@ type Commit struct {
 	ErrAlreadyCompleted error
 }
 
+// first is the first consumer's middleware, observed by obs (when not nil).
+func (c Commit) first(t *testing.T, obs *Renewals) *idempotency.Middleware {
+	cfg := idempotency.Config{Store: c.First.Store, LeaseTTL: CommitLease, NackDelay: -1}
+	if obs != nil {
+		cfg.Observer = obs
+	}
+	idem, err := idempotency.New(cfg, nil)
+	require.NoError(t, err)
+	return idem
+}
+
 // Renewals counts the outcomes of a middleware's renewals, and its Complete
 // calls; it is an idempotency.Observer.
 type Renewals struct {
@@ -172,8 +183,7 @@ func RetryBesideSecond(t *testing.T, second Consumer, h message.HandlerFunc, key
 // consumer's handler ran beside it.
 func FailedCommitWithRetryInsideKeepsTheLease(t *testing.T, c Commit) {
 	obs := &Renewals{}
-	idem, err := idempotency.New(idempotency.Config{Store: c.First.Store, LeaseTTL: CommitLease, NackDelay: -1, Observer: obs}, nil)
-	require.NoError(t, err)
+	idem := c.first(t, obs)
 	const key = "order-retry"
 
 	ov := &Overlap{}
@@ -216,8 +226,7 @@ func FailedCommitWithRetryInsideKeepsTheLease(t *testing.T, c Commit) {
 // FailedCommitWithRetryInsideKeepsTheLease with a retry loop in the handler
 // itself.
 func FailedCommitWithHandlerLoopKeepsTheLease(t *testing.T, c Commit) {
-	idem, err := idempotency.New(idempotency.Config{Store: c.First.Store, LeaseTTL: CommitLease, NackDelay: -1}, nil)
-	require.NoError(t, err)
+	idem := c.first(t, nil)
 	const key = "order-loop"
 
 	ov := &Overlap{}
@@ -259,8 +268,7 @@ func FailedCommitWithHandlerLoopKeepsTheLease(t *testing.T, c Commit) {
 // nothing renewed the lease after CompleteInTx, and the context was never
 // cancelled.
 func LeaseLostDuringRetryAfterFailedCommit(t *testing.T, c Commit) {
-	idem, err := idempotency.New(idempotency.Config{Store: c.First.Store, LeaseTTL: CommitLease, NackDelay: -1}, nil)
-	require.NoError(t, err)
+	idem := c.first(t, nil)
 	const key = "order-lost"
 
 	var firstErr, cause error
@@ -281,7 +289,7 @@ func LeaseLostDuringRetryAfterFailedCommit(t *testing.T, c Commit) {
 			}
 			return nil, errors.New("gave up")
 		}))
-	_, err = h(NewMessage(key))
+	_, err := h(NewMessage(key))
 	require.Error(t, err)
 	c.RequireCommitFailed(t, firstErr)
 	require.ErrorIs(t, cause, idempotency.ErrLeaseLost, "the retry's context is cancelled when its lease is lost")
@@ -294,12 +302,11 @@ func LeaseLostDuringRetryAfterFailedCommit(t *testing.T, c Commit) {
 // handler's context is not cancelled though it goes on past the lease.
 func CommittedCompletionEndsTheLeaseQuietly(t *testing.T, c Commit) {
 	obs := &Renewals{}
-	idem, err := idempotency.New(idempotency.Config{Store: c.First.Store, LeaseTTL: CommitLease, NackDelay: -1, Observer: obs}, nil)
-	require.NoError(t, err)
+	idem := c.first(t, obs)
 	const key = "order-quiet"
 
 	var ctxErr error
-	_, err = idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+	_, err := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		ctx := msg.Context()
 		if err := c.First.Book(ctx, key, false); err != nil {
 			return nil, err
@@ -332,10 +339,9 @@ func CommittedCompletionEndsTheLeaseQuietly(t *testing.T, c Commit) {
 // One effect. The lost answer is the handler's own error after a COMMIT
 // that succeeded.
 func LostCommitAnswerWithRetryInside(t *testing.T, c Commit) {
-	obs := &Renewals{}
-	idem, err := idempotency.New(idempotency.Config{Store: c.First.Store, LeaseTTL: CommitLease, NackDelay: -1, Observer: obs}, nil)
-	require.NoError(t, err)
 	const key = "order-lost-answer"
+	obs := &Renewals{}
+	idem := c.first(t, obs)
 
 	ov := &Overlap{}
 	var attempts atomic.Int32

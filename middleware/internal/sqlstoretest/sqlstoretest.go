@@ -1,8 +1,7 @@
 // Package sqlstoretest holds the cases that the SQL stores (pgstore,
 // mysqlstore) share beyond the store contract that storetest checks: Purge
 // of expired rows, in batches and racing claims, DeleteIf and Inspect of
-// every state and of a corrupt and an expired row, Records and Counts
-// (records.go), and a COMMIT after CompleteInTx that fails, commits, or
+// every state and of a corrupt and an expired row, Records (records.go), and a COMMIT after CompleteInTx that fails, commits, or
 // whose answer is lost (commit.go). Each store runs them on a fresh table
 // of its own through a Table, or a Commit that says how its consumers book
 // a key in a transaction and make its COMMIT fail.
@@ -10,6 +9,8 @@ package sqlstoretest
 
 import (
 	"context"
+	"fmt"
+	"iter"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -29,8 +30,30 @@ type Store interface {
 	Purge(ctx context.Context, batch int) (int64, error)
 	// DeleteIf deletes key's row when its record is in one of states.
 	DeleteIf(ctx context.Context, key string, states ...idempotency.State) (found idempotency.State, deleted bool, err error)
-	// Inspect reads key's record, its time to live and its size.
-	Inspect(ctx context.Context, key string) (rec idempotency.Record, ttl time.Duration, bytes int64, err error)
+	// Records yields the live records under prefix.
+	Records(ctx context.Context, prefix string) iter.Seq2[idempotency.Entry, error]
+}
+
+// Inspect is key's entry as Records yields it: its record, time to live and
+// size, or its Err; an absent or expired key is StateAbsent with zero TTL
+// and size, as Get reads it.
+func Inspect(ctx context.Context, s Store, key string) (rec idempotency.Record, ttl time.Duration, bytes int64, err error) {
+	for e, err := range s.Records(ctx, key) {
+		if err != nil {
+			return rec, 0, 0, err
+		}
+		if e.Key == key {
+			if e.Err != nil {
+				return rec, 0, e.Bytes, e.Err
+			}
+			return e.Record, e.TTL, e.Bytes, nil
+		}
+	}
+	rec, err = s.Get(ctx, key)
+	if err == nil && rec.State != idempotency.StateAbsent {
+		err = fmt.Errorf("Records did not yield %q, which Get reads %s", key, rec.State)
+	}
+	return rec, 0, 0, err
 }
 
 // Table is a store on a table of its own, fresh for the case.
@@ -227,21 +250,21 @@ func DeleteIf(t *testing.T, tb Table) {
 	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
 	assert.Equal(t, 2, tb.Rows(t), "the corrupt row is kept")
 
-	rec, ttl, bytes, err := s.Inspect(ctx, "done")
+	rec, ttl, bytes, err := Inspect(ctx, s, "done")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateCompleted, rec.State)
 	assert.Greater(t, ttl, 50*time.Second)
 	assert.Greater(t, bytes, int64(0))
-	rec, _, _, err = s.Inspect(ctx, "absent")
+	rec, _, _, err = Inspect(ctx, s, "absent")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateAbsent, rec.State)
-	_, _, _, err = s.Inspect(ctx, "bad")
+	_, _, _, err = Inspect(ctx, s, "bad")
 	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
 
 	tok = Claim(t, s, "expired", time.Minute, time.Minute)
 	require.NoError(t, s.Complete(ctx, "expired", tok, nil, 5*time.Millisecond))
 	time.Sleep(20 * time.Millisecond)
-	rec, ttl, bytes, err = s.Inspect(ctx, "expired")
+	rec, ttl, bytes, err = Inspect(ctx, s, "expired")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.Record{State: idempotency.StateAbsent}, rec, "an expired row reads absent")
 	assert.Zero(t, ttl)

@@ -1,10 +1,4 @@
-// Package sqlrecord is the record of the SQL stores (pgstore, mysqlstore)
-// as their statements return it: one row, every column nullable, checked
-// against the record's invariants before anything reads it, and read as an
-// idempotency.Record. Both stores keep the same columns with the same
-// meaning; how each scans its times is its own (Micros for a column of
-// microseconds since the Unix epoch).
-package sqlrecord
+package sqlstore
 
 import (
 	"database/sql"
@@ -161,6 +155,22 @@ func (r *Row) Record(withToken bool) idempotency.Record {
 	return rec
 }
 
+// Read is the stores' Get of the row, found false when there was none:
+// an absent or expired row reads StateAbsent, a corrupt one is Check's
+// error, any other its record, token included.
+func (r *Row) Read(found bool) (idempotency.Record, error) {
+	if !found {
+		return idempotency.Record{State: idempotency.StateAbsent}, nil
+	}
+	if err := r.Check(); err != nil {
+		return idempotency.Record{}, err
+	}
+	if r.Expired() {
+		return idempotency.Record{State: idempotency.StateAbsent}, nil
+	}
+	return r.Record(true), nil
+}
+
 // Micros scans a column of microseconds since the Unix epoch, or NULL, into
 // a time in UTC: into *T when T is set (NULL leaves nil there), else into
 // *At (NULL is an error).
@@ -184,7 +194,7 @@ func (m Micros) Scan(src any) error {
 		t := time.UnixMicro(us.Int64).UTC()
 		*m.T = &t
 	case !us.Valid:
-		return errors.New("sqlrecord: NULL where a time is required")
+		return errors.New("sqlstore: NULL where a time is required")
 	default:
 		*m.At = time.UnixMicro(us.Int64).UTC()
 	}

@@ -1,4 +1,4 @@
-package sqlrecord
+package sqlstore
 
 import (
 	"testing"
