@@ -16,7 +16,7 @@ import (
 // newRedisStore returns a redisstore on rc, auto-pipelining unless
 // noPipelining.
 func newRedisStore(rc redis.UniversalClient, noPipelining bool) *redisstore.Store {
-	s, err := redisstore.NewWithOptions(rc, redisstore.Options{DisableAutoPipelining: noPipelining})
+	s, err := redisstore.New(rc, &redisstore.Options{DisableAutoPipelining: noPipelining})
 	if err != nil {
 		log.Fatal(err)
 	}

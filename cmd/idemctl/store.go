@@ -72,7 +72,7 @@ func open(ctx context.Context, rawURL, table string) (backend, error) {
 		// once, not after go-redis's five dials per command.
 		opts.DialerRetries = 1
 		client := redis.NewClient(opts)
-		store, err := redisstore.New(client)
+		store, err := redisstore.New(client, nil)
 		if err != nil {
 			_ = client.Close()
 			return nil, err
@@ -153,13 +153,22 @@ func (b *redisBackend) now(ctx context.Context) (time.Time, error) {
 }
 
 func (b *redisBackend) inspect(ctx context.Context, key string) (idempotency.Record, time.Duration, int64, error) {
-	return b.store.Inspect(ctx, key)
+	rec, err := b.store.Get(ctx, key)
+	if err != nil || rec.State == idempotency.StateAbsent {
+		return rec, 0, 0, err
+	}
+	ttl := max(b.client.PTTL(ctx, key).Val(), 0)
+	n, err := b.client.MemoryUsage(ctx, key, 0).Result()
+	if errors.Is(err, redis.Nil) {
+		err = nil
+	}
+	return rec, ttl, n, err
 }
 
 func (b *redisBackend) walk(ctx context.Context, prefix string) iter.Seq2[entry, error] {
 	return func(yield func(entry, error) bool) {
-		for e, err := range b.store.Records(ctx, prefix, 0) {
-			if !yield(entry{Key: e.Key, Record: e.Record, TTL: e.TTL, Err: e.Err}, err) {
+		for e, err := range b.store.Records(ctx, prefix) {
+			if !yield(entry{Key: e.Key, Record: e.Record, TTL: e.TTL, Bytes: e.Bytes, Err: e.Err}, err) {
 				return
 			}
 		}
@@ -196,15 +205,9 @@ func (b *redisBackend) stats(ctx context.Context, prefix string, limit, sample i
 		}
 		c := counts[state]
 		c.Records++
-		if c.Sampled < int64(sample) {
-			n, err := b.store.MemoryUsage(ctx, e.Key)
-			if err != nil {
-				return nil, scanned, false, false, err
-			}
-			if n > 0 {
-				c.Sampled++
-				sums[state] += n
-			}
+		if c.Sampled < int64(sample) && e.Bytes > 0 {
+			c.Sampled++
+			sums[state] += e.Bytes
 		}
 		counts[state] = c
 	}

@@ -48,9 +48,9 @@ func newCodecRedis(t *testing.T, addr string) *codecRedis {
 	t.Cleanup(func() { _ = client.Close() })
 	r := &codecRedis{client: client}
 	var err error
-	r.store, err = redisstore.New(client)
+	r.store, err = redisstore.New(client, nil)
 	require.NoError(t, err)
-	r.script, err = redisstore.New(client)
+	r.script, err = redisstore.New(client, nil)
 	require.NoError(t, err)
 	redisstore.ClaimWithScriptOnly(r.script)
 	loadScripts(t, r.store) // no call of a test meets NOSCRIPT
@@ -424,9 +424,9 @@ func startLossyRedis(t *testing.T, opts redisstore.Options) *lossyRedis {
 	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: l.proxy.Addr})
 	t.Cleanup(func() { _ = client.Close() })
 	var err error
-	l.lossy, err = redisstore.NewWithOptions(client, opts)
+	l.lossy, err = redisstore.New(client, &opts)
 	require.NoError(t, err)
-	l.lossyScript, err = redisstore.NewWithOptions(client, opts)
+	l.lossyScript, err = redisstore.New(client, &opts)
 	require.NoError(t, err)
 	redisstore.ClaimWithScriptOnly(l.lossyScript)
 	return l // newCodecRedis loaded every script on the server
@@ -807,7 +807,7 @@ func TestReplicaGetsTheFastPathsWrites(t *testing.T) {
 	t.Cleanup(func() { _ = rc.Close() })
 	ctx := context.Background()
 	ack := func(scriptOnly bool) *redisstore.Store {
-		s, err := redisstore.NewWithOptions(r.client, redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
+		s, err := redisstore.New(r.client, &redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
 		require.NoError(t, err)
 		if scriptOnly {
 			redisstore.ClaimWithScriptOnly(s)
@@ -870,9 +870,9 @@ func TestClusterFastPathsAndTheCodec(t *testing.T) {
 	addrs := testserver.StartRedisCluster(t)
 	client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
-	script, err := redisstore.New(client)
+	script, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	redisstore.ClaimWithScriptOnly(script)
 	ctx := context.Background()

@@ -1,5 +1,4 @@
--- complete.lua: Store.Complete, after completefast.lua and prelude.lua: the
--- cases the fast section leaves.
+-- complete.lua: Store.Complete, after codec.lua.
 --
 -- KEYS[1]  the record
 -- ARGV[1]  owner token

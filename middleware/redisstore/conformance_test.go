@@ -32,7 +32,7 @@ func TestConformanceClaimScriptOnly(t *testing.T) {
 // the suite compares their times exactly.
 func scriptClaimSubjects(client redis.UniversalClient, setup func(*redisstore.Store)) func(t *testing.T) storetest.Subject {
 	return func(t *testing.T) storetest.Subject {
-		s, err := redisstore.New(client)
+		s, err := redisstore.New(client, nil)
 		require.NoError(t, err)
 		setup(s)
 		return storetest.Subject{Store: s, PutForeign: putForeign(client)}
@@ -56,7 +56,7 @@ func TestConformanceUniversalClient(t *testing.T) {
 // values through the same client.
 func subjects(client redis.UniversalClient) func(t *testing.T) storetest.Subject {
 	return func(t *testing.T) storetest.Subject {
-		s, err := redisstore.New(client)
+		s, err := redisstore.New(client, nil)
 		require.NoError(t, err)
 		return storetest.Subject{Store: s, PutForeign: putForeign(client), FreshClaimTimes: freshClaimTimes}
 	}
