@@ -21,7 +21,7 @@ func TestConformanceStandalone(t *testing.T) {
 }
 
 // TestConformanceClaimScriptOnly runs the suite with every claim in
-// claim.lua (its fast section included), as a key that the plain
+// claim.lua, as a key that the plain
 // claim does not settle takes it.
 func TestConformanceClaimScriptOnly(t *testing.T) {
 	storetest.Run(t, scriptClaimSubjects(testserver.RedisClient(t), redisstore.ClaimWithScriptOnly))

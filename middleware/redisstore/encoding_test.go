@@ -151,7 +151,7 @@ func TestCorruptRecords(t *testing.T) {
 		"hash failed":        hash("s", "F", "o", "tok", "a", "1", "c", "1", "u", "1"),
 		"hash without state": hash("a", "1", "c", "1", "u", "1"),
 		// The IN_PROGRESS and FAILED string, with "tok" as its owner where it
-		// has one, so that Renew and Complete meet their fast sections.
+		// has one, so that Renew and Complete read it as theirs.
 		"pf too short":                str(pf('P', 1, 1, 1, 1<<46, 1000, "tok", nil)[:37]),
 		"pf bad state":                str(pf('C', 1, 1, 1, 1<<46, 1000, "tok", nil)),
 		"pf owner overruns":           str(pf('P', 1, 1, 1, 1<<46, 1000, "tok", nil)[:39]),
