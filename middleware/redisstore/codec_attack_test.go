@@ -177,6 +177,7 @@ func TestCorruptValuesOnEveryPath(t *testing.T) {
 	expiring := func(v []byte) func(key string) error {
 		return func(key string) error { return r.client.Set(ctx, key, v, 2*time.Minute).Err() }
 	}
+	// The two "long" cases are longer than codec.lua's partial read (PEEK).
 	cases := map[string]func(key string) error{
 		"empty string":                          str(nil),
 		"pf tag alone":                          str([]byte{0xC0}),
@@ -216,11 +217,8 @@ func TestCorruptValuesOnEveryPath(t *testing.T) {
 		"completed long length 0":               str(cat(cHeader(1, 1000, 2000), []byte{255, 0, 0, 0, 0})),
 		"completed long length overruns":        str(cat(cHeader(1, 1000, 2000), []byte{255, 0, 0, 0, 255}, make([]byte, 254))),
 		"completed long length u32 max":         str(cat(cHeader(1, 1000, 2000), []byte{255, 255, 255, 255, 255}, make([]byte, 300))),
-		// Longer than the codec's partial read (PEEK, 512 bytes): the
-		// overrun is measured against the whole value, and an in-progress
-		// record is read whole.
-		"completed fingerprint overruns past the partial read": str(cat(cHeader(1, 1000, 2000), []byte{255, 0, 0, 4, 0}, make([]byte, 1000))),
-		"pf fingerprint short of a long value":                  str(cat(pf('P', 1, 1000, 2000, 1<<46, 60000, "tok", make([]byte, 600)), []byte("x"))),
+		"completed fp overruns a long value":    str(cat(cHeader(1, 1000, 2000), []byte{255, 0, 0, 4, 0}, make([]byte, 1000))),
+		"pf long, fp length one less":           str(cat(pf('P', 1, 1000, 2000, 1<<46, 60000, "tok", make([]byte, 600)), []byte("x"))),
 		"completed 26 bytes, fingerprint of 1":  str(cat(cHeader(1, 1000, 2000), []byte{1})),
 		"completed 26 bytes, zero attempts":     str(completed(0, 1000, 2000, "tok", nil, nil)),
 		"completed 26 bytes, zero created":      str(completed(1, 0, 2000, "tok", nil, nil)),
