@@ -10,7 +10,9 @@ import (
 // on the server, touching only KEYS[1] (Cluster-safe). Every script of a
 // record starts with codec.lua; each script's header documents its KEYS,
 // ARGV and reply. The one command that is not a script is the plain claim
-// (Store.Claim).
+// (Store.Claim). Two operations have a common case beside the full
+// script: Claim (the plain claim) and Complete (completefast.lua, at the
+// head of its script); the package documentation has the figures.
 
 //go:embed codec.lua
 var codec string
@@ -20,6 +22,8 @@ var (
 	claimLua string
 	//go:embed renew.lua
 	renewLua string
+	//go:embed completefast.lua
+	completeFastLua string
 	//go:embed complete.lua
 	completeLua string
 	//go:embed fail.lua
@@ -37,7 +41,7 @@ var (
 var (
 	claimScript    = redis.NewScript(codec + claimLua)
 	renewScript    = redis.NewScript(codec + renewLua)
-	completeScript = redis.NewScript(codec + completeLua)
+	completeScript = redis.NewScript(completeFastLua + codec + completeLua)
 	failScript     = redis.NewScript(codec + failLua)
 	releaseScript  = redis.NewScript(codec + releaseLua)
 	getScript      = redis.NewScript(codec + getLua)
