@@ -25,7 +25,8 @@
 //
 // A fresh message costs two commands, a claim and a completion. A
 // duplicate costs one. Claim and Complete each have a common case beside
-// the full script; every other operation is its script alone.
+// the full script. Renew, Fail, Release, Get and DeleteIf are their
+// scripts alone; Delete is one UNLINK.
 //   - The common claim is one plain SET key <N record> NX PX lease+TTL GET.
 //     It acquires an absent key. A COMPLETED value comes back unchanged,
 //     and Go decodes it as codec.lua would: a duplicate. Any other reply
