@@ -10,7 +10,7 @@
 //
 // Each record is one Redis string under its own key, in one of three
 // layouts: N (a fresh claim), IN_PROGRESS or FAILED, and COMPLETED.
-// codec.lua lays them out byte by byte; every script starts with it, and
+// codec.lua lays them out byte by byte; every script holds it, and
 // codec.go is its Go half. A COMPLETED 48-byte key without output or
 // fingerprint takes 136 bytes of Redis memory (MEMORY USAGE).
 //
