@@ -110,7 +110,7 @@ func (k *childKit) idempotency(maxAttempts int, obs idempotency.Observer) (*idem
 		}
 		store, err = mysqlstore.New(db, mysqlstore.Config{Table: table})
 	} else {
-		store, err = redisstore.New(redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: os.Getenv(childStoreVar)}))
+		store, err = redisstore.New(redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: os.Getenv(childStoreVar)}), nil)
 	}
 	if err != nil {
 		return nil, err

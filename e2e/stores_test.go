@@ -80,7 +80,7 @@ func (e *env) openStores() {
 func (e *env) redisStore(opts *redis.Options) idempotency.Store {
 	c := redis.NewClient(opts)
 	e.t.Cleanup(func() { _ = c.Close() })
-	s, err := redisstore.New(c)
+	s, err := redisstore.New(c, nil)
 	require.NoError(e.t, err)
 	return s
 }

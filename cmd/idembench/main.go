@@ -190,7 +190,7 @@ func newClient(addr string, poolSize int) *redis.Client {
 
 // newStore is a redisstore on c with the defaults.
 func newStore(c *redis.Client) *redisstore.Store {
-	s, err := redisstore.New(c)
+	s, err := redisstore.New(c, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

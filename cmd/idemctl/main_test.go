@@ -45,7 +45,7 @@ func eachStore(t *testing.T, f func(t *testing.T, e env)) {
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
 		client := testserver.RedisClient(t)
-		store, err := redisstore.New(client)
+		store, err := redisstore.New(client, nil)
 		require.NoError(t, err)
 		e := env{kind: "redis", store: store, prefix: testserver.UniqueName("idemctltest"),
 			flags: []string{"--store", "redis://" + testserver.RedisAddr(t) + "/0"}}

@@ -63,7 +63,7 @@ func open(ctx context.Context, rawURL, table string) (*backend, error) {
 		// once, not after go-redis's five dials per command.
 		opts.DialerRetries = 1
 		client := redis.NewClient(opts)
-		store, err := redisstore.New(client)
+		store, err := redisstore.New(client, nil)
 		if err != nil {
 			_ = client.Close()
 			return nil, err
@@ -72,7 +72,7 @@ func open(ctx context.Context, rawURL, table string) (*backend, error) {
 			_ = client.Close()
 			return nil, storeDown(fmt.Errorf("redis at %s: %w", opts.Addr, err))
 		}
-		return &backend{kind: "redis", store: redisShim{store}, now: func(ctx context.Context) (time.Time, error) { return client.Time(ctx).Result() },
+		return &backend{kind: "redis", store: store, now: func(ctx context.Context) (time.Time, error) { return client.Time(ctx).Result() },
 			close: func() { _ = client.Close() }}, nil
 	case "postgres", "postgresql":
 		cfg, err := pgxpool.ParseConfig(rawURL)
@@ -144,21 +144,3 @@ func init() {
 type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
-
-// redisShim gives redisstore the inspector's Records until redisstore's
-// own Records has that signature; delete it then.
-type redisShim struct{ *redisstore.Store }
-
-func (r redisShim) Records(ctx context.Context, prefix string) iter.Seq2[idempotency.Entry, error] {
-	return func(yield func(idempotency.Entry, error) bool) {
-		for e, err := range r.Store.Records(ctx, prefix, 0) {
-			out := idempotency.Entry{Key: e.Key, Record: e.Record, TTL: e.TTL, Err: e.Err}
-			if err == nil && e.Err == nil && e.Record.State != idempotency.StateAbsent {
-				out.Bytes, err = r.MemoryUsage(ctx, e.Key)
-			}
-			if !yield(out, err) {
-				return
-			}
-		}
-	}
-}

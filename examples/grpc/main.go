@@ -166,7 +166,7 @@ func openStore(redisURL string) (store idempotency.Store, closeStore func(), err
 	}
 	// NewFromURL sets ContextTimeoutEnabled, which a URL cannot say and
 	// the store requires.
-	s, client, err := redisstore.NewFromURL(redisURL, redisstore.Options{})
+	s, client, err := redisstore.NewFromURL(redisURL, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
 	}

@@ -106,7 +106,7 @@ func openStore(redisURL string) (idempotency.Store, func(), error) {
 	}
 	// NewFromURL sets ContextTimeoutEnabled, which a URL cannot say and
 	// the store requires.
-	s, client, err := redisstore.NewFromURL(redisURL, redisstore.Options{})
+	s, client, err := redisstore.NewFromURL(redisURL, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
 	}

@@ -108,6 +108,6 @@ func openStore(redisAddr string) (idempotency.Store, error) {
 	if redisAddr == "" {
 		return memstore.New(memstore.Config{}), nil
 	}
-	store, _, err := redisstore.NewFromURL("redis://"+redisAddr, redisstore.Options{})
+	store, _, err := redisstore.NewFromURL("redis://"+redisAddr, nil)
 	return store, err
 }

@@ -16,7 +16,7 @@ import (
 
 func main() {
 	logger := watermill.NewStdLogger(false, false)
-	store, _, err := redisstore.NewFromURL("redis://localhost:6379/0", redisstore.Options{})
+	store, _, err := redisstore.NewFromURL("redis://localhost:6379/0", nil)
 	if err != nil {
 		panic(err)
 	}

@@ -180,7 +180,7 @@ func TestCorruptRecord(t *testing.T) {
 	t.Run("redis foreign value", func(t *testing.T) {
 		t.Parallel()
 		client := testserver.RedisClient(t)
-		store, err := redisstore.New(client)
+		store, err := redisstore.New(client, nil)
 		require.NoError(t, err)
 		prefix := "grpcidemtest-" + adaptertest.RandomHex(t)
 		skey := grpcidem.StoreKey(prefix, "t", "k1")

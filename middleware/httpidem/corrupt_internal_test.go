@@ -27,7 +27,7 @@ import (
 // never overwritten, and the handler does not run.
 func TestCorruptRedisRecord(t *testing.T) {
 	client := testserver.RedisClient(t)
-	store, err := redisstore.New(client)
+	store, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	var b [8]byte
 	_, _ = rand.Read(b[:])

@@ -76,7 +76,7 @@ var chainCases = []chainCase{
 		return benchIdem(b, store, prefix).Middleware
 	}},
 	{name: "redisstore", redis: true, build: func(b *testing.B, client *redis.Client, prefix string) message.HandlerMiddleware {
-		store, err := redisstore.New(client)
+		store, err := redisstore.New(client, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -50,7 +50,7 @@ func countedRedisStore(t *testing.T) (idempotency.Store, *commandCounter) {
 	client := testserver.RedisClient(t)
 	commands := &commandCounter{}
 	client.AddHook(commands)
-	store, err := redisstore.New(client)
+	store, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	return store, commands
 }

@@ -119,7 +119,7 @@ func TestInProgressIsNackedAfterDelay(t *testing.T) {
 func downStore(t *testing.T) idempotency.Store {
 	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	return s
 }

@@ -25,7 +25,7 @@ import (
 // unique to the test.
 func sharedRedisStore(t *testing.T) (idempotency.Store, string) {
 	t.Helper()
-	s, err := redisstore.New(testserver.RedisClient(t))
+	s, err := redisstore.New(testserver.RedisClient(t), nil)
 	require.NoError(t, err)
 	return s, "test-" + watermill.NewShortUUID()
 }
@@ -206,7 +206,7 @@ func TestRedisKilledMidStreamAndRestarted(t *testing.T) {
 	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := redisstore.New(client)
+	store, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: 3 * time.Second, NackDelay: 20 * time.Millisecond,
 		StoreTimeout: 500 * time.Millisecond})
@@ -262,7 +262,7 @@ func TestRedisLostRepliesThroughTheMiddleware(t *testing.T) {
 	proxy := testserver.StartProxy(t, srv.Addr)
 	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: proxy.Addr}) // go-redis's default MaxRetries: 3
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := redisstore.New(client)
+	store, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	idem, obs := newIdem(t, idempotency.Config{Store: store})
 	h := &counter{}
@@ -317,7 +317,7 @@ func TestRedisClaimWithoutAnswerIsReleased(t *testing.T) {
 	proxy := testserver.StartProxy(t, srv.Addr)
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := redisstore.New(client)
+	store, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	idem, obs := newIdem(t, idempotency.Config{Store: store, MaxAttempts: 1})
 	h := &counter{}

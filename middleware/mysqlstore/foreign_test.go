@@ -29,7 +29,7 @@ func TestCompleteInTxForeignRun(t *testing.T) {
 	db := testDB(t)
 	my, _ := newTable(t, db)
 	effects := effectsTable(t, db)
-	redis, err := redisstore.New(testserver.RedisClient(t))
+	redis, err := redisstore.New(testserver.RedisClient(t), nil)
 	require.NoError(t, err)
 	key := uniqueName("mysqlstore-foreign-")
 	t.Cleanup(func() { _ = redis.Delete(context.Background(), key) })

@@ -28,7 +28,7 @@ func TestCompleteInTxForeignRun(t *testing.T) {
 	pool := testPool(t)
 	pg, _ := newTable(t, pool)
 	effects := effectsTable(t, pool)
-	redis, err := redisstore.New(testserver.RedisClient(t))
+	redis, err := redisstore.New(testserver.RedisClient(t), nil)
 	require.NoError(t, err)
 	key := uniqueName("pgstore-foreign-")
 	t.Cleanup(func() { _ = redis.Delete(context.Background(), key) })

@@ -55,7 +55,7 @@ func killChild(c *killtest.Consumer) int {
 			})
 		}))
 	case "redisstore":
-		rs, err := redisstore.New(redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: c.Redis}))
+		rs, err := redisstore.New(redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: c.Redis}), nil)
 		if err != nil {
 			return c.Exit(err)
 		}
@@ -97,7 +97,7 @@ func killSetup(t *testing.T, kind string, pool *pgxpool.Pool, rc *redis.Client, 
 	case "pgstore":
 		s.Store, s.Table = newTable(t, pool)
 	case "redisstore":
-		store, err := redisstore.New(rc)
+		store, err := redisstore.New(rc, nil)
 		require.NoError(t, err)
 		s.Store = store
 	}

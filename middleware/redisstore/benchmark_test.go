@@ -21,7 +21,7 @@ import (
 func BenchmarkStore(b *testing.B) {
 	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: testserver.RedisAddr(b), PoolSize: 128})
 	b.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,5 +1,5 @@
--- claim.lua: Store.Claim, after claimfast.lua and prelude.lua: the cases
--- the fast section leaves.
+-- claim.lua: Store.Claim, after codec.lua: the keys that the plain claim
+-- (SET NX GET, Go side) leaves, with every state.
 --
 -- KEYS[1]  the record
 -- ARGV[1]  owner token (non-empty)
@@ -8,7 +8,7 @@
 -- ARGV[4]  fingerprint, '' for none
 --
 -- Reply: {acquired, state, attempts, created, updated, lease, fingerprint,
--- result, token}: acquired 1 or 0, then the record as prelude's reply()
+-- result, token}: acquired 1 or 0, then the record as codec.lua's reply()
 -- lays it out (the new IN_PROGRESS record with its token when acquired; the
 -- record that refused the claim, without a token, otherwise). A corrupt
 -- value: the error reply IDEMPOTENCY_CORRUPT, nothing written.

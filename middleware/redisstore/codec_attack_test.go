@@ -20,10 +20,9 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
-// The tests of this file attack the codec and the fast sections at the head
-// of claim, complete and renew (claimfast.lua, completefast.lua,
-// renewfast.lua): values that only the codec rejects, lost replies of the
-// fast paths, TTL clamps, odd keys and sizes. They run on a private Redis, whose count of writes
+// The tests of this file attack the codec (codec.lua, and codec.go's
+// decoding of the plain claim's reply): values that only the codec rejects,
+// lost replies of the common paths, TTL clamps, odd keys and sizes. They run on a private Redis, whose count of writes
 // (rdb_changes_since_last_save, persistence being off) shows that a call
 // wrote nothing, and every claim is made on both paths: the plain SET NX
 // GET and claim.lua.
@@ -48,9 +47,9 @@ func newCodecRedis(t *testing.T, addr string) *codecRedis {
 	t.Cleanup(func() { _ = client.Close() })
 	r := &codecRedis{client: client}
 	var err error
-	r.store, err = redisstore.New(client)
+	r.store, err = redisstore.New(client, nil)
 	require.NoError(t, err)
-	r.script, err = redisstore.New(client)
+	r.script, err = redisstore.New(client, nil)
 	require.NoError(t, err)
 	redisstore.ClaimWithScriptOnly(r.script)
 	loadScripts(t, r.store) // no call of a test meets NOSCRIPT
@@ -64,7 +63,7 @@ func (r *codecRedis) claimers() map[string]*redisstore.Store {
 
 // claimedRaw is the string that a claim on path of an absent key leaves,
 // rec being what the claim reported: the N record of the plain claim, the
-// P record of claimfast.lua.
+// P record of claim.lua.
 func claimedRaw(path string, rec idempotency.Record, lease, retain time.Duration, token string, fp []byte) []byte {
 	if path == "plain" {
 		return pf('N', 1, 0, 0, uint64(lease.Milliseconds()), uint64(retain.Milliseconds()), token, fp)
@@ -152,13 +151,12 @@ func cHeader(attempts uint32, created, updated uint64) []byte {
 
 func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 
-// TestCorruptValuesPastTheFastSections writes values that the fast sections
-// must let through to the codec, or (a COMPLETED string that a claim
+// TestCorruptValuesOnEveryPath writes values that the codec must refuse, or (a COMPLETED string that a claim
 // returns) to the store's Go decoding: each is ErrCorruptRecord from every
 // method, on both claim paths, with the token the value names, and nothing
 // is written (not the value, not an expiry, nothing else); the reason a
 // claim gives is the codec's, and Delete removes the value.
-func TestCorruptValuesPastTheFastSections(t *testing.T) {
+func TestCorruptValuesOnEveryPath(t *testing.T) {
 	r := startCodecRedis(t)
 	ctx := context.Background()
 	good := pf('P', 1, 1000, 2000, 1<<46, 60000, "tok", []byte("fp"))
@@ -179,6 +177,7 @@ func TestCorruptValuesPastTheFastSections(t *testing.T) {
 	expiring := func(v []byte) func(key string) error {
 		return func(key string) error { return r.client.Set(ctx, key, v, 2*time.Minute).Err() }
 	}
+	// The two "long" cases are longer than codec.lua's partial read (PEEK).
 	cases := map[string]func(key string) error{
 		"empty string":                          str(nil),
 		"pf tag alone":                          str([]byte{0xC0}),
@@ -218,6 +217,8 @@ func TestCorruptValuesPastTheFastSections(t *testing.T) {
 		"completed long length 0":               str(cat(cHeader(1, 1000, 2000), []byte{255, 0, 0, 0, 0})),
 		"completed long length overruns":        str(cat(cHeader(1, 1000, 2000), []byte{255, 0, 0, 0, 255}, make([]byte, 254))),
 		"completed long length u32 max":         str(cat(cHeader(1, 1000, 2000), []byte{255, 255, 255, 255, 255}, make([]byte, 300))),
+		"completed fp overruns a long value":    str(cat(cHeader(1, 1000, 2000), []byte{255, 0, 0, 4, 0}, make([]byte, 1000))),
+		"pf long, fp length one less":           str(cat(pf('P', 1, 1000, 2000, 1<<46, 60000, "tok", make([]byte, 600)), []byte("x"))),
 		"completed 26 bytes, fingerprint of 1":  str(cat(cHeader(1, 1000, 2000), []byte{1})),
 		"completed 26 bytes, zero attempts":     str(completed(0, 1000, 2000, "tok", nil, nil)),
 		"completed 26 bytes, zero created":      str(completed(1, 0, 2000, "tok", nil, nil)),
@@ -330,12 +331,12 @@ func TestCompletedStringsDecodedAlikeInGoAndLua(t *testing.T) {
 	}
 }
 
-// TestFastPathsAtTheEdgesOfSizes claims, renews and completes through the
-// fast sections with fingerprints and results of 0 bytes, of 254 and 255
+// TestCommonPathsAtTheEdgesOfSizes claims, renews and completes through the
+// common paths with fingerprints and results of 0 bytes, of 254 and 255
 // (where the COMPLETED string's fingerprint length takes its long form) and
 // of a few MB: each step leaves the documented bytes, and a later claim
 // (decoded in Go) and Get (decoded in Lua) read the same record.
-func TestFastPathsAtTheEdgesOfSizes(t *testing.T) {
+func TestCommonPathsAtTheEdgesOfSizes(t *testing.T) {
 	r := startCodecRedis(t)
 	ctx := context.Background()
 	ms := func(at time.Time) uint64 { return uint64(at.UnixMilli()) }
@@ -424,9 +425,9 @@ func startLossyRedis(t *testing.T, opts redisstore.Options) *lossyRedis {
 	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: l.proxy.Addr})
 	t.Cleanup(func() { _ = client.Close() })
 	var err error
-	l.lossy, err = redisstore.NewWithOptions(client, opts)
+	l.lossy, err = redisstore.New(client, &opts)
 	require.NoError(t, err)
-	l.lossyScript, err = redisstore.NewWithOptions(client, opts)
+	l.lossyScript, err = redisstore.New(client, &opts)
 	require.NoError(t, err)
 	redisstore.ClaimWithScriptOnly(l.lossyScript)
 	return l // newCodecRedis loaded every script on the server
@@ -457,12 +458,12 @@ func (l *lossyRedis) dropOnceOf(t *testing.T, command, key string, call func() e
 	return writes(t, l.client) - n, err
 }
 
-// TestLostRepliesOfTheFastPaths drops the reply of a transition settled by
-// a fast section (or of one that went to the codec) after Redis ran it: go-redis resends the same script,
-// which now meets what the first try wrote and goes to the codec. The
+// TestLostRepliesOfTheCommonPaths drops the reply of a transition settled by
+// its common path after Redis ran it: go-redis resends the same script,
+// which now meets what the first try wrote. The
 // resend must answer what the first try would have, count no attempt, and
 // write no second time where the transition is already done.
-func TestLostRepliesOfTheFastPaths(t *testing.T) {
+func TestLostRepliesOfTheCommonPaths(t *testing.T) {
 	modes := map[string]redisstore.Options{
 		"auto-pipelined": {},
 		"on its own":     {DisableAutoPipelining: true},
@@ -564,7 +565,7 @@ func TestLostRepliesOfTheFastPaths(t *testing.T) {
 				assert.Zero(t, n)
 			})
 
-			// Fail and Release have no fast section: the codec decides both tries.
+			// Fail and Release: the codec decides both tries.
 			t.Run("fail", func(t *testing.T) {
 				key := "lost:fail"
 				require.NoError(t, l.client.Set(ctx, key, pf('P', 2, 1000, 2000, farMs(), 60000, "tok", nil), time.Hour).Err())
@@ -619,9 +620,8 @@ func TestCompleteResentAfterTheLeaseLapsed(t *testing.T) {
 }
 
 // TestOneMillisecondLease claims with the shortest lease there is (1 ns,
-// rounded up to 1 ms): once it has lapsed, the fast sections fence the
-// owner without writing (Renew and Complete answer ErrLeaseLost from
-// there), Fail and Release change nothing, and the next claim on either
+// rounded up to 1 ms): once it has lapsed, the scripts fence the
+// owner without writing (Renew and Complete answer ErrLeaseLost), Fail and Release change nothing, and the next claim on either
 // path counts the lapsed attempt.
 func TestOneMillisecondLease(t *testing.T) {
 	r := startCodecRedis(t)
@@ -720,7 +720,7 @@ func TestTTLClampsThroughTheFastPaths(t *testing.T) {
 	})
 }
 
-// TestOddKeyBytes runs every transition, through the fast sections and the
+// TestOddKeyBytes runs every transition, through the plain claim and the
 // codec, under keys of bytes that a script would mangle if a key were ever
 // spliced into its text or compared as text: NUL, the tag bytes, CR LF,
 // Lua pattern characters, quotes, invalid UTF-8, and a long key.
@@ -793,13 +793,13 @@ func TestClaimOfARecordAtTheMostAttempts(t *testing.T) {
 	}
 }
 
-// TestReplicaGetsTheFastPathsWrites acknowledges every claim, renewal and
-// completion by a replica (Options.Replicas) while they take the fast
-// sections (the plain SET NX GET, claim.lua's own, GET TIME SET)
+// TestReplicaGetsTheCommonPathsWrites acknowledges every claim, renewal and
+// completion by a replica (Options.Replicas) while they take the common
+// paths (the plain SET NX GET, claim.lua on an absent key, GET TIME SET)
 // and the codec (the claim of a FAILED record): each is acknowledged, and
 // the replica holds the primary's very bytes and expiry after each, so a
 // failover to it keeps what the owner was told.
-func TestReplicaGetsTheFastPathsWrites(t *testing.T) {
+func TestReplicaGetsTheCommonPathsWrites(t *testing.T) {
 	t.Parallel()
 	master, replica := startReplicated(t)
 	r := newCodecRedis(t, master.Addr)
@@ -807,7 +807,7 @@ func TestReplicaGetsTheFastPathsWrites(t *testing.T) {
 	t.Cleanup(func() { _ = rc.Close() })
 	ctx := context.Background()
 	ack := func(scriptOnly bool) *redisstore.Store {
-		s, err := redisstore.NewWithOptions(r.client, redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
+		s, err := redisstore.New(r.client, &redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
 		require.NoError(t, err)
 		if scriptOnly {
 			redisstore.ClaimWithScriptOnly(s)
@@ -859,20 +859,20 @@ func TestReplicaGetsTheFastPathsWrites(t *testing.T) {
 	}
 }
 
-// TestClusterFastPathsAndTheCodec spreads keys over the three primaries of
-// a Cluster and runs them through the fast sections (both claim paths),
+// TestClusterCommonPathsAndTheCodec spreads keys over the three primaries of
+// a Cluster and runs them through the common paths (both claim paths),
 // the codec (a live lease of another owner, written by hand; a HASH) and
 // the Go decoding of a claim's COMPLETED string, corrupt values included:
 // the same answers as on one Redis, each script touching only its key's
 // node.
-func TestClusterFastPathsAndTheCodec(t *testing.T) {
+func TestClusterCommonPathsAndTheCodec(t *testing.T) {
 	t.Parallel()
 	addrs := testserver.StartRedisCluster(t)
 	client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
-	script, err := redisstore.New(client)
+	script, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	redisstore.ClaimWithScriptOnly(script)
 	ctx := context.Background()
@@ -925,7 +925,7 @@ func TestClusterFastPathsAndTheCodec(t *testing.T) {
 	}
 }
 
-// TestOddTokens holds keys with tokens that the fast sections compare byte
+// TestOddTokens holds keys with tokens that the scripts compare byte
 // by byte against the owner field: NUL and tag bytes, tokens that differ
 // from the owner only in their last byte or in their length (a prefix, an
 // extension), and a token of 1 MiB. Only the exact token renews, completes
@@ -975,13 +975,13 @@ func TestOddTokens(t *testing.T) {
 	}
 }
 
-// TestWidestFieldsThroughTheFastSections holds an IN_PROGRESS string whose
+// TestWidestFieldsThroughTheCodec holds an IN_PROGRESS string whose
 // lease deadline and retention are the widest the 6-byte fields hold (a
-// deadline in the year 10889): the fast renewal adds the retention to the
+// deadline in the year 10889): the renewal adds the retention to the
 // new lease in Lua and sends it as PX (a double written out by Redis: it
 // must stay an integer, not 2.8e+14), and the completion keeps the created
 // and updated times.
-func TestWidestFieldsThroughTheFastSections(t *testing.T) {
+func TestWidestFieldsThroughTheCodec(t *testing.T) {
 	r := startCodecRedis(t)
 	ctx := context.Background()
 	const widest = 1<<48 - 1
@@ -1003,8 +1003,8 @@ func TestWidestFieldsThroughTheFastSections(t *testing.T) {
 }
 
 // TestCompletedMemoryOnEveryPath completes 48-byte keys without output or
-// fingerprint along every path that writes a COMPLETED string (the fast
-// sections, the codec after a resent claim, a FAILED record, a renewal and
+// fingerprint along every path that writes a COMPLETED string (the plain
+// claim, claim.lua after a resent claim, a FAILED record, a renewal and
 // a record written by hand): each costs the same memory, under the
 // 150 bytes the package promises.
 func TestCompletedMemoryOnEveryPath(t *testing.T) {
@@ -1012,7 +1012,7 @@ func TestCompletedMemoryOnEveryPath(t *testing.T) {
 	ctx := context.Background()
 	key := func(name string) string { return name + strings.Repeat("k", 48-len(name)) }
 	paths := map[string]func(key string) string{
-		"fast": func(k string) string {
+		"plain": func(k string) string {
 			req := claimReq(time.Minute, nil)
 			_, err := r.store.Claim(ctx, k, req)
 			require.NoError(t, err)
@@ -1068,7 +1068,7 @@ func TestCompletedMemoryOnEveryPath(t *testing.T) {
 	}
 	t.Logf("MEMORY USAGE by path: %v", usage)
 	for name, n := range usage {
-		assert.Equal(t, usage["fast"], n, "%s costs what the fast path costs", name)
+		assert.Equal(t, usage["plain"], n, "%s costs what the plain claim's path costs", name)
 	}
 }
 

@@ -1,5 +1,5 @@
--- complete.lua: Store.Complete, after completefast.lua and prelude.lua: the
--- cases the fast section leaves.
+-- complete.lua: Store.Complete, after completefast.lua and codec.lua: the
+-- cases its common case leaves.
 --
 -- KEYS[1]  the record
 -- ARGV[1]  owner token

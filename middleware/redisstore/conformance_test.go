@@ -21,7 +21,7 @@ func TestConformanceStandalone(t *testing.T) {
 }
 
 // TestConformanceClaimScriptOnly runs the suite with every claim in
-// claim.lua (its fast section included), as a key that the plain
+// claim.lua, as a key that the plain
 // claim does not settle takes it.
 func TestConformanceClaimScriptOnly(t *testing.T) {
 	storetest.Run(t, scriptClaimSubjects(testserver.RedisClient(t), redisstore.ClaimWithScriptOnly))
@@ -32,7 +32,7 @@ func TestConformanceClaimScriptOnly(t *testing.T) {
 // the suite compares their times exactly.
 func scriptClaimSubjects(client redis.UniversalClient, setup func(*redisstore.Store)) func(t *testing.T) storetest.Subject {
 	return func(t *testing.T) storetest.Subject {
-		s, err := redisstore.New(client)
+		s, err := redisstore.New(client, nil)
 		require.NoError(t, err)
 		setup(s)
 		return storetest.Subject{Store: s, PutForeign: putForeign(client)}
@@ -56,7 +56,7 @@ func TestConformanceUniversalClient(t *testing.T) {
 // values through the same client.
 func subjects(client redis.UniversalClient) func(t *testing.T) storetest.Subject {
 	return func(t *testing.T) storetest.Subject {
-		s, err := redisstore.New(client)
+		s, err := redisstore.New(client, nil)
 		require.NoError(t, err)
 		return storetest.Subject{Store: s, PutForeign: putForeign(client), FreshClaimTimes: freshClaimTimes}
 	}

@@ -1,4 +1,4 @@
--- deleteif.lua: Store.DeleteIf, after prelude.lua.
+-- deleteif.lua: Store.DeleteIf, after codec.lua.
 --
 -- KEYS[1]  the record
 -- ARGV[1]  the states to delete, as letters: 'P' (IN_PROGRESS with a live

@@ -17,7 +17,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
-// completed builds a COMPLETED string as prelude.lua documents it.
+// completed builds a COMPLETED string as codec.lua documents it.
 func completed(attempts uint32, created, updated uint64, token string, fp, result []byte) []byte {
 	v := []byte{0xC1}
 	v = binary.BigEndian.AppendUint32(v, attempts)
@@ -33,7 +33,7 @@ func completed(attempts uint32, created, updated uint64, token string, fp, resul
 	return append(append(v, fp...), result...)
 }
 
-// pf builds an IN_PROGRESS or FAILED string as prelude.lua documents it.
+// pf builds an IN_PROGRESS or FAILED string as codec.lua documents it.
 func pf(state byte, attempts uint32, created, updated, lease, retain uint64, owner string, fp []byte) []byte {
 	v := []byte{0xC0, state}
 	v = binary.BigEndian.AppendUint32(v, attempts)
@@ -51,7 +51,7 @@ func pf(state byte, attempts uint32, created, updated, lease, retain uint64, own
 func newStore(t *testing.T) (*redisstore.Store, *redis.Client, string) {
 	t.Helper()
 	client := testserver.RedisClient(t)
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	prefix := testserver.UniqueName("redisstore-test:") + ":"
 	t.Cleanup(func() { unlinkPrefix(client, prefix) })
@@ -59,7 +59,7 @@ func newStore(t *testing.T) (*redisstore.Store, *redis.Client, string) {
 }
 
 // TestCompletedEncoding pins the COMPLETED layout (the one documented in
-// prelude.lua and doc.go) and reports its memory.
+// codec.lua and doc.go) and reports its memory.
 func TestCompletedEncoding(t *testing.T) {
 	s, client, prefix := newStore(t)
 	ctx := context.Background()
@@ -151,7 +151,7 @@ func TestCorruptRecords(t *testing.T) {
 		"hash failed":        hash("s", "F", "o", "tok", "a", "1", "c", "1", "u", "1"),
 		"hash without state": hash("a", "1", "c", "1", "u", "1"),
 		// The IN_PROGRESS and FAILED string, with "tok" as its owner where it
-		// has one, so that Renew and Complete meet their fast sections.
+		// has one, so that Renew and Complete read it as theirs.
 		"pf too short":                str(pf('P', 1, 1, 1, 1<<46, 1000, "tok", nil)[:37]),
 		"pf bad state":                str(pf('C', 1, 1, 1, 1<<46, 1000, "tok", nil)),
 		"pf owner overruns":           str(pf('P', 1, 1, 1, 1<<46, 1000, "tok", nil)[:39]),

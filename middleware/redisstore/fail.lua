@@ -1,4 +1,4 @@
--- fail.lua: Store.Fail, after prelude.lua.
+-- fail.lua: Store.Fail, after codec.lua.
 --
 -- KEYS[1]  the record
 -- ARGV[1]  owner token

@@ -83,10 +83,11 @@ func sentinelFailover(t *testing.T, replicas int) failoverRun {
 		outcomes  = map[string]idempotency.Outcome{}
 		doneOrder []string
 	)
-	store, err := redisstore.NewWithOptions(client, redisstore.Options{
+	store, err := redisstore.New(client, &redisstore.Options{
 		Replicas:       replicas,
 		ReplicaTimeout: 500 * time.Millisecond,
-		OnReplicaShortfall: func(s redisstore.ReplicaShortfall) {
+		OnReplicaShortfall: func(op, key string, acked int) {
+			s := redisstore.ReplicaShortfall{Op: op, Key: key, Acked: acked, Wanted: replicas}
 			mu.Lock()
 			short[s.Key] = true
 			mu.Unlock()
@@ -153,7 +154,7 @@ func sentinelFailover(t *testing.T, replicas int) failoverRun {
 	// Look at what the new master holds, then redeliver every key.
 	direct := redis.NewClient(&redis.Options{Addr: newMaster, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = direct.Close() })
-	plain, err := redisstore.New(direct) // no replica is left to wait for
+	plain, err := redisstore.New(direct, nil) // no replica is left to wait for
 	require.NoError(t, err)
 	var run failoverRun
 	run.shortfall = store.ReplicaStats()

@@ -36,9 +36,9 @@ func newLostReplies(t *testing.T) *lostReplies {
 	t.Cleanup(func() { _ = direct.Close() })
 	l := &lostReplies{proxy: proxy, client: client}
 	var err error
-	l.store, err = redisstore.New(client)
+	l.store, err = redisstore.New(client, nil)
 	require.NoError(t, err)
-	l.direct, err = redisstore.New(direct)
+	l.direct, err = redisstore.New(direct, nil)
 	require.NoError(t, err)
 
 	// Load every script, so that the dropped reply is the script's own and
@@ -79,7 +79,7 @@ func TestLostReplies(t *testing.T) {
 	ctx := context.Background()
 
 	// A fresh claim is a plain SET, and claim.lua for a key the SET leaves.
-	scriptOnly, err := redisstore.New(l.client)
+	scriptOnly, err := redisstore.New(l.client, nil)
 	require.NoError(t, err)
 	redisstore.ClaimWithScriptOnly(scriptOnly)
 	for _, c := range []struct {
@@ -188,7 +188,7 @@ func TestDeadlineBoundsACall(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, MaxRetries: retries})
 			t.Cleanup(func() { _ = client.Close() })
-			s, err := redisstore.New(client)
+			s, err := redisstore.New(client, nil)
 			require.NoError(t, err)
 			warm := claimReq(time.Minute, nil)
 			_, err = s.Claim(ctx, "warm", warm) // loads the script: the frozen call is one EVALSHA
@@ -218,7 +218,7 @@ func TestDeadlineBoundsACall(t *testing.T) {
 	// call under context.Background() and returns after its deadline.
 	plain := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = plain.Close() })
-	_, err := redisstore.New(plain)
+	_, err := redisstore.New(plain, nil)
 	require.ErrorIs(t, err, redisstore.ErrContextTimeoutDisabled)
 	freeze(t, srv.Addr, func() {
 		ctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)

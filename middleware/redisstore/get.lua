@@ -1,9 +1,9 @@
--- get.lua: Store.Get, after prelude.lua; reads only.
+-- get.lua: Store.Get, after codec.lua; reads only.
 --
 -- KEYS[1]  the record
 --
 -- Reply: {} when the key is absent, else {state, attempts, created,
--- updated, lease, fingerprint, result, token} as prelude's reply() lays it
+-- updated, lease, fingerprint, result, token} as codec.lua's reply() lays it
 -- out, with the owner's token while IN_PROGRESS. A corrupt value: the error
 -- reply IDEMPOTENCY_CORRUPT.
 local rec, bad = load(KEYS[1], true)

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"iter"
@@ -15,56 +14,32 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// This file is what an operator's tool (cmd/idemctl) needs: reading many
-// records, their expiry and their memory, and deleting a key only in the
-// states the operator named. None of it is on the path of a message.
+// Records and DeleteIf are what an operator's tool (cmd/idemctl) needs.
+// Neither is on the path of a message.
 
-//go:embed deleteif.lua
-var deleteIfLua string
+// scanCount is the COUNT hint of Records' SCAN calls.
+const scanCount = 1000
 
-var deleteIfScript = redis.NewScript(prelude + deleteIfLua)
-
-// DefaultScanCount is the COUNT hint of Records' SCAN calls when its batch is
-// zero.
-const DefaultScanCount = 1000
-
-// Entry is one key found by Records.
-type Entry struct {
-	// Key is the Redis key.
-	Key string
-	// Record is the key's record, read by Get; StateAbsent when the key
-	// expired between the SCAN that found it and the read.
-	Record idempotency.Record
-	// TTL is how long the key has left (PTTL), zero when it has none or is
-	// gone.
-	TTL time.Duration
-	// Err is the error reading this key, ErrCorruptRecord for a value that
-	// is not a record of the store's; the walk goes on after it.
-	Err error
-}
-
-// Records walks the keys that start with prefix (every key when it is
-// empty) with SCAN, batch keys per call as its COUNT hint (zero means
-// DefaultScanCount), and yields each with its record and TTL. On a Cluster
-// client it walks every master in turn. Like SCAN it may yield a key twice,
-// and a key created or deleted during the walk may be missed; it never
-// blocks the server for long. Reading a record costs one Get (EVALSHA) and
-// one PTTL per key. The iterator's error is a failed SCAN (the walk then
-// ends); an error reading one key is its Entry.Err.
-func (s *Store) Records(ctx context.Context, prefix string, batch int) iter.Seq2[Entry, error] {
-	return func(yield func(Entry, error) bool) {
-		for key, err := range s.scan(ctx, prefix, batch) {
+// Records yields every key that starts with prefix (every key when it is
+// empty), by SCAN, with its record, TTL and MEMORY USAGE. On a Cluster it
+// walks every master. Like SCAN it may yield a key twice and miss one made
+// or deleted meanwhile. Each key costs one Get and one pipeline of PTTL and
+// MEMORY USAGE. The iterator's error ends the walk; a corrupt record is its
+// Entry's Err, wrapping [idempotency.ErrCorruptRecord], and the walk goes on.
+func (s *Store) Records(ctx context.Context, prefix string) iter.Seq2[idempotency.Entry, error] {
+	return func(yield func(idempotency.Entry, error) bool) {
+		for key, err := range s.scan(ctx, prefix) {
 			if err != nil {
-				yield(Entry{}, err)
+				yield(idempotency.Entry{}, err)
 				return
 			}
-			e := Entry{Key: key}
+			e := idempotency.Entry{Key: key}
 			e.Record, e.Err = s.Get(ctx, key)
 			if e.Err == nil && e.Record.State != idempotency.StateAbsent {
-				e.TTL, e.Err = s.ttl(ctx, key)
+				e.TTL, e.Bytes, e.Err = s.ttlAndBytes(ctx, key)
 			}
 			if e.Err != nil && ctx.Err() != nil {
-				yield(Entry{}, e.Err)
+				yield(idempotency.Entry{}, e.Err)
 				return
 			}
 			if !yield(e, nil) {
@@ -74,55 +49,23 @@ func (s *Store) Records(ctx context.Context, prefix string, batch int) iter.Seq2
 	}
 }
 
-// Inspect returns key's record, how long the key has left (zero when it has
-// no expiry or is absent) and the bytes Redis spends on it (MEMORY USAGE,
-// key and value with the allocator's overhead; zero when absent).
-func (s *Store) Inspect(ctx context.Context, key string) (rec idempotency.Record, ttl time.Duration, bytes int64, err error) {
-	if rec, err = s.Get(ctx, key); err != nil || rec.State == idempotency.StateAbsent {
-		return rec, 0, 0, err
+// ttlAndBytes reads key's PTTL and MEMORY USAGE in one pipeline: zero
+// for a key without expiry, or gone.
+func (s *Store) ttlAndBytes(ctx context.Context, key string) (time.Duration, int64, error) {
+	pipe := s.client.Pipeline()
+	ttl := pipe.PTTL(ctx, key)
+	mem := pipe.MemoryUsage(ctx, key, 0)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, 0, callError(ctx, "records", key, err)
 	}
-	if ttl, err = s.ttl(ctx, key); err != nil {
-		return rec, 0, 0, err
-	}
-	bytes, err = s.MemoryUsage(ctx, key)
-	return rec, ttl, bytes, err
+	return max(ttl.Val(), 0), mem.Val(), nil
 }
 
-// MemoryUsage returns the bytes Redis spends on key (MEMORY USAGE … SAMPLES
-// 0: key, value and allocator overhead), whatever its value, or zero when
-// the key is absent.
-func (s *Store) MemoryUsage(ctx context.Context, key string) (int64, error) {
-	if key == "" {
-		return 0, wrap("memory usage", key, idempotency.ErrEmptyKey)
-	}
-	n, err := s.client.MemoryUsage(ctx, key, 0).Result()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, callError(ctx, "memory usage", key, err)
-	}
-	return n, nil
-}
-
-func (s *Store) ttl(ctx context.Context, key string) (time.Duration, error) {
-	d, err := s.client.PTTL(ctx, key).Result()
-	if err != nil {
-		return 0, callError(ctx, "pttl", key, err)
-	}
-	if d < 0 { // -1 no expiry, -2 gone
-		return 0, nil
-	}
-	return d, nil
-}
-
-// DeleteIf deletes key, in one atomic script, only when its record is in
-// one of states (StateInProgress meaning a live lease; a lapsed lease is
-// StateFailed), and reports the state it found: StateAbsent for a key it
-// does not hold. An owner whose record was deleted gets ErrLeaseLost from
-// its next renewal, Complete or Fail, and its work's context is cancelled.
-// A value that is not a record is ErrCorruptRecord and is not deleted (use
-// Delete for it).
+// DeleteIf deletes key, in one script, only when its record is in one of
+// states, and reports the state it found (StateAbsent for no key). A live
+// lease is StateInProgress; a lapsed one is StateFailed. An owner whose
+// record was deleted gets [idempotency.ErrLeaseLost] next. A corrupt value
+// is [idempotency.ErrCorruptRecord] and stays: Delete removes it.
 func (s *Store) DeleteIf(ctx context.Context, key string, states ...idempotency.State) (found idempotency.State, deleted bool, err error) {
 	if key == "" {
 		return 0, false, wrap("delete if", key, idempotency.ErrEmptyKey)
@@ -158,10 +101,7 @@ func (s *Store) DeleteIf(ctx context.Context, key string, states ...idempotency.
 }
 
 // scan yields the keys under prefix, from every master of a Cluster.
-func (s *Store) scan(ctx context.Context, prefix string, batch int) iter.Seq2[string, error] {
-	if batch <= 0 {
-		batch = DefaultScanCount
-	}
+func (s *Store) scan(ctx context.Context, prefix string) iter.Seq2[string, error] {
 	match := globEscape(prefix) + "*"
 	return func(yield func(string, error) bool) {
 		nodes := []redis.UniversalClient{s.client}
@@ -182,7 +122,7 @@ func (s *Store) scan(ctx context.Context, prefix string, batch int) iter.Seq2[st
 		for _, node := range nodes {
 			var cursor uint64
 			for {
-				keys, next, err := node.Scan(ctx, cursor, match, int64(batch)).Result()
+				keys, next, err := node.Scan(ctx, cursor, match, scanCount).Result()
 				if err != nil {
 					yield("", callError(ctx, "scan", prefix, err))
 					return

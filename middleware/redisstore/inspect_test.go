@@ -15,8 +15,8 @@ import (
 )
 
 // Records walks exactly the keys under its prefix (glob characters in it are
-// literal), with each record and TTL, a corrupt value as its Err; on a
-// Cluster it walks every master.
+// literal), with each record, TTL and memory, a corrupt value as its Err;
+// on a Cluster it walks every master.
 func TestRecordsUnderPrefix(t *testing.T) {
 	t.Parallel()
 	s, client, prefix := newStore(t)
@@ -26,7 +26,7 @@ func TestRecordsUnderPrefix(t *testing.T) {
 		res, err := s.Claim(ctx, p+k, claimReq(time.Minute, nil))
 		require.NoError(t, err)
 		if k == "done" {
-			require.NoError(t, s.Complete(ctx, p+k, res.Record.Token, []byte("r"), time.Hour))
+			require.NoError(t, s.Complete(ctx, p+k, res.Record.Token, make([]byte, 1000), time.Hour))
 		}
 	}
 	require.NoError(t, client.Set(ctx, p+"junk", "not a record", time.Minute).Err())
@@ -34,19 +34,21 @@ func TestRecordsUnderPrefix(t *testing.T) {
 	require.NoError(t, client.Set(ctx, prefix+"aX[b]Y:other", "x", time.Minute).Err())
 	require.NoError(t, client.Set(ctx, prefix+"ab?:other", "x", time.Minute).Err())
 
-	got := map[string]redisstore.Entry{}
-	for e, err := range s.Records(ctx, p, 1) {
+	got := map[string]idempotency.Entry{}
+	for e, err := range s.Records(ctx, p) {
 		require.NoError(t, err)
 		got[e.Key] = e
 	}
 	require.Len(t, got, 3, "%v", got)
 	assert.Equal(t, idempotency.StateCompleted, got[p+"done"].Record.State)
 	assert.Greater(t, got[p+"done"].TTL, 59*time.Minute)
+	assert.Greater(t, got[p+"done"].Bytes, int64(1000), "the result and the record's overhead")
+	assert.Greater(t, got[p+"busy"].Bytes, int64(0))
 	assert.Equal(t, idempotency.StateInProgress, got[p+"busy"].Record.State)
 	assert.ErrorIs(t, got[p+"junk"].Err, idempotency.ErrCorruptRecord)
 
 	n := 0
-	for range s.Records(ctx, p, 0) {
+	for range s.Records(ctx, p) {
 		n++
 		break
 	}
@@ -58,7 +60,7 @@ func TestRecordsOnCluster(t *testing.T) {
 	addrs := testserver.StartRedisCluster(t)
 	client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	ctx := context.Background()
 	prefix := testserver.UniqueName("inspect-cluster:")
@@ -70,7 +72,7 @@ func TestRecordsOnCluster(t *testing.T) {
 		want[key] = true
 	}
 	got := map[string]bool{}
-	for e, err := range s.Records(ctx, prefix, 0) {
+	for e, err := range s.Records(ctx, prefix) {
 		require.NoError(t, err)
 		require.NoError(t, e.Err)
 		got[e.Key] = true
@@ -128,27 +130,4 @@ func TestDeleteIf(t *testing.T) {
 
 	_, _, err = s.DeleteIf(ctx, prefix+"x", idempotency.StateAbsent)
 	assert.Error(t, err, "absent is not a state to delete")
-}
-
-// Inspect and MemoryUsage report the key's TTL and memory.
-func TestInspect(t *testing.T) {
-	t.Parallel()
-	s, _, prefix := newStore(t)
-	ctx := context.Background()
-	res, err := s.Claim(ctx, prefix+"k", claimReq(time.Minute, nil))
-	require.NoError(t, err)
-	require.NoError(t, s.Complete(ctx, prefix+"k", res.Record.Token, make([]byte, 1000), time.Hour))
-	rec, ttl, bytes, err := s.Inspect(ctx, prefix+"k")
-	require.NoError(t, err)
-	assert.Equal(t, idempotency.StateCompleted, rec.State)
-	assert.Greater(t, ttl, 59*time.Minute)
-	assert.Greater(t, bytes, int64(1000), "the result and the record's overhead")
-	rec, ttl, bytes, err = s.Inspect(ctx, prefix+"none")
-	require.NoError(t, err)
-	assert.Equal(t, idempotency.StateAbsent, rec.State)
-	assert.Zero(t, ttl)
-	assert.Zero(t, bytes)
-	n, err := s.MemoryUsage(ctx, prefix+"none")
-	require.NoError(t, err)
-	assert.Zero(t, n)
 }

@@ -73,7 +73,7 @@ func newNetWorld(t *testing.T) *netWorld {
 			DialTimeout: 100 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
 		})
 		t.Cleanup(func() { _ = client.Close() })
-		store, err := redisstore.New(client)
+		store, err := redisstore.New(client, nil)
 		require.NoError(t, err)
 		o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: netLease, StoreTimeout: 250 * time.Millisecond}, nil)
 		require.NoError(t, err)

@@ -52,7 +52,7 @@ func TestFullRedisAnswersDuplicates(t *testing.T) {
 	for i, p := range paths {
 		client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr})
 		t.Cleanup(func() { _ = client.Close() })
-		s, err := redisstore.NewWithOptions(client, p.opts)
+		s, err := redisstore.New(client, &p.opts)
 		require.NoError(t, err)
 		p.set(s)
 		stores[i] = s

@@ -26,13 +26,13 @@ import (
 func TestAutoPipeliningReleaseAfterGivenUpClaim(t *testing.T) {
 	direct := testserver.RedisClient(t)
 	prefix := keyPrefix(t, direct)
-	ds, err := redisstore.New(direct)
+	ds, err := redisstore.New(direct, nil)
 	require.NoError(t, err)
 	require.NoError(t, fresh(context.Background(), ds, prefix+"warm")) // scripts loaded
 	proxy := testserver.StartFaultProxy(t, testserver.RedisAddr(t))
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true, PoolSize: 32, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 
 	key, token := prefix+"given-up", idempotency.NewToken()
@@ -79,13 +79,13 @@ func TestAutoPipeliningReleaseAfterGivenUpClaim(t *testing.T) {
 func TestAutoPipeliningCompleteGivenUpAppliedLater(t *testing.T) {
 	direct := testserver.RedisClient(t)
 	prefix := keyPrefix(t, direct)
-	ds, err := redisstore.New(direct)
+	ds, err := redisstore.New(direct, nil)
 	require.NoError(t, err)
 	require.NoError(t, fresh(context.Background(), ds, prefix+"warm"))
 	proxy := testserver.StartFaultProxy(t, testserver.RedisAddr(t))
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true, PoolSize: 32, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	key, token := prefix+"k", idempotency.NewToken()
 	res, err := ds.Claim(context.Background(), key, idempotency.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute})
@@ -123,13 +123,13 @@ func TestAutoPipeliningCompleteGivenUpAppliedLater(t *testing.T) {
 func TestAutoPipeliningResetMidBatch(t *testing.T) {
 	direct := testserver.RedisClient(t)
 	prefix := keyPrefix(t, direct)
-	ds, err := redisstore.New(direct)
+	ds, err := redisstore.New(direct, nil)
 	require.NoError(t, err)
 	require.NoError(t, fresh(context.Background(), ds, prefix+"warm"))
 	proxy := testserver.StartFaultProxy(t, testserver.RedisAddr(t))
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true, PoolSize: 16})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	proxy.SetLatency(2 * time.Millisecond)
 	const workers, each = 32, 10

@@ -48,7 +48,7 @@ func TestAutoPipeliningMixedDeadlines(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = admin.Close() })
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	require.NoError(t, fresh(context.Background(), s, "warm"))
 
@@ -120,10 +120,11 @@ func TestReplicaWaitIsEachCallsOwn(t *testing.T) {
 	var mu sync.Mutex
 	var longShort []redisstore.ReplicaShortfall
 	var shortShort atomic.Int32
-	s, err := redisstore.NewWithOptions(client, redisstore.Options{
+	s, err := redisstore.New(client, &redisstore.Options{
 		Replicas:       1,
 		ReplicaTimeout: 2 * time.Second,
-		OnReplicaShortfall: func(sf redisstore.ReplicaShortfall) {
+		OnReplicaShortfall: func(op, key string, acked int) {
+			sf := redisstore.ReplicaShortfall{Op: op, Key: key, Acked: acked, Wanted: 1}
 			if strings.HasPrefix(sf.Key, "short:") {
 				shortShort.Add(1)
 				return
@@ -171,7 +172,7 @@ func TestFailAndReleaseDoNotWaitForReplicas(t *testing.T) {
 	proxy := testserver.StartFaultProxy(t, master.Addr)
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true, PoolSize: 64})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.NewWithOptions(client, redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
+	s, err := redisstore.New(client, &redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	ctx := context.Background()
 	const n = 16
@@ -225,7 +226,7 @@ func TestAutoPipeliningNoscriptOneExtraRoundTrip(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = admin.Close() })
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	ctx := context.Background()
 	require.NoError(t, fresh(ctx, s, "warm"))
@@ -281,7 +282,7 @@ func TestAutoPipeliningFlowsPastStalledConnections(t *testing.T) {
 	// below opens a connection of its own through it.
 	direct := testserver.RedisClient(t)
 	prefix := keyPrefix(t, direct)
-	ds, err := redisstore.New(direct)
+	ds, err := redisstore.New(direct, nil)
 	require.NoError(t, err)
 	require.NoError(t, fresh(context.Background(), ds, prefix+"warm"))
 	proxy := testserver.StartFaultProxy(t, testserver.RedisAddr(t))
@@ -291,7 +292,7 @@ func TestAutoPipeliningFlowsPastStalledConnections(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true, PoolSize: 32, MaxRetries: -1,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 
 	// Two calls on two connections, each stalled while its call is on it.
@@ -333,7 +334,7 @@ func TestClusterPausedPrimaryDelaysNoOtherPrimary(t *testing.T) {
 	addrs := testserver.StartRedisCluster(t, "--enable-debug-command", "local")
 	client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs, PoolSize: 64, MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	ctx := context.Background()
 	paused, err := client.MasterForKey(ctx, "paused")

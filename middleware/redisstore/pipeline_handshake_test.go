@@ -68,7 +68,7 @@ func (h *stallHandshakes) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 func TestAutoPipeliningFlowsPastStalledHandshakes(t *testing.T) {
 	direct := testserver.RedisClient(t)
 	prefix := keyPrefix(t, direct)
-	ds, err := redisstore.New(direct)
+	ds, err := redisstore.New(direct, nil)
 	require.NoError(t, err)
 	require.NoError(t, fresh(context.Background(), ds, prefix+"warm")) // the scripts are loaded
 	for _, path := range []struct {
@@ -77,7 +77,7 @@ func TestAutoPipeliningFlowsPastStalledHandshakes(t *testing.T) {
 	}{{"plain claim", func(*redisstore.Store) {}}, {"claim.lua", redisstore.ClaimWithScriptOnly}} {
 		t.Run(path.name, func(t *testing.T) {
 			proxy := testserver.StartFaultProxy(t, testserver.RedisAddr(t))
-			s, client, err := redisstore.NewFromURL("redis://"+proxy.Addr+"?max_retries=-1", redisstore.Options{})
+			s, client, err := redisstore.NewFromURL("redis://"+proxy.Addr+"?max_retries=-1", nil)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = client.Close() })
 			path.set(s)

@@ -81,7 +81,7 @@ func TestAutoPipeliningBatchesConcurrentCalls(t *testing.T) {
 }
 
 func batchesConcurrentCalls(t *testing.T, client redis.UniversalClient, hook *roundTrips, prefix string) {
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	ctx := context.Background()
 	// Load the scripts first: a NOSCRIPT resend would add commands.
@@ -130,7 +130,7 @@ func batchesConcurrentCalls(t *testing.T, client redis.UniversalClient, hook *ro
 // does: no pipeline, one round trip per command.
 func TestAutoPipeliningLoneCallGoesOutAtOnce(t *testing.T) {
 	client, hook, _ := countedClient(t)
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	prefix := keyPrefix(t, client)
 	ctx := context.Background()
@@ -152,7 +152,7 @@ func TestAutoPipeliningLoneCallGoesOutAtOnce(t *testing.T) {
 // token undoes it, and the key is left absent.
 func TestAutoPipeliningCallGivenUpReturns(t *testing.T) {
 	client, _, proxy := countedClient(t)
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	prefix := keyPrefix(t, client)
 	ctx := context.Background()
@@ -203,7 +203,7 @@ func TestAutoPipeliningCallGivenUpReturns(t *testing.T) {
 // return at their own deadline, with its error, and nothing hangs.
 func TestAutoPipeliningDeadlines(t *testing.T) {
 	client, _, proxy := countedClient(t)
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	prefix := keyPrefix(t, client)
 	require.NoError(t, fresh(context.Background(), s, prefix+"warm"))
@@ -241,7 +241,7 @@ func TestAutoPipeliningDeadlines(t *testing.T) {
 func TestConformanceWithoutAutoPipelining(t *testing.T) {
 	client := testserver.RedisClient(t)
 	storetest.Run(t, func(t *testing.T) storetest.Subject {
-		s, err := redisstore.NewWithOptions(client, redisstore.Options{DisableAutoPipelining: true})
+		s, err := redisstore.New(client, &redisstore.Options{DisableAutoPipelining: true})
 		require.NoError(t, err)
 		return storetest.Subject{Store: s, PutForeign: putForeign(client), FreshClaimTimes: freshClaimTimes}
 	})
@@ -259,7 +259,7 @@ func TestAutoPipeliningReplicaAck(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	hook := scriptTrips()
 	client.AddHook(hook)
-	s, err := redisstore.NewWithOptions(client, redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
+	s, err := redisstore.New(client, &redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	ctx := context.Background()
 	require.NoError(t, fresh(ctx, s, "warm"))
@@ -300,7 +300,7 @@ func BenchmarkAutoPipelining(b *testing.B) {
 				b.Cleanup(func() { _ = client.Close() })
 				hook := scriptTrips()
 				client.AddHook(hook)
-				s, err := redisstore.NewWithOptions(client, redisstore.Options{DisableAutoPipelining: off})
+				s, err := redisstore.New(client, &redisstore.Options{DisableAutoPipelining: off})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -38,7 +38,7 @@ func TestPlainClaimLostReplyThenOtherClaimers(t *testing.T) {
 				proxy := testserver.StartProxy(t, r.client.Options().Addr)
 				client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: proxy.Addr, MaxRetries: -1})
 				t.Cleanup(func() { _ = client.Close() })
-				lossy, err := redisstore.NewWithOptions(client, redisstore.Options{DisableAutoPipelining: mode == "on its own"})
+				lossy, err := redisstore.New(client, &redisstore.Options{DisableAutoPipelining: mode == "on its own"})
 				require.NoError(t, err)
 				ctx := context.Background()
 
@@ -365,9 +365,9 @@ func TestPlainClaimTransitionsKeepTheServerTimes(t *testing.T) {
 func TestPlainClaimKeyReusedThroughOnce(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	admin, client, _ := statClients(t, srv.Addr)
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
-	script, err := redisstore.New(client)
+	script, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	redisstore.ClaimWithScriptOnly(script)
 	loadScripts(t, s)
@@ -405,12 +405,12 @@ func TestPlainClaimKeyReusedThroughOnce(t *testing.T) {
 func TestPlainClaimReplicaReadsTheSameTimes(t *testing.T) {
 	master, replica := startReplicated(t)
 	admin, client, hook := statClients(t, master.Addr)
-	s, err := redisstore.NewWithOptions(client, redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
+	s, err := redisstore.New(client, &redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	loadScripts(t, s)
 	rclient := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: replica.Addr})
 	t.Cleanup(func() { _ = rclient.Close() })
-	onReplica, err := redisstore.New(rclient)
+	onReplica, err := redisstore.New(rclient, nil)
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -472,7 +472,7 @@ func TestPlainClaimReplicaReadsTheSameTimes(t *testing.T) {
 func TestPlainClaimReplicaHeldKeyWritesNothing(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	admin, client, _ := statClients(t, srv.Addr)
-	s, err := redisstore.NewWithOptions(client, redisstore.Options{Replicas: 1, ReplicaTimeout: 100 * time.Millisecond})
+	s, err := redisstore.New(client, &redisstore.Options{Replicas: 1, ReplicaTimeout: 100 * time.Millisecond})
 	require.NoError(t, err)
 	loadScripts(t, s)
 	ctx := context.Background()
@@ -497,7 +497,7 @@ func TestPlainClaimSurvivesReloadAndRestart(t *testing.T) {
 	srv := testserver.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "yes")
 	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	ctx := context.Background()
 	req := claimReq(time.Minute, []byte("fp"))
@@ -571,7 +571,7 @@ func TestPlainClaimClusterRouting(t *testing.T) {
 		"replica acknowledgement": {Replicas: 1, ReplicaTimeout: 10 * time.Millisecond},
 	}
 	for mode, opts := range modes {
-		s, err := redisstore.NewWithOptions(client, opts)
+		s, err := redisstore.New(client, &opts)
 		require.NoError(t, err)
 		for i := range 24 {
 			key := fmt.Sprintf("route:%s:%d", mode, i)

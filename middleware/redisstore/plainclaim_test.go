@@ -32,7 +32,7 @@ func TestClaimBefore7IsRefused(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr})
 			t.Cleanup(func() { _ = client.Close() })
-			s, err := redisstore.NewWithOptions(client, opts)
+			s, err := redisstore.New(client, &opts)
 			require.NoError(t, err)
 			redisstore.AddFreshClaimArgs(s, "xx") // SET NX XX: "ERR syntax error"
 			require.NoError(t, admin.ConfigResetStat(ctx).Err())

@@ -14,8 +14,8 @@ import (
 )
 
 var (
-	// ErrNilClient is returned by New and NewExpiringKeyRepository for a nil
-	// client.
+	// ErrNilClient is returned by New and NewExpiringKeyRepository for a
+	// nil client.
 	ErrNilClient = errors.New("redisstore: nil redis client")
 	// ErrContextTimeoutDisabled is returned by New for a client that ignores
 	// the deadlines of contexts: set redis.Options.ContextTimeoutEnabled (or
@@ -26,8 +26,8 @@ var (
 	ErrContextTimeoutDisabled = errors.New("redisstore: the redis client ignores context deadlines; set ContextTimeoutEnabled in its options, and no ReadTimeout or WriteTimeout of -2")
 )
 
-// Store is a idempotency.Store on Redis. It is safe for concurrent use and
-// does not own the client: closing the client is the caller's business.
+// Store is an [idempotency.Store] on Redis. It is safe for concurrent use.
+// It does not own the client: closing the client is the caller's business.
 type Store struct {
 	client redis.UniversalClient
 	ack    *replicaAck          // nil: no WAIT
@@ -46,43 +46,32 @@ type Store struct {
 
 var _ idempotency.Store = (*Store)(nil)
 
-// New returns a store on client, which may be a *redis.Client,
-// *redis.ClusterClient, a Sentinel failover client or a *redis.Ring (a ring
-// must not reshard while keys are live). New does not contact Redis. On a
-// *redis.Client it creates the client's deferred auto-pipeliner
-// (AsyncAutoPipeline) if the client has none yet, whose goroutine stops
-// when the client is closed (see Auto-pipelining in the package
-// documentation).
+// New returns a store on client: a *redis.Client (standalone or Sentinel),
+// a *redis.ClusterClient or a *redis.Ring (which must not reshard while
+// keys are live). A nil opts means the defaults of [Options]. New does not
+// contact Redis.
 //
-// The client must honour context deadlines: go-redis does its socket I/O
-// under context.Background() unless ContextTimeoutEnabled is set in its
-// options, and then no call of the store could be bounded by its owner's
-// lease (a renewal stuck on a slow server would outlive the lease it was
-// meant to extend). New returns ErrContextTimeoutDisabled for a
-// *redis.Client (which a Sentinel failover client is too), *redis.ClusterClient
-// or *redis.Ring whose options leave it false. Another implementation of
-// redis.UniversalClient (a wrapper, say) is accepted as it is: New cannot see
-// its options, and honouring deadlines is then its business.
-func New(client redis.UniversalClient) (*Store, error) {
-	return NewWithOptions(client, Options{})
-}
-
-// NewWithOptions is New with Options, such as replica acknowledgement
-// (Options.Replicas). It returns New's errors, and an error for options out
-// of range.
-func NewWithOptions(client redis.UniversalClient, opts Options) (*Store, error) {
+// The client must honour context deadlines, or no call could be bounded by
+// its owner's lease: New returns [ErrContextTimeoutDisabled] for a client
+// of go-redis whose options leave ContextTimeoutEnabled false. Another
+// [redis.UniversalClient] (a wrapper, say) is taken as it is.
+func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	if isNil(client) {
 		return nil, ErrNilClient
 	}
 	if !honoursDeadlines(client) {
 		return nil, ErrContextTimeoutDisabled
 	}
-	ack, err := newReplicaAck(client, opts)
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	ack, err := newReplicaAck(client, o)
 	if err != nil {
 		return nil, err
 	}
 	s := &Store{client: client, ack: ack}
-	if c, primary := client.(*redis.Client); primary && !opts.DisableAutoPipelining && boundsSocketIO(c) {
+	if c, primary := client.(*redis.Client); primary && !o.DisableAutoPipelining && boundsSocketIO(c) {
 		if s.ap, err = newAutoPipeliner(c); err != nil {
 			return nil, fmt.Errorf("redisstore: auto-pipelining: %w", err)
 		}
@@ -128,13 +117,11 @@ func isNil(c redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// Claim implements idempotency.Store. A claim is first one plain SET NX
-// PX GET of a new record (see the package documentation, Claim): it
-// settles an absent key (acquired) and a COMPLETED one (a duplicate,
-// decoded and checked here) in one command. A key in any other state takes
-// claim.lua by EVALSHA. Under Options.Replicas each is pipelined with WAIT.
-// A server older than Redis 7.0 refuses the SET: the claim returns an
-// error that says so.
+// Claim implements [idempotency.Store]. It first sends one plain SET NX
+// PX GET of a new record, which settles an absent key (acquired) and a
+// COMPLETED one (a duplicate, decoded here). Any other key takes
+// claim.lua. A server older than Redis 7.0 refuses the SET: the claim's
+// error says so.
 func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	if err := idempotency.CheckClaim(key, req); err != nil {
 		return idempotency.ClaimResult{}, wrap("claim", key, err)
@@ -150,21 +137,11 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	if err != nil {
 		return idempotency.ClaimResult{}, scriptError(ctx, "claim", key, err)
 	}
-	var res idempotency.ClaimResult
-	switch v := v.(type) {
-	case int64: // claimfast.lua: a fresh claim, at this server time
-		res = acquiredFresh(time.UnixMilli(v), lease, req)
-	case string: // claimfast.lua: a COMPLETED string, as it is
-		var rec idempotency.Record
-		if rec, err = decodeCompleted(v); err != nil {
-			return idempotency.ClaimResult{}, wrap("claim", key, err)
-		}
-		res = idempotency.ClaimResult{Record: rec}
-	case []any:
-		res, err = parseClaim(v)
-	default:
-		err = malformed(fmt.Sprintf("claim reply %#v", v))
+	r, ok := v.([]any)
+	if !ok {
+		return idempotency.ClaimResult{}, wrap("claim", key, malformed(fmt.Sprintf("claim reply %#v", v)))
 	}
+	res, err := parseClaim(r)
 	if err != nil {
 		return idempotency.ClaimResult{}, wrap("claim", key, err)
 	}

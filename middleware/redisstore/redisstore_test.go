@@ -20,10 +20,10 @@ import (
 )
 
 func TestNilClient(t *testing.T) {
-	_, err := redisstore.New(nil)
+	_, err := redisstore.New(nil, nil)
 	assert.ErrorIs(t, err, redisstore.ErrNilClient)
 	var typedNil *redis.Client
-	_, err = redisstore.New(typedNil)
+	_, err = redisstore.New(typedNil, nil)
 	assert.ErrorIs(t, err, redisstore.ErrNilClient)
 	_, err = redisstore.NewExpiringKeyRepository(nil, "p:", time.Minute)
 	assert.ErrorIs(t, err, redisstore.ErrNilClient)
@@ -63,7 +63,7 @@ func TestContextTimeoutRequired(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			off := newClient(false)
 			t.Cleanup(func() { _ = off.Close() })
-			s, err := redisstore.New(off)
+			s, err := redisstore.New(off, nil)
 			assert.ErrorIs(t, err, redisstore.ErrContextTimeoutDisabled)
 			assert.Nil(t, s)
 			repo, err := redisstore.NewExpiringKeyRepository(off, "p:", time.Minute)
@@ -72,7 +72,7 @@ func TestContextTimeoutRequired(t *testing.T) {
 
 			on := newClient(true)
 			t.Cleanup(func() { _ = on.Close() })
-			s, err = redisstore.New(on)
+			s, err = redisstore.New(on, nil)
 			assert.NoError(t, err)
 			assert.NotNil(t, s)
 		})
@@ -86,7 +86,7 @@ func TestContextTimeoutRequired(t *testing.T) {
 	} {
 		c := redis.NewClient(opts)
 		t.Cleanup(func() { _ = c.Close() })
-		_, err := redisstore.New(c)
+		_, err := redisstore.New(c, nil)
 		assert.ErrorIs(t, err, redisstore.ErrContextTimeoutDisabled, "read %v write %v", opts.ReadTimeout, opts.WriteTimeout)
 	}
 
@@ -94,7 +94,7 @@ func TestContextTimeoutRequired(t *testing.T) {
 	// it is, as New documents.
 	inner := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = inner.Close() })
-	s, err := redisstore.New(wrapped{inner})
+	s, err := redisstore.New(wrapped{inner}, nil)
 	assert.NoError(t, err)
 	assert.NotNil(t, s)
 }
@@ -180,7 +180,7 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func TestOneCommandPerTransition(t *testing.T) {
 	srv := testserver.StartRedis(t) // private: the statistics are ours alone
 	admin, client, hook := statClients(t, srv.Addr)
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -293,7 +293,7 @@ func TestStoreDownIsAnError(t *testing.T) {
 	srv := testserver.StartRedis(t)
 	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.New(client)
+	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 	srv.Stop()
 	_, err = s.Claim(context.Background(), "k", claimReq(time.Second, nil))

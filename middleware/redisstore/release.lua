@@ -1,4 +1,4 @@
--- release.lua: Store.Release, after prelude.lua.
+-- release.lua: Store.Release, after codec.lua.
 --
 -- KEYS[1]  the record
 -- ARGV[1]  owner token (non-empty)

@@ -1,5 +1,4 @@
--- renew.lua: Store.Renew, after renewfast.lua and prelude.lua: the cases
--- the fast section leaves.
+-- renew.lua: Store.Renew, after codec.lua.
 --
 -- KEYS[1]  the record
 -- ARGV[1]  owner token

@@ -4,100 +4,50 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
 )
 
-// DefaultReplicaTimeout is how long a transition waits for its replicas
-// when Options.ReplicaTimeout is zero.
-const DefaultReplicaTimeout = 500 * time.Millisecond
+// defaultReplicaTimeout is Options.ReplicaTimeout's default.
+const defaultReplicaTimeout = 500 * time.Millisecond
 
-// ErrReplicaAckUnsupported is returned by NewWithOptions when Options.Replicas
-// is set for a *redis.Ring: its shards have no replicas to wait for, and it
-// could not send WAIT on the connection of the script.
-var ErrReplicaAckUnsupported = errors.New("redisstore: replica acknowledgement needs a client of one primary (standalone, Sentinel) or a cluster client, not a ring")
+// errReplicaAckUnsupported is New's error for Options.Replicas on a
+// *redis.Ring: its shards have no replicas to wait for.
+var errReplicaAckUnsupported = errors.New("redisstore: replica acknowledgement needs a client of one primary (standalone, Sentinel) or a cluster client, not a ring")
 
-// Options configure a Store beyond its client. A zero Options is the
-// default: no replica acknowledgement, nothing logged.
+// Options configure a [Store] beyond its client. A nil *Options is the
+// default for every field.
 type Options struct {
-	// Replicas is how many replicas must acknowledge a Claim, a Renew or a
-	// Complete that wrote before the store answers: each is sent to the
-	// key's primary with WAIT Replicas on the same connection, in one
-	// pipeline (one round trip) while that primary's replicas keep up, and
-	// after it, only if it wrote, once a WAIT there fell short (see Replica
-	// acknowledgement in the package documentation). A failover to a
-	// replica that acknowledged then keeps the transition: a claimed key
-	// stays claimed, a lease stays renewed, a completed key stays
-	// COMPLETED. When fewer replicas acknowledge within ReplicaTimeout, the
-	// transition still succeeds (it was applied on the primary, and the
-	// effect of a completed run did happen), and the shortfall is counted
-	// (ReplicaStats), logged and passed to OnReplicaShortfall. A call that
-	// wrote nothing (a duplicate, a claim of a held key, a lease lost) is
-	// neither. Fail and Release do not wait: losing one in a failover leaves
-	// a lease that lapses, which counts as the same failed attempt. Zero
-	// means no WAIT.
+	// Replicas is how many replicas must acknowledge each Claim, Renew
+	// and Complete that wrote, by WAIT on the same connection. The default
+	// is 0: no WAIT. See Replica acknowledgement in the package doc.
 	Replicas int
-	// ReplicaTimeout bounds each WAIT; a call's context deadline bounds it
-	// too (to half of what is left, so that the reply still arrives in
-	// time). Redis ends a WAIT that times out on its next server tick, up to
-	// 100 ms late at its default hz (see Replica acknowledgement in the
-	// package documentation). It must be shorter than the client's
-	// ReadTimeout, which bounds a pipeline's reply. Zero means
-	// DefaultReplicaTimeout (500 ms).
+	// ReplicaTimeout bounds each WAIT, and so does half of what is left of
+	// the call's context. It must be shorter than the client's ReadTimeout.
+	// The default is 500 ms.
 	ReplicaTimeout time.Duration
-	// OnReplicaShortfall, when not nil, is called after each transition that
-	// was applied but acknowledged by fewer than Replicas replicas in time.
-	// It runs on the caller's goroutine and must not block.
-	OnReplicaShortfall func(ReplicaShortfall)
-	// Logger logs replica shortfalls (at Info level). Nil means none.
-	Logger watermill.LoggerAdapter
-	// DisableAutoPipelining sends every call on its own. By default the
-	// store hands its calls to go-redis's automatic pipelining (the client's
-	// AsyncAutoPipeline, created with 8 batches on the wire, unordered, if
-	// the client has none yet) on a *redis.Client (standalone, Sentinel):
-	// calls that arrive while others are on their way go out together, each
-	// still its own EVALSHA, and each keeps its own deadline. Under load
-	// that takes the round trips, not the commands, off Redis's and the
-	// client's hands. Claims, renewals and completions under Replicas are
-	// never auto-pipelined, nor is a cluster client or a ring (see the
-	// package documentation).
+	// OnReplicaShortfall is called, on the caller's goroutine, after a
+	// transition applied on the primary that only acked of Replicas
+	// replicas acknowledged in time; op is "claim", "renew" or "complete".
+	// It must not block. The default logs it with [slog.Warn].
+	OnReplicaShortfall func(op, key string, acked int)
+	// DisableAutoPipelining sends every call on its own. The default is
+	// false: a *redis.Client's calls go through go-redis's deferred
+	// auto-pipeliner (see Auto-pipelining in the package doc).
 	DisableAutoPipelining bool
-}
-
-// ReplicaShortfall describes a transition applied on the primary that fewer
-// replicas than Options.Replicas acknowledged within the timeout: a
-// failover before they catch up may lose it.
-type ReplicaShortfall struct {
-	// Op is the transition: "claim", "renew" or "complete".
-	Op string
-	// Key is the record's key.
-	Key string
-	// Acked is how many replicas acknowledged it; Wanted is Options.Replicas.
-	Acked, Wanted int
-}
-
-// ReplicaStats counts the transitions that waited for replicas since the
-// store was made.
-type ReplicaStats struct {
-	// Acknowledged counts transitions that enough replicas acknowledged.
-	Acknowledged uint64
-	// Shortfalls counts transitions applied on the primary that fewer
-	// replicas acknowledged in time (see ReplicaShortfall).
-	Shortfalls uint64
 }
 
 // replicaAck is the store's replica acknowledgement, nil when Replicas is 0.
 type replicaAck struct {
 	replicas    int
 	timeout     time.Duration
-	onShortfall func(ReplicaShortfall)
-	logger      watermill.LoggerAdapter
+	onShortfall func(op, key string, acked int)
 	acked       atomic.Uint64
 	shortfalls  atomic.Uint64
 	// lagging holds, by primary's address, whether its replicas fell short
@@ -110,22 +60,22 @@ func newReplicaAck(client redis.UniversalClient, o Options) (*replicaAck, error)
 	case o.Replicas < 0:
 		return nil, fmt.Errorf("redisstore: Options.Replicas is %d, must be 0 (no WAIT) or more", o.Replicas)
 	case o.ReplicaTimeout < 0:
-		return nil, fmt.Errorf("redisstore: Options.ReplicaTimeout is %v, must be positive (zero: %v)", o.ReplicaTimeout, DefaultReplicaTimeout)
+		return nil, fmt.Errorf("redisstore: Options.ReplicaTimeout is %v, must be positive (zero: %v)", o.ReplicaTimeout, defaultReplicaTimeout)
 	case o.Replicas == 0:
 		return nil, nil
 	}
 	if _, ring := client.(*redis.Ring); ring {
-		return nil, ErrReplicaAckUnsupported
+		return nil, errReplicaAckUnsupported
 	}
-	a := &replicaAck{replicas: o.Replicas, timeout: o.ReplicaTimeout, onShortfall: o.OnReplicaShortfall, logger: o.Logger}
+	a := &replicaAck{replicas: o.Replicas, timeout: o.ReplicaTimeout, onShortfall: o.OnReplicaShortfall}
 	if a.timeout == 0 {
-		a.timeout = DefaultReplicaTimeout
+		a.timeout = defaultReplicaTimeout
+	}
+	if a.onShortfall == nil {
+		a.onShortfall = logShortfall
 	}
 	if rt := readTimeout(client); rt > 0 && a.timeout >= rt {
 		return nil, fmt.Errorf("redisstore: Options.ReplicaTimeout %v must be shorter than the client's ReadTimeout %v, which bounds WAIT's reply", a.timeout, rt)
-	}
-	if a.logger == nil {
-		a.logger = watermill.NopLogger{}
 	}
 	return a, nil
 }
@@ -140,15 +90,6 @@ func readTimeout(client redis.UniversalClient) time.Duration {
 		return c.Options().ReadTimeout
 	}
 	return 0
-}
-
-// ReplicaStats returns the store's replica acknowledgement counts; both are
-// zero when Options.Replicas is 0.
-func (s *Store) ReplicaStats() ReplicaStats {
-	if s.ack == nil {
-		return ReplicaStats{}
-	}
-	return ReplicaStats{Acknowledged: s.ack.acked.Load(), Shortfalls: s.ack.shortfalls.Load()}
 }
 
 // runScript runs a transition's script on key. With replica
@@ -174,14 +115,14 @@ func (s *Store) runScript(ctx context.Context, op, key string, script *redis.Scr
 }
 
 // scriptWrote reports whether a script's reply is that of a transition it
-// wrote: a claim acquired (claimfast.lua's server time, claim.lua's 1), a
-// lease renewed, a record completed. A Complete resent after its own
-// completion also answers 1 and waits: its reply cannot tell.
+// wrote: a claim acquired, a lease renewed, a record completed. A Complete
+// resent after its own completion also answers 1 and waits: its reply
+// cannot tell.
 func scriptWrote(op string, cmd *redis.Cmd) bool {
 	v, err := cmd.Result()
 	switch r := v.(type) {
 	case int64:
-		return err == nil && (op == "claim" || r == 1)
+		return err == nil && op != "claim" && r == 1
 	case []any:
 		return err == nil && op == "claim" && len(r) > 0 && r[0] == int64(1)
 	}
@@ -371,12 +312,11 @@ func (a *replicaAck) count(op, key string, cmd, wait *redis.Cmd, wrote func(*red
 		return
 	}
 	a.shortfalls.Add(1)
-	fields := watermill.LogFields{"op": op, "idempotency_key": key, "replicas_acked": acked, "replicas_wanted": a.replicas}
-	if waitErr != nil {
-		fields["err"] = waitErr
-	}
-	a.logger.Info("Redis replicas did not acknowledge a transition in time; a failover now may lose it", fields)
-	if a.onShortfall != nil {
-		a.onShortfall(ReplicaShortfall{Op: op, Key: key, Acked: int(acked), Wanted: a.replicas})
-	}
+	a.onShortfall(op, key, int(acked))
+}
+
+// logShortfall is Options.OnReplicaShortfall's default.
+func logShortfall(op, key string, acked int) {
+	slog.Warn("redisstore: Redis replicas did not acknowledge a transition in time; a failover now may lose it",
+		"op", op, "idempotency_key", key, "replicas_acked", acked)
 }

@@ -109,7 +109,7 @@ func TestReplicaAckFollowsSlotMoves(t *testing.T) {
 			addrs, replicas := cl.start(t)
 			client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs, ClusterStateReloadInterval: time.Hour})
 			t.Cleanup(func() { _ = client.Close() })
-			s, err := redisstore.NewWithOptions(client, redisstore.Options{Replicas: 1, ReplicaTimeout: cl.timeout})
+			s, err := redisstore.New(client, &redisstore.Options{Replicas: 1, ReplicaTimeout: cl.timeout})
 			require.NoError(t, err)
 			m := newSlotMover(t, addrs)
 			ctx := context.Background()

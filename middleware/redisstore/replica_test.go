@@ -1,16 +1,18 @@
 package redisstore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -45,7 +47,7 @@ func TestReplicaAckOneRoundTrip(t *testing.T) {
 	t.Parallel()
 	master, _ := startReplicated(t)
 	admin, client, hook := statClients(t, master.Addr)
-	s, err := redisstore.NewWithOptions(client, redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
+	s, err := redisstore.New(client, &redisstore.Options{Replicas: 1, ReplicaTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -124,16 +126,15 @@ func TestReplicaShortfall(t *testing.T) {
 		mu   sync.Mutex
 		seen []redisstore.ReplicaShortfall
 	)
-	logs := watermill.NewCaptureLogger()
-	s, err := redisstore.NewWithOptions(client, redisstore.Options{
+	s, err := redisstore.New(client, &redisstore.Options{
 		Replicas:       1,
 		ReplicaTimeout: 4 * time.Second,
-		OnReplicaShortfall: func(r redisstore.ReplicaShortfall) {
+		OnReplicaShortfall: func(op, key string, acked int) {
+			r := redisstore.ReplicaShortfall{Op: op, Key: key, Acked: acked, Wanted: 1}
 			mu.Lock()
 			seen = append(seen, r)
 			mu.Unlock()
 		},
-		Logger: logs,
 	})
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -160,11 +161,6 @@ func TestReplicaShortfall(t *testing.T) {
 	mu.Lock()
 	assert.Equal(t, []redisstore.ReplicaShortfall{{Op: "complete", Key: "k", Acked: 0, Wanted: 1}}, seen)
 	mu.Unlock()
-	assert.True(t, logs.Has(watermill.CapturedMessage{
-		Level:  watermill.InfoLogLevel,
-		Fields: watermill.LogFields{"op": "complete", "idempotency_key": "k", "replicas_acked": int64(0), "replicas_wanted": 1},
-		Msg:    "Redis replicas did not acknowledge a transition in time; a failover now may lose it",
-	}), "logged: %v", logs.Captured())
 
 	// A lease lost is not a shortfall: the script changed nothing.
 	err = s.Complete(ctx, "k", idempotency.NewToken(), nil, time.Hour)
@@ -188,16 +184,15 @@ func TestReplicaShortfallOnlyForWrites(t *testing.T) {
 		mu   sync.Mutex
 		seen []redisstore.ReplicaShortfall
 	)
-	logs := watermill.NewCaptureLogger()
-	s, err := redisstore.NewWithOptions(client, redisstore.Options{
+	s, err := redisstore.New(client, &redisstore.Options{
 		Replicas:       1,
 		ReplicaTimeout: 2 * time.Second,
-		OnReplicaShortfall: func(r redisstore.ReplicaShortfall) {
+		OnReplicaShortfall: func(op, key string, acked int) {
+			r := redisstore.ReplicaShortfall{Op: op, Key: key, Acked: acked, Wanted: 1}
 			mu.Lock()
 			seen = append(seen, r)
 			mu.Unlock()
 		},
-		Logger: logs,
 	})
 	require.NoError(t, err)
 	loadScripts(t, s)
@@ -251,7 +246,9 @@ func TestReplicaShortfallOnlyForWrites(t *testing.T) {
 	mu.Lock()
 	assert.Empty(t, seen)
 	mu.Unlock()
-	assert.Empty(t, logs.Captured()[watermill.InfoLogLevel], "nothing logged")
+	mu.Lock()
+	assert.Empty(t, seen, "nothing reported")
+	mu.Unlock()
 
 	// A claim that writes waits, after its SET, and is reported.
 	assert.Equal(t, 1, waits("fresh claim", func() error { _, err := s.Claim(ctx, "fresh", claimReq(time.Minute, nil)); return err }))
@@ -284,20 +281,20 @@ func TestReplicaShortfallOnlyForWrites(t *testing.T) {
 func TestReplicaAckOptions(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
-	_, err := redisstore.NewWithOptions(c, redisstore.Options{Replicas: -1})
+	_, err := redisstore.New(c, &redisstore.Options{Replicas: -1})
 	assert.ErrorContains(t, err, "Replicas is -1")
-	_, err = redisstore.NewWithOptions(c, redisstore.Options{Replicas: 1, ReplicaTimeout: -time.Second})
+	_, err = redisstore.New(c, &redisstore.Options{Replicas: 1, ReplicaTimeout: -time.Second})
 	assert.ErrorContains(t, err, "ReplicaTimeout is -1s")
-	_, err = redisstore.NewWithOptions(c, redisstore.Options{Replicas: 1, ReplicaTimeout: c.Options().ReadTimeout})
+	_, err = redisstore.New(c, &redisstore.Options{Replicas: 1, ReplicaTimeout: c.Options().ReadTimeout})
 	assert.ErrorContains(t, err, "shorter than the client's ReadTimeout")
-	s, err := redisstore.NewWithOptions(c, redisstore.Options{Replicas: 1})
+	s, err := redisstore.New(c, &redisstore.Options{Replicas: 1})
 	require.NoError(t, err)
 	assert.Equal(t, redisstore.ReplicaStats{}, s.ReplicaStats())
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = ring.Close() })
-	_, err = redisstore.NewWithOptions(ring, redisstore.Options{Replicas: 1})
+	_, err = redisstore.New(ring, &redisstore.Options{Replicas: 1})
 	assert.ErrorIs(t, err, redisstore.ErrReplicaAckUnsupported)
-	_, err = redisstore.NewWithOptions(ring, redisstore.Options{})
+	_, err = redisstore.New(ring, &redisstore.Options{})
 	assert.NoError(t, err)
 }
 
@@ -312,7 +309,7 @@ func TestReplicaAckCluster(t *testing.T) {
 	addrs := testserver.StartRedisCluster(t)
 	client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := redisstore.NewWithOptions(client, redisstore.Options{Replicas: 1, ReplicaTimeout: 5 * time.Millisecond})
+	s, err := redisstore.New(client, &redisstore.Options{Replicas: 1, ReplicaTimeout: 5 * time.Millisecond})
 	require.NoError(t, err)
 	ctx := context.Background()
 	admins := map[string]*redis.Client{}
@@ -349,4 +346,44 @@ func TestReplicaAckCluster(t *testing.T) {
 		assert.Equal(t, 1, scripts, key)
 	}
 	assert.Equal(t, redisstore.ReplicaStats{Shortfalls: 6}, s.ReplicaStats(), "the fresh claims, each counted once")
+}
+
+// TestReplicaShortfallLoggedByDefault: without Options.OnReplicaShortfall,
+// a shortfall is logged by log/slog's default logger, at Warn level, with
+// its operation, key and replica count. Not parallel: it sets that logger.
+func TestReplicaShortfallLoggedByDefault(t *testing.T) {
+	master, replica := startReplicated(t)
+	client := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: master.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	var (
+		mu  sync.Mutex
+		buf bytes.Buffer
+	)
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	s, err := redisstore.New(client, &redisstore.Options{Replicas: 1, ReplicaTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	ctx := context.Background()
+	req := claimReq(time.Minute, nil)
+	_, err = s.Claim(ctx, "k", req)
+	require.NoError(t, err)
+	replica.Stop()
+	require.NoError(t, s.Complete(ctx, "k", req.Token, []byte("r"), time.Hour))
+	assert.Equal(t, uint64(1), s.ReplicaStats().Shortfalls)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Contains(t, buf.String(), "level=WARN")
+	assert.Contains(t, buf.String(), `a failover now may lose it" op=complete idempotency_key=k replicas_acked=0`)
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -3,8 +3,6 @@ package redisstore
 import (
 	"bytes"
 	"context"
-	"crypto/sha1"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -17,7 +15,7 @@ import (
 )
 
 // corruptPrefix starts the error reply of a script that found a value which
-// is not a record (prelude.lua). Redis passes it through EVALSHA as the
+// is not a record (codec.lua). Redis passes it through EVALSHA as the
 // error's code, and go-redis neither retries such a reply nor drops the
 // connection over it.
 const corruptPrefix = "IDEMPOTENCY_CORRUPT "
@@ -88,7 +86,7 @@ func parseClaim(v []any) (idempotency.ClaimResult, error) {
 	return idempotency.ClaimResult{Acquired: acquired == 1, Record: rec}, nil
 }
 
-// parseRecord reads a record as prelude.lua's reply() lays it out:
+// parseRecord reads a record as codec.lua's reply() lays it out:
 // {state, attempts, created, updated, lease, fingerprint, result, token}.
 // Every field must have its type and range; nothing defaults to zero.
 func parseRecord(v []any) (idempotency.Record, error) {
@@ -176,10 +174,9 @@ func replyString(v []any, i int) (string, error) {
 	return s, nil
 }
 
-// acquiredFresh is the result of a claim that installed attempt 1 of a new
-// record on an absent key at time at (ms precision): the server's clock
-// for claimfast.lua, which reads it; the client's at the send for the plain
-// claim, which cannot (see the package documentation, Claim).
+// acquiredFresh is the result of a plain claim that installed attempt 1 of
+// a new record on an absent key, sent at this host's time at (ms
+// precision): the SET cannot read the server's clock.
 func acquiredFresh(at time.Time, leaseMillis int64, req idempotency.ClaimRequest) idempotency.ClaimResult {
 	at = at.Truncate(time.Millisecond)
 	rec := idempotency.Record{State: idempotency.StateInProgress, Token: req.Token, Attempts: 1,
@@ -188,92 +185,4 @@ func acquiredFresh(at time.Time, leaseMillis int64, req idempotency.ClaimRequest
 		rec.Fingerprint = bytes.Clone(req.Fingerprint)
 	}
 	return idempotency.ClaimResult{Acquired: true, Record: rec}
-}
-
-// encodeNew is the N record of a fresh claim (see prelude.lua): the P
-// string's layout, attempt 1, created and updated 0, the lease's length
-// where P holds its deadline, the retention, the owner and the fingerprint.
-func encodeNew(req idempotency.ClaimRequest, lease, retain int64) []byte {
-	b := make([]byte, 0, pfHeader+len(req.Token)+len(req.Fingerprint))
-	b = append(b, pfTag, 'N')
-	b = binary.BigEndian.AppendUint32(b, 1)
-	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) // created, updated
-	b = appendUint48(b, uint64(lease))
-	b = appendUint48(b, uint64(retain))
-	b = binary.BigEndian.AppendUint32(b, uint32(len(req.Token)))
-	b = append(b, req.Token...)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(req.Fingerprint)))
-	return append(b, req.Fingerprint...)
-}
-
-// appendUint48 appends v's low 6 bytes, big-endian.
-func appendUint48(b []byte, v uint64) []byte {
-	return append(b, byte(v>>40), byte(v>>32), byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
-}
-
-// ownerField is the owner field of a COMPLETED string for token: the first
-// 8 bytes of its SHA-1 (see prelude.lua).
-func ownerField(token string) string {
-	sum := sha1.Sum([]byte(token))
-	return string(sum[:8])
-}
-
-// The strings of prelude.lua's layouts.
-const (
-	completedTag    = 0xC1
-	completedHeader = 26
-	pfTag           = 0xC0
-	pfHeader        = 38
-)
-
-// decodeCompleted reads a COMPLETED string that claimfast.lua returned as
-// it is, with the checks of prelude.lua's load_string: a value that fails
-// one is idempotency.ErrCorruptRecord with the same reason.
-func decodeCompleted(v string) (idempotency.Record, error) {
-	corrupt := func(reason string) (idempotency.Record, error) {
-		return idempotency.Record{}, fmt.Errorf("%w: string: %s", idempotency.ErrCorruptRecord, reason)
-	}
-	if len(v) < completedHeader {
-		return corrupt("too short")
-	}
-	if v[0] != completedTag {
-		return corrupt("unknown tag")
-	}
-	b := []byte(v[:completedHeader])
-	attempts := uint64(binary.BigEndian.Uint32(b[1:5]))
-	created := uint48(b[5:11])
-	updated := uint48(b[11:17])
-	n, pos := uint64(b[25]), uint64(completedHeader)
-	if n == 255 {
-		if len(v) < completedHeader+4 {
-			return corrupt("too short")
-		}
-		n, pos = uint64(binary.BigEndian.Uint32([]byte(v[completedHeader:completedHeader+4]))), completedHeader+4
-		if n < 255 {
-			return corrupt("bad fingerprint length")
-		}
-	}
-	if pos+n > uint64(len(v)) {
-		return corrupt("fingerprint overruns the value")
-	}
-	switch {
-	case attempts < 1:
-		return corrupt("bad attempts")
-	case created < 1:
-		return corrupt("bad created time")
-	case updated < created:
-		return corrupt("bad updated time")
-	}
-	rec := idempotency.Record{State: idempotency.StateCompleted, Attempts: int(attempts),
-		CreatedAt: time.UnixMilli(int64(created)), UpdatedAt: time.UnixMilli(int64(updated)),
-		Result: []byte(v[pos+n:])}
-	if n > 0 {
-		rec.Fingerprint = []byte(v[pos : pos+n])
-	}
-	return rec, nil
-}
-
-// uint48 reads a 6-byte big-endian integer.
-func uint48(b []byte) uint64 {
-	return uint64(b[0])<<40 | uint64(b[1])<<32 | uint64(binary.BigEndian.Uint32(b[2:6]))
 }

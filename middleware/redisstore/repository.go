@@ -6,46 +6,39 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// ExpiringKeyRepository is Watermill's idempotency.ExpiringKeyRepository on
-// Redis: a key is a duplicate when it was seen within the window, by any
-// process sharing the Redis. Plug it into Watermill's Deduplicator:
+// NewExpiringKeyRepository returns Watermill's
+// [middleware.ExpiringKeyRepository] on Redis, for Watermill's
+// [middleware.Deduplicator]: a key is a duplicate when any process saw it
+// within window, which must be positive. prefix is prepended to each key.
 //
 //	repo, _ := redisstore.NewExpiringKeyRepository(client, "dedup:", time.Hour)
-//	d := &middleware.Deduplicator{Repository: repo, Timeout: 5 * time.Second} // github.com/ThreeDotsLabs/watermill/message/router/middleware
+//	d := &middleware.Deduplicator{Repository: repo, Timeout: 5 * time.Second}
 //
-// Set the Deduplicator's Timeout: a zero one in a struct literal becomes
-// 5 ms, and a client with ContextTimeoutEnabled honours it. A call cut short
-// after Redis applied its SET has marked the key, so the message, when
-// redelivered, is dropped as a duplicate of itself.
-//
-// Watermill's Deduplicator marks a key before the handler runs, so a message
-// whose first attempt failed is dropped on redelivery; the idempotency
-// middleware of this module does not have that flaw and is the better choice
-// for new code.
-type ExpiringKeyRepository struct {
-	client redis.UniversalClient
-	prefix string
-	window time.Duration
-}
-
-// NewExpiringKeyRepository returns a repository that stores each key, with
-// prefix prepended, for window. window must be positive. Unlike New, it
-// takes a client whether or not it honours context deadlines
-// (ContextTimeoutEnabled): the repository holds no lease that a slow call
-// could outlive, so an unbounded call costs only latency.
-func NewExpiringKeyRepository(client redis.UniversalClient, prefix string, window time.Duration) (*ExpiringKeyRepository, error) {
+// Set the Deduplicator's Timeout: a zero one becomes 5 ms. The Deduplicator
+// marks a key before its handler runs, so a message whose first attempt
+// failed is dropped on redelivery; [Store] has no such flaw. Unlike New,
+// it takes a client that ignores context deadlines: it holds no lease.
+func NewExpiringKeyRepository(client redis.UniversalClient, prefix string, window time.Duration) (middleware.ExpiringKeyRepository, error) {
 	if isNil(client) {
 		return nil, ErrNilClient
 	}
 	if window <= 0 {
 		return nil, fmt.Errorf("redisstore: repository window %v must be positive", window)
 	}
-	return &ExpiringKeyRepository{client: client, prefix: prefix, window: window}, nil
+	return &repository{client: client, prefix: prefix, window: window}, nil
+}
+
+// repository is NewExpiringKeyRepository's.
+type repository struct {
+	client redis.UniversalClient
+	prefix string
+	window time.Duration
 }
 
 // IsDuplicate reports whether key was seen within the window, and marks it
@@ -56,7 +49,7 @@ func NewExpiringKeyRepository(client redis.UniversalClient, prefix string, windo
 // itself. Needs Redis 7.0 or newer (SET with both NX and GET). A full
 // Redis (maxmemory) refuses the SET: a key it holds is then still a
 // duplicate (one more round trip), and a new key an error.
-func (r *ExpiringKeyRepository) IsDuplicate(ctx context.Context, key string) (bool, error) {
+func (r *repository) IsDuplicate(ctx context.Context, key string) (bool, error) {
 	mark := idempotency.NewToken()
 	old, err := r.client.Do(ctx, "set", r.prefix+key, mark, "nx", "get", "px", millis(r.window)).Text()
 	switch {
@@ -85,7 +78,7 @@ func (r *ExpiringKeyRepository) IsDuplicate(ctx context.Context, key string) (bo
 const unmarkTimeout = time.Second
 
 // unmark removes key's mark if it is still the one this call wrote.
-func (r *ExpiringKeyRepository) unmark(ctx context.Context, key, mark string) {
+func (r *repository) unmark(ctx context.Context, key, mark string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unmarkTimeout)
 	defer cancel()
 	_ = unmarkScript.Run(ctx, r.client, []string{r.prefix + key}, mark).Err() // a store that is down kept no mark either, or keeps it: nothing more to do

@@ -6,34 +6,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Each transition is one Lua script, run by EVALSHA: one round trip, atomic
-// on the server, touching only KEYS[1] (Cluster-safe). Every script holds
-// prelude.lua, the record codec, whose header documents both layouts; each
-// script's own header documents its KEYS, ARGV and reply.
-//
-// Claim, Renew and Complete start with a fast section (claimfast.lua,
-// renewfast.lua, completefast.lua; the last two after ownedfast.lua, which
-// reads the caller's IN_PROGRESS string for both) that settles their common
-// cases with the fewest commands and returns before the codec's functions
-// are even defined; every other case falls through to the codec and the
-// full transition.
+// Each operation is one Lua script, run by EVALSHA: one round trip, atomic
+// on the server, touching only KEYS[1] (Cluster-safe). Every script of a
+// record starts with codec.lua; each script's header documents its KEYS,
+// ARGV and reply. The one command that is not a script is the plain claim
+// (Store.Claim). Two operations have a common case beside the full
+// script: Claim (the plain claim) and Complete (completefast.lua, at the
+// head of its script); the package documentation has the figures.
 
-//go:embed prelude.lua
-var prelude string
+//go:embed codec.lua
+var codec string
 
 var (
-	//go:embed ownedfast.lua
-	ownedFastLua string
-	//go:embed claimfast.lua
-	claimFastLua string
-	//go:embed renewfast.lua
-	renewFastLua string
-	//go:embed completefast.lua
-	completeFastLua string
 	//go:embed claim.lua
 	claimLua string
 	//go:embed renew.lua
 	renewLua string
+	//go:embed completefast.lua
+	completeFastLua string
 	//go:embed complete.lua
 	completeLua string
 	//go:embed fail.lua
@@ -42,16 +32,19 @@ var (
 	releaseLua string
 	//go:embed get.lua
 	getLua string
+	//go:embed deleteif.lua
+	deleteIfLua string
 	//go:embed unmark.lua
 	unmarkLua string
 )
 
 var (
-	claimScript    = redis.NewScript(claimFastLua + prelude + claimLua)
-	renewScript    = redis.NewScript(ownedFastLua + renewFastLua + prelude + renewLua)
-	completeScript = redis.NewScript(ownedFastLua + completeFastLua + prelude + completeLua)
-	failScript     = redis.NewScript(prelude + failLua)
-	releaseScript  = redis.NewScript(prelude + releaseLua)
-	getScript      = redis.NewScript(prelude + getLua)
+	claimScript    = redis.NewScript(codec + claimLua)
+	renewScript    = redis.NewScript(codec + renewLua)
+	completeScript = redis.NewScript(completeFastLua + codec + completeLua)
+	failScript     = redis.NewScript(codec + failLua)
+	releaseScript  = redis.NewScript(codec + releaseLua)
+	getScript      = redis.NewScript(codec + getLua)
+	deleteIfScript = redis.NewScript(codec + deleteIfLua)
 	unmarkScript   = redis.NewScript(unmarkLua)
 )

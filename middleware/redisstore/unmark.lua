@@ -1,5 +1,5 @@
 -- unmark.lua: ExpiringKeyRepository, after a SET NX GET whose answer was
--- lost. Not a record of the store: no prelude.
+-- lost. Not a record of the store: no codec.
 --
 -- KEYS[1]  the repository's key
 -- ARGV[1]  the mark that call wrote

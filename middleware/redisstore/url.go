@@ -13,20 +13,15 @@ import (
 // refuses.
 var ErrInvalidURL = errors.New("redisstore: invalid Redis URL")
 
-// NewFromURL returns a store on a new *redis.Client for rawURL, in the
-// form redis.ParseURL reads (redis://[user:password@]host:port/db, rediss://
-// for TLS, unix:// for a socket, with go-redis's query parameters such as
-// dial_timeout or pool_size), with ContextTimeoutEnabled set, which no URL
-// can say and New requires, and maintenance notifications off (see
-// Auto-pipelining in the package documentation): the same URL configures
-// the store and, in package backends, the broker. It returns the client too: close it when
-// the store is no longer used (the store has no Close), or use it for
-// anything else.
+// NewFromURL returns a store on a new *redis.Client for rawURL, as
+// [redis.ParseURL] reads it (redis://, rediss://, unix://, with go-redis's
+// query parameters). The client has ContextTimeoutEnabled set and
+// maintenance notifications off (see Auto-pipelining in the package doc).
+// Close the client when the store is no longer used. opts are New's.
 //
-// An invalid URL is an ErrInvalidURL that says what is wrong without
-// repeating the URL, so that no password reaches a log. NewFromURL does not
-// contact Redis. opts are NewWithOptions'.
-func NewFromURL(rawURL string, opts Options) (*Store, *redis.Client, error) {
+// An invalid URL is an [ErrInvalidURL] that does not repeat the URL, so no
+// password reaches a log. NewFromURL does not contact Redis.
+func NewFromURL(rawURL string, opts *Options) (*Store, *redis.Client, error) {
 	ro, err := redis.ParseURL(rawURL)
 	if err != nil {
 		var uerr *url.Error
@@ -40,7 +35,7 @@ func NewFromURL(rawURL string, opts Options) (*Store, *redis.Client, error) {
 		ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	}
 	client := redis.NewClient(ro)
-	s, err := NewWithOptions(client, opts)
+	s, err := New(client, opts)
 	if err != nil {
 		_ = client.Close()
 		return nil, nil, err

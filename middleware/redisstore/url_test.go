@@ -17,11 +17,11 @@ import (
 // has ContextTimeoutEnabled) and works against a real Redis; a bad URL is
 // ErrInvalidURL and never shows its password.
 func TestNewFromURL(t *testing.T) {
-	store, client, err := redisstore.NewFromURL("redis://"+testserver.RedisAddr(t)+"/0", redisstore.Options{})
+	store, client, err := redisstore.NewFromURL("redis://"+testserver.RedisAddr(t)+"/0", nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Close() })
 	assert.True(t, client.Options().ContextTimeoutEnabled)
-	_, err = redisstore.New(client)
+	_, err = redisstore.New(client, nil)
 	require.NoError(t, err, "New accepts the client: it honours deadlines")
 
 	key := testserver.UniqueName("redisstore-url-")
@@ -40,7 +40,7 @@ func TestNewFromURL(t *testing.T) {
 		"http://user:s3cret@localhost:6379/0",
 		"redis://user:s3cret@local\x7fhost:6379/0",
 	} {
-		_, client, err := redisstore.NewFromURL(bad, redisstore.Options{})
+		_, client, err := redisstore.NewFromURL(bad, nil)
 		require.ErrorIs(t, err, redisstore.ErrInvalidURL, bad)
 		assert.Nil(t, client)
 		assert.NotContains(t, err.Error(), "s3cret", bad)

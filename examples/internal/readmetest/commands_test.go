@@ -284,7 +284,7 @@ func runIdemctl(t *testing.T, bin string, cmds []docCommand) {
 	srv := testserver.StartRedis(t)
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	defer rc.Close()
-	s, err := redisstore.New(rc)
+	s, err := redisstore.New(rc, nil)
 	require.NoError(t, err)
 	run := func(c docCommand) (int, string) {
 		cmd := exec.CommandContext(t.Context(), "bash", "-c", "set -o pipefail; "+c.text)

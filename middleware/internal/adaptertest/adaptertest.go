@@ -38,7 +38,7 @@ func StoreKinds(defaultPrefix, testPrefix string) []StoreKind {
 		}},
 		{Name: "redisstore", New: func(t *testing.T) (idempotency.Store, string) {
 			client := testserver.RedisClient(t)
-			s, err := redisstore.New(client)
+			s, err := redisstore.New(client, nil)
 			require.NoError(t, err)
 			prefix := testPrefix + "-" + RandomHex(t)
 			t.Cleanup(func() {
@@ -82,7 +82,7 @@ var DownStores = []DownStore{
 			DialTimeout:           200 * time.Millisecond,
 		})
 		t.Cleanup(func() { _ = c.Close() })
-		s, err := redisstore.New(c)
+		s, err := redisstore.New(c, nil)
 		require.NoError(t, err)
 		return s
 	}},
@@ -115,7 +115,7 @@ func PartitionedStore(t *testing.T) idempotency.Store {
 	proxy := testserver.StartFaultProxy(t, testserver.RedisAddr(t))
 	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
-	s, err := redisstore.New(c)
+	s, err := redisstore.New(c, nil)
 	require.NoError(t, err)
 	proxy.Partition()
 	t.Cleanup(proxy.Close) // before the client closes, which would wait on the partition

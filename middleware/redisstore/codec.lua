@@ -1,5 +1,6 @@
--- prelude.lua is the record codec that every script of redisstore starts
--- with (scripts.go prepends it); it is not a script on its own.
+-- codec.lua is the record codec that every script of redisstore starts
+-- with (scripts.go prepends it); it is not a script on its own. codec.go
+-- is its Go half (the plain claim's N record, a COMPLETED record's decoding).
 --
 -- A record lives under its own key, KEYS[1], as a STRING in one of two
 -- layouts (all integers big-endian, times in server ms):
@@ -72,10 +73,14 @@ local function corrupt(reason)
   return redis.error_reply('IDEMPOTENCY_CORRUPT ' .. reason)
 end
 
--- now_ms is the server's clock in milliseconds.
+-- now_ms is the server's clock in milliseconds, read once per script.
+local clock
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not clock then
+    local t = redis.call('TIME')
+    clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return clock
 end
 
 -- check_times validates the fields every record has.
@@ -138,17 +143,9 @@ local function load_pf(key, v)
   return rec
 end
 
--- load_string decodes a COMPLETED record; full also reads the result,
--- otherwise only the header and the length are read.
-local function load_string(key, full)
-  local v, total
-  if full then
-    v = redis.call('GET', key)
-    total = #v
-  else
-    v = redis.call('GETRANGE', key, 0, HEADER + 3)
-    total = redis.call('STRLEN', key)
-  end
+-- load_string decodes v, the start of a COMPLETED string of total bytes;
+-- full (v is then the whole value) also reads the fingerprint and result.
+local function load_string(v, total, full)
   if #v < HEADER then return nil, 'string: too short' end
   if string.sub(v, 1, 1) ~= TAG then return nil, 'string: unknown tag' end
   local rec = {state = 'C'}
@@ -170,16 +167,27 @@ local function load_string(key, full)
   return rec
 end
 
+-- PEEK is how many bytes a partial read takes: an IN_PROGRESS or FAILED
+-- record whole (unless its token and fingerprint are long), a COMPLETED
+-- record's header without its result.
+local PEEK = 512
+
 -- load returns the record under key: nil when the key is absent, or nil and
--- a reason when the value is not a record.
+-- a reason when the value is not a record. full reads a COMPLETED record's
+-- result too. The common case is one read.
 local function load(key, full)
-  local t = redis.call('TYPE', key).ok
-  if t == 'none' then return nil end
-  if t == 'string' then
-    if redis.call('GETRANGE', key, 0, 0) == PF_TAG then return load_pf(key, redis.call('GET', key)) end
-    return load_string(key, full)
+  local v
+  if full then v = redis.pcall('GET', key) else v = redis.pcall('GETRANGE', key, 0, PEEK - 1) end
+  if type(v) == 'table' then return nil, 'wrong type ' .. redis.call('TYPE', key).ok end
+  if not v or (v == '' and redis.call('EXISTS', key) == 0) then return nil end
+  local partial = not full and #v == PEEK
+  if string.sub(v, 1, 1) == PF_TAG then
+    if partial then v = redis.call('GET', key) end
+    return load_pf(key, v)
   end
-  return nil, 'wrong type ' .. t
+  local total = #v
+  if partial then total = redis.call('STRLEN', key) end
+  return load_string(v, total, full)
 end
 
 local function lapsed(rec, now)
