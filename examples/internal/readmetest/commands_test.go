@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -193,18 +195,21 @@ func TestDocumentedCommands(t *testing.T) {
 			args := insertBeforePackages(words[1:], "-benchtime", "1x")
 			t.Run(subtestName(c), func(t *testing.T) {
 				t.Parallel()
+				defer builds.lock(args)()
 				runGo(t, c, absRoot, nil, args)
 			})
 		case strings.HasPrefix(c.text, "KAFKA_BROKERS=localhost:9092 go test "):
 			args := insertBeforePackages(words[2:], "-run", "Kafka")
 			t.Run(subtestName(c), func(t *testing.T) {
 				t.Parallel()
+				defer builds.lock(args)()
 				brokers := testserver.KafkaBrokers(t)
 				runGo(t, c, absRoot, []string{"KAFKA_BROKERS=" + strings.Join(brokers, ",")}, args)
 			})
 		case words[0] == "go" && len(words) > 1 && words[1] == "test" && slices.Contains(words, "-run"):
 			t.Run(subtestName(c), func(t *testing.T) {
 				t.Parallel()
+				defer builds.lock(words[1:])()
 				runGo(t, c, absRoot, nil, words[1:])
 			})
 		default:
@@ -218,6 +223,50 @@ func TestDocumentedCommands(t *testing.T) {
 			runIdemctl(t, bin, idemctl)
 		})
 	}
+}
+
+// TestMain lets every subtest of TestDocumentedCommands run at once, unless
+// -parallel says how many may: go test's default, GOMAXPROCS, would run two
+// at a time on two cores, while each waits on a command of its own.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", "64")
+	}
+	os.Exit(m.Run())
+}
+
+// builds runs one at a time the go test commands that build the same test
+// binaries (the same packages, with or without -race): run at once, each
+// would compile them again; one after another, the second finds them in
+// the build cache.
+var builds buildLocks
+
+type buildLocks struct {
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+}
+
+// lock waits for the lock of the test binaries that go args (its
+// subcommand first) builds, and returns its unlock.
+func (b *buildLocks) lock(args []string) func() {
+	key := strings.Join(slices.DeleteFunc(slices.Clone(args), func(a string) bool {
+		return !strings.HasPrefix(a, "./") && a != "-race"
+	}), " ")
+	b.mu.Lock()
+	if b.locks == nil {
+		b.locks = map[string]*sync.Mutex{}
+	}
+	l := b.locks[key]
+	if l == nil {
+		l = &sync.Mutex{}
+		b.locks[key] = l
+	}
+	b.mu.Unlock()
+	l.Lock()
+	return l.Unlock
 }
 
 // goCmd is the go command with args in dir, env added to the test's.
