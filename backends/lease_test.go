@@ -52,7 +52,7 @@ func TestCheckLease(t *testing.T) {
 // onceWithLease is an owner protocol with lease (0: the default).
 func onceWithLease(t *testing.T, lease time.Duration) *idempotency.Once {
 	t.Helper()
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), LeaseTTL: lease})
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil), LeaseTTL: lease})
 	require.NoError(t, err)
 	return once
 }

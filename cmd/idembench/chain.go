@@ -88,7 +88,7 @@ func buildChain(name string, rc *redis.Client, pg *pgBench, my *mysqlBench, pref
 			Repository: repo, Timeout: 5 * time.Second}
 		return chainCase{handler: d.Middleware(noop), close: func() {}}
 	case "memstore":
-		s := memstore.New(memstore.Config{})
+		s := memstore.New(nil)
 		return ours(s, false, noop, func() {})
 	case "redisstore":
 		return ours(newRedisStore(rc, false), false, noop, func() {})

@@ -59,7 +59,7 @@ func newRouter(logger watermill.LoggerAdapter, middlewares ...message.HandlerMid
 // demo, never for production. closeStore releases what the store holds.
 func openStore(redisURL string) (store idempotency.Store, closeStore func(), err error) {
 	if redisURL == "" {
-		s := memstore.New(memstore.Config{})
+		s := memstore.New(nil)
 		return s, func() {}, nil
 	}
 	// NewFromURL sets ContextTimeoutEnabled, which a URL cannot say and

@@ -101,7 +101,7 @@ func ignoreClosed(err error) error {
 // when redisURL is empty, an in-memory store.
 func openStore(redisURL string) (idempotency.Store, func(), error) {
 	if redisURL == "" {
-		s := memstore.New(memstore.Config{})
+		s := memstore.New(nil)
 		return s, func() {}, nil
 	}
 	// NewFromURL sets ContextTimeoutEnabled, which a URL cannot say and

@@ -106,7 +106,7 @@ func run(out io.Writer, redisAddr string) error {
 
 func openStore(redisAddr string) (idempotency.Store, error) {
 	if redisAddr == "" {
-		return memstore.New(memstore.Config{}), nil
+		return memstore.New(nil), nil
 	}
 	store, _, err := redisstore.NewFromURL("redis://"+redisAddr, redisstore.Options{})
 	return store, err

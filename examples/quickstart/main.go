@@ -36,7 +36,7 @@ func run(w io.Writer) error {
 	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 64}, logger)
 	defer pubSub.Close()
 
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	stats := &outcomes{} // counts what the middleware did with each delivery
 	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Observer: stats, Logger: logger})
 	if err != nil {

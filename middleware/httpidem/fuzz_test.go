@@ -54,7 +54,7 @@ func FuzzMiddleware(f *testing.F) {
 		if sameBody {
 			b2 = b1
 		}
-		store := memstore.New(memstore.Config{})
+		store := memstore.New(nil)
 		m, err := New(Config{
 			Store: store, Scope: func(r *http.Request) string { return r.Header.Get("X-Tenant") },
 			MaxRequestBody: 256, MaxResponseBody: 96,

@@ -106,7 +106,7 @@ func TestClaimBoundedByStoreTimeout(t *testing.T) {
 // key is then FAILED, whatever the handler answers.
 func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		inner := memstore.New(memstore.Config{})
+		inner := memstore.New(nil)
 		lease := 900 * time.Millisecond
 		delay := lease / 12
 		// The first renewal succeeds at the store but answers late (it

@@ -24,7 +24,7 @@ type requestMark struct{}
 // replayed flag.
 func TestContextObserverGetsRequestDetails(t *testing.T) {
 	obs := &observertest.ContextRecorder{Mark: requestMark{}}
-	m := newMiddleware(t, memstore.New(memstore.Config{}), "p", func(c *httpidem.Config) { c.Observer = obs })
+	m := newMiddleware(t, memstore.New(nil), "p", func(c *httpidem.Config) { c.Observer = obs })
 	status := http.StatusOK
 	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
 	send := func(mark int, key string) {

@@ -119,7 +119,7 @@ func keyHash(key string) string {
 // and the metrics count them under idemprom's names and labels.
 func TestWatermillSpansAndMetrics(t *testing.T) {
 	tel := newTelemetry(t, "svc")
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: tel.obs})
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil), Observer: tel.obs})
 	require.NoError(t, err)
 	idem, err := idempotency.New(once, &idempotency.Config{Scope: ordersScope})
 	require.NoError(t, err)
@@ -171,7 +171,7 @@ func TestWatermillSpansAndMetrics(t *testing.T) {
 // has no key hash and no attempt.
 func TestAttemptsAndMissingKey(t *testing.T) {
 	tel := newTelemetry(t, "")
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: tel.obs})
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil), Observer: tel.obs})
 	require.NoError(t, err)
 	idem, err := idempotency.New(once, nil)
 	require.NoError(t, err)
@@ -196,7 +196,7 @@ func TestAttemptsAndMissingKey(t *testing.T) {
 // Behind otelhttp, the attributes land on the request's server span.
 func TestHTTPServerSpan(t *testing.T) {
 	tel := newTelemetry(t, "")
-	mw, err := httpidem.New(httpidem.Config{Store: memstore.New(memstore.Config{}), SingleTenant: true, Observer: tel.obs}, nil)
+	mw, err := httpidem.New(httpidem.Config{Store: memstore.New(nil), SingleTenant: true, Observer: tel.obs}, nil)
 	require.NoError(t, err)
 	status := http.StatusCreated
 	app := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
@@ -232,7 +232,7 @@ func TestHTTPServerSpan(t *testing.T) {
 // context has no span only counts.
 func TestOnceDoAndPlainOutcome(t *testing.T) {
 	tel := newTelemetry(t, "")
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: tel.obs})
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil), Observer: tel.obs})
 	require.NoError(t, err)
 	ctx, span := tel.tp.Tracer("test").Start(context.Background(), "job")
 	_, err = once.Do(ctx, "job-1", func(context.Context) ([]byte, error) { return nil, nil })

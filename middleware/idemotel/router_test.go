@@ -35,7 +35,7 @@ func TestRouterConsumerSpans(t *testing.T) {
 			return h(msg)
 		}
 	}
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: tel.obs})
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil), Observer: tel.obs})
 	require.NoError(t, err)
 	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: time.Millisecond})
 	require.NoError(t, err)

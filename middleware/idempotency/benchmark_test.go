@@ -72,7 +72,7 @@ var chainCases = []chainCase{
 		return d.Middleware
 	}},
 	{name: "memstore", build: func(b *testing.B, _ *redis.Client, prefix string) message.HandlerMiddleware {
-		store := memstore.New(memstore.Config{})
+		store := memstore.New(nil)
 		return benchIdem(b, store, prefix).Middleware
 	}},
 	{name: "redisstore", redis: true, build: func(b *testing.B, client *redis.Client, prefix string) message.HandlerMiddleware {

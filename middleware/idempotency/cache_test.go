@@ -339,7 +339,7 @@ func TestCacheDisabledGoesToTheStoreEveryTime(t *testing.T) {
 // TestCacheSkipsInProcessStores: memstore answers from memory already.
 func TestCacheSkipsInProcessStores(t *testing.T) {
 	obs := newCacheObs()
-	idem, _ := newIdem(t, testConfig{Store: memstore.New(memstore.Config{}), Observer: obs})
+	idem, _ := newIdem(t, testConfig{Store: memstore.New(nil), Observer: obs})
 	chain := idem.Middleware((&counter{}).handle)
 	for range 3 {
 		_, err := chain(newMsg("req-1", "p"))
@@ -441,7 +441,7 @@ func TestCacheEntryLifetime(t *testing.T) {
 	}
 	t.Run("CacheTTL", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			store := faultstore.New(memstore.New(memstore.Config{})) // not in process: timed and cached like a networked store
+			store := faultstore.New(memstore.New(nil)) // not in process: timed and cached like a networked store
 			once, err := idempotency.NewOnceWithCacheTTL(idempotency.OnceConfig{Store: store}, 10*time.Second)
 			require.NoError(t, err)
 			do(t, once, "k")
@@ -456,7 +456,7 @@ func TestCacheEntryLifetime(t *testing.T) {
 	})
 	t.Run("CompletedTTL", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			store := faultstore.New(memstore.New(memstore.Config{})) // not in process: timed and cached like a networked store
+			store := faultstore.New(memstore.New(nil)) // not in process: timed and cached like a networked store
 			once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, CompletedTTL: 5 * time.Second})
 			require.NoError(t, err)
 			do(t, once, "k")
@@ -469,7 +469,7 @@ func TestCacheEntryLifetime(t *testing.T) {
 	})
 	t.Run("from a claim", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			store := faultstore.New(memstore.New(memstore.Config{})) // not in process: timed and cached like a networked store
+			store := faultstore.New(memstore.New(nil)) // not in process: timed and cached like a networked store
 			cfg := idempotency.OnceConfig{Store: store, CompletedTTL: 5 * time.Second}
 			other, err := idempotency.NewOnce(cfg)
 			require.NoError(t, err)
@@ -489,7 +489,7 @@ func TestCacheEntryLifetime(t *testing.T) {
 	})
 	t.Run("without UpdatedAt", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			store := noUpdatedAt{memstore.New(memstore.Config{})}
+			store := noUpdatedAt{memstore.New(nil)}
 			other, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
 			require.NoError(t, err)
 			once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
@@ -532,7 +532,7 @@ func TestCacheNotWrittenWhenCompleteFails(t *testing.T) {
 // TestCacheConfig: a negative CacheMaxBytes turns the cache off; zero is
 // its default.
 func TestCacheConfig(t *testing.T) {
-	store := faultstore.New(memstore.New(memstore.Config{})) // not in process: timed and cached like a networked store
+	store := faultstore.New(memstore.New(nil)) // not in process: timed and cached like a networked store
 	off, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, CacheMaxBytes: -1})
 	require.NoError(t, err)
 	_, err = off.Do(context.Background(), "k", func(context.Context) ([]byte, error) { return []byte("v"), nil })

@@ -21,7 +21,7 @@ import (
 // an expiry in the past; MaxTTL itself is accepted.
 func TestTTLsAreBounded(t *testing.T) {
 	t.Parallel()
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	forever := time.Duration(math.MaxInt64)
 	for name, set := range map[string]func(c *idempotency.OnceConfig, d time.Duration){
 		"LeaseTTL":     func(c *idempotency.OnceConfig, d time.Duration) { c.LeaseTTL = d },
@@ -56,7 +56,7 @@ func TestTTLsAreBounded(t *testing.T) {
 func TestMaxTTLKeepsTheKey(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
-	store := memstore.New(memstore.Config{Now: func() time.Time { return now }})
+	store := memstore.New(func() time.Time { return now })
 	idem, obs := newIdem(t, testConfig{Store: store, LeaseTTL: idempotency.MaxTTL,
 		CompletedTTL: idempotency.MaxTTL, FailedTTL: idempotency.MaxTTL})
 	h := &counter{}
@@ -84,7 +84,7 @@ func TestMaxTTLKeepsTheKey(t *testing.T) {
 // a prefix is an invalid config; another separator keeps the pairs apart.
 func TestKeyPrefixHoldsNoSeparator(t *testing.T) {
 	t.Parallel()
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	scope := func(s string) func(*message.Message) string { return func(*message.Message) string { return s } }
 
 	for _, prefix := range []string{"shop:billing", "shop:", ":", "a:b:c"} {
@@ -124,7 +124,7 @@ func TestMaxTTLOnEveryStore(t *testing.T) {
 		store  idempotency.Store
 		prefix string
 	}{
-		"memstore": {memstore.New(memstore.Config{}), ""},
+		"memstore": {memstore.New(nil), ""},
 		"redis":    {redis, prefix},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -200,7 +200,7 @@ func TestStoredKeysNeverCollide(t *testing.T) {
 		return out
 	}
 	prefixes, scopes, keys := upTo(1, 2), upTo(0, 3), upTo(1, 2)
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	seen := make(map[string]string, len(prefixes)*len(scopes)*len(keys))
 	accepted := 0
 	for _, p := range prefixes {

@@ -27,10 +27,9 @@ var (
 	ErrCorruptRecord = errors.New("idempotency: corrupt record")
 )
 
-// ErrInvalidConfig is matched (errors.Is) by every problem that
-// Config.Validate and OnceConfig.Validate report, and so by the errors of New
-// and NewOnce for a config they cannot use. Validate reports all problems at
-// once, joined with errors.Join in the order of the fields.
+// ErrInvalidConfig is matched by every problem that [NewOnce] and [New]
+// report. They report all problems at once, joined in the order of the
+// fields.
 var ErrInvalidConfig = errors.New("idempotency: invalid config")
 
 // Errors returned by the Watermill middleware to the router. The permanent
@@ -44,14 +43,14 @@ var (
 	// message is nacked so that the broker delivers it again later.
 	ErrInProgress = errors.New("idempotency: key is in progress elsewhere")
 	// ErrTooManyAttempts means the key's handler already failed
-	// Config.MaxAttempts times; the handler is not run again. Permanent.
+	// OnceConfig.MaxAttempts times; the handler is not run again. Permanent.
 	ErrTooManyAttempts = errors.New("idempotency: too many attempts")
 	// ErrKeyReused means the key was first seen with a different payload
 	// (Config.CheckPayload): the producer reused a key for other work.
 	// Permanent.
 	ErrKeyReused = errors.New("idempotency: key reused with a different payload")
 	// ErrStoreUnavailable wraps a store error that kept the middleware from
-	// deciding; the message is nacked (unless Config.FailOpen).
+	// deciding; the message is nacked (unless OnceConfig.FailOpen).
 	ErrStoreUnavailable = errors.New("idempotency: store unavailable")
 )
 

@@ -15,7 +15,7 @@ import (
 // The middleware wraps any handler: three deliveries of one requestId charge
 // once.
 func Example() {
-	idem, err := newMiddleware(testConfig{Store: memstore.New(memstore.Config{})}, nil)
+	idem, err := newMiddleware(testConfig{Store: memstore.New(nil)}, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -43,7 +43,7 @@ func Example_router() {
 		panic(err)
 	}
 	idem, err := newMiddleware(testConfig{
-		Store:     memstore.New(memstore.Config{}),
+		Store:     memstore.New(nil),
 		NackDelay: -1, // gochannel redelivers at once; no need to wait in an example
 	}, nil)
 	if err != nil {
@@ -81,7 +81,7 @@ func Example_router() {
 // every process sharing the store, and every later caller gets the first
 // run's result back.
 func ExampleOnce_Do() {
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{})})
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil)})
 	if err != nil {
 		panic(err)
 	}

@@ -21,7 +21,7 @@ import (
 )
 
 func TestAcquiredSuccessStoresCompleted(t *testing.T) {
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	idem, obs := newIdem(t, testConfig{Store: store})
 	h := &counter{outputs: func(msg *message.Message) []*message.Message {
 		out := message.NewMessage("out-"+msg.UUID, []byte("derived"))
@@ -48,7 +48,7 @@ func TestAcquiredSuccessStoresCompleted(t *testing.T) {
 }
 
 func TestAcquiredErrorStoresFailedAndRetries(t *testing.T) {
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	idem, obs := newIdem(t, testConfig{Store: store})
 	h := &counter{}
 	h.failFor.Store(1)
@@ -72,7 +72,7 @@ func TestAcquiredErrorStoresFailedAndRetries(t *testing.T) {
 }
 
 func TestCompletedDuplicateReplaysOutput(t *testing.T) {
-	idem, obs := newIdem(t, testConfig{Store: memstore.New(memstore.Config{})})
+	idem, obs := newIdem(t, testConfig{Store: memstore.New(nil)})
 	h := &counter{outputs: func(msg *message.Message) []*message.Message {
 		a := message.NewMessage(watermill.NewUUID(), []byte("first\x00payload"))
 		a.Metadata.Set("requestId", "down-"+msg.Metadata.Get("requestId"))
@@ -96,7 +96,7 @@ func TestCompletedDuplicateReplaysOutput(t *testing.T) {
 }
 
 func TestInProgressIsNackedAfterDelay(t *testing.T) {
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	const delay = 50 * time.Millisecond
 	idem, obs := newIdem(t, testConfig{Store: store, NackDelay: delay})
 	msg := newMsg("req-1", "p")
@@ -145,7 +145,7 @@ func TestStoreUnavailableFailOpen(t *testing.T) {
 }
 
 func TestMissingKey(t *testing.T) {
-	idem, obs := newIdem(t, testConfig{Store: memstore.New(memstore.Config{})})
+	idem, obs := newIdem(t, testConfig{Store: memstore.New(nil)})
 	h := &counter{}
 	msg := message.NewMessage("", []byte("p"))
 	_, err := idem.Middleware(h.handle)(msg)
@@ -154,7 +154,7 @@ func TestMissingKey(t *testing.T) {
 	assert.Zero(t, h.runs.Load())
 	assert.Equal(t, 1, obs.get(idempotency.OutcomeMissingKey))
 
-	byFunc, _ := newIdem(t, testConfig{Store: memstore.New(memstore.Config{}),
+	byFunc, _ := newIdem(t, testConfig{Store: memstore.New(nil),
 		KeyFunc: func(*message.Message) (string, error) { return "", errors.New("no order id") }})
 	_, err = byFunc.Middleware(h.handle)(newMsg("req", "p"))
 	require.ErrorIs(t, err, idempotency.ErrMissingKey)
@@ -162,7 +162,7 @@ func TestMissingKey(t *testing.T) {
 }
 
 func TestKeyDerivation(t *testing.T) {
-	idem, _ := newIdem(t, testConfig{Store: memstore.New(memstore.Config{}),
+	idem, _ := newIdem(t, testConfig{Store: memstore.New(nil),
 		Scope: func(msg *message.Message) string { return msg.Metadata.Get("scope") }})
 	key := func(meta map[string]string, uuid string) string {
 		m := message.NewMessage(uuid, nil)
@@ -196,7 +196,7 @@ func TestKeyDerivation(t *testing.T) {
 // metadata the default reads and the UUID are then ignored.
 func TestKeyFuncReplacesTheDefault(t *testing.T) {
 	t.Parallel()
-	byOrder, _ := newIdem(t, testConfig{Store: memstore.New(memstore.Config{}),
+	byOrder, _ := newIdem(t, testConfig{Store: memstore.New(nil),
 		KeyFunc: func(msg *message.Message) (string, error) { return msg.Metadata.Get("orderId"), nil }})
 	msg := newMsg("req-1", "p")
 	msg.Metadata.Set("orderId", "o-7")
@@ -208,7 +208,7 @@ func TestKeyFuncReplacesTheDefault(t *testing.T) {
 }
 
 func TestTooManyAttempts(t *testing.T) {
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	idem, obs := newIdem(t, testConfig{Store: store, MaxAttempts: 2})
 	h := &counter{}
 	h.failFor.Store(100)
@@ -227,7 +227,7 @@ func TestTooManyAttempts(t *testing.T) {
 }
 
 func TestKeyReusedWithDifferentPayload(t *testing.T) {
-	idem, obs := newIdem(t, testConfig{Store: memstore.New(memstore.Config{}), CheckPayload: true})
+	idem, obs := newIdem(t, testConfig{Store: memstore.New(nil), CheckPayload: true})
 	h := &counter{}
 	_, err := idem.Middleware(h.handle)(newMsg("req-1", "pay 10"))
 	require.NoError(t, err)
@@ -242,7 +242,7 @@ func TestKeyReusedWithDifferentPayload(t *testing.T) {
 }
 
 func TestLeaseIsRenewedWhileHandlerRuns(t *testing.T) {
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	const lease = 150 * time.Millisecond
 	idem, obs := newIdem(t, testConfig{Store: store, LeaseTTL: lease})
 	h := &counter{block: make(chan struct{})}
@@ -265,7 +265,7 @@ func TestLeaseIsRenewedWhileHandlerRuns(t *testing.T) {
 }
 
 func TestLostLeaseCancelsHandlerContext(t *testing.T) {
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	idem, obs := newIdem(t, testConfig{Store: store, LeaseTTL: 90 * time.Millisecond})
 	h := &counter{block: make(chan struct{})} // never closed: only the context ends it
 	msg := newMsg("taken", "p")
@@ -294,7 +294,7 @@ func TestLostLeaseCancelsHandlerContext(t *testing.T) {
 }
 
 func TestCompleteFailureIsRetriedAndNeverNacks(t *testing.T) {
-	inner := memstore.New(memstore.Config{})
+	inner := memstore.New(nil)
 	store := faultstore.New(inner).On("complete", faultstore.First(3, faultstore.Fail(errors.New("connection refused"))))
 	idem, obs := newIdem(t, testConfig{Store: store, LeaseTTL: 5 * time.Second})
 	h := &counter{}
@@ -319,7 +319,7 @@ func TestCompleteFailureIsRetriedAndNeverNacks(t *testing.T) {
 }
 
 func TestPanicRecordsFailure(t *testing.T) {
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	idem, obs := newIdem(t, testConfig{Store: store})
 	msg := newMsg("req-1", "p")
 	require.PanicsWithValue(t, "boom", func() {
@@ -332,7 +332,7 @@ func TestPanicRecordsFailure(t *testing.T) {
 }
 
 func TestOversizedOutputIsNotStored(t *testing.T) {
-	idem, obs := newIdem(t, testConfig{Store: memstore.New(memstore.Config{}), MaxOutputSize: 64})
+	idem, obs := newIdem(t, testConfig{Store: memstore.New(nil), MaxOutputSize: 64})
 	h := &counter{outputs: func(*message.Message) []*message.Message {
 		return []*message.Message{message.NewMessage("big", make([]byte, 100))}
 	}}
@@ -349,7 +349,7 @@ func TestOversizedOutputIsNotStored(t *testing.T) {
 }
 
 func TestDisableOutputReplay(t *testing.T) {
-	idem, _ := newIdem(t, testConfig{Store: memstore.New(memstore.Config{}), DisableOutputReplay: true})
+	idem, _ := newIdem(t, testConfig{Store: memstore.New(nil), DisableOutputReplay: true})
 	h := &counter{outputs: func(*message.Message) []*message.Message {
 		return []*message.Message{message.NewMessage("o", []byte("x"))}
 	}}
@@ -362,7 +362,7 @@ func TestDisableOutputReplay(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	for name, cfg := range map[string]testConfig{
 		"no store":         {},
 		"negative lease":   {Store: store, LeaseTTL: -time.Second},
@@ -414,7 +414,7 @@ idempotency: invalid config: MaxOutputSize is -5, must not be negative`)
 }
 
 func TestDifferentPayloadWhileInProgressIsNackedNotPoisoned(t *testing.T) {
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	idem, _ := newIdem(t, testConfig{Store: store, CheckPayload: true})
 	msg := newMsg("req-1", "pay 10")
 	key, _ := idem.StoreKey(msg)
@@ -427,7 +427,7 @@ func TestDifferentPayloadWhileInProgressIsNackedNotPoisoned(t *testing.T) {
 }
 
 func TestLiteralKeyCannotTakeAHashedKeysPlace(t *testing.T) {
-	idem, _ := newIdem(t, testConfig{Store: memstore.New(memstore.Config{})})
+	idem, _ := newIdem(t, testConfig{Store: memstore.New(nil)})
 	long := strings.Repeat("z", 300)
 	hashed, err := idem.StoreKey(newMsg(long, "p"))
 	require.NoError(t, err)
@@ -438,7 +438,7 @@ func TestLiteralKeyCannotTakeAHashedKeysPlace(t *testing.T) {
 }
 
 func TestCompleteWhoseReplyWasLostIsConfirmed(t *testing.T) {
-	idem, obs := newIdem(t, testConfig{Store: faultstore.New(memstore.New(memstore.Config{})).On("complete", faultstore.First(1, faultstore.LoseReply(errors.New("i/o timeout"))))})
+	idem, obs := newIdem(t, testConfig{Store: faultstore.New(memstore.New(nil)).On("complete", faultstore.First(1, faultstore.LoseReply(errors.New("i/o timeout"))))})
 	_, err := idem.Middleware((&counter{}).handle)(newMsg("req-1", "p"))
 	require.NoError(t, err)
 	assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed), "the retry's lease_lost was the first try's success")

@@ -77,10 +77,10 @@ func TestInProcessStoreHasNoCallTimeout(t *testing.T) {
 		deadline bool
 	}{
 		"memstore": {func(d *deadlines) idempotency.Store {
-			return embeddingSpy{Store: memstore.New(memstore.Config{}), seen: d}
+			return embeddingSpy{Store: memstore.New(nil), seen: d}
 		}, false},
 		"memstore behind an interface": {func(d *deadlines) idempotency.Store {
-			return wrappingSpy{Store: memstore.New(memstore.Config{}), seen: d}
+			return wrappingSpy{Store: memstore.New(nil), seen: d}
 		}, true},
 	} {
 		t.Run(name, func(t *testing.T) {

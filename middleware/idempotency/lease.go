@@ -196,7 +196,7 @@ func (l *Lease) Record() Record {
 // returns nil, an error matching ErrLeaseLost when the store says another
 // owner took the key (or it was deleted), ErrCorruptRecord when the value
 // under the key is not a record, or the last store error when the lease
-// ran out before COMPLETED could be written: see CompleteOutcome.
+// ran out before COMPLETED could be written: see OutcomeOf.
 func (l *Lease) Complete(result []byte) error {
 	l.stop()
 	defer l.end()

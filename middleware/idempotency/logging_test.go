@@ -22,7 +22,7 @@ import (
 // delivery: key, handler, outcome and attempts.
 func TestOutcomesAreLoggedWithTheirFields(t *testing.T) {
 	logger := watermill.NewCaptureLogger()
-	idem, err := newMiddleware(testConfig{Store: memstore.New(memstore.Config{}), NackDelay: -1}, logger)
+	idem, err := newMiddleware(testConfig{Store: memstore.New(nil), NackDelay: -1}, logger)
 	require.NoError(t, err)
 	h := &counter{}
 	h.failFor.Store(1)

@@ -21,7 +21,7 @@ type ctxKey struct{}
 // stored key and attempt.
 func TestObserverGetsDetailsWithMessageContext(t *testing.T) {
 	obs := &observertest.ContextRecorder{Mark: ctxKey{}}
-	idem, err := newMiddleware(testConfig{Store: memstore.New(memstore.Config{}), Observer: obs, Scope: ordersScope}, watermill.NopLogger{})
+	idem, err := newMiddleware(testConfig{Store: memstore.New(nil), Observer: obs, Scope: ordersScope}, watermill.NopLogger{})
 	require.NoError(t, err)
 	fail := true
 	h := idem.Middleware(func(*message.Message) ([]*message.Message, error) {
@@ -67,7 +67,7 @@ func TestObserverGetsDetailsWithMessageContext(t *testing.T) {
 // Once.Do hands its caller's context to the Observer, labelled "once".
 func TestObserverGetsOnceDoContext(t *testing.T) {
 	obs := &observertest.ContextRecorder{Mark: ctxKey{}}
-	o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: obs})
+	o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil), Observer: obs})
 	require.NoError(t, err)
 	ctx := context.WithValue(context.Background(), ctxKey{}, "call")
 	for range 2 {
@@ -85,7 +85,7 @@ func TestObserverGetsOnceDoContext(t *testing.T) {
 func TestReportCountsAndLogs(t *testing.T) {
 	obs := &observertest.ContextRecorder{Mark: ctxKey{}}
 	logger := watermill.NewCaptureLogger()
-	o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: obs, Logger: logger})
+	o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil), Observer: obs, Logger: logger})
 	require.NoError(t, err)
 	ctx := context.WithValue(context.Background(), ctxKey{}, "req")
 	missing := idempotency.OutcomeDetails{Handler: "POST /pay", Outcome: idempotency.OutcomeMissingKey}

@@ -29,7 +29,7 @@ func bigOutput(payload int) func(*message.Message) []*message.Message {
 // result stored by a middleware whose bound it does not reach.
 func encodedSize(t *testing.T, requestID string, out func(*message.Message) []*message.Message) int {
 	t.Helper()
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	idem, _ := newIdem(t, testConfig{Store: store, MaxOutputSize: 1 << 30})
 	msg := newMsg(requestID, "p")
 	_, err := idem.Middleware((&counter{outputs: out}).handle)(msg)
@@ -57,7 +57,7 @@ func TestOutputAtTheBound(t *testing.T) {
 		{size + 1, true, idempotency.OutcomeProcessed},
 		{size - 1, false, idempotency.OutcomeOutputNotStored},
 	} {
-		store := memstore.New(memstore.Config{})
+		store := memstore.New(nil)
 		obs := &detailed{outcomes: newOutcomes()}
 		idem, _ := newIdem(t, testConfig{Store: store, MaxOutputSize: tc.max, Observer: obs})
 		h := &counter{outputs: out}
@@ -163,7 +163,7 @@ func TestFailedPublishOfAnOutput(t *testing.T) {
 			// the failed publish, the redelivery, and its publish.
 			in := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 			t.Cleanup(func() { _ = in.Close() })
-			idem, obs := newIdem(t, testConfig{Store: memstore.New(memstore.Config{}), MaxOutputSize: tc.max})
+			idem, obs := newIdem(t, testConfig{Store: memstore.New(nil), MaxOutputSize: tc.max})
 			h := &counter{outputs: bigOutput(tc.payload)}
 			pub := &failFirst{}
 			startRouter(t, func(r *message.Router) {

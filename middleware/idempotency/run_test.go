@@ -19,7 +19,7 @@ import (
 // context; the middleware then writes nothing more and still returns the
 // handler's output, and a duplicate replays the output the handler stored.
 func TestRunCompletedInTransaction(t *testing.T) {
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	idem, obs := newIdem(t, testConfig{Store: store})
 	h := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		run, ok := idempotency.RunFromContext(msg.Context())
@@ -46,7 +46,7 @@ func TestRunCompletedInTransaction(t *testing.T) {
 func TestRunFromContextOutsideARun(t *testing.T) {
 	_, ok := idempotency.RunFromContext(context.Background())
 	assert.False(t, ok)
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), CompletedTTL: time.Hour})
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil), CompletedTTL: time.Hour})
 	require.NoError(t, err)
 	_, err = once.Do(context.Background(), "k", func(ctx context.Context) ([]byte, error) {
 		run, ok := idempotency.RunFromContext(ctx)
@@ -63,7 +63,7 @@ func TestRunFromContextOutsideARun(t *testing.T) {
 // inside the work knows (the HTTP middleware stores the response) are not
 // offered to transactional completion.
 func TestRunFromContextOnlyForWatermillAndDo(t *testing.T) {
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{})})
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil)})
 	require.NoError(t, err)
 	lease, _, err := once.Claim(context.Background(), "claimed", nil)
 	require.NoError(t, err)
@@ -92,7 +92,7 @@ func waitUntil(cond func() bool, within time.Duration) bool {
 // CompletedInTransaction and the middleware wrote nothing.
 func TestRunCompletedInTransactionRolledBack(t *testing.T) {
 	const lease = 150 * time.Millisecond
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	idem, obs := newIdem(t, testConfig{Store: store, LeaseTTL: lease})
 	var refused bool
 	out, err := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -123,7 +123,7 @@ func TestRunCompletedInTransactionRolledBack(t *testing.T) {
 // lease.
 func TestRunCompletedInTransactionCommitted(t *testing.T) {
 	const lease = 150 * time.Millisecond
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	idem, obs := newIdem(t, testConfig{Store: store, LeaseTTL: lease})
 	var renewals int
 	_, err := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {

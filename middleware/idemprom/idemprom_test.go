@@ -23,7 +23,7 @@ func TestMetricsCountOutcomesAndLatencies(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(metrics))
 
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: metrics})
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil), Observer: metrics})
 	require.NoError(t, err)
 	idem, err := idempotency.New(once, nil)
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/observertest"
 )
 
 // The owner protocol on the store: what idempotency.Once.Do promises to any
@@ -32,31 +33,21 @@ var onceCases = []struct {
 }
 
 // tally counts outcomes; it is the Observer of the Once cases.
-type tally struct {
-	mu     sync.Mutex
-	counts map[idempotency.Outcome]int
-}
-
-func (t *tally) CacheLookup(string, bool) {}
-
-func (t *tally) Outcome(_ context.Context, d idempotency.OutcomeDetails) {
-	o := d.Outcome
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.counts[o]++
-}
-
-func (*tally) StoreLatency(string, time.Duration, error) {}
+type tally struct{ observertest.ContextRecorder }
 
 func (t *tally) get(o idempotency.Outcome) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.counts[o]
+	n := 0
+	for _, d := range t.Details() {
+		if d.Outcome == o {
+			n++
+		}
+	}
+	return n
 }
 
 func (h *harness) once(cfg idempotency.OnceConfig) (*idempotency.Once, *tally) {
 	h.t.Helper()
-	obs := &tally{counts: map[idempotency.Outcome]int{}}
+	obs := &tally{}
 	cfg.Store, cfg.Observer = h.Store, obs
 	cfg.Logger = watermill.NopLogger{}
 	o, err := idempotency.NewOnce(cfg)

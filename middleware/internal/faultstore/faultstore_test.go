@@ -63,7 +63,7 @@ func TestFaults(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				inner := memstore.New(memstore.Config{})
+				inner := memstore.New(nil)
 				s := faultstore.New(inner).On("complete", tc.fault)
 				ctx := context.Background()
 				if tc.deadline > 0 {
@@ -90,7 +90,7 @@ func TestFaults(t *testing.T) {
 // when its caller gives up first.
 func TestHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		inner := memstore.New(memstore.Config{})
+		inner := memstore.New(nil)
 		release := make(chan struct{}) // in the bubble, so that waiting on it is durable
 		time.AfterFunc(2*time.Second, func() { close(release) })
 		s := faultstore.New(inner).On("complete", faultstore.Hold(release, nil))
@@ -119,7 +119,7 @@ func TestHold(t *testing.T) {
 // for its operation, and every call is counted, failed or passed on.
 func TestCounting(t *testing.T) {
 	errSecond := errors.New("second")
-	inner := memstore.New(memstore.Config{})
+	inner := memstore.New(nil)
 	s := faultstore.New(inner).
 		On("renew", faultstore.First(2, faultstore.Fail(errInjected))).
 		On("fail", faultstore.Sequence(faultstore.Pass, faultstore.Fail(errSecond), faultstore.Fail(errInjected)))
@@ -145,7 +145,7 @@ func TestCounting(t *testing.T) {
 // failed one returns a zero result, whether the store applied it or not;
 // Release and the call's key reach the Fault.
 func TestClaimAndRelease(t *testing.T) {
-	inner := memstore.New(memstore.Config{})
+	inner := memstore.New(nil)
 	var keys []string
 	s := faultstore.New(inner).
 		On("claim", func(ctx context.Context, c faultstore.Call) error {
@@ -193,7 +193,7 @@ func TestClaimAndRelease(t *testing.T) {
 
 // TestNotInProcess: a wrapped memstore is timed like a network store.
 func TestNotInProcess(t *testing.T) {
-	inner := memstore.New(memstore.Config{})
+	inner := memstore.New(nil)
 	require.True(t, inprocess.Is(inner))
 	assert.False(t, inprocess.Is(faultstore.New(inner)))
 }
