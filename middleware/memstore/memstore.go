@@ -63,6 +63,14 @@ func New(now func() time.Time) *Store {
 	return &Store{now: now, m: make(map[string]*record)}
 }
 
+// Len returns the number of records that have not expired.
+func (s *Store) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweep(s.now())
+	return len(s.m)
+}
+
 // Claim implements [idempotency.Store].
 func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	if err := cmp.Or(idempotency.CheckClaim(key, req), ctx.Err()); err != nil {

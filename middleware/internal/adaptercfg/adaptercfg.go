@@ -26,8 +26,10 @@ const (
 	DefaultFailedTTL     = 24 * time.Hour
 	DefaultCacheTTL      = time.Minute
 	DefaultCacheMaxBytes = 16 << 20
-	// DefaultMaxKeyLength is adapter.MaxKeyLength: a longer key is hashed.
-	DefaultMaxKeyLength = adapter.MaxKeyLength
+	// DefaultMaxKeyLength is the longest client key the adapters still
+	// accept (Stripe's bound); adapter.StoreKey hashes those over
+	// adapter.MaxKeyLength.
+	DefaultMaxKeyLength = 255
 	// DefaultRetryAfter is adapter.DefaultRetryAfter.
 	DefaultRetryAfter = adapter.DefaultRetryAfter
 )
