@@ -158,7 +158,8 @@ type Result struct {
 // Do returns the work's error, and the key is FAILED. It returns
 // [ErrInProgress] while another caller holds the key, and
 // [ErrStoreUnavailable], [ErrCorruptRecord] or [ErrTooManyAttempts] when
-// nothing ran. A panic fails the key and goes on.
+// nothing ran. A panic fails the key and goes on. With FailOpen, a store
+// that cannot be reached runs the work unguarded: [OutcomeFailOpen].
 //
 // The key is used as given: prefix it when the store is shared. The value
 // is stored whole: MaxOutputSize does not bound it.
@@ -387,7 +388,6 @@ func (o *Once) report(outcome Outcome, dv delivery, err error, byClient bool) {
 type delivery struct {
 	uuid, scope, key string
 	attempts         int
-	extra            watermill.LogFields
 	// ctx is the message's or caller's context, for the Observer; in
 	// a Lease, the claim's context, which the lease's context derives from.
 	ctx context.Context
@@ -407,7 +407,7 @@ func (dv delivery) fields() watermill.LogFields {
 	if dv.attempts > 0 {
 		f["attempts"] = dv.attempts
 	}
-	return f.Add(dv.extra)
+	return f
 }
 
 func (o *Once) logDebug(msg string, dv delivery) {
