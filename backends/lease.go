@@ -3,13 +3,11 @@ package backends
 import (
 	"fmt"
 
-	"time"
-
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// CheckLease checks the idempotency middleware's lease against the broker's
-// redelivery timer. Zero means [idempotency.DefaultLeaseTTL]. The lease must
+// CheckLease checks the owner protocol's lease (once's LeaseTTL) against the
+// broker's redelivery timer. The lease must
 // be below ack_wait on NATS and below max_idle_time on Redis Streams. Kafka,
 // AMQP and gochannel have no such timer and always pass.
 //
@@ -19,17 +17,15 @@ import (
 // handles. The error matches [ErrInvalidConfig] and names both values.
 // Call it at start-up:
 //
-//	if err := cfg.CheckLease(idemCfg.LeaseTTL); err != nil {
+//	if err := cfg.CheckLease(once); err != nil {
 //		return err // or log it as a warning
 //	}
-func (c Config) CheckLease(lease time.Duration) error {
+func (c Config) CheckLease(once *idempotency.Once) error {
 	ep, err := parseEndpoint(c.URL)
 	if err != nil {
 		return err
 	}
-	if lease == 0 {
-		lease = idempotency.DefaultLeaseTTL
-	}
+	lease := once.Config().LeaseTTL
 	if ep.Redelivery == 0 || lease < ep.Redelivery {
 		return nil
 	}

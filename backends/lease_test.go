@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
 // TestCheckLease: an 80 s lease over a 60 s ack_wait or max_idle_time (the
@@ -32,7 +34,7 @@ func TestCheckLease(t *testing.T) {
 		{"gochannel has no timer", "gochannel://", time.Hour, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := backends.Config{URL: tc.url}.CheckLease(tc.lease)
+			err := backends.Config{URL: tc.url}.CheckLease(onceWithLease(t, tc.lease))
 			if tc.want == "" {
 				assert.NoError(t, err)
 				return
@@ -41,10 +43,18 @@ func TestCheckLease(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
-	err := backends.Config{URL: "nats://user:s3cret@localhost:4222"}.CheckLease(time.Hour)
+	err := backends.Config{URL: "nats://user:s3cret@localhost:4222"}.CheckLease(onceWithLease(t, time.Hour))
 	require.ErrorIs(t, err, backends.ErrInvalidConfig)
 	assert.NotContains(t, err.Error(), "s3cret", "the URL is not in the error")
-	err = backends.Config{URL: "nope://x"}.CheckLease(0)
+	err = backends.Config{URL: "nope://x"}.CheckLease(onceWithLease(t, 0))
 	require.ErrorIs(t, err, backends.ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "unknown broker scheme")
+}
+
+// onceWithLease is an owner protocol with lease (0: the default).
+func onceWithLease(t *testing.T, lease time.Duration) *idempotency.Once {
+	t.Helper()
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil), LeaseTTL: lease})
+	require.NoError(t, err)
+	return once
 }

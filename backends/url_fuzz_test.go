@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/backends"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 )
 
@@ -39,11 +41,20 @@ func secretURL(scheme string, form uint8, user, secret, host, port, tail string)
 
 var fuzzSchemes = []string{"kafka", "redis", "rediss", "amqp", "amqps", "nats", "gochannel", "pulsar", "NATS", "http"}
 
+// fuzzOnce is an owner protocol with the default lease.
+var fuzzOnce = func() *idempotency.Once {
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil)})
+	if err != nil {
+		panic(err)
+	}
+	return once
+}()
+
 // urlErrors returns the text of every error that CheckLease and Validate
 // give for raw, joined.
 func urlErrors(raw string) string {
 	var texts []string
-	if err := (backends.Config{URL: raw}).CheckLease(0); err != nil {
+	if err := (backends.Config{URL: raw}).CheckLease(fuzzOnce); err != nil {
 		texts = append(texts, err.Error())
 	}
 	if err := (backends.Config{URL: raw, Group: "g"}).Validate(); err != nil {

@@ -100,11 +100,12 @@ func runCell(o options, rc *redis.Client, broker, url string, c int, dedup strin
 	switch dedup {
 	case "idem":
 		// One scope for all handlers: a duplicate may reach any of them.
-		chain = newMiddleware(idempotency.Config{Store: newStore(rc), KeyPrefix: group,
+		chain = newMiddleware(idempotency.OnceConfig{Store: newStore(rc)}, idempotency.Config{KeyPrefix: group,
 			Scope: func(*message.Message) string { return "bench" }}).Middleware
 	case "floor":
-		// Keys as long as ours (prefix:scope:key), the default lease and TTL.
-		chain = newFloorDedup(rc, group+":bench:", idempotency.DefaultLeaseTTL, idempotency.DefaultCompletedTTL).Middleware
+		// Keys as long as ours (prefix:scope:key), OnceConfig's default lease
+		// and TTL.
+		chain = newFloorDedup(rc, group+":bench:", 40*time.Second, 24*time.Hour).Middleware
 	}
 	cfg := backends.Config{URL: url, Group: group, Consumer: "idembench"}
 	topics, perTopic := []string{group + "-t0"}, c

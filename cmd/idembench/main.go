@@ -197,9 +197,13 @@ func newStore(c *redis.Client) *redisstore.Store {
 	return s
 }
 
-// newMiddleware is the middleware on cfg, or the end of the process.
-func newMiddleware(cfg idempotency.Config) *idempotency.Middleware {
-	m, err := idempotency.New(cfg, nil)
+// newMiddleware is the middleware on oc and cfg, or the end of the process.
+func newMiddleware(oc idempotency.OnceConfig, cfg idempotency.Config) *idempotency.Middleware {
+	once, err := idempotency.NewOnce(oc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	m, err := idempotency.New(once, &cfg)
 	if err != nil {
 		log.Fatal(err)
 	}

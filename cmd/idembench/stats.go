@@ -91,10 +91,9 @@ func runStats(o options) Stats {
 	c.AddHook(hook)
 	store := newStore(c)
 	// Keys as a service would have them: idem:orders:<uuid>.
-	config := idempotency.Config{Store: store, KeyPrefix: "idem", Scope: func(*message.Message) string { return "orders" }}
-	cached := newMiddleware(config).Middleware(noop)
-	config.DisableCache = true
-	uncached := newMiddleware(config).Middleware(noop)
+	config := idempotency.Config{KeyPrefix: "idem", Scope: func(*message.Message) string { return "orders" }}
+	cached := newMiddleware(idempotency.OnceConfig{Store: store}, config).Middleware(noop)
+	uncached := newMiddleware(idempotency.OnceConfig{Store: store, CacheMaxBytes: -1}, config).Middleware(noop)
 	// A message through each first: the scripts are loaded.
 	send(cached, 1, newKeys(1))
 	send(uncached, 1, newKeys(1))
@@ -210,7 +209,7 @@ func runPGStats(o options) *PGStats {
 	if err != nil {
 		log.Fatal(err)
 	}
-	idem := newMiddleware(idempotency.Config{Store: s, DisableCache: true})
+	idem := newMiddleware(idempotency.OnceConfig{Store: s, CacheMaxBytes: -1}, idempotency.Config{})
 	plain := idem.Middleware(noop)
 	booking := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		ctx := context.WithValue(msg.Context(), inHandler{}, true)

@@ -4,6 +4,7 @@ package main
 // directory builds alone when copied.
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"strings"
@@ -64,7 +65,7 @@ func newRouter(logger watermill.LoggerAdapter, middlewares ...message.HandlerMid
 // demo, never for production. closeStore releases what the store holds.
 func openStore(redisURL string) (store idempotency.Store, closeStore func(), err error) {
 	if redisURL == "" {
-		s := memstore.New(memstore.Config{})
+		s := memstore.New(nil)
 		return s, func() {}, nil
 	}
 	// NewFromURL sets ContextTimeoutEnabled, which a URL cannot say and
@@ -84,7 +85,10 @@ type outcomes struct {
 }
 
 // Outcome counts o.
-func (c *outcomes) Outcome(_ string, o idempotency.Outcome) {
+func (c *outcomes) CacheLookup(string, bool) {}
+
+func (c *outcomes) Outcome(_ context.Context, d idempotency.OutcomeDetails) {
+	o := d.Outcome
 	c.mu.Lock()
 	if c.counts == nil {
 		c.counts = map[idempotency.Outcome]int{}
@@ -94,7 +98,7 @@ func (c *outcomes) Outcome(_ string, o idempotency.Outcome) {
 }
 
 // StoreLatency ignores latencies.
-func (c *outcomes) StoreLatency(idempotency.Op, time.Duration, error) {}
+func (c *outcomes) StoreLatency(string, time.Duration, error) {}
 
 // Count returns how many of outcomes there were, summed.
 func (c *outcomes) Count(outcomes ...idempotency.Outcome) int {

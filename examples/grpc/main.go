@@ -161,7 +161,7 @@ func (p *payments) GetPayment(ctx context.Context, req *paymentspb.GetPaymentReq
 // demo, never for production. closeStore releases what the store holds.
 func openStore(redisURL string) (store idempotency.Store, closeStore func(), err error) {
 	if redisURL == "" {
-		s := memstore.New(memstore.Config{})
+		s := memstore.New(nil)
 		return s, func() {}, nil
 	}
 	// NewFromURL sets ContextTimeoutEnabled, which a URL cannot say and

@@ -145,7 +145,7 @@ func requireReplayed(t *testing.T, c paymentspb.PaymentsClient, ctx context.Cont
 }
 
 func memstoreFor(t *testing.T) idempotency.Store {
-	s := memstore.New(memstore.Config{})
+	s := memstore.New(nil)
 	return s
 }
 

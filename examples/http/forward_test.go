@@ -46,7 +46,7 @@ func (p *lostConfirm) Publish(topic string, msgs ...*message.Message) error {
 // and the receipts.
 func forwardingPath(t *testing.T, publish func(message.Publisher) message.Publisher) (post func(apiKey, idemKey string) (status int, paymentID string), sent *receipts) {
 	t.Helper()
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	sent = newReceipts()
 	router, err := newConsumer(store, pubSub, sent, watermill.NopLogger{})

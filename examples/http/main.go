@@ -101,7 +101,7 @@ func ignoreClosed(err error) error {
 // when redisURL is empty, an in-memory store.
 func openStore(redisURL string) (idempotency.Store, func(), error) {
 	if redisURL == "" {
-		s := memstore.New(memstore.Config{})
+		s := memstore.New(nil)
 		return s, func() {}, nil
 	}
 	// NewFromURL sets ContextTimeoutEnabled, which a URL cannot say and
@@ -137,7 +137,11 @@ func newAPI(store idempotency.Store, publisher message.Publisher, logger watermi
 // newConsumer returns a router whose receipts handler sends one receipt
 // per payment event, deduplicated by the event's requestId.
 func newConsumer(store idempotency.Store, subscriber message.Subscriber, r *receipts, logger watermill.LoggerAdapter) (*message.Router, error) {
-	idem, err := idempotency.New(idempotency.Config{Store: store}, logger)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	idem, err := idempotency.New(once, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -38,7 +38,7 @@ func TestREADMESession(t *testing.T) {
 	sessions := readSessions(t, "README.md")
 	require.Len(t, sessions, 5, "the README shows five curl commands")
 
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	api, err := newAPI(store, gochannel.NewGoChannel(gochannel.Config{}, nil), watermill.NopLogger{})
 	require.NoError(t, err)
 	srv := httptest.NewServer(api)

@@ -11,6 +11,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 )
 
 // Errors of an invalid Config or ClientConfig, checked with errors.Is.
@@ -41,21 +42,21 @@ const (
 	DefaultKeyPrefix = "grpcidem"
 	// DefaultMaxKeyLength is the longest key accepted, in bytes (255), as
 	// in package httpidem.
-	DefaultMaxKeyLength = adapter.DefaultMaxKeyLength
+	DefaultMaxKeyLength = adaptercfg.DefaultMaxKeyLength
 	// DefaultLeaseTTL is how long a claim holds a key while the handler
 	// runs (40 s); it is renewed every third of it
-	// (idempotency.DefaultLeaseTTL).
-	DefaultLeaseTTL = idempotency.DefaultLeaseTTL
+	// (adaptercfg.DefaultLeaseTTL).
+	DefaultLeaseTTL = adaptercfg.DefaultLeaseTTL
 	// DefaultStoreTimeout bounds each store call (5 s,
-	// idempotency.DefaultStoreTimeout).
-	DefaultStoreTimeout = idempotency.DefaultStoreTimeout
+	// adaptercfg.DefaultStoreTimeout).
+	DefaultStoreTimeout = adaptercfg.DefaultStoreTimeout
 	// DefaultCompletedTTL is how long a completed answer is replayed
-	// (24 h, idempotency.DefaultCompletedTTL).
-	DefaultCompletedTTL = idempotency.DefaultCompletedTTL
+	// (24 h, adaptercfg.DefaultCompletedTTL).
+	DefaultCompletedTTL = adaptercfg.DefaultCompletedTTL
 	// DefaultFailedTTL is how long a failed attempt is remembered (24 h,
-	// idempotency.DefaultFailedTTL): its fingerprint still binds the key; a
+	// adaptercfg.DefaultFailedTTL): its fingerprint still binds the key; a
 	// retry may run again.
-	DefaultFailedTTL = idempotency.DefaultFailedTTL
+	DefaultFailedTTL = adaptercfg.DefaultFailedTTL
 	// DefaultMaxResponseSize bounds the stored answer: the response's wire
 	// bytes and type name, or the final status with its details.
 	DefaultMaxResponseSize = 1 << 20
@@ -157,12 +158,12 @@ type Config struct {
 	// (idempotency.OnceConfig.CacheTTL): never past the record's own
 	// CompletedTTL, and an operator's Delete of the key reaches this
 	// process only when the entry ends. Zero means DefaultCacheTTL
-	// (idempotency.DefaultCacheTTL, 1 min).
+	// (adaptercfg.DefaultCacheTTL, 1 min).
 	CacheTTL time.Duration
 
 	// CacheMaxBytes bounds the memory of that cache (keys, stored answers,
 	// fingerprints and a fixed overhead per entry). Zero means
-	// idempotency.DefaultCacheMaxBytes (16 MiB).
+	// adaptercfg.DefaultCacheMaxBytes (16 MiB).
 	CacheMaxBytes int
 
 	// DisableCache sends every claim to the store. An in-process store
@@ -213,8 +214,8 @@ func (c *Config) setDefaults() {
 
 // common is what c shares, field for field, with the Config of package
 // httpidem.
-func (c Config) common() adapter.Common {
-	return adapter.Common{Invalid: ErrInvalidConfig, NilStore: ErrNilStore, Unit: "call", Store: c.Store, Observer: c.Observer,
+func (c Config) common() adaptercfg.Common {
+	return adaptercfg.Common{Invalid: ErrInvalidConfig, NilStore: ErrNilStore, Unit: "call", Store: c.Store, Observer: c.Observer,
 		Scoped: c.Scope != nil, SingleTenant: c.SingleTenant, KeyPrefix: c.KeyPrefix, MaxKeyLength: c.MaxKeyLength, RetryAfter: c.RetryAfter,
 		LeaseTTL: c.LeaseTTL, StoreTimeout: c.StoreTimeout, CompletedTTL: c.CompletedTTL, FailedTTL: c.FailedTTL,
 		CacheTTL: c.CacheTTL, CacheMaxBytes: c.CacheMaxBytes, DisableCache: c.DisableCache}

@@ -18,7 +18,7 @@ import (
 // application repeats a call with the same key: the handler runs once, and
 // the repeat gets the replay.
 func Example() {
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	idem, err := grpcidem.New(grpcidem.Config{
 		Store:        store,
 		Methods:      []string{"/grpcidem.test.v1.Ledger/Charge"},

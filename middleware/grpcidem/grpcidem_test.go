@@ -1,6 +1,7 @@
 package grpcidem_test
 
 import (
+	"context"
 	"io"
 	"math"
 	"sync"
@@ -210,13 +211,15 @@ type recordingObserver struct {
 	outcomes []string
 }
 
-func (o *recordingObserver) Outcome(label string, outcome idempotency.Outcome) {
+func (o *recordingObserver) Outcome(_ context.Context, d idempotency.OutcomeDetails) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.outcomes = append(o.outcomes, label+" "+string(outcome))
+	o.outcomes = append(o.outcomes, d.Handler+" "+string(d.Outcome))
 }
 
-func (o *recordingObserver) StoreLatency(idempotency.Op, time.Duration, error) {}
+func (o *recordingObserver) StoreLatency(string, time.Duration, error) {}
+
+func (o *recordingObserver) CacheLookup(string, bool) {}
 
 // TestObserver: one outcome per call the interceptor applies to, labelled
 // with the full method name, never the scope; none for other methods.

@@ -6,15 +6,15 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/idempotency/watermill-idempotency/internal/adapterinspect"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 )
 
 // idemctl reads this interceptor's keys and stored answers with the code
 // that writes them.
 func init() {
 	adapterinspect.Register(adapterinspect.Adapter{Name: "grpc", DefaultPrefix: DefaultKeyPrefix,
-		ClientKey: func(sent string) (string, error) { return sent, adapter.CheckKey(sent, math.MaxInt) },
-		StoreKey:  adapter.StoreKey, Describe: describeAnswer})
+		ClientKey: func(sent string) (string, error) { return sent, adaptercfg.CheckKey(sent, math.MaxInt) },
+		StoreKey:  adaptercfg.StoreKey, Describe: describeAnswer})
 }
 
 func describeAnswer(result []byte) (adapterinspect.Answer, error) {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 )
 
 // keyError says which source of the key is wrong, and how.
@@ -48,7 +49,7 @@ func extractKey(md metadata.MD, names []string, req proto.Message, field string,
 		case len(values) > 1:
 			return "", &keyError{"metadata " + name, errKeyRepeated}
 		}
-		if err := adapter.CheckKey(values[0], maxLen); err != nil {
+		if err := adaptercfg.CheckKey(values[0], maxLen); err != nil {
 			return "", &keyError{"metadata " + name, err}
 		}
 		if from != "" && values[0] != key {
@@ -57,7 +58,7 @@ func extractKey(md metadata.MD, names []string, req proto.Message, field string,
 		key, from = values[0], "metadata "+name
 	}
 	if v, ok := fieldKey(req, field); ok && v != "" {
-		if err := adapter.CheckKey(v, maxLen); err != nil {
+		if err := adaptercfg.CheckKey(v, maxLen); err != nil {
 			return "", &keyError{"request field " + field, err}
 		}
 		if from != "" && v != key {

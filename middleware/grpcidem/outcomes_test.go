@@ -211,7 +211,7 @@ func TestCorruptRecord(t *testing.T) {
 			"wrong type":   append([]byte{1, 1, 21}, append([]byte("google.rpc.ErrorInfo"), 0)...),
 			"empty":        {},
 		} {
-			store := memstore.New(memstore.Config{})
+			store := memstore.New(nil)
 			skey := grpcidem.StoreKey(grpcidem.DefaultKeyPrefix, "t", "k1")
 			ctx := context.Background()
 			_, err := store.Claim(ctx, skey, idempotency.ClaimRequest{Token: "tok", Lease: time.Minute, TTL: time.Minute})

@@ -22,7 +22,7 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/callergone"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 )
 
 // ReplayedMetadata is the response header metadata key set to "true" on
@@ -176,14 +176,14 @@ func (i *Middleware) UnaryServerInterceptor(ctx context.Context, req any, info *
 		i.logger.Error("Request cannot be fingerprinted", err, c.fields)
 		return nil, i.status(codes.Internal, ReasonNotProtoMessage, "The server cannot encode the request to fingerprint it.", nil, false)
 	}
-	skey := adapter.StoreKey(i.cfg.KeyPrefix, i.scope(ctx), key)
+	skey := adaptercfg.StoreKey(i.cfg.KeyPrefix, i.scope(ctx), key)
 	// The stored key names the record for an operator; it holds the scope's
 	// hash, never the scope.
 	c.fields["idempotency_key"] = key
 	c.fields["stored_key"] = skey
 	c.key = skey
 
-	lease, claim, err := i.once.Claim(ctx, skey, idempotency.ClaimOptions{Fingerprint: fp, LogFields: c.fields})
+	lease, claim, err := i.once.Claim(ctx, skey, fp)
 	c.attempts = claim.Record.Attempts
 	switch {
 	case err == nil && lease != nil:
@@ -202,7 +202,7 @@ func (i *Middleware) UnaryServerInterceptor(ctx context.Context, req any, info *
 // claimFailed answers a call whose claim failed (ErrStoreUnavailable).
 func (i *Middleware) claimFailed(ctx context.Context, req any, handler grpc.UnaryHandler, err error, c call) (any, error) {
 	switch {
-	case errors.Is(err, callergone.Err):
+	case idempotency.OutcomeOf(err) == idempotency.OutcomeCallerGone:
 		// The caller left during the claim: no sign of the store, and
 		// nothing runs for it, even with FailOpen.
 		i.done(c, idempotency.OutcomeCallerGone, err)
@@ -326,7 +326,7 @@ func (i *Middleware) run(ctx context.Context, req any, handler grpc.UnaryHandler
 		}))
 	}
 	cerr := lease.Complete(result)
-	i.done(c, idempotency.CompleteOutcome(cerr), cerr)
+	i.done(c, idempotency.OutcomeOf(cerr), cerr)
 	return resp, herr
 }
 
@@ -379,7 +379,7 @@ func (i *Middleware) status(code codes.Code, reason, msg string, meta map[string
 func (i *Middleware) describeKeyError(err error) string {
 	msg := err.Error() // "the idempotency key in metadata idempotency-key is too long"
 	switch {
-	case errors.Is(err, adapter.ErrKeyTooLong):
+	case errors.Is(err, adaptercfg.ErrKeyTooLong):
 		msg += fmt.Sprintf(" (at most %d bytes)", i.cfg.MaxKeyLength)
 	case errors.Is(err, adapter.ErrKeyNotPrintable):
 		msg += " (0x20 to 0x7E only)"
@@ -387,16 +387,16 @@ func (i *Middleware) describeKeyError(err error) string {
 	return strings.ToUpper(msg[:1]) + msg[1:] + ": send one valid key per call."
 }
 
-// done counts one outcome and logs it at the level adapter.LogOutcome
+// done counts one outcome and logs it at the level adaptercfg.LogOutcome
 // gives it.
 func (i *Middleware) done(c call, outcome idempotency.Outcome, err error) {
 	i.report(c, outcome, err)
-	adapter.LogOutcome(i.logger, c.fields, outcome, err)
+	adaptercfg.LogOutcome(i.logger, c.fields, outcome, err)
 }
 
 // report counts one outcome; a ContextObserver also gets the call's context
 // (the span of otelgrpc's server handler, say) and its details.
 func (i *Middleware) report(c call, outcome idempotency.Outcome, err error) {
-	idempotency.ReportOutcome(c.ctx, i.observer, idempotency.OutcomeDetails{Handler: c.method, Scope: c.method,
-		Key: c.key, Outcome: outcome, Attempt: c.attempts, Replayed: outcome == idempotency.OutcomeDuplicate, Err: err})
+	adaptercfg.Report(c.ctx, i.observer, idempotency.OutcomeDetails{Handler: c.method,
+		Key: c.key, Outcome: outcome, Attempt: c.attempts, Err: err})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 )
 
 // Defaults used for the zero value of the corresponding Config fields.
@@ -20,7 +21,7 @@ const (
 	DefaultHeader = "Idempotency-Key"
 	// DefaultMaxKeyLength is the longest key accepted, in bytes: 255,
 	// Stripe's documented bound.
-	DefaultMaxKeyLength = adapter.DefaultMaxKeyLength
+	DefaultMaxKeyLength = adaptercfg.DefaultMaxKeyLength
 	// DefaultKeyPrefix starts every stored key, followed by a colon that
 	// the middleware adds, as the Watermill middleware does after its
 	// prefix "idem". It differs from that prefix so that HTTP keys and
@@ -28,18 +29,18 @@ const (
 	DefaultKeyPrefix = "httpidem"
 	// DefaultLeaseTTL is how long a claim holds a key while the handler
 	// runs (40 s); it is renewed every third of it
-	// (idempotency.DefaultLeaseTTL).
-	DefaultLeaseTTL = idempotency.DefaultLeaseTTL
+	// (adaptercfg.DefaultLeaseTTL).
+	DefaultLeaseTTL = adaptercfg.DefaultLeaseTTL
 	// DefaultStoreTimeout bounds each store call, as the Watermill
-	// middleware's idempotency.DefaultStoreTimeout does.
-	DefaultStoreTimeout = idempotency.DefaultStoreTimeout
+	// middleware's adaptercfg.DefaultStoreTimeout does.
+	DefaultStoreTimeout = adaptercfg.DefaultStoreTimeout
 	// DefaultCompletedTTL is how long a completed response is replayed
-	// (24 h, idempotency.DefaultCompletedTTL).
-	DefaultCompletedTTL = idempotency.DefaultCompletedTTL
+	// (24 h, adaptercfg.DefaultCompletedTTL).
+	DefaultCompletedTTL = adaptercfg.DefaultCompletedTTL
 	// DefaultFailedTTL is how long a failed attempt is remembered (24 h,
-	// idempotency.DefaultFailedTTL): its fingerprint still binds the key; a
+	// adaptercfg.DefaultFailedTTL): its fingerprint still binds the key; a
 	// retry may run again.
-	DefaultFailedTTL = idempotency.DefaultFailedTTL
+	DefaultFailedTTL = adaptercfg.DefaultFailedTTL
 	// DefaultMaxRequestBody bounds the request body read to fingerprint it.
 	DefaultMaxRequestBody = 10 << 20
 	// DefaultMaxResponseBody bounds the response body stored for replay.
@@ -159,12 +160,12 @@ type Config struct {
 	// (idempotency.OnceConfig.CacheTTL): never past the record's own
 	// CompletedTTL, and an operator's Delete of the key reaches this
 	// process only when the entry ends. Zero means DefaultCacheTTL
-	// (idempotency.DefaultCacheTTL, 1 min).
+	// (adaptercfg.DefaultCacheTTL, 1 min).
 	CacheTTL time.Duration
 
 	// CacheMaxBytes bounds the memory of that cache (keys, stored responses,
 	// fingerprints and a fixed overhead per entry). Zero means
-	// idempotency.DefaultCacheMaxBytes (16 MiB).
+	// adaptercfg.DefaultCacheMaxBytes (16 MiB).
 	CacheMaxBytes int
 
 	// DisableCache sends every claim to the store. An in-process store
@@ -250,8 +251,8 @@ func (c Config) Validate() error {
 
 // common is what c shares, field for field, with the Config of package
 // grpcidem.
-func (c Config) common() adapter.Common {
-	return adapter.Common{Invalid: ErrInvalidConfig, NilStore: ErrNilStore, Unit: "request", Store: c.Store, Observer: c.Observer,
+func (c Config) common() adaptercfg.Common {
+	return adaptercfg.Common{Invalid: ErrInvalidConfig, NilStore: ErrNilStore, Unit: "request", Store: c.Store, Observer: c.Observer,
 		Scoped: c.Scope != nil, SingleTenant: c.SingleTenant, KeyPrefix: c.KeyPrefix, MaxKeyLength: c.MaxKeyLength, RetryAfter: c.RetryAfter,
 		LeaseTTL: c.LeaseTTL, StoreTimeout: c.StoreTimeout, CompletedTTL: c.CompletedTTL, FailedTTL: c.FailedTTL,
 		CacheTTL: c.CacheTTL, CacheMaxBytes: c.CacheMaxBytes, DisableCache: c.DisableCache}

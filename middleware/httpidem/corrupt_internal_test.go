@@ -17,7 +17,7 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
@@ -59,7 +59,7 @@ func TestCorruptRedisRecord(t *testing.T) {
 	for name, put := range foreign {
 		t.Run(name, func(t *testing.T) {
 			k := "k-" + strings.ReplaceAll(name, " ", "-")
-			skey := adapter.StoreKey(prefix, "t", k)
+			skey := adaptercfg.StoreKey(prefix, "t", k)
 			require.NoError(t, put(skey))
 			dump := client.Dump(ctx, skey).Val()
 

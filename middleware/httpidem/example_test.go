@@ -12,7 +12,7 @@ import (
 )
 
 func Example() {
-	store := memstore.New(memstore.Config{}) // redisstore in production
+	store := memstore.New(nil) // redisstore in production
 
 	idem, err := httpidem.New(httpidem.Config{
 		Store: store,

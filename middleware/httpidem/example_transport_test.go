@@ -14,7 +14,7 @@ import (
 )
 
 func ExampleTransport() {
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	idem, err := httpidem.New(httpidem.Config{Store: store, SingleTenant: true}, nil)
 	if err != nil {
 		panic(err)

@@ -1,7 +1,7 @@
 package httpidem
 
-import "github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+import "github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 
-// StoreKey is adapter.StoreKey, for the external tests that look records
+// StoreKey is adaptercfg.StoreKey, for the external tests that look records
 // up in the store.
-var StoreKey = adapter.StoreKey
+var StoreKey = adaptercfg.StoreKey

@@ -65,13 +65,13 @@ func TestCompleteRetriedWithinLease(t *testing.T) {
 	t.Run("store recovers", func(t *testing.T) {
 		eachStoreInBubble(t, func(t *testing.T, kind storeKind) {
 			inner, prefix := kind.New(t)
-			store := faultstore.New(inner).On(idempotency.OpComplete, faultstore.First(2, faultstore.Fail(errBlip)))
+			store := faultstore.New(inner).On("complete", faultstore.First(2, faultstore.Fail(errBlip)))
 			api := newPayments()
 			h := newMiddleware(t, store, prefix, nil).Handler(api)
 
 			first := serve(h, newRequest(step{keys: key("k1")}))
 			require.Equal(t, http.StatusCreated, first.status)
-			assert.EqualValues(t, 3, store.Calls(idempotency.OpComplete), "two failures, then success")
+			assert.EqualValues(t, 3, store.Calls("complete"), "two failures, then success")
 			again := serve(h, newRequest(step{keys: key("k1")}))
 			requireReplay(t, first, again)
 			assert.EqualValues(t, 1, api.runs.Load())
@@ -80,7 +80,7 @@ func TestCompleteRetriedWithinLease(t *testing.T) {
 	t.Run("store stays down", func(t *testing.T) {
 		eachStoreInBubble(t, func(t *testing.T, kind storeKind) {
 			inner, prefix := kind.New(t)
-			store := faultstore.New(inner).On(idempotency.OpComplete, faultstore.Fail(errBlip))
+			store := faultstore.New(inner).On("complete", faultstore.Fail(errBlip))
 			api := newPayments()
 			logger := watermill.NewCaptureLogger()
 			m, err := httpidem.New(httpidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope, LeaseTTL: 150 * time.Millisecond}, logger)
@@ -88,7 +88,7 @@ func TestCompleteRetriedWithinLease(t *testing.T) {
 
 			first := serve(m.Handler(api), newRequest(step{keys: key("k1")}))
 			require.Equal(t, http.StatusCreated, first.status, "the client still gets the handler's answer")
-			assert.Greater(t, store.Calls(idempotency.OpComplete), int64(1), "retried")
+			assert.Greater(t, store.Calls("complete"), int64(1), "retried")
 			assert.NotEmpty(t, logger.Captured()[watermill.ErrorLogLevel], "giving up is logged")
 		})
 	})

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
@@ -54,7 +54,7 @@ func FuzzMiddleware(f *testing.F) {
 		if sameBody {
 			b2 = b1
 		}
-		store := memstore.New(memstore.Config{})
+		store := memstore.New(nil)
 		m, err := New(Config{
 			Store: store, Scope: func(r *http.Request) string { return r.Header.Get("X-Tenant") },
 			MaxRequestBody: 256, MaxResponseBody: 96,
@@ -122,7 +122,7 @@ func FuzzMiddleware(f *testing.F) {
 			body, _ := io.ReadAll(resp.Body)
 			guarded := slices.Contains([]string{http.MethodPost, http.MethodPatch}, fr.method)
 			parsed, keyErr := parseKey(fr.key, DefaultMaxKeyLength)
-			id := adapter.StoreKey("", fr.tenant, parsed)
+			id := adaptercfg.StoreKey("", fr.tenant, parsed)
 
 			if guarded && (fr.key == "" || keyErr != nil) && (resp.StatusCode != http.StatusBadRequest || ran) {
 				t.Fatalf("request %d: key %q (%v) answered %d, handler ran: %v", i, fr.key, keyErr, resp.StatusCode, ran)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/callergone"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 )
 
 // ReplayedHeader is set to "true" on every replayed response.
@@ -118,7 +118,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	fp := fingerprint(r, body)
-	skey := adapter.StoreKey(m.cfg.KeyPrefix, m.scope(r), key)
+	skey := adaptercfg.StoreKey(m.cfg.KeyPrefix, m.scope(r), key)
 	// The stored key names the record for an operator; it holds the
 	// scope's hash, never the scope.
 	rq.fields["idempotency_key"] = key
@@ -126,7 +126,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 
 	rq.key = skey
 	rq.parsedKey = key
-	lease, claim, err := m.once.Claim(r.Context(), skey, idempotency.ClaimOptions{Fingerprint: fp, LogFields: rq.fields})
+	lease, claim, err := m.once.Claim(r.Context(), skey, fp)
 	rq.attempts = claim.Record.Attempts
 	switch {
 	case err == nil && lease != nil:
@@ -148,7 +148,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // FailOpen.
 func (m *Middleware) claimFailed(w http.ResponseWriter, r *http.Request, next http.Handler, err error, rq request) {
 	switch {
-	case errors.Is(err, callergone.Err):
+	case idempotency.OutcomeOf(err) == idempotency.OutcomeCallerGone:
 		// The client hung up during the claim: no sign of the store.
 		m.done(rq, idempotency.OutcomeCallerGone, err)
 	case m.cfg.FailOpen && r.Context().Err() == nil:
@@ -277,7 +277,7 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		}))
 	}
 	cerr := m.complete(rec, lease, resp.encode())
-	m.done(rq, idempotency.CompleteOutcome(cerr), cerr)
+	m.done(rq, idempotency.OutcomeOf(cerr), cerr)
 }
 
 // complete records COMPLETED with result. Lease.Complete retries until the
@@ -307,13 +307,13 @@ func (m *Middleware) complete(rec *recorder, lease *idempotency.Lease, result []
 
 // report tells the Observer about one outcome.
 func (m *Middleware) report(rq request, outcome idempotency.Outcome, err error) {
-	idempotency.ReportOutcome(rq.ctx, m.observer, idempotency.OutcomeDetails{Handler: rq.label, Scope: rq.label,
-		Key: rq.key, Outcome: outcome, Attempt: rq.attempts, Replayed: outcome == idempotency.OutcomeDuplicate, Err: err})
+	adaptercfg.Report(rq.ctx, m.observer, idempotency.OutcomeDetails{Handler: rq.label,
+		Key: rq.key, Outcome: outcome, Attempt: rq.attempts, Err: err})
 }
 
-// done counts one outcome and logs it at the level adapter.LogOutcome
+// done counts one outcome and logs it at the level adaptercfg.LogOutcome
 // gives it.
 func (m *Middleware) done(rq request, outcome idempotency.Outcome, err error) {
 	m.report(rq, outcome, err)
-	adapter.LogOutcome(m.logger, rq.fields, outcome, err)
+	adaptercfg.LogOutcome(m.logger, rq.fields, outcome, err)
 }

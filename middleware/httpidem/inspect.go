@@ -4,7 +4,7 @@ import (
 	"math"
 
 	"github.com/idempotency/watermill-idempotency/internal/adapterinspect"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 )
 
 // idemctl reads this middleware's keys and stored responses with the code
@@ -12,7 +12,7 @@ import (
 func init() {
 	adapterinspect.Register(adapterinspect.Adapter{Name: "http", DefaultPrefix: DefaultKeyPrefix,
 		ClientKey: func(sent string) (string, error) { return parseKey(sent, math.MaxInt) },
-		StoreKey:  adapter.StoreKey, Describe: describeResponse})
+		StoreKey:  adaptercfg.StoreKey, Describe: describeResponse})
 }
 
 func describeResponse(result []byte) (adapterinspect.Answer, error) {

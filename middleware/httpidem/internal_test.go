@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 )
 
 func TestParseKey(t *testing.T) {
@@ -68,7 +68,7 @@ func TestStoreKeyUnambiguous(t *testing.T) {
 	}
 	seen := map[string][2]string{}
 	for _, p := range pairs {
-		k := adapter.StoreKey("p", p[0], p[1])
+		k := adaptercfg.StoreKey("p", p[0], p[1])
 		if prev, dup := seen[k]; dup {
 			t.Errorf("scope %q key %q and scope %q key %q share stored key %q", prev[0], prev[1], p[0], p[1], k)
 		}
@@ -76,15 +76,15 @@ func TestStoreKeyUnambiguous(t *testing.T) {
 	}
 	// The documented form: prefix, a colon, 32 hex digits of SHA-256(scope),
 	// a colon, the key.
-	assert.Equal(t, "httpidem:2bd806c97f0e00af1a1fc3328fa763a9:k1", adapter.StoreKey(DefaultKeyPrefix, "alice", "k1"))
-	assert.Equal(t, "p:e3b0c44298fc1c149afbf4c8996fb924:k1", adapter.StoreKey("p", "", "k1"))
+	assert.Equal(t, "httpidem:2bd806c97f0e00af1a1fc3328fa763a9:k1", adaptercfg.StoreKey(DefaultKeyPrefix, "alice", "k1"))
+	assert.Equal(t, "p:e3b0c44298fc1c149afbf4c8996fb924:k1", adaptercfg.StoreKey("p", "", "k1"))
 }
 
 // TestStoreKeyHidesScope: a scope that is a secret (an API key) never
 // appears in a stored key.
 func TestStoreKeyHidesScope(t *testing.T) {
 	const secret = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
-	k := adapter.StoreKey(DefaultKeyPrefix, secret, "order-42")
+	k := adaptercfg.StoreKey(DefaultKeyPrefix, secret, "order-42")
 	assert.NotContains(t, k, secret)
 	assert.NotContains(t, k, secret[:8])
 	assert.True(t, strings.HasSuffix(k, ":order-42"), k)

@@ -8,13 +8,14 @@ import (
 	"strings"
 
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 )
 
 // What is wrong with a key: the rules every adapter shares, and two of
 // the header's own.
 var (
 	errKeyEmpty    = adapter.ErrKeyEmpty
-	errKeyTooLong  = adapter.ErrKeyTooLong
+	errKeyTooLong  = adaptercfg.ErrKeyTooLong
 	errKeyNotPrint = adapter.ErrKeyNotPrintable
 	errKeyQuote    = errors.New("is not a valid quoted string")
 	errKeyComma    = errors.New("contains a comma outside a quoted string")
@@ -41,7 +42,7 @@ func parseKey(v string, maxLen int) (string, error) {
 	} else if strings.IndexByte(v, ',') >= 0 {
 		return "", errKeyComma
 	}
-	if err := adapter.CheckKey(v, maxLen); err != nil {
+	if err := adaptercfg.CheckKey(v, maxLen); err != nil {
 		return "", err
 	}
 	return v, nil

@@ -29,7 +29,7 @@ func TestHungRenewalStillRecordsOutcome(t *testing.T) {
 		inner, prefix := kind.New(t)
 		renewing := make(chan struct{})
 		var once sync.Once
-		store := faultstore.New(inner).On(idempotency.OpRenew, func(ctx context.Context, c faultstore.Call) error {
+		store := faultstore.New(inner).On("renew", func(ctx context.Context, c faultstore.Call) error {
 			once.Do(func() { close(renewing) })
 			return faultstore.Hang(ctx, c)
 		})
@@ -61,7 +61,7 @@ func TestHungRenewalStillRecordsOutcome(t *testing.T) {
 func TestCompleteBoundedByStoreTimeout(t *testing.T) {
 	eachStoreInBubble(t, func(t *testing.T, kind storeKind) {
 		inner, prefix := kind.New(t)
-		store := faultstore.New(inner).On(idempotency.OpComplete, faultstore.First(1, faultstore.Hang))
+		store := faultstore.New(inner).On("complete", faultstore.First(1, faultstore.Hang))
 		api := newPayments()
 		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) {
 			c.LeaseTTL = 5 * time.Second
@@ -70,7 +70,7 @@ func TestCompleteBoundedByStoreTimeout(t *testing.T) {
 
 		first := serve(h, newRequest(step{keys: key("k1")}))
 		require.Equal(t, http.StatusCreated, first.status)
-		assert.EqualValues(t, 2, store.Calls(idempotency.OpComplete), "one call timed out, the retry succeeded")
+		assert.EqualValues(t, 2, store.Calls("complete"), "one call timed out, the retry succeeded")
 		rec, err := inner.Get(context.Background(), httpidem.StoreKey(prefix, "", "k1"))
 		require.NoError(t, err)
 		assert.Equal(t, idempotency.StateCompleted, rec.State)
@@ -84,7 +84,7 @@ func TestCompleteBoundedByStoreTimeout(t *testing.T) {
 func TestClaimBoundedByStoreTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		inner, prefix := storeKinds[0].New(t)
-		store := faultstore.New(inner).On(idempotency.OpClaim, faultstore.Hang)
+		store := faultstore.New(inner).On("claim", faultstore.Hang)
 		api := newPayments()
 		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.StoreTimeout = 50 * time.Millisecond }).Handler(api)
 
@@ -106,14 +106,14 @@ func TestClaimBoundedByStoreTimeout(t *testing.T) {
 // key is then FAILED, whatever the handler answers.
 func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		inner := memstore.New(memstore.Config{})
+		inner := memstore.New(nil)
 		lease := 900 * time.Millisecond
 		delay := lease / 12
 		// The first renewal succeeds at the store but answers late (it
 		// times out for the caller), the second reaches the store only
 		// after a delay (network latency: the store counts the lease from
 		// then), and every later one fails at once.
-		store := faultstore.New(inner).On(idempotency.OpRenew, faultstore.Sequence(
+		store := faultstore.New(inner).On("renew", faultstore.Sequence(
 			faultstore.SlowReply(lease/3+delay),
 			faultstore.Delay(delay),
 			faultstore.Fail(errors.New("scripted: connection reset")),
@@ -144,7 +144,7 @@ func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 			t.Fatal("the handler's context was not cancelled")
 		}
 		<-done
-		assert.GreaterOrEqual(t, store.Calls(idempotency.OpRenew), int64(3))
+		assert.GreaterOrEqual(t, store.Calls("renew"), int64(3))
 		rec, err := inner.Get(context.Background(), httpidem.StoreKey(httpidem.DefaultKeyPrefix, "", "k1"))
 		require.NoError(t, err)
 		assert.Equal(t, idempotency.StateFailed, rec.State, "an answer given after the lease was lost is not the key's outcome")

@@ -27,14 +27,17 @@ import (
 type recordingObserver struct {
 	mu       sync.Mutex
 	outcomes map[string]map[idempotency.Outcome]int
-	ops      map[idempotency.Op]int
+	ops      map[string]int
 }
 
 func newRecordingObserver() *recordingObserver {
-	return &recordingObserver{outcomes: map[string]map[idempotency.Outcome]int{}, ops: map[idempotency.Op]int{}}
+	return &recordingObserver{outcomes: map[string]map[idempotency.Outcome]int{}, ops: map[string]int{}}
 }
 
-func (o *recordingObserver) Outcome(label string, outcome idempotency.Outcome) {
+func (o *recordingObserver) CacheLookup(string, bool) {}
+
+func (o *recordingObserver) Outcome(_ context.Context, d idempotency.OutcomeDetails) {
+	label, outcome := d.Handler, d.Outcome
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.outcomes[label] == nil {
@@ -43,13 +46,13 @@ func (o *recordingObserver) Outcome(label string, outcome idempotency.Outcome) {
 	o.outcomes[label][outcome]++
 }
 
-func (o *recordingObserver) StoreLatency(op idempotency.Op, _ time.Duration, _ error) {
+func (o *recordingObserver) StoreLatency(op string, _ time.Duration, _ error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.ops[op]++
 }
 
-func (o *recordingObserver) snapshot() (map[string]map[idempotency.Outcome]int, map[idempotency.Op]int) {
+func (o *recordingObserver) snapshot() (map[string]map[idempotency.Outcome]int, map[string]int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := map[string]map[idempotency.Outcome]int{}
@@ -59,7 +62,7 @@ func (o *recordingObserver) snapshot() (map[string]map[idempotency.Outcome]int, 
 			out[label][k] = v
 		}
 	}
-	ops := map[idempotency.Op]int{}
+	ops := map[string]int{}
 	for k, v := range o.ops {
 		ops[k] = v
 	}
@@ -72,7 +75,7 @@ func (o *recordingObserver) snapshot() (map[string]map[idempotency.Outcome]int, 
 // keys pass through.
 func faultyStore(inner idempotency.Store) *faultstore.Store {
 	return faultstore.New(inner).
-		On(idempotency.OpClaim, func(ctx context.Context, c faultstore.Call) error {
+		On("claim", func(ctx context.Context, c faultstore.Call) error {
 			switch {
 			case strings.HasSuffix(c.Key, ":corrupt"):
 				return fmt.Errorf("faulty: claim %q: %w", c.Key, idempotency.ErrCorruptRecord)
@@ -81,7 +84,7 @@ func faultyStore(inner idempotency.Store) *faultstore.Store {
 			}
 			return c.Pass(ctx)
 		}).
-		On(idempotency.OpComplete, func(ctx context.Context, c faultstore.Call) error {
+		On("complete", func(ctx context.Context, c faultstore.Call) error {
 			switch {
 			case strings.HasSuffix(c.Key, ":nocomplete"):
 				return fmt.Errorf("faulty: complete %q: connection reset", c.Key)
@@ -164,8 +167,8 @@ func TestOutcomesObserved(t *testing.T) {
 			"POST /open/{path}":          {idempotency.OutcomeFailOpen: 1},
 			httpidem.DefaultOutcomeLabel: {idempotency.OutcomeProcessed: 1},
 		}, outcomes)
-		assert.Positive(t, ops[idempotency.OpClaim], "store latencies reach the observer")
-		assert.Positive(t, ops[idempotency.OpComplete])
+		assert.Positive(t, ops["claim"], "store latencies reach the observer")
+		assert.Positive(t, ops["complete"])
 	})
 }
 
@@ -198,7 +201,7 @@ func TestCorruptRecord(t *testing.T) {
 func TestBodyReachesClientWhileCompleting(t *testing.T) {
 	inner, prefix := storeKinds[0].New(t)
 	release := make(chan struct{}) // every Complete waits for it
-	store := faultstore.New(inner).On(idempotency.OpComplete, faultstore.Hold(release, nil))
+	store := faultstore.New(inner).On("complete", faultstore.Hold(release, nil))
 	api := newPayments()
 	h := newMiddleware(t, store, prefix, func(c *httpidem.Config) {
 		c.LeaseTTL = time.Minute

@@ -18,7 +18,7 @@ import (
 // for a key sent quoted and bare, and a forward key that holds the scope's
 // hash, never the scope; a method the middleware passes has neither.
 func TestRequestKeyAndForwardKey(t *testing.T) {
-	store := memstore.New(memstore.Config{})
+	store := memstore.New(nil)
 	idem, err := httpidem.New(httpidem.Config{Store: store, Scope: func(r *http.Request) string { return r.Header.Get("X-Tenant") }}, nil)
 	require.NoError(t, err)
 	type seen struct {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
-	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/faultstore"
 )
 
@@ -524,7 +523,7 @@ func TestTransportReplayIsFinal(t *testing.T) {
 func TestTransportStoreUnavailable(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
 		inner, prefix := kind.New(t)
-		store := faultstore.New(inner).On(idempotency.OpClaim, faultstore.First(1, faultstore.LoseReply(errors.New("store reply lost"))))
+		store := faultstore.New(inner).On("claim", faultstore.First(1, faultstore.LoseReply(errors.New("store reply lost"))))
 		h := &counted{}
 		srv := httptest.NewServer(newMiddleware(t, store, prefix, nil).Handler(h))
 		t.Cleanup(srv.Close)
@@ -539,6 +538,6 @@ func TestTransportStoreUnavailable(t *testing.T) {
 		require.Len(t, all, 2)
 		assert.Equal(t, http.StatusServiceUnavailable, all[0].Status)
 		assert.Equal(t, time.Second, all[0].Wait, "the server's Retry-After")
-		assert.EqualValues(t, 2, store.Calls(idempotency.OpClaim))
+		assert.EqualValues(t, 2, store.Calls("claim"))
 	})
 }

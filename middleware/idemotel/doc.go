@@ -4,18 +4,17 @@
 // so that the middleware itself does not depend on OpenTelemetry.
 //
 //	obs, err := idemotel.New(idemotel.Config{}) // the global MeterProvider
-//	idem, err := idempotency.New(idempotency.Config{Store: store, Observer: obs}, logger)
+//	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Observer: obs})
 //
-// The same Observer serves httpidem.Config.Observer and
-// idempotency.OnceConfig.Observer, and any number of middlewares at once.
+// One Observer serves every adapter built on that [idempotency.Once].
 //
 // # Traces
 //
-// Observer is a idempotency.ContextObserver: the middleware hands it every
-// outcome with the context of its message (msg.Context() as the handler
-// received it), its request (HTTP) or its call (Once.Do). Observer puts these
-// attributes on the span that context carries, if that span is recording; it
-// starts no span of its own:
+// The protocol hands [Observer.Outcome] every outcome with the context of
+// its message (msg.Context() as the handler received it), its request
+// (HTTP) or its call (Once.Do). Observer puts these attributes on the span
+// that context carries, if that span is recording; it starts no span of its
+// own:
 //
 //   - idempotency.key_hash (string): the lower-case hex SHA-256 of the
 //     stored key (for Watermill prefix:scope:key). The key itself may carry
@@ -24,8 +23,8 @@
 //     key seen with idemctl. Absent when no key could be derived
 //     (missing_key).
 //   - idempotency.scope (string): the Watermill handler's name (the
-//     scope of the stored key), the HTTP route pattern (or "http"), or
-//     OnceConfig.Name. Never a tenant's identity.
+//     scope of the stored key), the HTTP route pattern (or "http"), the
+//     gRPC method, or "once" for Once.Do. Never a tenant's identity.
 //   - idempotency.outcome (string): an idempotency.Outcome (processed,
 //     duplicate, handler_failed, in_progress, …).
 //   - idempotency.attempt (int): the key's attempt count as the claim read
@@ -41,8 +40,8 @@
 //     subscriber put it into msg.Context() — Watermill's usual context
 //     propagation;
 //   - the server span of otelhttp.NewHandler around an httpidem middleware;
-//   - the server span of otelgrpc's stats handler around a gRPC interceptor
-//     that reports through idempotency.ReportOutcome;
+//   - the server span of otelgrpc's stats handler around a grpcidem
+//     interceptor;
 //   - the caller's span for Once.Do.
 //
 // With no span in the context (or a span that is not recording) only the
@@ -50,7 +49,8 @@
 //
 // # Metrics
 //
-// Instruments, from Config.MeterProvider's meter named ScopeName, with the
+// Instruments, from Config.MeterProvider's meter named after this package's
+// import path, with the
 // names and attributes of idemprom's series (Namespace, when set, is
 // prepended with an underscore, as idemprom does):
 //   - idempotency_outcomes_total, an Int64Counter, unit "{delivery}",

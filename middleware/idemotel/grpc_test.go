@@ -42,7 +42,7 @@ func (health) Check(_ context.Context, req *healthpb.HealthCheckRequest) (*healt
 func TestGRPCServerSpan(t *testing.T) {
 	tel := newTelemetry(t, "")
 	const method = "/grpc.health.v1.Health/Check"
-	idem, err := grpcidem.New(grpcidem.Config{Store: memstore.New(memstore.Config{}), SingleTenant: true,
+	idem, err := grpcidem.New(grpcidem.Config{Store: memstore.New(nil), SingleTenant: true,
 		Methods: []string{method}, Observer: tel.obs}, nil)
 	require.NoError(t, err)
 	srv := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tel.tp))),

@@ -72,7 +72,7 @@ var chainCases = []chainCase{
 		return d.Middleware
 	}},
 	{name: "memstore", build: func(b *testing.B, _ *redis.Client, prefix string) message.HandlerMiddleware {
-		store := memstore.New(memstore.Config{})
+		store := memstore.New(nil)
 		return benchIdem(b, store, prefix).Middleware
 	}},
 	{name: "redisstore", redis: true, build: func(b *testing.B, client *redis.Client, prefix string) message.HandlerMiddleware {
@@ -88,7 +88,7 @@ var chainCases = []chainCase{
 }
 
 func benchIdem(b *testing.B, store idempotency.Store, prefix string) *idempotency.Middleware {
-	idem, err := idempotency.New(idempotency.Config{Store: store, KeyPrefix: prefix, CompletedTTL: time.Hour}, nil)
+	idem, err := newMiddleware(testConfig{Store: store, KeyPrefix: prefix, CompletedTTL: time.Hour}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -27,10 +27,9 @@ var (
 	ErrCorruptRecord = errors.New("idempotency: corrupt record")
 )
 
-// ErrInvalidConfig is matched (errors.Is) by every problem that
-// Config.Validate and OnceConfig.Validate report, and so by the errors of New
-// and NewOnce for a config they cannot use. Validate reports all problems at
-// once, joined with errors.Join in the order of the fields.
+// ErrInvalidConfig is matched by every problem that [NewOnce] and [New]
+// report. They report all problems at once, joined in the order of the
+// fields.
 var ErrInvalidConfig = errors.New("idempotency: invalid config")
 
 // Errors returned by the Watermill middleware to the router. The permanent
@@ -44,24 +43,26 @@ var (
 	// message is nacked so that the broker delivers it again later.
 	ErrInProgress = errors.New("idempotency: key is in progress elsewhere")
 	// ErrTooManyAttempts means the key's handler already failed
-	// Config.MaxAttempts times; the handler is not run again. Permanent.
+	// OnceConfig.MaxAttempts times; the handler is not run again. Permanent.
 	ErrTooManyAttempts = errors.New("idempotency: too many attempts")
 	// ErrKeyReused means the key was first seen with a different payload
 	// (Config.CheckPayload): the producer reused a key for other work.
 	// Permanent.
 	ErrKeyReused = errors.New("idempotency: key reused with a different payload")
 	// ErrStoreUnavailable wraps a store error that kept the middleware from
-	// deciding; the message is nacked (unless Config.FailOpen).
+	// deciding; the message is nacked (unless OnceConfig.FailOpen).
 	ErrStoreUnavailable = errors.New("idempotency: store unavailable")
 )
 
-// ErrOutputNotStored is the error reported with OutcomeOutputNotStored, to
-// the log and to a ContextObserver (OutcomeDetails.Err), wrapped with the
-// output's size: a handler's output was larger than Config.MaxOutputSize,
-// so its key is COMPLETED without it. It is never returned to the router:
-// the handler succeeded, and the message is acked once its output is
-// published.
-var ErrOutputNotStored = errors.New("idempotency: output too large to store; a duplicate will not republish it")
+// errOutputNotStored is reported with OutcomeOutputNotStored, wrapped with
+// the output's size. It never reaches the router: the handler succeeded.
+var errOutputNotStored = errors.New("idempotency: output too large to store; a duplicate will not republish it")
+
+// errCallerGone is in the chain of a claim's error when the caller's
+// context had ended when the store call returned: OutcomeOf names it
+// OutcomeCallerGone. It is judged before the release of the failed claim,
+// which may wait on the store again.
+var errCallerGone = errors.New("the caller is gone")
 
 // IsPermanent reports whether err means that redelivery cannot help
 // (ErrMissingKey, ErrTooManyAttempts or ErrKeyReused). Pass it to Watermill's

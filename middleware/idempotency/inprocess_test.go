@@ -77,16 +77,16 @@ func TestInProcessStoreHasNoCallTimeout(t *testing.T) {
 		deadline bool
 	}{
 		"memstore": {func(d *deadlines) idempotency.Store {
-			return embeddingSpy{Store: memstore.New(memstore.Config{}), seen: d}
+			return embeddingSpy{Store: memstore.New(nil), seen: d}
 		}, false},
 		"memstore behind an interface": {func(d *deadlines) idempotency.Store {
-			return wrappingSpy{Store: memstore.New(memstore.Config{}), seen: d}
+			return wrappingSpy{Store: memstore.New(nil), seen: d}
 		}, true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			seen := &deadlines{}
-			once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: tc.store(seen)}, nil)
+			once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: tc.store(seen)})
 			require.NoError(t, err)
 			res, err := once.Do(context.Background(), "k", func(context.Context) ([]byte, error) { return []byte("v"), nil })
 			require.NoError(t, err)

@@ -44,8 +44,8 @@ func (r *Run) Key() string { return r.lease.dv.key }
 // write must match.
 func (r *Run) Token() string { return r.lease.token }
 
-// Store is the store the run was claimed in: Config.Store (or
-// OnceConfig.Store) as given. A store's transactional completion checks
+// Store is the store the run was claimed in: OnceConfig.Store
+// as given. A store's transactional completion checks
 // it, so that a run claimed in another store (Redis, say) gets an error
 // that says so rather than ErrLeaseLost; see ClaimedIn.
 func (r *Run) Store() Store { return r.lease.o.cfg.Store }
@@ -76,7 +76,7 @@ func (r *Run) ClaimedIn(is func(Store) bool) bool {
 func (r *Run) CompletedTTL() time.Duration { return r.lease.o.cfg.CompletedTTL }
 
 // Result is the stored result of a Watermill handler that produced out,
-// encoded as the middleware stores it (bounded by Config.MaxOutputSize,
+// encoded as the middleware stores it (bounded by OnceConfig.MaxOutputSize,
 // nothing when output replay is disabled), so that duplicates republish
 // the same messages. For a run of Once.Do, whose stored result is the
 // work's value itself, it encodes out with the same format and no bound;

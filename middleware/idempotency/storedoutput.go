@@ -6,7 +6,7 @@ import "github.com/ThreeDotsLabs/watermill/message"
 // Watermill middleware, for tools that inspect records (cmd/idemctl): the
 // messages its handler produced, with their UUIDs, metadata and payloads
 // (stored true), or stored false when the output was not kept (larger than
-// Config.MaxOutputSize, or Config.DisableOutputReplay). An empty result is
+// OnceConfig.MaxOutputSize, or Config.DisableOutputReplay). An empty result is
 // no output. An error means result is not an output the middleware wrote:
 // a response stored by httpidem, a value stored by Once.Do, or a corrupt
 // one.

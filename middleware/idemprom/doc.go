@@ -4,7 +4,7 @@
 //
 //	metrics := idemprom.New("myservice")
 //	prometheus.MustRegister(metrics)
-//	idem, _ := idempotency.New(idempotency.Config{Store: store, Observer: metrics}, logger)
+//	once, _ := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Observer: metrics})
 //
 // Series (with the namespace prefix):
 //   - idempotency_outcomes_total{handler, outcome}: one per delivery; the
@@ -20,7 +20,7 @@
 //     store call; op is claim, renew, complete, fail or release, result ok
 //     or error.
 //   - idempotency_cache_lookups_total{handler, result}: one per claim while
-//     the cache of completed keys is on (idempotency.Config.CacheTTL);
+//     the cache of completed keys is on (OnceConfig.CacheMaxBytes);
 //     result is hit (answered from memory, no store call) or miss.
 //
 // Alert on complete_failed and lease_lost (a handler may run twice),

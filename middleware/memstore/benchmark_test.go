@@ -11,6 +11,6 @@ import (
 //
 //	go test -run '^$' -bench . -benchmem ./middleware/memstore/
 func BenchmarkStore(b *testing.B) {
-	s := memstore.New(memstore.Config{})
+	s := memstore.New(nil)
 	storetest.Benchmark(b, s, "")
 }

@@ -23,7 +23,7 @@
 //
 // # Clock
 //
-// [Config.Now] is the clock; the default is [time.Now]. Its readings carry
+// The now argument of [New] is the clock; nil means [time.Now]. Its readings carry
 // the monotonic clock, so a step of the wall clock moves no deadline.
 // Tests inject a fake clock to pass leases and TTLs without sleeping.
 //

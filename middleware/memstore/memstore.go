@@ -12,13 +12,6 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/internal/inprocess"
 )
 
-// Config configures a Store. The zero Config is valid.
-type Config struct {
-	// Now returns the current time. The default is time.Now. Tests inject a
-	// fake clock to move through leases and TTLs without sleeping.
-	Now func() time.Time
-}
-
 // Store is an in-memory [idempotency.Store], safe for concurrent use.
 type Store struct {
 	// inProcess marks the store as one whose calls never wait on I/O, so
@@ -60,13 +53,14 @@ type record struct {
 	result      []byte
 }
 
-// New returns an empty store.
-func New(cfg Config) *Store {
-	s := &Store{now: cfg.Now, m: make(map[string]*record)}
-	if s.now == nil {
-		s.now = time.Now
+// New returns an empty store whose clock is now. A nil now means
+// [time.Now]. Tests pass a fake clock, to move through leases and TTLs
+// without sleeping.
+func New(now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
 	}
-	return s
+	return &Store{now: now, m: make(map[string]*record)}
 }
 
 // Len returns the number of records that have not expired.

@@ -16,7 +16,7 @@ import (
 // minSweep.
 func TestClaimsSweepExpiredRecords(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	s := New(Config{Now: func() time.Time { return now }})
+	s := New(func() time.Time { return now })
 	ctx := context.Background()
 	const live = 100 // each key lives for 100 steps
 	for i := range 10_000 {

@@ -45,14 +45,14 @@ func claim(lease time.Duration) idempotency.ClaimRequest {
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Subject {
 		clock := newFakeClock()
-		s := memstore.New(memstore.Config{Now: clock.Now})
+		s := memstore.New(clock.Now)
 		return storetest.Subject{Store: s, Advance: clock.Advance}
 	})
 }
 
 func TestConformanceRealClock(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Subject {
-		return storetest.Subject{Store: memstore.New(memstore.Config{})}
+		return storetest.Subject{Store: memstore.New(nil)}
 	})
 }
 
@@ -61,7 +61,7 @@ func TestConformanceRealClock(t *testing.T) {
 func TestTokensOfAnyLength(t *testing.T) {
 	for _, n := range []int{1, 31, 32, 33, 200} {
 		t.Run(strconv.Itoa(n), func(t *testing.T) {
-			s := memstore.New(memstore.Config{})
+			s := memstore.New(nil)
 			ctx := context.Background()
 			token := strings.Repeat("t", n-1) + "0"
 			near := strings.Repeat("t", n-1) + "1" // differs in the last byte only
@@ -118,7 +118,7 @@ func TestTokensOfAnyLength(t *testing.T) {
 }
 
 func TestResultIsCopied(t *testing.T) {
-	s := memstore.New(memstore.Config{})
+	s := memstore.New(nil)
 	ctx := context.Background()
 	req := claim(time.Second)
 	_, err := s.Claim(ctx, "k", req)
@@ -140,7 +140,7 @@ func TestResultIsCopied(t *testing.T) {
 // without sleeping.
 func TestDefaultClockInSynctestBubble(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := memstore.New(memstore.Config{})
+		s := memstore.New(nil)
 		ctx := context.Background()
 		req := claim(time.Second)
 		res, err := s.Claim(ctx, "k", req)
@@ -186,7 +186,7 @@ func TestReclaimedAtExpiry(t *testing.T) {
 		defer mu.Unlock()
 		now = now.Add(d)
 	}
-	s := memstore.New(memstore.Config{Now: clock})
+	s := memstore.New(clock)
 	ctx := context.Background()
 	expiry := map[string]time.Time{}
 	check := func(step int) {
@@ -243,7 +243,7 @@ func TestReclaimedAtExpiry(t *testing.T) {
 // deadlines never overflow into the past.
 func TestLongTTLsAfterALongUptime(t *testing.T) {
 	clock := newFakeClock()
-	s := memstore.New(memstore.Config{Now: clock.Now})
+	s := memstore.New(clock.Now)
 	ctx := context.Background()
 	clock.Advance(150 * 365 * 24 * time.Hour)
 	for _, d := range []time.Duration{idempotency.MaxTTL, time.Duration(1<<63 - 1)} {

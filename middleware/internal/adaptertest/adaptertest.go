@@ -33,7 +33,7 @@ type StoreKind struct {
 func StoreKinds(defaultPrefix, testPrefix string) []StoreKind {
 	return []StoreKind{
 		{Name: "memstore", New: func(t *testing.T) (idempotency.Store, string) {
-			s := memstore.New(memstore.Config{})
+			s := memstore.New(nil)
 			return s, defaultPrefix
 		}},
 		{Name: "redisstore", New: func(t *testing.T) (idempotency.Store, string) {
@@ -72,7 +72,7 @@ type DownStore struct {
 // whose every call fails, and a redisstore whose address nothing listens on.
 var DownStores = []DownStore{
 	{Name: "in-process down", New: func(*testing.T) idempotency.Store {
-		return downStore{memstore.New(memstore.Config{})}
+		return downStore{memstore.New(nil)}
 	}},
 	{Name: "redis not listening", New: func(t *testing.T) idempotency.Store {
 		c := redis.NewClient(&redis.Options{

@@ -14,7 +14,7 @@ import (
 // wrapper that keeps it behind the Store interface is not.
 func TestMarkedStores(t *testing.T) {
 	t.Parallel()
-	mem := memstore.New(memstore.Config{})
+	mem := memstore.New(nil)
 	type embedding struct{ *memstore.Store }
 	type wrapping struct{ idempotency.Store }
 

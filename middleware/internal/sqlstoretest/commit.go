@@ -49,11 +49,13 @@ type Commit struct {
 
 // first is the first consumer's middleware, observed by obs (when not nil).
 func (c Commit) first(t *testing.T, obs *Renewals) *idempotency.Middleware {
-	cfg := idempotency.Config{Store: c.First.Store, LeaseTTL: CommitLease, NackDelay: -1}
+	cfg := idempotency.OnceConfig{Store: c.First.Store, LeaseTTL: CommitLease}
 	if obs != nil {
 		cfg.Observer = obs
 	}
-	idem, err := idempotency.New(cfg, nil)
+	once, err := idempotency.NewOnce(cfg)
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	return idem
 }
@@ -66,14 +68,15 @@ type Renewals struct {
 }
 
 // Outcome ignores outcomes.
-func (r *Renewals) Outcome(string, idempotency.Outcome) {}
+func (r *Renewals) Outcome(context.Context, idempotency.OutcomeDetails) {}
+func (r *Renewals) CacheLookup(string, bool)                            {}
 
 // StoreLatency counts Complete calls and renewals by their result.
-func (r *Renewals) StoreLatency(op idempotency.Op, _ time.Duration, err error) {
+func (r *Renewals) StoreLatency(op string, _ time.Duration, err error) {
 	switch {
-	case op == idempotency.OpComplete:
+	case op == "complete":
 		r.Completes.Add(1)
-	case op != idempotency.OpRenew:
+	case op != "renew":
 	case err == nil:
 		r.OK.Add(1)
 	case errors.Is(err, idempotency.ErrCompletedByOwner):
@@ -127,7 +130,9 @@ func NewMessage(key string) *message.Message {
 func Contend(t *testing.T, second Consumer, key string, ov *Overlap, firstDone <-chan struct{}) (ranB *atomic.Int32) {
 	t.Helper()
 	ranB = &atomic.Int32{}
-	other, err := idempotency.New(idempotency.Config{Store: second.Store, LeaseTTL: CommitLease, NackDelay: -1}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: second.Store, LeaseTTL: CommitLease})
+	require.NoError(t, err)
+	other, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	h := other.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		defer ov.Enter()()
