@@ -68,8 +68,7 @@ func TestLostResponse(t *testing.T) {
 		addr := serve(t, l, seen.record, cut.afterHandler, newInterceptor(t, store, prefix, nil).UnaryServerInterceptor)
 		proxy := testserver.StartFaultProxy(t, addr)
 		cut.proxy.Store(proxy)
-		client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
-		require.NoError(t, err)
+		client := &grpcidem.Client{}
 		c := dial(t, proxy.Addr, grpc.WithDefaultServiceConfig(retryPolicy), grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 
 		// A first call opens the connection through the proxy.
@@ -125,8 +124,7 @@ func TestClientRetryReusesKey(t *testing.T) {
 			return handler(ctx, req)
 		}
 		addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).UnaryServerInterceptor, failFirst)
-		client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
-		require.NoError(t, err)
+		client := &grpcidem.Client{}
 		c := dial(t, addr, grpc.WithDefaultServiceConfig(retryPolicy), grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 
 		got := charge(t, c, "t", "", &testpb.ChargeRequest{Amount: 5})
@@ -150,8 +148,7 @@ func TestClientKeys(t *testing.T) {
 		l := newLedger()
 		var seen attempts
 		addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).UnaryServerInterceptor)
-		client, err := grpcidem.NewClient(grpcidem.ClientConfig{Methods: []string{methodCharge}})
-		require.NoError(t, err)
+		client := &grpcidem.Client{Methods: []string{methodCharge}}
 		c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 		req := &testpb.ChargeRequest{Amount: 5}
 
@@ -182,7 +179,7 @@ func TestClientKeys(t *testing.T) {
 		// Refund is not in the client's Methods: it gets no key, and the
 		// server refuses it.
 		refund := invoke(t, c.Refund, "t", "", req)
-		requireReason(t, refund.err, codes.InvalidArgument, grpcidem.ReasonKeyMissing)
+		requireReason(t, refund.err, codes.InvalidArgument, keyMissing)
 		assert.EqualValues(t, 4, l.runs.Load())
 	})
 }
@@ -256,8 +253,7 @@ func TestWithKeyUnderCustomMetadata(t *testing.T) {
 				l := newLedger()
 				seen := &namesSeen{names: []string{custom, grpcidem.DefaultMetadata}}
 				addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *grpcidem.Config) { c.Metadata = tc.server }).UnaryServerInterceptor)
-				client, err := grpcidem.NewClient(grpcidem.ClientConfig{Metadata: custom, Methods: []string{methodCharge}})
-				require.NoError(t, err)
+				client := &grpcidem.Client{Metadata: custom, Methods: []string{methodCharge}}
 				c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 
 				// The application retries one logical call itself.
@@ -304,12 +300,11 @@ func TestWithKeyConflictsWithOutgoingMetadata(t *testing.T) {
 	var seen attempts
 	store, prefix := storeKinds[0].New(t)
 	addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).UnaryServerInterceptor)
-	client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
-	require.NoError(t, err)
+	client := &grpcidem.Client{}
 	c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 	base := metadata.AppendToOutgoingContext(t.Context(), "tenant", "t", grpcidem.DefaultMetadata, "md-key")
 
-	_, err = c.Charge(grpcidem.WithKey(base, "other-key"), &testpb.ChargeRequest{Amount: 5})
+	_, err := c.Charge(grpcidem.WithKey(base, "other-key"), &testpb.ChargeRequest{Amount: 5})
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	assert.Empty(t, seen.get(), "the conflicting call was not sent")
 

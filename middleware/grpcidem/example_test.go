@@ -37,10 +37,7 @@ func Example() {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Stop()
 
-	client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
-	if err != nil {
-		panic(err)
-	}
+	client := &grpcidem.Client{}
 	conn, err := grpc.NewClient(ln.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))

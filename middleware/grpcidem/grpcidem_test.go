@@ -123,10 +123,10 @@ func TestKeyReused(t *testing.T) {
 		require.NoError(t, first.err)
 
 		other := charge(t, c, "alice", "k1", &testpb.ChargeRequest{Amount: 250})
-		requireReason(t, other.err, codes.FailedPrecondition, grpcidem.ReasonKeyReused)
+		requireReason(t, other.err, codes.FailedPrecondition, keyReused)
 		assert.False(t, other.replayed())
 		refund := invoke(t, c.Refund, "alice", "k1", &testpb.ChargeRequest{Amount: 100})
-		requireReason(t, refund.err, codes.FailedPrecondition, grpcidem.ReasonKeyReused)
+		requireReason(t, refund.err, codes.FailedPrecondition, keyReused)
 
 		again := charge(t, c, "alice", "k1", &testpb.ChargeRequest{Amount: 100})
 		require.NoError(t, again.err)
@@ -186,7 +186,7 @@ grpcidem: invalid config: Scope is required (the tenant of a call); set SingleTe
 grpcidem: invalid config: Methods is required: the full names of the unary methods to make idempotent`, grpcidem.ErrInvalidConfig, grpcidem.ErrNilStore)
 	// Zero fields other than the required ones stand for their defaults.
 	assert.NoError(t, ok.Validate())
-	_, err = grpcidem.NewClient(grpcidem.ClientConfig{Metadata: "Bad", Methods: []string{"Charge", methodCharge, "x"}})
+	err = clientErr(&grpcidem.Client{Metadata: "Bad", Methods: []string{"Charge", methodCharge, "x"}})
 	adaptertest.RequireProblems(t, err, `grpcidem: invalid config: metadata key "Bad" must be lower-case letters, digits, '-', '_' or '.'
 grpcidem: invalid config: method "Charge" is not a full method name such as /payments.v1.Payments/CreatePayment
 grpcidem: invalid config: method "x" is not a full method name such as /payments.v1.Payments/CreatePayment`, grpcidem.ErrInvalidConfig, nil)
@@ -196,11 +196,11 @@ grpcidem: invalid config: method "x" is not a full method name such as /payments
 	_, err = grpcidem.New(single, nil)
 	assert.NoError(t, err)
 
-	_, err = grpcidem.NewClient(grpcidem.ClientConfig{Metadata: "Bad Name"})
+	err = clientErr(&grpcidem.Client{Metadata: "Bad Name"})
 	assert.ErrorIs(t, err, grpcidem.ErrInvalidConfig)
-	_, err = grpcidem.NewClient(grpcidem.ClientConfig{Methods: []string{"Charge"}})
+	err = clientErr(&grpcidem.Client{Methods: []string{"Charge"}})
 	assert.ErrorIs(t, err, grpcidem.ErrInvalidConfig)
-	_, err = grpcidem.NewClient(grpcidem.ClientConfig{})
+	err = clientErr(&grpcidem.Client{})
 	assert.NoError(t, err)
 }
 
@@ -253,7 +253,7 @@ func TestConfigRefusesStreamingMethods(t *testing.T) {
 	adaptertest.RequireProblems(t, err, `grpcidem: invalid config: method "/grpcidem.test.v1.Ledger/Watch" streams: only unary methods can be made idempotent, and its calls would pass through unprotected
 grpcidem: invalid config: method "/grpcidem.test.v1.Ledger/Chrage" is not a method of its service, as its registered descriptor has it`, grpcidem.ErrInvalidConfig, nil)
 
-	_, err = grpcidem.NewClient(grpcidem.ClientConfig{Methods: []string{methodWatch}})
+	err = clientErr(&grpcidem.Client{Methods: []string{methodWatch}})
 	assert.ErrorIs(t, err, grpcidem.ErrInvalidConfig, "the client's Methods are unary methods too")
 
 	cfg.Methods = []string{methodCharge, "/unknown.v1.Service/Call"}

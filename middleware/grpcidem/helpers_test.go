@@ -223,9 +223,25 @@ func invoke(t testing.TB, method func(context.Context, *testpb.ChargeRequest, ..
 	return a
 }
 
+// reasonKind is an answer of the interceptor that the tests tell apart:
+// its ErrorInfo reason (the outcome in upper case) and a part of its
+// message.
+type reasonKind struct{ reason, msg string }
+
+var (
+	keyMissing        = reasonKind{"MISSING_KEY", "requires an idempotency key"}
+	keyInvalid        = reasonKind{"MISSING_KEY", "The idempotency key in"}
+	keyReused         = reasonKind{"KEY_REUSED", "first used for a different call"}
+	inProgress        = reasonKind{"IN_PROGRESS", "is still running"}
+	recordCorrupt     = reasonKind{"CORRUPT_RECORD", "cannot be read"}
+	responseNotStored = reasonKind{"OUTPUT_NOT_STORED", "too large to store"}
+	storeUnavailable  = reasonKind{"STORE_UNAVAILABLE", "store cannot be reached"}
+	notProtoMessage   = reasonKind{"NOT_PROTO_MESSAGE", "protocol buffers"}
+)
+
 // requireReason checks that err is code with the interceptor's ErrorInfo
-// of reason, and returns its status.
-func requireReason(t testing.TB, err error, code codes.Code, reason string) *status.Status {
+// of kind, and returns its status.
+func requireReason(t testing.TB, err error, code codes.Code, kind reasonKind) *status.Status {
 	t.Helper()
 	require.Error(t, err)
 	st := status.Convert(err)
@@ -233,8 +249,16 @@ func requireReason(t testing.TB, err error, code codes.Code, reason string) *sta
 	info := errorInfo(st)
 	require.NotNil(t, info, "the interceptor's own answers carry an ErrorInfo: %v", st.Details())
 	assert.Equal(t, grpcidem.ErrorDomain, info.Domain)
-	assert.Equal(t, reason, info.Reason)
+	assert.Equal(t, kind.reason, info.Reason)
+	assert.Contains(t, st.Message(), kind.msg)
 	return st
+}
+
+// clientErr returns the error a call through c's interceptor fails with
+// before anything is sent, nil when it would be sent.
+func clientErr(c *grpcidem.Client) error {
+	return c.UnaryClientInterceptor(context.Background(), methodCharge, &testpb.ChargeRequest{}, nil, nil,
+		func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil })
 }
 
 func errorInfo(st *status.Status) *errdetails.ErrorInfo {

@@ -12,17 +12,6 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
-// keyError says which source of the key is wrong, and how.
-type keyError struct {
-	source string // "metadata key-name" or "request field name"
-	err    error
-}
-
-func (e *keyError) Error() string {
-	return fmt.Sprintf("the idempotency key in %s %v", e.source, e.err)
-}
-func (e *keyError) Unwrap() error { return e.err }
-
 // What is wrong with a key beyond adapter.CheckKey's rules.
 var (
 	errKeyRepeated = errors.New("is sent more than once")
@@ -31,41 +20,42 @@ var (
 
 // extractKey returns the call's idempotency key, from md under any of names
 // or from the string field named field of req. It returns "" and nil when
-// neither carries one.
+// neither carries one; a wrong key's error names its source ("metadata
+// idempotency-key", "request field request_id").
 //
 // A metadata key may appear once, with one value; several configured names
 // must agree, and so must the metadata and the request field when both
 // carry a key. The key must be 1 to maxLen bytes of printable ASCII (0x20
 // to 0x7E), as in package httpidem. An empty field is absent (proto3 has no
 // other way to leave it out); an empty metadata value is an invalid key.
-func extractKey(md metadata.MD, names []string, req proto.Message, field string, maxLen int) (string, error) {
-	key, from := "", ""
+func extractKey(md metadata.MD, names []string, req proto.Message, field string, maxLen int) (key string, source string, err error) {
+	from := ""
 	for _, name := range names {
 		values := md.Get(name)
 		switch {
 		case len(values) == 0:
 			continue
 		case len(values) > 1:
-			return "", &keyError{"metadata " + name, errKeyRepeated}
+			return "", "metadata " + name, errKeyRepeated
 		}
 		if err := adapter.CheckKey(values[0], maxLen); err != nil {
-			return "", &keyError{"metadata " + name, err}
+			return "", "metadata " + name, err
 		}
 		if from != "" && values[0] != key {
-			return "", &keyError{"metadata " + name, fmt.Errorf("differs from the one in %s", from)}
+			return "", "metadata " + name, fmt.Errorf("differs from the one in %s", from)
 		}
 		key, from = values[0], "metadata "+name
 	}
 	if v, ok := fieldKey(req, field); ok && v != "" {
 		if err := adapter.CheckKey(v, maxLen); err != nil {
-			return "", &keyError{"request field " + field, err}
+			return "", "request field " + field, err
 		}
 		if from != "" && v != key {
-			return "", &keyError{"request field " + field, errKeyConflict}
+			return "", "request field " + field, errKeyConflict
 		}
 		key = v
 	}
-	return key, nil
+	return key, "", nil
 }
 
 // fieldKey returns the value of req's singular string field named field,

@@ -23,7 +23,7 @@ func TestKeyLimits(t *testing.T) {
 		l, c := setup(t, kind, func(cfg *grpcidem.Config) { cfg.MaxKeyLength = 64 })
 
 		missing := charge(t, c, "t", "", &testpb.ChargeRequest{Amount: 1})
-		st := requireReason(t, missing.err, codes.InvalidArgument, grpcidem.ReasonKeyMissing)
+		st := requireReason(t, missing.err, codes.InvalidArgument, keyMissing)
 		assert.Contains(t, st.Message(), "idempotency-key")
 
 		invalid := map[string]struct {
@@ -46,7 +46,7 @@ func TestKeyLimits(t *testing.T) {
 			ctx := metadata.AppendToOutgoingContext(t.Context(), append([]string{"tenant", "t"}, tc.md...)...)
 			_, err := c.Charge(ctx, &testpb.ChargeRequest{RequestId: tc.field, Amount: 1})
 			require.Error(t, err, name)
-			st := requireReason(t, err, codes.InvalidArgument, grpcidem.ReasonKeyInvalid)
+			st := requireReason(t, err, codes.InvalidArgument, keyInvalid)
 			assert.Contains(t, st.Message(), "The idempotency key in ", name)
 		}
 		assert.Zero(t, l.runs.Load(), "nothing runs without a valid key")
@@ -76,7 +76,7 @@ func TestKeyOptional(t *testing.T) {
 		}
 		assert.EqualValues(t, 3, l.runs.Load())
 		bad := charge(t, c, "t", "", &testpb.ChargeRequest{RequestId: "k\x00", Amount: 1})
-		requireReason(t, bad.err, codes.InvalidArgument, grpcidem.ReasonKeyInvalid)
+		requireReason(t, bad.err, codes.InvalidArgument, keyInvalid)
 	})
 }
 
@@ -95,7 +95,7 @@ func TestOversizeAnswer(t *testing.T) {
 		assert.Len(t, first.reply.Padding, 600, "the first caller gets the whole response")
 		for range 2 {
 			again := charge(t, c, "t", "big", big)
-			st := requireReason(t, again.err, codes.AlreadyExists, grpcidem.ReasonResponseNotStored)
+			st := requireReason(t, again.err, codes.AlreadyExists, responseNotStored)
 			info := errorInfoOf(t, again.err)
 			assert.Equal(t, "OK", info.Metadata["original_code"])
 			assert.NotEmpty(t, info.Metadata["size"])
@@ -109,7 +109,7 @@ func TestOversizeAnswer(t *testing.T) {
 		l2, c2 := setup(t, kind, func(cfg *grpcidem.Config) { cfg.MaxResponseSize = 40 })
 		require.Equal(t, codes.NotFound, status.Code(charge(t, c2, "t", "bigstatus", bigStatus).err))
 		again := charge(t, c2, "t", "bigstatus", bigStatus)
-		requireReason(t, again.err, codes.AlreadyExists, grpcidem.ReasonResponseNotStored)
+		requireReason(t, again.err, codes.AlreadyExists, responseNotStored)
 		assert.Equal(t, "NotFound", errorInfoOf(t, again.err).Metadata["original_code"])
 		assert.EqualValues(t, 1, l2.runs.Load())
 

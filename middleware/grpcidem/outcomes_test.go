@@ -117,7 +117,7 @@ func TestInProgress(t *testing.T) {
 		var trailer metadata.MD
 		ctx := metadata.AppendToOutgoingContext(t.Context(), "tenant", "t", grpcidem.DefaultMetadata, "busy")
 		_, err := c.Charge(ctx, req, grpc.Trailer(&trailer))
-		st := requireReason(t, err, codes.Aborted, grpcidem.ReasonInProgress)
+		st := requireReason(t, err, codes.Aborted, inProgress)
 		ri := retryInfo(st)
 		require.NotNil(t, ri, "ABORTED carries a RetryInfo")
 		assert.Equal(t, 1500*time.Millisecond, ri.RetryDelay.AsDuration())
@@ -147,7 +147,7 @@ func TestStoreUnavailable(t *testing.T) {
 				c := dial(t, serve(t, l, newInterceptor(t, ds.New(t), "", nil).UnaryServerInterceptor))
 				for range 2 {
 					a := charge(t, c, "t", "k1", &testpb.ChargeRequest{Amount: 1})
-					st := requireReason(t, a.err, codes.Unavailable, grpcidem.ReasonStoreUnavailable)
+					st := requireReason(t, a.err, codes.Unavailable, storeUnavailable)
 					assert.NotNil(t, retryInfo(st))
 				}
 				assert.Zero(t, l.runs.Load(), "the handler must not run without the store")
@@ -194,7 +194,7 @@ func TestCorruptRecord(t *testing.T) {
 		require.NoError(t, err)
 		c := dial(t, serve(t, l, i.UnaryServerInterceptor))
 		a := charge(t, c, "t", "k1", &testpb.ChargeRequest{Amount: 1})
-		requireReason(t, a.err, codes.Internal, grpcidem.ReasonRecordCorrupt)
+		requireReason(t, a.err, codes.Internal, recordCorrupt)
 		assert.False(t, a.replayed())
 		assert.Equal(t, `{"state":"completed"}`, client.Get(ctx, skey).Val(), "the foreign value is left as it was")
 		assert.Zero(t, l.runs.Load())
@@ -221,7 +221,7 @@ func TestCorruptRecord(t *testing.T) {
 			l := newLedger()
 			c := dial(t, serve(t, l, newInterceptor(t, store, "", nil).UnaryServerInterceptor))
 			a := charge(t, c, "t", "k1", &testpb.ChargeRequest{Amount: 1})
-			requireReason(t, a.err, codes.Internal, grpcidem.ReasonRecordCorrupt)
+			requireReason(t, a.err, codes.Internal, recordCorrupt)
 			assert.Zero(t, l.runs.Load(), name)
 		}
 	})
@@ -262,7 +262,7 @@ func TestCallerGone(t *testing.T) {
 	// A caller without a deadline waits out StoreTimeout.
 	a := charge(t, client(200*time.Millisecond), "t", "waited", &testpb.ChargeRequest{Amount: 1})
 	<-served
-	requireReason(t, a.err, codes.Unavailable, grpcidem.ReasonStoreUnavailable)
+	requireReason(t, a.err, codes.Unavailable, storeUnavailable)
 	obs.mu.Lock()
 	assert.Equal(t, []string{methodCharge + " caller_gone", methodCharge + " store_unavailable"}, obs.outcomes)
 	obs.mu.Unlock()

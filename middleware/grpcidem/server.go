@@ -34,46 +34,9 @@ const ReplayedMetadata = "idempotent-replayed"
 const pushbackMetadata = "grpc-retry-pushback-ms"
 
 // ErrorDomain is the Domain of the google.rpc.ErrorInfo detail that every
-// answer of the interceptor itself carries, beside one of the Reason
-// constants, so that a client tells them from the handler's own statuses.
+// answer of the interceptor itself carries. Its Reason is the outcome in
+// upper case, as IN_PROGRESS; the package documentation lists them.
 const ErrorDomain = "grpcidem.watermill-idempotency"
-
-// Reasons of the ErrorInfo detail carried by the interceptor's own answers.
-const (
-	// ReasonKeyMissing (INVALID_ARGUMENT): the method requires an
-	// idempotency key and the call carries none.
-	ReasonKeyMissing = "IDEMPOTENCY_KEY_MISSING"
-	// ReasonKeyInvalid (INVALID_ARGUMENT): the key is empty, longer than
-	// MaxKeyLength, holds a byte outside printable ASCII, is sent more than
-	// once, or differs between two of its sources.
-	ReasonKeyInvalid = "IDEMPOTENCY_KEY_INVALID"
-	// ReasonKeyReused (FAILED_PRECONDITION): the key was first used for a
-	// different call (another method, or another request message). Use a
-	// new key for a new call.
-	ReasonKeyReused = "IDEMPOTENCY_KEY_REUSED"
-	// ReasonInProgress (ABORTED, with RetryInfo): a call with this key is
-	// still running. Retry later with the same key.
-	ReasonInProgress = "IDEMPOTENCY_KEY_IN_PROGRESS"
-	// ReasonStoreUnavailable (UNAVAILABLE, with RetryInfo): the store could
-	// not be reached and FailOpen is off; the handler did not run.
-	ReasonStoreUnavailable = "IDEMPOTENCY_STORE_UNAVAILABLE"
-	// ReasonRecordCorrupt (INTERNAL): the value kept under this key is not
-	// a record of the store's (idempotency.ErrCorruptRecord), or the answer
-	// stored in it cannot be rebuilt: nothing runs. Retrying with the same
-	// key gets the same answer until an operator inspects and deletes the
-	// key, which the server logs.
-	ReasonRecordCorrupt = "IDEMPOTENCY_RECORD_CORRUPT"
-	// ReasonResponseNotStored (ALREADY_EXISTS): the call with this key
-	// completed, but its answer exceeded MaxResponseSize and cannot be
-	// replayed. The effect happened: do not retry with a new key; look the
-	// result up instead. The ErrorInfo's metadata holds "original_code"
-	// and "size".
-	ReasonResponseNotStored = "IDEMPOTENCY_RESPONSE_NOT_STORED"
-	// ReasonNotProtoMessage (INTERNAL): the request is not a protocol
-	// buffers message (a custom codec), so it has no fingerprint; nothing
-	// runs.
-	ReasonNotProtoMessage = "IDEMPOTENCY_NOT_PROTO_MESSAGE"
-)
 
 // retryable are the codes after which the key is FAILED, so that a retry
 // runs the handler again: they say the call may not have had its effect, or
@@ -84,11 +47,9 @@ var retryable = [...]codes.Code{
 	codes.ResourceExhausted, codes.Aborted, codes.Canceled,
 }
 
-// Retryable reports whether a handler's status code leaves the key FAILED,
-// so that a retry runs the handler again (UNAVAILABLE, INTERNAL, UNKNOWN,
-// DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, CANCELED), rather than
-// COMPLETED and replayed.
-func Retryable(c codes.Code) bool { return slices.Contains(retryable[:], c) }
+// isRetryable reports whether a handler's status code leaves the key
+// FAILED, so that a retry runs the handler again.
+func isRetryable(c codes.Code) bool { return slices.Contains(retryable[:], c) }
 
 // Middleware makes unary gRPC methods idempotent per key. It is safe for
 // concurrent use; build it with New and install UnaryServerInterceptor,
@@ -154,27 +115,27 @@ func (i *Middleware) UnaryServerInterceptor(ctx context.Context, req any, info *
 	msg, ok := req.(proto.Message)
 	if !ok {
 		i.logger.Error("Idempotency needs protocol buffers requests", fmt.Errorf("request is a %T", req), c.fields)
-		return nil, i.status(codes.Internal, ReasonNotProtoMessage,
-			"The server cannot make this method idempotent: its request is not a protocol buffers message.", nil, false)
+		return nil, i.refuse(adapter.NotProtoMessage,
+			"The server cannot make this method idempotent: its request is not a protocol buffers message.", nil)
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	key, err := extractKey(md, i.cfg.Metadata, msg, i.cfg.RequestField, i.cfg.MaxKeyLength)
+	key, source, err := extractKey(md, i.cfg.Metadata, msg, i.cfg.RequestField, i.cfg.MaxKeyLength)
 	switch {
 	case err != nil:
 		i.done(c, idempotency.OutcomeMissingKey, nil)
-		return nil, i.status(codes.InvalidArgument, ReasonKeyInvalid, i.describeKeyError(err), nil, false)
+		return nil, i.refuse(idempotency.OutcomeMissingKey, i.describeKeyError(source, err), nil)
 	case key == "" && i.cfg.KeyOptional:
 		return handler(ctx, req)
 	case key == "":
 		i.done(c, idempotency.OutcomeMissingKey, nil)
-		return nil, i.status(codes.InvalidArgument, ReasonKeyMissing, fmt.Sprintf(
+		return nil, i.refuse(idempotency.OutcomeMissingKey, fmt.Sprintf(
 			"%s requires an idempotency key: send a unique one (a V4 UUID, say) in the metadata %s or the request field %s, and reuse it when you retry.",
-			info.FullMethod, i.cfg.Metadata[0], i.cfg.RequestField), nil, false)
+			info.FullMethod, i.cfg.Metadata[0], i.cfg.RequestField), nil)
 	}
 	fp, err := fingerprint(info.FullMethod, msg)
 	if err != nil {
 		i.logger.Error("Request cannot be fingerprinted", err, c.fields)
-		return nil, i.status(codes.Internal, ReasonNotProtoMessage, "The server cannot encode the request to fingerprint it.", nil, false)
+		return nil, i.refuse(adapter.NotProtoMessage, "The server cannot encode the request to fingerprint it.", nil)
 	}
 	skey := adapter.StoreKey(i.cfg.KeyPrefix, i.scope(ctx), key)
 	// The stored key names the record for an operator; it holds the scope's
@@ -192,8 +153,8 @@ func (i *Middleware) UnaryServerInterceptor(ctx context.Context, req any, info *
 		return i.answerRepeat(ctx, claim.Record, fp, c)
 	case errors.Is(err, idempotency.ErrCorruptRecord):
 		i.done(c, idempotency.OutcomeCorruptRecord, err)
-		return nil, i.status(codes.Internal, ReasonRecordCorrupt,
-			"The idempotency record of this key cannot be read, so the call was not run. Retrying with the same key will not help until the server's operator repairs it.", nil, false)
+		return nil, i.refuse(idempotency.OutcomeCorruptRecord,
+			"The idempotency record of this key cannot be read, so the call was not run. Retrying with the same key will not help until the server's operator repairs it.", nil)
 	default:
 		return i.claimFailed(ctx, req, handler, err, c)
 	}
@@ -212,8 +173,8 @@ func (i *Middleware) claimFailed(ctx context.Context, req any, handler grpc.Unar
 	default:
 		i.done(c, idempotency.OutcomeStoreUnavailable, err)
 	}
-	return nil, i.status(codes.Unavailable, ReasonStoreUnavailable,
-		"The idempotency store cannot be reached, so the call was not run. Retry later with the same key.", nil, true)
+	return nil, i.refuse(idempotency.OutcomeStoreUnavailable,
+		"The idempotency store cannot be reached, so the call was not run. Retry later with the same key.", nil)
 }
 
 // answerRepeat answers a call whose claim was refused, from the record that
@@ -221,8 +182,8 @@ func (i *Middleware) claimFailed(ctx context.Context, req any, handler grpc.Unar
 func (i *Middleware) answerRepeat(ctx context.Context, rec idempotency.Record, fp []byte, c call) (any, error) {
 	if len(rec.Fingerprint) > 0 && !slices.Equal(rec.Fingerprint, fp) {
 		i.done(c, idempotency.OutcomeKeyReused, nil)
-		return nil, i.status(codes.FailedPrecondition, ReasonKeyReused,
-			"This idempotency key was first used for a different call (another method or request message). Use a new key for a new call.", nil, false)
+		return nil, i.refuse(idempotency.OutcomeKeyReused,
+			"This idempotency key was first used for a different call (another method or request message). Use a new key for a new call.", nil)
 	}
 	if rec.State == idempotency.StateCompleted {
 		return i.replay(ctx, rec.Result, c)
@@ -232,8 +193,8 @@ func (i *Middleware) answerRepeat(ctx context.Context, rec idempotency.Record, f
 	// is treated the same way: retry later.)
 	i.done(c, idempotency.OutcomeInProgress, nil)
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(pushbackMetadata, strconv.FormatInt(i.cfg.RetryAfter.Milliseconds(), 10)))
-	return nil, i.status(codes.Aborted, ReasonInProgress,
-		"A call with this idempotency key is still running. Retry later with the same key.", nil, true)
+	return nil, i.refuse(idempotency.OutcomeInProgress,
+		"A call with this idempotency key is still running. Retry later with the same key.", nil)
 }
 
 // replay answers with a stored answer, with the header idempotent-replayed:
@@ -241,8 +202,8 @@ func (i *Middleware) answerRepeat(ctx context.Context, rec idempotency.Record, f
 func (i *Middleware) replay(ctx context.Context, result []byte, c call) (any, error) {
 	corrupt := func(err error) (any, error) {
 		i.done(c, idempotency.OutcomeCorruptRecord, fmt.Errorf("stored answer of a completed key: %w", err))
-		return nil, i.status(codes.Internal, ReasonRecordCorrupt,
-			"The call with this key completed, but its stored answer cannot be read.", nil, false)
+		return nil, i.refuse(idempotency.OutcomeCorruptRecord,
+			"The call with this key completed, but its stored answer cannot be read.", nil)
 	}
 	a, err := decodeAnswer(result)
 	if err != nil {
@@ -263,9 +224,9 @@ func (i *Middleware) replay(ctx context.Context, result []byte, c call) (any, er
 		return nil, status.FromProto(a.Status).Err()
 	default: // kindOmitted
 		i.done(c, idempotency.OutcomeDuplicate, nil)
-		return nil, i.status(codes.AlreadyExists, ReasonResponseNotStored, fmt.Sprintf(
+		return nil, i.refuse(idempotency.OutcomeOutputNotStored, fmt.Sprintf(
 			"The call with this key completed with %s, but its answer (%d bytes) was too large to store and cannot be replayed. Do not retry with a new key: look the result up instead.",
-			a.Code, a.Size), map[string]string{"original_code": a.Code.String(), "size": strconv.Itoa(a.Size)}, false)
+			a.Code, a.Size), map[string]string{"original_code": a.Code.String(), "size": strconv.Itoa(a.Size)})
 	}
 }
 
@@ -299,7 +260,7 @@ func (i *Middleware) run(ctx context.Context, req any, handler grpc.UnaryHandler
 	)
 	if herr != nil {
 		st := status.Convert(herr)
-		if Retryable(st.Code()) {
+		if isRetryable(st.Code()) {
 			lease.Fail()
 			i.done(c, idempotency.OutcomeHandlerFailed, herr)
 			return resp, herr
@@ -360,31 +321,34 @@ func lookupMethod(fullMethod string) (protoreflect.MethodDescriptor, bool) {
 	return sd.Methods().ByName(protoreflect.Name(method)), true
 }
 
-// status builds one of the interceptor's own answers: code and message,
-// an ErrorInfo with reason (and meta), and a RetryInfo when retry says that
-// retrying with the same key can help.
-func (i *Middleware) status(code codes.Code, reason, msg string, meta map[string]string, retry bool) error {
-	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: meta}}
-	if retry {
+// refuse builds one of the interceptor's own answers, from the adapters'
+// one table (adapter.Refusals): the outcome's code, msg, an ErrorInfo with
+// the outcome as reason (and meta), and a RetryInfo when retrying with the
+// same key can help.
+func (i *Middleware) refuse(outcome idempotency.Outcome, msg string, meta map[string]string) error {
+	r := adapter.Refusals[outcome]
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: adapter.Reason(outcome), Domain: ErrorDomain, Metadata: meta}}
+	if r.Retry {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(i.cfg.RetryAfter)})
 	}
-	st, err := status.New(code, msg).WithDetails(details...)
-	if err != nil { // only for OK, never passed here
-		return status.Error(code, msg)
+	st, err := status.New(r.GRPC, msg).WithDetails(details...)
+	if err != nil { // only for OK, never in the table
+		return status.Error(r.GRPC, msg)
 	}
 	return st.Err()
 }
 
-// describeKeyError says what is wrong with a key, for a status message.
-func (i *Middleware) describeKeyError(err error) string {
-	msg := err.Error() // "the idempotency key in metadata idempotency-key is too long"
+// describeKeyError says what is wrong with the key from source, for a
+// status message.
+func (i *Middleware) describeKeyError(source string, err error) string {
+	msg := fmt.Sprintf("The idempotency key in %s %v", source, err)
 	switch {
 	case errors.Is(err, adapter.ErrKeyTooLong):
 		msg += fmt.Sprintf(" (at most %d bytes)", i.cfg.MaxKeyLength)
 	case errors.Is(err, adapter.ErrKeyNotPrintable):
 		msg += " (0x20 to 0x7E only)"
 	}
-	return strings.ToUpper(msg[:1]) + msg[1:] + ": send one valid key per call."
+	return msg + ": send one valid key per call."
 }
 
 // done counts one outcome and logs it at the level adapter.LogOutcome

@@ -48,9 +48,8 @@ const (
 	// 1 s.
 	DefaultRetryAfter = adapter.DefaultRetryAfter
 	// DefaultProblemTypeBase starts the "type" member of every problem
-	// body; the ProblemType constant's name follows, so the URI points at
-	// that constant's documentation.
-	DefaultProblemTypeBase = "https://pkg.go.dev/github.com/idempotency/watermill-idempotency/middleware/httpidem#"
+	// body; the outcome's name follows, an anchor of docs/GUARANTEES.md.
+	DefaultProblemTypeBase = "https://github.com/idempotency/watermill-idempotency/blob/main/docs/GUARANTEES.md#"
 	// DefaultOutcomeLabel labels the outcomes of a request that no
 	// ServeMux pattern matched (see Config.Observer).
 	DefaultOutcomeLabel = "http"

@@ -39,7 +39,7 @@ func TestStoreUnavailable(t *testing.T) {
 				for range 2 {
 					got := serve(h, newRequest(step{keys: key("k1")}))
 					require.Equal(t, http.StatusServiceUnavailable, got.status)
-					requireProblem(t, got, http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
+					requireProblem(t, got, http.StatusServiceUnavailable, storeUnavailable)
 				}
 				assert.Zero(t, api.runs.Load(), "the handler must not run without the store")
 			})
@@ -114,7 +114,7 @@ func TestLeaseRenewed(t *testing.T) {
 		go func() { repeat <- serve(h, newRequest(step{keys: key("k1"), path: "/block"})) }()
 		select {
 		case got := <-repeat:
-			requireProblem(t, got, http.StatusConflict, httpidem.ProblemInProgress)
+			requireProblem(t, got, http.StatusConflict, inProgress)
 		case <-api.started:
 			t.Error("a second request took over a live, renewed lease")
 		}
@@ -248,7 +248,7 @@ func TestCorruptStoredResponse(t *testing.T) {
 
 		api := newPayments()
 		got := serve(newMiddleware(t, store, prefix, nil).Handler(api), newRequest(step{keys: key("k1")}))
-		requireProblem(t, got, http.StatusInternalServerError, httpidem.ProblemStoredResponseCorrupt)
+		requireProblem(t, got, http.StatusInternalServerError, storedResponseCorrupt)
 		assert.Zero(t, api.runs.Load())
 	})
 }
@@ -339,7 +339,7 @@ func TestClaimFailsAfterClientLeft(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel() // memstore refuses a claim under a cancelled context
 			got := serve(h, newRequest(step{keys: key("k1")}).WithContext(ctx))
-			requireProblem(t, got, http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
+			requireProblem(t, got, http.StatusServiceUnavailable, storeUnavailable)
 			assert.Zero(t, api.runs.Load(), "nothing runs for a client that is gone")
 		})
 	}

@@ -96,20 +96,20 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	case len(values) == 0:
 		m.done(rq, idempotency.OutcomeMissingKey, nil)
-		m.writeProblem(w, http.StatusBadRequest, ProblemKeyMissing,
+		m.writeProblem(w, idempotency.OutcomeMissingKey,
 			fmt.Sprintf("%s %s requires an %s header: send a unique key (a V4 UUID, say) and reuse it when you retry.",
 				r.Method, r.URL.Path, m.cfg.Header), nil)
 		return
 	case len(values) > 1:
 		m.done(rq, idempotency.OutcomeMissingKey, nil)
-		m.writeProblem(w, http.StatusBadRequest, ProblemKeyInvalid,
+		m.writeProblem(w, idempotency.OutcomeMissingKey,
 			fmt.Sprintf("The %s header must appear once; it appears %d times.", m.cfg.Header, len(values)), nil)
 		return
 	}
 	key, err := parseKey(values[0], m.cfg.MaxKeyLength)
 	if err != nil {
 		m.done(rq, idempotency.OutcomeMissingKey, nil)
-		m.writeProblem(w, http.StatusBadRequest, ProblemKeyInvalid, describeKeyError(m.cfg.Header, m.cfg.MaxKeyLength, err), nil)
+		m.writeProblem(w, idempotency.OutcomeMissingKey, describeKeyError(m.cfg.Header, m.cfg.MaxKeyLength, err), nil)
 		return
 	}
 
@@ -135,7 +135,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.answerRepeat(w, claim.Record, fp, rq)
 	case errors.Is(err, idempotency.ErrCorruptRecord):
 		m.done(rq, idempotency.OutcomeCorruptRecord, err)
-		m.writeProblem(w, http.StatusInternalServerError, ProblemRecordCorrupt,
+		m.writeProblem(w, idempotency.OutcomeCorruptRecord,
 			"The idempotency record of this key cannot be read, so the request was not run. Retrying with the same key will not help until the server's operator repairs it.", nil)
 	default:
 		m.claimFailed(w, r, next, err, rq)
@@ -158,7 +158,7 @@ func (m *Middleware) claimFailed(w http.ResponseWriter, r *http.Request, next ht
 	default:
 		m.done(rq, idempotency.OutcomeStoreUnavailable, err)
 	}
-	m.writeProblem(w, http.StatusServiceUnavailable, ProblemStoreUnavailable,
+	m.writeProblem(w, idempotency.OutcomeStoreUnavailable,
 		"The idempotency store cannot be reached, so the request was not run. Retry later with the same key.", nil)
 }
 
@@ -166,7 +166,7 @@ func (m *Middleware) claimFailed(w http.ResponseWriter, r *http.Request, next ht
 // handler. It answers the request itself and returns false when it cannot.
 func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	tooLarge := func() ([]byte, bool) {
-		m.writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
+		m.writeProblem(w, adapter.BodyTooLarge,
 			fmt.Sprintf("The request body exceeds %d bytes.", m.cfg.MaxRequestBody), nil)
 		return nil, false
 	}
@@ -179,7 +179,7 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 		body, err = io.ReadAll(io.LimitReader(r.Body, m.cfg.MaxRequestBody+1))
 		_ = r.Body.Close()
 		if err != nil {
-			m.writeProblem(w, http.StatusBadRequest, ProblemBodyUnreadable, "The request body could not be read in full.", nil)
+			m.writeProblem(w, adapter.BodyUnreadable, "The request body could not be read in full.", nil)
 			return nil, false
 		}
 		if int64(len(body)) > m.cfg.MaxRequestBody {
@@ -197,7 +197,7 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 func (m *Middleware) answerRepeat(w http.ResponseWriter, rec idempotency.Record, fp []byte, rq request) {
 	if len(rec.Fingerprint) > 0 && !bytes.Equal(rec.Fingerprint, fp) {
 		m.done(rq, idempotency.OutcomeKeyReused, nil)
-		m.writeProblem(w, http.StatusUnprocessableEntity, ProblemKeyReused,
+		m.writeProblem(w, idempotency.OutcomeKeyReused,
 			fmt.Sprintf("This %s was first used for a different request (method, path, query or body). Use a new key for a new request.", m.cfg.Header), nil)
 		return
 	}
@@ -209,7 +209,7 @@ func (m *Middleware) answerRepeat(w http.ResponseWriter, rec idempotency.Record,
 		// unless its fingerprint differs, handled above; a store answering
 		// otherwise is treated the same way: retry later.)
 		m.done(rq, idempotency.OutcomeInProgress, nil)
-		m.writeProblem(w, http.StatusConflict, ProblemInProgress,
+		m.writeProblem(w, idempotency.OutcomeInProgress,
 			fmt.Sprintf("A request with this %s is still being processed. Retry later with the same key.", m.cfg.Header), nil)
 	}
 }
@@ -220,13 +220,13 @@ func (m *Middleware) replay(w http.ResponseWriter, result []byte, rq request) {
 	s, err := decodeResponse(result)
 	if err != nil {
 		m.done(rq, idempotency.OutcomeCorruptRecord, fmt.Errorf("stored response of a completed key: %w", err))
-		m.writeProblem(w, http.StatusInternalServerError, ProblemStoredResponseCorrupt,
+		m.writeProblem(w, idempotency.OutcomeCorruptRecord,
 			"The request with this key completed, but its stored response cannot be read.", nil)
 		return
 	}
 	m.done(rq, idempotency.OutcomeDuplicate, nil)
 	if s.BodyOmitted {
-		m.writeProblem(w, http.StatusGone, ProblemResponseNotStored,
+		m.writeProblem(w, idempotency.OutcomeOutputNotStored,
 			fmt.Sprintf("The request with this key completed with status %d, but its response (%d bytes) was too large to store and cannot be replayed. Do not retry with a new key: look the result up instead.",
 				s.Status, s.BodySize),
 			func(p *problem) { p.OriginalStatus = s.Status })

@@ -27,8 +27,8 @@ type step struct {
 	blocked bool // the handler blocks; the step runs in the background until the scenario ends
 
 	wantStatus  int
-	wantProblem httpidem.ProblemType // the answer is this problem, not the handler's
-	wantReplays string               // the answer replays the response of the named earlier step
+	wantProblem *problemKind // the answer is this problem, not the handler's
+	wantReplays string       // the answer replays the response of the named earlier step
 	wantPanic   bool
 	wantRunsNow int64 // handler runs counted after this step (checked when > 0)
 }
@@ -67,22 +67,22 @@ func TestStatuses(t *testing.T) {
 			{method: http.MethodPost, wantStatus: 201},
 		}, wantRuns: 2},
 		{name: "missing key", steps: []step{
-			{wantStatus: 400, wantProblem: httpidem.ProblemKeyMissing},
-			{method: http.MethodPatch, wantStatus: 400, wantProblem: httpidem.ProblemKeyMissing},
+			{wantStatus: 400, wantProblem: keyMissing},
+			{method: http.MethodPatch, wantStatus: 400, wantProblem: keyMissing},
 		}, wantRuns: 0},
 		{name: "missing key allowed when optional", adjust: func(c *httpidem.Config) { c.KeyOptional = true }, steps: []step{
 			{wantStatus: 201}, {wantStatus: 201},
 		}, wantRuns: 2},
 		{name: "invalid keys", steps: []step{
-			{keys: key(""), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key(long + "k"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key("k\x01"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key("k\x7f"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key("clé"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key(`"unterminated`), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key(`"bad\escape"`), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key(`""`), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: []string{"k1", "k2"}, wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
+			{keys: key(""), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: key(long + "k"), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: key("k\x01"), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: key("k\x7f"), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: key("clé"), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: key(`"unterminated`), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: key(`"bad\escape"`), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: key(`""`), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: []string{"k1", "k2"}, wantStatus: 400, wantProblem: keyInvalid},
 		}, wantRuns: 0},
 		{name: "longest key and printable punctuation accepted", steps: []step{
 			{name: "long", keys: key(long), wantStatus: 201},
@@ -94,29 +94,29 @@ func TestStatuses(t *testing.T) {
 		// A proxy may merge two Idempotency-Key lines into one, joined by a
 		// comma: such a value is refused rather than taken for one key.
 		{name: "unquoted comma refused", steps: []step{
-			{keys: key("k1, k2"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key("k1,k2"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key(`"k1", "k2"`), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
+			{keys: key("k1, k2"), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: key("k1,k2"), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: key(`"k1", "k2"`), wantStatus: 400, wantProblem: keyInvalid},
 			{name: "quoted", keys: key(`"k1,k2"`), wantStatus: 201},
 			{keys: key(`"k1,k2"`), wantStatus: 201, wantReplays: "quoted"},
 		}, wantRuns: 1},
 		{name: "request body over the bound", adjust: func(c *httpidem.Config) { c.MaxRequestBody = 16 }, steps: []step{
-			{keys: key("k1"), body: strings.Repeat("b", 17), wantStatus: 413, wantProblem: httpidem.ProblemBodyTooLarge},
+			{keys: key("k1"), body: strings.Repeat("b", 17), wantStatus: 413, wantProblem: bodyTooLarge},
 			{name: "fits", keys: key("k1"), body: strings.Repeat("b", 16), wantStatus: 201},
 			{keys: key("k1"), body: strings.Repeat("b", 16), wantStatus: 201, wantReplays: "fits"},
 		}, wantRuns: 1},
 		{name: "same key different body", steps: []step{
 			{keys: key("k1"), body: `{"amount":100}`, wantStatus: 201},
-			{keys: key("k1"), body: `{"amount":999}`, wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
+			{keys: key("k1"), body: `{"amount":999}`, wantStatus: 422, wantProblem: keyReused},
 		}, wantRuns: 1},
 		{name: "same key different path", steps: []step{
 			{keys: key("k1"), wantStatus: 201},
-			{keys: key("k1"), path: "/bad", wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
-			{keys: key("k1"), path: "/pay?x=1", wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
+			{keys: key("k1"), path: "/bad", wantStatus: 422, wantProblem: keyReused},
+			{keys: key("k1"), path: "/pay?x=1", wantStatus: 422, wantProblem: keyReused},
 		}, wantRuns: 1},
 		{name: "same key different method", steps: []step{
 			{keys: key("k1"), wantStatus: 201},
-			{keys: key("k1"), method: http.MethodPatch, wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
+			{keys: key("k1"), method: http.MethodPatch, wantStatus: 422, wantProblem: keyReused},
 		}, wantRuns: 1},
 		{name: "handler 4xx is completed and replayed", steps: []step{
 			{name: "bad", keys: key("k1"), path: "/bad", wantStatus: 400},
@@ -125,7 +125,7 @@ func TestStatuses(t *testing.T) {
 		{name: "handler 5xx is failed and runs again", steps: []step{
 			{keys: key("k1"), path: "/fail", wantStatus: 503, wantRunsNow: 1},
 			{keys: key("k1"), path: "/fail", wantStatus: 503, wantRunsNow: 2},
-			{keys: key("k1"), path: "/pay", wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
+			{keys: key("k1"), path: "/pay", wantStatus: 422, wantProblem: keyReused},
 		}, wantRuns: 2},
 		{name: "panic is failed, re-panicked, and runs again", steps: []step{
 			{keys: key("k1"), path: "/panic", wantPanic: true, wantRunsNow: 1},
@@ -133,12 +133,12 @@ func TestStatuses(t *testing.T) {
 		}, wantRuns: 2},
 		{name: "in progress", steps: []step{
 			{keys: key("k1"), path: "/block", blocked: true},
-			{keys: key("k1"), path: "/block", wantStatus: 409, wantProblem: httpidem.ProblemInProgress},
-			{keys: key("k1"), path: "/pay", wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
+			{keys: key("k1"), path: "/block", wantStatus: 409, wantProblem: inProgress},
+			{keys: key("k1"), path: "/pay", wantStatus: 422, wantProblem: keyReused},
 		}, wantRuns: 1},
 		{name: "response over the bound", adjust: func(c *httpidem.Config) { c.MaxResponseBody = 1024 }, steps: []step{
 			{keys: key("k1"), path: "/big", wantStatus: 201},
-			{keys: key("k1"), path: "/big", wantStatus: 410, wantProblem: httpidem.ProblemResponseNotStored},
+			{keys: key("k1"), path: "/big", wantStatus: 410, wantProblem: responseNotStored},
 		}, wantRuns: 1},
 		{name: "tenants are apart", steps: []step{
 			{name: "a", tenant: "a", keys: key("k1"), wantStatus: 201, wantRunsNow: 1},
@@ -177,7 +177,7 @@ func TestStatuses(t *testing.T) {
 					}
 					require.Nil(t, got.panicked, "step %d", i)
 					require.Equal(t, s.wantStatus, got.status, "step %d: body %s", i, got.body)
-					if s.wantProblem != "" {
+					if s.wantProblem != nil {
 						requireProblem(t, got, s.wantStatus, s.wantProblem)
 					} else {
 						assert.NotEqual(t, "application/problem+json", got.header.Get("Content-Type"), "step %d", i)
@@ -223,8 +223,28 @@ func newRequest(s step) *http.Request {
 	return req
 }
 
+// problemKind is an answer of the middleware that the tests tell apart:
+// its problem type (the outcome's name) and a part of its detail.
+type problemKind struct{ typ, detail string }
+
+var (
+	keyMissing            = &problemKind{"missing_key", "requires an Idempotency-Key header"}
+	keyInvalid            = &problemKind{"missing_key", "The Idempotency-Key header"}
+	bodyTooLarge          = &problemKind{"body_too_large", "The request body exceeds"}
+	bodyUnreadable        = &problemKind{"body_unreadable", "could not be read in full"}
+	keyReused             = &problemKind{"key_reused", "first used for a different request"}
+	inProgress            = &problemKind{"in_progress", "is still being processed"}
+	responseNotStored     = &problemKind{"output_not_stored", "too large to store"}
+	storeUnavailable      = &problemKind{"store_unavailable", "store cannot be reached"}
+	storedResponseCorrupt = &problemKind{"corrupt_record", "its stored response cannot be read"}
+	recordCorrupt         = &problemKind{"corrupt_record", "idempotency record of this key cannot be read"}
+)
+
+// problemTypeBase is the default Config.ProblemTypeBase.
+const problemTypeBase = "https://github.com/idempotency/watermill-idempotency/blob/main/docs/GUARANTEES.md#"
+
 // requireProblem checks an RFC 9457 answer of the middleware.
-func requireProblem(t *testing.T, got result, status int, pt httpidem.ProblemType) {
+func requireProblem(t *testing.T, got result, status int, pk *problemKind) {
 	t.Helper()
 	require.Equal(t, "application/problem+json", got.header.Get("Content-Type"))
 	var p struct {
@@ -234,15 +254,12 @@ func requireProblem(t *testing.T, got result, status int, pt httpidem.ProblemTyp
 		Detail string `json:"detail"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(got.body), &p), got.body)
-	assert.Equal(t, httpidem.DefaultProblemTypeBase+string(pt), p.Type)
+	assert.Equal(t, problemTypeBase+pk.typ, p.Type)
 	assert.Equal(t, status, p.Status)
 	assert.NotEmpty(t, p.Title)
-	assert.NotEmpty(t, p.Detail)
+	assert.Contains(t, p.Detail, pk.detail)
 	if status == http.StatusConflict || status == http.StatusServiceUnavailable {
 		assert.Equal(t, "1", got.header.Get("Retry-After"))
-	}
-	if pt == httpidem.ProblemKeyMissing {
-		assert.Contains(t, p.Detail, "requires an Idempotency-Key header")
 	}
 }
 

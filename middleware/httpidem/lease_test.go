@@ -92,7 +92,7 @@ func TestClaimBoundedByStoreTimeout(t *testing.T) {
 		go func() { done <- serve(h, newRequest(step{keys: key("k1")})) }()
 		select {
 		case got := <-done:
-			requireProblem(t, got, http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
+			requireProblem(t, got, http.StatusServiceUnavailable, storeUnavailable)
 		case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
 			t.Fatal("a hanging claim held the request")
 		}

@@ -181,7 +181,7 @@ func TestCorruptRecord(t *testing.T) {
 	h := m.Handler(api)
 	for range 2 {
 		got := serve(h, newRequest(step{keys: key("corrupt"), tenant: "t"}))
-		requireProblem(t, got, http.StatusInternalServerError, httpidem.ProblemRecordCorrupt)
+		requireProblem(t, got, http.StatusInternalServerError, recordCorrupt)
 	}
 	assert.Zero(t, api.runs.Load(), "nothing runs over a record that cannot be read")
 	errs := logger.Captured()[watermill.ErrorLogLevel]

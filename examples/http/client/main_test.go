@@ -77,7 +77,7 @@ func normalize(lines []string) []string {
 	var out []string
 	n := 0
 	for _, l := range lines {
-		if strings.Contains(l, ": 409 Conflict;") {
+		if strings.Contains(l, ": 409 Conflict") {
 			continue
 		}
 		if m := attemptRE.FindStringSubmatch(l); m != nil {
