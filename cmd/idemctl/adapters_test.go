@@ -40,7 +40,7 @@ func TestGetHTTPKey(t *testing.T) {
 		post := func(srv *httptest.Server, key, client string) {
 			req, err := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader("{}"))
 			require.NoError(t, err)
-			req.Header.Set(httpidem.DefaultHeader, key)
+			req.Header.Set("Idempotency-Key", key)
 			req.Header.Set("X-Client", client)
 			resp, err := http.DefaultClient.Do(req)
 			require.NoError(t, err)
@@ -90,7 +90,7 @@ func TestGetGRPCKey(t *testing.T) {
 			Methods: []string{place, cancel}}, watermill.NopLogger{})
 		require.NoError(t, err)
 		call := func(method, key string, handler grpc.UnaryHandler) {
-			ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(grpcidem.DefaultMetadata, key))
+			ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("idempotency-key", key))
 			_, _ = m.UnaryServerInterceptor(ctx, wrapperspb.String("order"), &grpc.UnaryServerInfo{FullMethod: method}, handler)
 		}
 		call(place, "order-42", func(context.Context, any) (any, error) { return wrapperspb.String("placed 42"), nil })

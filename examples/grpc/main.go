@@ -135,7 +135,7 @@ func (p *payments) CreatePayment(ctx context.Context, req *paymentspb.CreatePaym
 	key := req.RequestId
 	if key == "" {
 		md, _ := metadata.FromIncomingContext(ctx)
-		key = strings.Join(md.Get(grpcidem.DefaultMetadata), "")
+		key = strings.Join(md.Get("idempotency-key"), "")
 	}
 	sum := sha256.Sum256([]byte(apiKey(ctx) + "\x00" + key))
 	pay := &paymentspb.Payment{Id: "pay_" + hex.EncodeToString(sum[:6]), Amount: req.Amount,

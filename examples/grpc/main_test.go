@@ -116,7 +116,7 @@ func TestRedisStore(t *testing.T) {
 	// the first 16 bytes of SHA-256(scope), a colon and the key. The scope,
 	// an API key, is not in it.
 	scope := sha256.Sum256([]byte("sk_test_redis"))
-	storedKey := grpcidem.DefaultKeyPrefix + ":" + hex.EncodeToString(scope[:16]) + ":" + key
+	storedKey := "grpcidem" + ":" + hex.EncodeToString(scope[:16]) + ":" + key
 	rc := testserver.RedisClient(t)
 	t.Cleanup(func() { _ = rc.Del(context.Background(), storedKey).Err() })
 

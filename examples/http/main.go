@@ -84,7 +84,7 @@ func run() error {
 	// in flight, so that their outcome gets recorded and their events get
 	// published; then the router, which closes the subscriber and, through
 	// its handlers, may close a publisher the API still uses.
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), httpidem.DefaultLeaseTTL)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), idempotency.DefaultLeaseTTL)
 	defer cancel()
 	err = errors.Join(ignoreClosed(err), srv.Shutdown(shutdownCtx), router.Close(), pubSub.Close())
 	return err

@@ -19,7 +19,6 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/examples/internal/readmetest"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
-	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
@@ -78,7 +77,7 @@ func TestRedisStore(t *testing.T) {
 	// the first 16 bytes of SHA-256(scope), a colon and the key. The scope,
 	// an API key, is not in it.
 	scope := sha256.Sum256([]byte("sk_test_redis"))
-	storedKey := httpidem.DefaultKeyPrefix + ":" + hex.EncodeToString(scope[:16]) + ":" + key
+	storedKey := "httpidem" + ":" + hex.EncodeToString(scope[:16]) + ":" + key
 	c := testserver.RedisClient(t)
 	t.Cleanup(func() { _ = c.Del(context.Background(), storedKey).Err() })
 	cmd := []string{"-X", "POST", "http://x/payments", "-H", "Authorization: Bearer sk_test_redis",

@@ -50,8 +50,8 @@ type Client struct {
 // joined, each matching [ErrInvalidConfig].
 func (c *Client) setup() error {
 	c.init.Do(func() {
-		c.metadata = cmp.Or(c.Metadata, DefaultMetadata)
-		c.field = cmp.Or(c.RequestField, DefaultRequestField)
+		c.metadata = cmp.Or(c.Metadata, defaultMetadata)
+		c.field = cmp.Or(c.RequestField, defaultRequestField)
 		l := configerr.New(ErrInvalidConfig)
 		checkMetadataName(l, c.metadata)
 		checkFieldName(l, c.field)
@@ -78,9 +78,9 @@ func (c *Client) UnaryClientInterceptor(ctx context.Context, method string, req,
 	md, _ := metadata.FromOutgoingContext(ctx)
 	sent := md.Get(c.metadata)
 	if key, ok := ctx.Value(keyContext{}).(string); ok {
-		if c.metadata != DefaultMetadata {
-			if v := md.Get(DefaultMetadata); len(v) == 1 && v[0] == key {
-				md.Delete(DefaultMetadata)
+		if c.metadata != defaultMetadata {
+			if v := md.Get(defaultMetadata); len(v) == 1 && v[0] == key {
+				md.Delete(defaultMetadata)
 				ctx = metadata.NewOutgoingContext(ctx, md)
 			}
 		}
@@ -116,11 +116,11 @@ func (c *Client) UnaryClientInterceptor(ctx context.Context, method string, req,
 func WithKey(ctx context.Context, key string) context.Context {
 	md, _ := metadata.FromOutgoingContext(ctx) // a copy
 	prev, hadPrev := ctx.Value(keyContext{}).(string)
-	if v := md.Get(DefaultMetadata); len(v) == 0 || hadPrev && len(v) == 1 && v[0] == prev {
+	if v := md.Get(defaultMetadata); len(v) == 0 || hadPrev && len(v) == 1 && v[0] == prev {
 		if md == nil {
 			md = metadata.MD{}
 		}
-		md.Set(DefaultMetadata, key)
+		md.Set(defaultMetadata, key)
 		ctx = metadata.NewOutgoingContext(ctx, md)
 	}
 	return context.WithValue(ctx, keyContext{}, key)

@@ -245,13 +245,13 @@ func TestWithKeyUnderCustomMetadata(t *testing.T) {
 		server []string
 	}{
 		{"server reads the custom name", []string{custom}},
-		{"server reads both names", []string{custom, grpcidem.DefaultMetadata}},
+		{"server reads both names", []string{custom, "idempotency-key"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eachStore(t, func(t *testing.T, kind storeKind) {
 				store, prefix := kind.New(t)
 				l := newLedger()
-				seen := &namesSeen{names: []string{custom, grpcidem.DefaultMetadata}}
+				seen := &namesSeen{names: []string{custom, "idempotency-key"}}
 				addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *grpcidem.Config) { c.Metadata = tc.server }).UnaryServerInterceptor)
 				client := &grpcidem.Client{Metadata: custom, Methods: []string{methodCharge}}
 				c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
@@ -273,7 +273,7 @@ func TestWithKeyUnderCustomMetadata(t *testing.T) {
 				require.Len(t, calls, 2)
 				for i, call := range calls {
 					assert.Equal(t, []string{"app-key"}, call[custom], "attempt %d carries the application's key under %s", i+1, custom)
-					assert.Empty(t, call[grpcidem.DefaultMetadata], "attempt %d: nothing under the name the client was not configured with", i+1)
+					assert.Empty(t, call["idempotency-key"], "attempt %d: nothing under the name the client was not configured with", i+1)
 				}
 
 				// A key set with WithKey is sent for a method outside the
@@ -302,7 +302,7 @@ func TestWithKeyConflictsWithOutgoingMetadata(t *testing.T) {
 	addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).UnaryServerInterceptor)
 	client := &grpcidem.Client{}
 	c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
-	base := metadata.AppendToOutgoingContext(t.Context(), "tenant", "t", grpcidem.DefaultMetadata, "md-key")
+	base := metadata.AppendToOutgoingContext(t.Context(), "tenant", "t", "idempotency-key", "md-key")
 
 	_, err := c.Charge(grpcidem.WithKey(base, "other-key"), &testpb.ChargeRequest{Amount: 5})
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
@@ -324,7 +324,7 @@ func TestWithKeyWithoutClientInterceptor(t *testing.T) {
 	for _, optional := range []bool{false, true} {
 		t.Run(fmt.Sprintf("KeyOptional=%v", optional), func(t *testing.T) {
 			l := newLedger()
-			seen := &namesSeen{names: []string{grpcidem.DefaultMetadata}}
+			seen := &namesSeen{names: []string{"idempotency-key"}}
 			store, prefix := storeKinds[0].New(t)
 			addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *grpcidem.Config) { c.KeyOptional = optional }).UnaryServerInterceptor)
 			c := dial(t, addr) // no Client interceptor
@@ -339,7 +339,7 @@ func TestWithKeyWithoutClientInterceptor(t *testing.T) {
 			assert.Equal(t, []string{"true"}, h2.Get(grpcidem.ReplayedMetadata), "the retry is a replay")
 			assert.EqualValues(t, 1, l.runs.Load(), "the effect ran once")
 			for i, call := range seen.get() {
-				assert.Equal(t, []string{"app-key"}, call[grpcidem.DefaultMetadata], "attempt %d", i+1)
+				assert.Equal(t, []string{"app-key"}, call["idempotency-key"], "attempt %d", i+1)
 			}
 		})
 	}

@@ -26,42 +26,13 @@ var (
 	ErrNilStore = errors.New("grpcidem: nil store")
 )
 
-// Defaults used for the zero value of the corresponding Config fields.
+// The defaults of the fields of Config and Client that are this
+// package's own.
 const (
-	// DefaultMetadata is the request metadata key carrying the idempotency
-	// key: the gRPC spelling of the HTTP Idempotency-Key header.
-	DefaultMetadata = "idempotency-key"
-	// DefaultRequestField is the request message's string field carrying
-	// the key, as Google's AIP-155 names it.
-	DefaultRequestField = "request_id"
-	// DefaultKeyPrefix starts every stored key, followed by a colon that
-	// the interceptor adds, as the Watermill middleware does after its
-	// prefix "idem". It differs from the prefixes of the Watermill and HTTP
-	// middleware, so that keys of the three sharing one store never meet.
-	DefaultKeyPrefix = "grpcidem"
-	// DefaultMaxKeyLength is the longest key accepted, in bytes (255), as
-	// in package httpidem.
-	DefaultMaxKeyLength = adapter.DefaultMaxKeyLength
-	// DefaultLeaseTTL is how long a claim holds a key while the handler
-	// runs (40 s); it is renewed every third of it
-	// (idempotency.DefaultLeaseTTL).
-	DefaultLeaseTTL = idempotency.DefaultLeaseTTL
-	// DefaultStoreTimeout bounds each store call (5 s,
-	// idempotency.DefaultStoreTimeout).
-	DefaultStoreTimeout = idempotency.DefaultStoreTimeout
-	// DefaultCompletedTTL is how long a completed answer is replayed
-	// (24 h, idempotency.DefaultCompletedTTL).
-	DefaultCompletedTTL = idempotency.DefaultCompletedTTL
-	// DefaultFailedTTL is how long a failed attempt is remembered (24 h,
-	// idempotency.DefaultFailedTTL): its fingerprint still binds the key; a
-	// retry may run again.
-	DefaultFailedTTL = idempotency.DefaultFailedTTL
-	// DefaultMaxResponseSize bounds the stored answer: the response's wire
-	// bytes and type name, or the final status with its details.
-	DefaultMaxResponseSize = 1 << 20
-	// DefaultRetryAfter is the delay of the RetryInfo sent with ABORTED
-	// (the key is in progress) and UNAVAILABLE (the store is down): 1 s.
-	DefaultRetryAfter = adapter.DefaultRetryAfter
+	defaultMetadata        = "idempotency-key" // the HTTP header's gRPC spelling
+	defaultRequestField    = "request_id"      // as AIP-155 names it
+	defaultKeyPrefix       = "grpcidem"        // not "idem" nor "httpidem"
+	defaultMaxResponseSize = 1 << 20
 )
 
 // Config configures a Middleware. Store, Methods and the choice between
@@ -85,19 +56,19 @@ type Config struct {
 	Methods []string
 
 	// Metadata lists the request metadata keys that may carry the key, in
-	// lower case. Nil or empty means DefaultMetadata ("idempotency-key").
+	// lower case. Nil or empty means defaultMetadata ("idempotency-key").
 	Metadata []string
 
 	// RequestField is the name of a singular string field of the request
 	// message that may carry the key instead (AIP-155's request_id), read
 	// through protoreflect. A request whose message has no such field, or
 	// leaves it empty, needs the key in its metadata. Empty means
-	// DefaultRequestField ("request_id").
+	// defaultRequestField ("request_id").
 	RequestField string
 
 	// KeyPrefix starts every stored key; the interceptor adds a colon after
 	// it, as the Watermill middleware does after its Config.KeyPrefix. It
-	// must not hold a colon itself. Empty means DefaultKeyPrefix
+	// must not hold a colon itself. Empty means defaultKeyPrefix
 	// ("grpcidem").
 	KeyPrefix string
 
@@ -106,10 +77,6 @@ type Config struct {
 	// payment API should not silently lose the protection because a client
 	// forgot it.
 	KeyOptional bool
-
-	// MaxKeyLength is the longest key accepted, in bytes. Zero means
-	// DefaultMaxKeyLength (255); longer keys are answered INVALID_ARGUMENT.
-	MaxKeyLength int
 
 	// Scope returns the scope of a call: the namespace part of its stored
 	// key, as Config.Scope of package idempotency is for a message, so that
@@ -174,14 +141,14 @@ type Config struct {
 	// its details. A larger answer still goes to the first caller in full,
 	// and the key is completed without it: repeats are answered
 	// ALREADY_EXISTS (ReasonResponseNotStored). Zero means
-	// DefaultMaxResponseSize (1 MiB).
+	// defaultMaxResponseSize (1 MiB).
 	MaxResponseSize int
 
 	// RetryAfter is the delay of the RetryInfo detail sent with ABORTED
 	// (the key is in progress) and UNAVAILABLE (the store cannot be
 	// reached); ABORTED also carries it as the trailer
 	// grpc-retry-pushback-ms, which grpc-go's retry policy honours. Zero
-	// means DefaultRetryAfter (1 s).
+	// means adapter.DefaultRetryAfter (1 s).
 	RetryAfter time.Duration
 
 	// FailOpen runs the handler without idempotency when the store cannot
@@ -198,24 +165,24 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	shared := c.common().WithDefaults(DefaultKeyPrefix)
-	c.KeyPrefix, c.MaxKeyLength, c.RetryAfter = shared.KeyPrefix, shared.MaxKeyLength, shared.RetryAfter
+	shared := c.common().WithDefaults(defaultKeyPrefix)
+	c.KeyPrefix, c.RetryAfter = shared.KeyPrefix, shared.RetryAfter
 	c.LeaseTTL, c.StoreTimeout, c.CompletedTTL, c.FailedTTL = shared.LeaseTTL, shared.StoreTimeout, shared.CompletedTTL, shared.FailedTTL
 	c.CacheTTL, c.CacheMaxBytes = shared.CacheTTL, shared.CacheMaxBytes
 	c.Methods = slices.Clone(c.Methods)
 	c.Metadata = slices.Clone(c.Metadata)
 	if len(c.Metadata) == 0 {
-		c.Metadata = []string{DefaultMetadata}
+		c.Metadata = []string{defaultMetadata}
 	}
-	c.RequestField = cmp.Or(c.RequestField, DefaultRequestField)
-	c.MaxResponseSize = cmp.Or(c.MaxResponseSize, DefaultMaxResponseSize)
+	c.RequestField = cmp.Or(c.RequestField, defaultRequestField)
+	c.MaxResponseSize = cmp.Or(c.MaxResponseSize, defaultMaxResponseSize)
 }
 
 // common is what c shares, field for field, with the Config of package
 // httpidem.
 func (c Config) common() adapter.Common {
 	return adapter.Common{Invalid: ErrInvalidConfig, NilStore: ErrNilStore, Unit: "call", Store: c.Store, Observer: c.Observer,
-		Scoped: c.Scope != nil, SingleTenant: c.SingleTenant, KeyPrefix: c.KeyPrefix, MaxKeyLength: c.MaxKeyLength, RetryAfter: c.RetryAfter,
+		Scoped: c.Scope != nil, SingleTenant: c.SingleTenant, KeyPrefix: c.KeyPrefix, RetryAfter: c.RetryAfter,
 		LeaseTTL: c.LeaseTTL, StoreTimeout: c.StoreTimeout, CompletedTTL: c.CompletedTTL, FailedTTL: c.FailedTTL,
 		CacheTTL: c.CacheTTL, CacheMaxBytes: c.CacheMaxBytes, DisableCache: c.DisableCache}
 }

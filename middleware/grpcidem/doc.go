@@ -180,7 +180,7 @@
 // written by the Client under its own ClientConfig.Metadata, so that an
 // application's key always reaches the server under the name the Client
 // and the server were configured with; a connection without a Client's
-// interceptor sends it under DefaultMetadata. grpc-go resends a call for its retry policy below the
+// interceptor sends it under defaultMetadata. grpc-go resends a call for its retry policy below the
 // interceptors, with the same metadata, so all attempts of one call carry
 // one key: a response lost on the way back (the connection drops after the
 // server answered) is retried as UNAVAILABLE and answered with the replay.

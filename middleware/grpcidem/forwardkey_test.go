@@ -116,7 +116,7 @@ func TestForwardKeyMatchesHTTP(t *testing.T) {
 		defer srv.Close()
 		req, err := http.NewRequest(http.MethodPost, srv.URL, nil)
 		require.NoError(t, err)
-		req.Header.Set(httpidem.DefaultHeader, key)
+		req.Header.Set("Idempotency-Key", key)
 		req.Header.Set("X-Tenant", tenant)
 		resp, err := srv.Client().Do(req)
 		require.NoError(t, err)

@@ -47,16 +47,16 @@ func FuzzKeyFromMetadata(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v1, v2, other string, withOther bool) {
 		const maxLen = 64
 		md := metadata.MD{}
-		md.Append(DefaultMetadata, v1)
+		md.Append(defaultMetadata, v1)
 		if v2 != "" {
-			md.Append(DefaultMetadata, v2)
+			md.Append(defaultMetadata, v2)
 		}
 		if withOther {
 			md.Append("x-request-key", other)
 		}
-		names := []string{DefaultMetadata, "x-request-key"}
-		key, source, err := extractKey(md, names, &testpb.ChargeRequest{}, DefaultRequestField, maxLen)
-		again, _, err2 := extractKey(md, names, &testpb.ChargeRequest{}, DefaultRequestField, maxLen)
+		names := []string{defaultMetadata, "x-request-key"}
+		key, source, err := extractKey(md, names, &testpb.ChargeRequest{}, defaultRequestField, maxLen)
+		again, _, err2 := extractKey(md, names, &testpb.ChargeRequest{}, defaultRequestField, maxLen)
 		if key != again || (err == nil) != (err2 == nil) {
 			t.Fatalf("not deterministic: %q %v, then %q %v", key, err, again, err2)
 		}
@@ -110,9 +110,9 @@ func FuzzKeyFromRequest(f *testing.F) {
 		req := &testpb.ChargeRequest{RequestId: field, Amount: amount}
 		md := metadata.MD{}
 		if mdValue != "" {
-			md.Append(DefaultMetadata, mdValue)
+			md.Append(defaultMetadata, mdValue)
 		}
-		key, _, err := extractKey(md, []string{DefaultMetadata}, req, DefaultRequestField, DefaultMaxKeyLength)
+		key, _, err := extractKey(md, []string{defaultMetadata}, req, defaultRequestField, 255)
 		switch {
 		case err != nil:
 			if key != "" {
@@ -122,7 +122,7 @@ func FuzzKeyFromRequest(f *testing.F) {
 			if field != "" || mdValue != "" {
 				t.Fatalf("no key from field %q and metadata %q", field, mdValue)
 			}
-		case !validKey(key, DefaultMaxKeyLength):
+		case !validKey(key, 255):
 			t.Fatalf("invalid key %q accepted", key)
 		case field != "" && key != field:
 			t.Fatalf("key %q is not the field's %q", key, field)

@@ -69,7 +69,7 @@ func TestPassThrough(t *testing.T) {
 		require.NoError(t, a.err, "no key is needed outside Methods")
 
 		for range 2 {
-			ctx := metadata.AppendToOutgoingContext(t.Context(), grpcidem.DefaultMetadata, "k1")
+			ctx := metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", "k1")
 			stream, err := c.Watch(ctx, &testpb.ChargeRequest{})
 			require.NoError(t, err)
 			n := 0
@@ -157,7 +157,6 @@ func TestConfig(t *testing.T) {
 		"negative lease":    func(c *grpcidem.Config) { c.LeaseTTL = -1 },
 		"tiny lease":        func(c *grpcidem.Config) { c.LeaseTTL = 1 },
 		"negative max size": func(c *grpcidem.Config) { c.MaxResponseSize = -1 },
-		"negative key len":  func(c *grpcidem.Config) { c.MaxKeyLength = -1 },
 		"negative retry":    func(c *grpcidem.Config) { c.RetryAfter = -1 },
 		"forever completed": func(c *grpcidem.Config) { c.CompletedTTL = time.Duration(math.MaxInt64) },
 		"forever failed":    func(c *grpcidem.Config) { c.FailedTTL = idempotency.MaxTTL + 1 },

@@ -31,7 +31,7 @@ const (
 // storeKind builds a fresh store for one test, and a key prefix unique to it.
 type storeKind = adaptertest.StoreKind
 
-var storeKinds = adaptertest.StoreKinds(grpcidem.DefaultKeyPrefix, "grpcidemtest")
+var storeKinds = adaptertest.StoreKinds("grpcidem", "grpcidemtest")
 
 // eachStore runs f once per store kind, in parallel.
 func eachStore(t *testing.T, f func(t *testing.T, kind storeKind)) {
@@ -63,7 +63,7 @@ func newLedger() *ledger {
 // callKey is the key a handler sees: the metadata's, else the field's.
 func callKey(ctx context.Context, req *testpb.ChargeRequest) string {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(grpcidem.DefaultMetadata); len(v) > 0 {
+	if v := md.Get("idempotency-key"); len(v) > 0 {
 		return v[0]
 	}
 	return req.GetRequestId()
@@ -216,7 +216,7 @@ func invoke(t testing.TB, method func(context.Context, *testpb.ChargeRequest, ..
 	t.Helper()
 	ctx := metadata.AppendToOutgoingContext(t.Context(), "tenant", tenant)
 	if key != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, grpcidem.DefaultMetadata, key)
+		ctx = metadata.AppendToOutgoingContext(ctx, "idempotency-key", key)
 	}
 	var a answer
 	a.reply, a.err = method(ctx, req, grpc.Header(&a.header))

@@ -12,7 +12,7 @@ import (
 // idemctl reads this interceptor's keys and stored answers with the code
 // that writes them.
 func init() {
-	adapterinspect.Register(adapterinspect.Adapter{Name: "grpc", DefaultPrefix: DefaultKeyPrefix,
+	adapterinspect.Register(adapterinspect.Adapter{Name: "grpc", DefaultPrefix: defaultKeyPrefix,
 		ClientKey: func(sent string) (string, error) { return sent, adapter.CheckKey(sent, math.MaxInt) },
 		StoreKey:  adapter.StoreKey, Describe: describeAnswer})
 }

@@ -20,7 +20,7 @@ import (
 // does not run and nothing is claimed; the longest valid key works.
 func TestKeyLimits(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
-		l, c := setup(t, kind, func(cfg *grpcidem.Config) { cfg.MaxKeyLength = 64 })
+		l, c := setup(t, kind, nil)
 
 		missing := charge(t, c, "t", "", &testpb.ChargeRequest{Amount: 1})
 		st := requireReason(t, missing.err, codes.InvalidArgument, keyMissing)
@@ -30,17 +30,17 @@ func TestKeyLimits(t *testing.T) {
 			md    []string // metadata pairs
 			field string
 		}{
-			"metadata too long":      {md: []string{grpcidem.DefaultMetadata, strings.Repeat("k", 65)}},
-			"field too long":         {field: strings.Repeat("k", 65)},
+			"metadata too long":      {md: []string{"idempotency-key", strings.Repeat("k", 256)}},
+			"field too long":         {field: strings.Repeat("k", 256)},
 			"field NUL":              {field: "k\x00"},
 			"field tab":              {field: "k\t1"},
 			"field non-ASCII":        {field: "clé"},
 			"field DEL":              {field: "k\x7f"},
-			"metadata empty":         {md: []string{grpcidem.DefaultMetadata, ""}},
-			"metadata twice":         {md: []string{grpcidem.DefaultMetadata, "a", grpcidem.DefaultMetadata, "b"}},
-			"metadata twice, equal":  {md: []string{grpcidem.DefaultMetadata, "a", grpcidem.DefaultMetadata, "a"}},
-			"metadata versus field":  {md: []string{grpcidem.DefaultMetadata, "a"}, field: "b"},
-			"field too long, md set": {md: []string{grpcidem.DefaultMetadata, "a"}, field: strings.Repeat("a", 65)},
+			"metadata empty":         {md: []string{"idempotency-key", ""}},
+			"metadata twice":         {md: []string{"idempotency-key", "a", "idempotency-key", "b"}},
+			"metadata twice, equal":  {md: []string{"idempotency-key", "a", "idempotency-key", "a"}},
+			"metadata versus field":  {md: []string{"idempotency-key", "a"}, field: "b"},
+			"field too long, md set": {md: []string{"idempotency-key", "a"}, field: strings.Repeat("a", 256)},
 		}
 		for name, tc := range invalid {
 			ctx := metadata.AppendToOutgoingContext(t.Context(), append([]string{"tenant", "t"}, tc.md...)...)
@@ -51,7 +51,7 @@ func TestKeyLimits(t *testing.T) {
 		}
 		assert.Zero(t, l.runs.Load(), "nothing runs without a valid key")
 
-		longest := strings.Repeat("k", 64)
+		longest := strings.Repeat("k", 255)
 		for range 2 {
 			a := charge(t, c, "t", longest, &testpb.ChargeRequest{Amount: 1})
 			require.NoError(t, a.err)

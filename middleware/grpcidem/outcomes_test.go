@@ -115,7 +115,7 @@ func TestInProgress(t *testing.T) {
 		<-l.started
 
 		var trailer metadata.MD
-		ctx := metadata.AppendToOutgoingContext(t.Context(), "tenant", "t", grpcidem.DefaultMetadata, "busy")
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "tenant", "t", "idempotency-key", "busy")
 		_, err := c.Charge(ctx, req, grpc.Trailer(&trailer))
 		st := requireReason(t, err, codes.Aborted, inProgress)
 		ri := retryInfo(st)
@@ -212,7 +212,7 @@ func TestCorruptRecord(t *testing.T) {
 			"empty":        {},
 		} {
 			store := memstore.New(memstore.Config{})
-			skey := grpcidem.StoreKey(grpcidem.DefaultKeyPrefix, "t", "k1")
+			skey := grpcidem.StoreKey("grpcidem", "t", "k1")
 			ctx := context.Background()
 			_, err := store.Claim(ctx, skey, idempotency.ClaimRequest{Token: "tok", Lease: time.Minute, TTL: time.Minute})
 			require.NoError(t, err)
@@ -249,7 +249,7 @@ func TestCallerGone(t *testing.T) {
 	}
 
 	// The caller's deadline ends long before StoreTimeout could.
-	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(t.Context(), grpcidem.DefaultMetadata, "gave-up"), 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", "gave-up"), 100*time.Millisecond)
 	defer cancel()
 	_, err := client(2*time.Second).Charge(ctx, &testpb.ChargeRequest{Amount: 1})
 	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
@@ -286,7 +286,7 @@ func TestStoreTimeoutBeforeCallerDeadline(t *testing.T) {
 		Observer: obs, StoreTimeout: time.Second}, nil)
 	require.NoError(t, err)
 	c := dial(t, serve(t, l, signal, i.UnaryServerInterceptor))
-	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(t.Context(), grpcidem.DefaultMetadata, "store-timeout"), 1500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", "store-timeout"), 1500*time.Millisecond)
 	defer cancel()
 	_, _ = c.Charge(ctx, &testpb.ChargeRequest{Amount: 1})
 	<-served

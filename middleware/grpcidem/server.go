@@ -119,7 +119,7 @@ func (i *Middleware) UnaryServerInterceptor(ctx context.Context, req any, info *
 			"The server cannot make this method idempotent: its request is not a protocol buffers message.", nil)
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	key, source, err := extractKey(md, i.cfg.Metadata, msg, i.cfg.RequestField, i.cfg.MaxKeyLength)
+	key, source, err := extractKey(md, i.cfg.Metadata, msg, i.cfg.RequestField, adapter.DefaultMaxKeyLength)
 	switch {
 	case err != nil:
 		i.done(c, idempotency.OutcomeMissingKey, nil)
@@ -344,7 +344,7 @@ func (i *Middleware) describeKeyError(source string, err error) string {
 	msg := fmt.Sprintf("The idempotency key in %s %v", source, err)
 	switch {
 	case errors.Is(err, adapter.ErrKeyTooLong):
-		msg += fmt.Sprintf(" (at most %d bytes)", i.cfg.MaxKeyLength)
+		msg += fmt.Sprintf(" (at most %d bytes)", adapter.DefaultMaxKeyLength)
 	case errors.Is(err, adapter.ErrKeyNotPrintable):
 		msg += " (0x20 to 0x7E only)"
 	}

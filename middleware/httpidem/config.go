@@ -13,46 +13,15 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
-// Defaults used for the zero value of the corresponding Config fields.
+// The defaults of the fields of Config and Transport that are this
+// package's own.
 const (
-	// DefaultHeader is the request header carrying the key, as named by the
-	// IETF draft "The Idempotency-Key HTTP Header Field".
-	DefaultHeader = "Idempotency-Key"
-	// DefaultMaxKeyLength is the longest key accepted, in bytes: 255,
-	// Stripe's documented bound.
-	DefaultMaxKeyLength = adapter.DefaultMaxKeyLength
-	// DefaultKeyPrefix starts every stored key, followed by a colon that
-	// the middleware adds, as the Watermill middleware does after its
-	// prefix "idem". It differs from that prefix so that HTTP keys and
-	// message keys sharing one store never meet.
-	DefaultKeyPrefix = "httpidem"
-	// DefaultLeaseTTL is how long a claim holds a key while the handler
-	// runs (40 s); it is renewed every third of it
-	// (idempotency.DefaultLeaseTTL).
-	DefaultLeaseTTL = idempotency.DefaultLeaseTTL
-	// DefaultStoreTimeout bounds each store call, as the Watermill
-	// middleware's idempotency.DefaultStoreTimeout does.
-	DefaultStoreTimeout = idempotency.DefaultStoreTimeout
-	// DefaultCompletedTTL is how long a completed response is replayed
-	// (24 h, idempotency.DefaultCompletedTTL).
-	DefaultCompletedTTL = idempotency.DefaultCompletedTTL
-	// DefaultFailedTTL is how long a failed attempt is remembered (24 h,
-	// idempotency.DefaultFailedTTL): its fingerprint still binds the key; a
-	// retry may run again.
-	DefaultFailedTTL = idempotency.DefaultFailedTTL
-	// DefaultMaxRequestBody bounds the request body read to fingerprint it.
-	DefaultMaxRequestBody = 10 << 20
-	// DefaultMaxResponseBody bounds the response body stored for replay.
-	DefaultMaxResponseBody = 1 << 20
-	// DefaultRetryAfter is the Retry-After sent with 409 and 503 answers:
-	// 1 s.
-	DefaultRetryAfter = adapter.DefaultRetryAfter
-	// DefaultProblemTypeBase starts the "type" member of every problem
-	// body; the outcome's name follows, an anchor of docs/GUARANTEES.md.
-	DefaultProblemTypeBase = "https://github.com/idempotency/watermill-idempotency/blob/main/docs/GUARANTEES.md#"
-	// DefaultOutcomeLabel labels the outcomes of a request that no
-	// ServeMux pattern matched (see Config.Observer).
-	DefaultOutcomeLabel = "http"
+	defaultHeader          = "Idempotency-Key" // the IETF draft's name
+	defaultKeyPrefix       = "httpidem"        // not the Watermill middleware's "idem"
+	defaultMaxRequestBody  = 10 << 20
+	defaultMaxResponseBody = 1 << 20
+	defaultProblemTypeBase = "https://github.com/idempotency/watermill-idempotency/blob/main/docs/GUARANTEES.md#"
+	defaultOutcomeLabel    = "http" // the Observer's label without a ServeMux pattern
 )
 
 // Errors of an invalid Config, checked with errors.Is.
@@ -82,17 +51,13 @@ type Config struct {
 	Methods []string
 
 	// Header is the request header carrying the key. Empty means
-	// DefaultHeader ("Idempotency-Key").
+	// defaultHeader ("Idempotency-Key").
 	Header string
 
 	// KeyOptional lets requests without the header pass through without
 	// idempotency. False (the default) answers them 400: a payment API
 	// should not silently lose the protection because a client forgot it.
 	KeyOptional bool
-
-	// MaxKeyLength is the longest key accepted, in bytes. Zero means
-	// DefaultMaxKeyLength (255); longer keys are answered 400.
-	MaxKeyLength int
 
 	// Scope returns the scope of a request: the namespace part of its
 	// stored key, as Config.Scope of package idempotency is for a message,
@@ -118,7 +83,7 @@ type Config struct {
 
 	// KeyPrefix starts every stored key; the middleware adds a colon after
 	// it, as the Watermill middleware does after its Config.KeyPrefix. It
-	// must not hold a colon itself. Empty means DefaultKeyPrefix
+	// must not hold a colon itself. Empty means defaultKeyPrefix
 	// ("httpidem").
 	KeyPrefix string
 
@@ -172,19 +137,19 @@ type Config struct {
 
 	// MaxRequestBody bounds the request body, which is read in full to
 	// fingerprint it before the handler runs. Larger bodies are answered
-	// 413 without claiming the key. Zero means DefaultMaxRequestBody
+	// 413 without claiming the key. Zero means defaultMaxRequestBody
 	// (10 MiB).
 	MaxRequestBody int64
 
 	// MaxResponseBody bounds the response body stored for replay. A larger
 	// response still goes to the first client in full, and the key is
 	// completed without it: repeats are answered 410 (ProblemResponseNotStored).
-	// Zero means DefaultMaxResponseBody (1 MiB).
+	// Zero means defaultMaxResponseBody (1 MiB).
 	MaxResponseBody int
 
 	// RetryAfter is the Retry-After sent when the key is in progress (409)
 	// or the store is unavailable (503), rounded up to whole seconds. Zero
-	// means DefaultRetryAfter (1 s).
+	// means adapter.DefaultRetryAfter (1 s).
 	RetryAfter time.Duration
 
 	// FailOpen runs the handler without idempotency when the store cannot be
@@ -193,7 +158,7 @@ type Config struct {
 	FailOpen bool
 
 	// ProblemTypeBase starts the "type" member of problem bodies; the
-	// ProblemType follows. Empty means DefaultProblemTypeBase.
+	// ProblemType follows. Empty means defaultProblemTypeBase.
 	ProblemTypeBase string
 
 	// Observer receives one outcome per request the middleware applies to
@@ -201,7 +166,7 @@ type Config struct {
 	// idemprom counts both) and the latency of every store call. Its label
 	// is the request's ServeMux pattern (http.Request.Pattern, such as
 	// "POST /payments") when the middleware wraps a handler registered on a
-	// ServeMux, else DefaultOutcomeLabel ("http"): never the scope or the
+	// ServeMux, else defaultOutcomeLabel ("http"): never the scope or the
 	// path, whose values are unbounded. Wrap each route's handler, not the
 	// whole mux, to count per route. Nil means none.
 	Observer idempotency.Observer
@@ -213,12 +178,12 @@ func (c *Config) setDefaults() {
 	} else {
 		c.Methods = slices.Clone(c.Methods)
 	}
-	c.Header = http.CanonicalHeaderKey(cmp.Or(c.Header, DefaultHeader))
-	c.MaxRequestBody = cmp.Or(c.MaxRequestBody, DefaultMaxRequestBody)
-	c.MaxResponseBody = cmp.Or(c.MaxResponseBody, DefaultMaxResponseBody)
-	c.ProblemTypeBase = cmp.Or(c.ProblemTypeBase, DefaultProblemTypeBase)
-	shared := c.common().WithDefaults(DefaultKeyPrefix)
-	c.KeyPrefix, c.MaxKeyLength, c.RetryAfter = shared.KeyPrefix, shared.MaxKeyLength, shared.RetryAfter
+	c.Header = http.CanonicalHeaderKey(cmp.Or(c.Header, defaultHeader))
+	c.MaxRequestBody = cmp.Or(c.MaxRequestBody, defaultMaxRequestBody)
+	c.MaxResponseBody = cmp.Or(c.MaxResponseBody, defaultMaxResponseBody)
+	c.ProblemTypeBase = cmp.Or(c.ProblemTypeBase, defaultProblemTypeBase)
+	shared := c.common().WithDefaults(defaultKeyPrefix)
+	c.KeyPrefix, c.RetryAfter = shared.KeyPrefix, shared.RetryAfter
 	c.LeaseTTL, c.StoreTimeout, c.CompletedTTL, c.FailedTTL = shared.LeaseTTL, shared.StoreTimeout, shared.CompletedTTL, shared.FailedTTL
 	c.CacheTTL, c.CacheMaxBytes = shared.CacheTTL, shared.CacheMaxBytes
 }
@@ -251,7 +216,7 @@ func (c Config) Validate() error {
 // grpcidem.
 func (c Config) common() adapter.Common {
 	return adapter.Common{Invalid: ErrInvalidConfig, NilStore: ErrNilStore, Unit: "request", Store: c.Store, Observer: c.Observer,
-		Scoped: c.Scope != nil, SingleTenant: c.SingleTenant, KeyPrefix: c.KeyPrefix, MaxKeyLength: c.MaxKeyLength, RetryAfter: c.RetryAfter,
+		Scoped: c.Scope != nil, SingleTenant: c.SingleTenant, KeyPrefix: c.KeyPrefix, RetryAfter: c.RetryAfter,
 		LeaseTTL: c.LeaseTTL, StoreTimeout: c.StoreTimeout, CompletedTTL: c.CompletedTTL, FailedTTL: c.FailedTTL,
 		CacheTTL: c.CacheTTL, CacheMaxBytes: c.CacheMaxBytes, DisableCache: c.DisableCache}
 }

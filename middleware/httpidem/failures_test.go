@@ -224,7 +224,7 @@ func TestHandlerSeesBody(t *testing.T) {
 	req, err := http.NewRequest(http.MethodPost, srv.URL+"/", io.MultiReader(strings.NewReader(payload)))
 	require.NoError(t, err)
 	req.ContentLength = -1 // unknown: sent chunked
-	req.Header.Set(httpidem.DefaultHeader, "k1")
+	req.Header.Set("Idempotency-Key", "k1")
 	resp, err := srv.Client().Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -296,7 +296,7 @@ func TestClientGoneHandlerReturnsNormally(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/pay", nil)
 				require.NoError(t, err)
-				req.Header.Set(httpidem.DefaultHeader, "k1")
+				req.Header.Set("Idempotency-Key", "k1")
 				gone := make(chan error, 1)
 				go func() {
 					resp, err := srv.Client().Do(req)
@@ -379,7 +379,7 @@ func TestConnectionCutMidBody(t *testing.T) {
 			defer cancel()
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/download", nil)
 			require.NoError(t, err)
-			req.Header.Set(httpidem.DefaultHeader, "k1")
+			req.Header.Set("Idempotency-Key", "k1")
 			resp, err := srv.Client().Do(req)
 			require.NoError(t, err)
 			require.Equal(t, 2, resp.ProtoMajor)
@@ -475,7 +475,7 @@ func TestHandlerWriteErrorsReachTheHandler(t *testing.T) {
 
 			req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", nil)
 			require.NoError(t, err)
-			req.Header.Set(httpidem.DefaultHeader, "k-over-length")
+			req.Header.Set("Idempotency-Key", "k-over-length")
 			if resp, err := srv.Client().Do(req); err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				_ = resp.Body.Close()

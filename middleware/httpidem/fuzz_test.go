@@ -101,7 +101,7 @@ func FuzzMiddleware(f *testing.F) {
 				ContentLength: int64(len(fr.body)),
 			}
 			if fr.key != "" {
-				req.Header.Set(DefaultHeader, fr.key)
+				req.Header.Set(defaultHeader, fr.key)
 			}
 			req = req.WithContext(t.Context())
 			before := runs
@@ -121,7 +121,7 @@ func FuzzMiddleware(f *testing.F) {
 			resp := rec.Result()
 			body, _ := io.ReadAll(resp.Body)
 			guarded := slices.Contains([]string{http.MethodPost, http.MethodPatch}, fr.method)
-			parsed, keyErr := parseKey(fr.key, DefaultMaxKeyLength)
+			parsed, keyErr := parseKey(fr.key, adapter.DefaultMaxKeyLength)
 			id := adapter.StoreKey("", fr.tenant, parsed)
 
 			if guarded && (fr.key == "" || keyErr != nil) && (resp.StatusCode != http.StatusBadRequest || ran) {
@@ -147,7 +147,7 @@ func FuzzMiddleware(f *testing.F) {
 				if match < 0 {
 					t.Fatalf("request %d: replayed %d %q matches no earlier response of this tenant and request", i, resp.StatusCode, body)
 				}
-				if pk, _ := parseKey(history[match].req.key, DefaultMaxKeyLength); pk != parsed {
+				if pk, _ := parseKey(history[match].req.key, adapter.DefaultMaxKeyLength); pk != parsed {
 					t.Fatalf("request %d: replayed the response of key %q to key %q", i, pk, parsed)
 				}
 			}

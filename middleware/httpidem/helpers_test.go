@@ -21,7 +21,7 @@ import (
 // storeKind builds a fresh store for one test, and a key prefix unique to it.
 type storeKind = adaptertest.StoreKind
 
-var storeKinds = adaptertest.StoreKinds(httpidem.DefaultKeyPrefix, "httpidemtest")
+var storeKinds = adaptertest.StoreKinds("httpidem", "httpidemtest")
 
 // eachStore runs f once per store kind.
 func eachStore(t *testing.T, f func(t *testing.T, kind storeKind)) {
@@ -90,7 +90,7 @@ func (p *payments) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/panic":
 		panic("handler panics")
 	case "/block":
-		p.started <- r.Header.Get(httpidem.DefaultHeader)
+		p.started <- r.Header.Get("Idempotency-Key")
 		select {
 		case <-p.release:
 		case <-r.Context().Done():

@@ -87,7 +87,7 @@ type request struct {
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	rq := request{label: r.Pattern, fields: watermill.LogFields{"method": r.Method, "path": r.URL.Path}, ctx: r.Context()}
 	if rq.label == "" {
-		rq.label = DefaultOutcomeLabel
+		rq.label = defaultOutcomeLabel
 	}
 	values := r.Header.Values(m.cfg.Header)
 	switch {
@@ -106,10 +106,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			fmt.Sprintf("The %s header must appear once; it appears %d times.", m.cfg.Header, len(values)), nil)
 		return
 	}
-	key, err := parseKey(values[0], m.cfg.MaxKeyLength)
+	key, err := parseKey(values[0], adapter.DefaultMaxKeyLength)
 	if err != nil {
 		m.done(rq, idempotency.OutcomeMissingKey, nil)
-		m.writeProblem(w, idempotency.OutcomeMissingKey, describeKeyError(m.cfg.Header, m.cfg.MaxKeyLength, err), nil)
+		m.writeProblem(w, idempotency.OutcomeMissingKey, describeKeyError(m.cfg.Header, adapter.DefaultMaxKeyLength, err), nil)
 		return
 	}
 

@@ -215,7 +215,7 @@ func newRequest(s step) *http.Request {
 	}
 	req := httptest.NewRequest(method, path, strings.NewReader(s.body))
 	for _, k := range s.keys {
-		req.Header.Add(httpidem.DefaultHeader, k)
+		req.Header.Add("Idempotency-Key", k)
 	}
 	if s.tenant != "" {
 		req.Header.Set("X-Tenant", s.tenant)
@@ -285,7 +285,6 @@ func TestNew(t *testing.T) {
 		"negative failed":    {Store: store, SingleTenant: true, FailedTTL: -1},
 		"negative retry":     {Store: store, SingleTenant: true, RetryAfter: -1},
 		"negative timeout":   {Store: store, SingleTenant: true, StoreTimeout: -1},
-		"negative key len":   {Store: store, SingleTenant: true, MaxKeyLength: -1},
 		"negative req body":  {Store: store, SingleTenant: true, MaxRequestBody: -1},
 		"negative resp body": {Store: store, SingleTenant: true, MaxResponseBody: -1},
 		"forever TTL":        {Store: store, SingleTenant: true, CompletedTTL: time.Duration(math.MaxInt64)},

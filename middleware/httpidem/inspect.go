@@ -10,7 +10,7 @@ import (
 // idemctl reads this middleware's keys and stored responses with the code
 // that writes them.
 func init() {
-	adapterinspect.Register(adapterinspect.Adapter{Name: "http", DefaultPrefix: DefaultKeyPrefix,
+	adapterinspect.Register(adapterinspect.Adapter{Name: "http", DefaultPrefix: defaultKeyPrefix,
 		ClientKey: func(sent string) (string, error) { return parseKey(sent, math.MaxInt) },
 		StoreKey:  adapter.StoreKey, Describe: describeResponse})
 }

@@ -51,7 +51,7 @@ func TestParseKey(t *testing.T) {
 		{in: `"k1", "k2"`, wantErr: errKeyQuote},
 	}
 	for _, tc := range cases {
-		got, err := parseKey(tc.in, DefaultMaxKeyLength)
+		got, err := parseKey(tc.in, adapter.DefaultMaxKeyLength)
 		if tc.wantErr != nil {
 			assert.ErrorIs(t, err, tc.wantErr, "%q", tc.in)
 			continue
@@ -76,7 +76,7 @@ func TestStoreKeyUnambiguous(t *testing.T) {
 	}
 	// The documented form: prefix, a colon, 32 hex digits of SHA-256(scope),
 	// a colon, the key.
-	assert.Equal(t, "httpidem:2bd806c97f0e00af1a1fc3328fa763a9:k1", adapter.StoreKey(DefaultKeyPrefix, "alice", "k1"))
+	assert.Equal(t, "httpidem:2bd806c97f0e00af1a1fc3328fa763a9:k1", adapter.StoreKey(defaultKeyPrefix, "alice", "k1"))
 	assert.Equal(t, "p:e3b0c44298fc1c149afbf4c8996fb924:k1", adapter.StoreKey("p", "", "k1"))
 }
 
@@ -84,11 +84,11 @@ func TestStoreKeyUnambiguous(t *testing.T) {
 // appears in a stored key.
 func TestStoreKeyHidesScope(t *testing.T) {
 	const secret = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
-	k := adapter.StoreKey(DefaultKeyPrefix, secret, "order-42")
+	k := adapter.StoreKey(defaultKeyPrefix, secret, "order-42")
 	assert.NotContains(t, k, secret)
 	assert.NotContains(t, k, secret[:8])
 	assert.True(t, strings.HasSuffix(k, ":order-42"), k)
-	assert.Len(t, k, len(DefaultKeyPrefix)+1+32+1+len("order-42"))
+	assert.Len(t, k, len(defaultKeyPrefix)+1+32+1+len("order-42"))
 }
 
 func TestFingerprint(t *testing.T) {

@@ -123,10 +123,10 @@ func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 			state idempotency.State
 		}
 		seenc := make(chan seen, 1)
-		h := newMiddleware(t, store, httpidem.DefaultKeyPrefix, func(c *httpidem.Config) { c.LeaseTTL = lease }).Handler(
+		h := newMiddleware(t, store, "httpidem", func(c *httpidem.Config) { c.LeaseTTL = lease }).Handler(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				<-r.Context().Done()
-				rec, err := inner.Get(context.Background(), httpidem.StoreKey(httpidem.DefaultKeyPrefix, "", "k1"))
+				rec, err := inner.Get(context.Background(), httpidem.StoreKey("httpidem", "", "k1"))
 				if err != nil {
 					panic(err)
 				}
@@ -145,7 +145,7 @@ func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 		}
 		<-done
 		assert.GreaterOrEqual(t, store.Calls(idempotency.OpRenew), int64(3))
-		rec, err := inner.Get(context.Background(), httpidem.StoreKey(httpidem.DefaultKeyPrefix, "", "k1"))
+		rec, err := inner.Get(context.Background(), httpidem.StoreKey("httpidem", "", "k1"))
 		require.NoError(t, err)
 		assert.Equal(t, idempotency.StateFailed, rec.State, "an answer given after the lease was lost is not the key's outcome")
 	})

@@ -62,7 +62,7 @@ func TestContextObserverGetsRequestDetails(t *testing.T) {
 		assert.Equal(t, w.outcome, d.Outcome, "%d", i)
 		assert.Equal(t, w.attempt, d.Attempt, "%s", w.outcome)
 		assert.Equal(t, w.replayed, d.Replayed, "%s", w.outcome)
-		assert.Equal(t, httpidem.DefaultOutcomeLabel, d.Handler)
+		assert.Equal(t, "http", d.Handler)
 		assert.Equal(t, d.Handler, d.Scope)
 	}
 	assert.True(t, strings.HasPrefix(details[0].Key, "p:"), details[0].Key)

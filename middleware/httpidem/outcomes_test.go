@@ -161,8 +161,8 @@ func TestOutcomesObserved(t *testing.T) {
 				idempotency.OutcomeLeaseLost:        1,
 				idempotency.OutcomeInProgress:       1,
 			},
-			"POST /open/{path}":          {idempotency.OutcomeFailOpen: 1},
-			httpidem.DefaultOutcomeLabel: {idempotency.OutcomeProcessed: 1},
+			"POST /open/{path}": {idempotency.OutcomeFailOpen: 1},
+			"http":              {idempotency.OutcomeProcessed: 1},
 		}, outcomes)
 		assert.Positive(t, ops[idempotency.OpClaim], "store latencies reach the observer")
 		assert.Positive(t, ops[idempotency.OpComplete])
@@ -209,7 +209,7 @@ func TestBodyReachesClientWhileCompleting(t *testing.T) {
 
 	req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("p"))
 	require.NoError(t, err)
-	req.Header.Set(httpidem.DefaultHeader, "k1")
+	req.Header.Set("Idempotency-Key", "k1")
 	type read struct {
 		status int
 		body   string
@@ -311,12 +311,12 @@ func TestCallerGone(t *testing.T) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/pay", nil)
 	require.NoError(t, err)
-	req.Header.Set(httpidem.DefaultHeader, "gave-up")
+	req.Header.Set("Idempotency-Key", "gave-up")
 	_, err = srv.Client().Do(req)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	<-served
 	outcomes, _ := obs.snapshot()
-	assert.Equal(t, map[idempotency.Outcome]int{idempotency.OutcomeCallerGone: 1}, outcomes[httpidem.DefaultOutcomeLabel])
+	assert.Equal(t, map[idempotency.Outcome]int{idempotency.OutcomeCallerGone: 1}, outcomes["http"])
 	assert.Empty(t, logger.Captured()[watermill.ErrorLogLevel], "no operator needs to hear of it")
 
 	// A client without a deadline waits out StoreTimeout.
@@ -325,7 +325,7 @@ func TestCallerGone(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, got.status)
 	outcomes, _ = obs.snapshot()
 	assert.Equal(t, map[idempotency.Outcome]int{idempotency.OutcomeCallerGone: 1, idempotency.OutcomeStoreUnavailable: 1},
-		outcomes[httpidem.DefaultOutcomeLabel])
+		outcomes["http"])
 	assert.Len(t, logger.Captured()[watermill.ErrorLogLevel], 1, "store_unavailable is logged at Error")
 	assert.Zero(t, api.runs.Load())
 }
@@ -349,12 +349,12 @@ func TestStoreTimeoutBeforeClientDeadline(t *testing.T) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/pay", nil)
 	require.NoError(t, err)
-	req.Header.Set(httpidem.DefaultHeader, "store-timeout")
+	req.Header.Set("Idempotency-Key", "store-timeout")
 	if resp, err := srv.Client().Do(req); err == nil {
 		_ = resp.Body.Close()
 	}
 	<-served
 	outcomes, _ := obs.snapshot()
-	assert.Equal(t, map[idempotency.Outcome]int{idempotency.OutcomeStoreUnavailable: 1}, outcomes[httpidem.DefaultOutcomeLabel])
+	assert.Equal(t, map[idempotency.Outcome]int{idempotency.OutcomeStoreUnavailable: 1}, outcomes["http"])
 	assert.Zero(t, api.runs.Load())
 }

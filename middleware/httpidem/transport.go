@@ -90,7 +90,7 @@ func (t *Transport) setup() (*transportConfig, error) {
 		t.err = l.Err()
 		t.cfg = transportConfig{
 			base:        cmp.Or[http.RoundTripper](t.Base, http.DefaultTransport),
-			header:      http.CanonicalHeaderKey(cmp.Or(t.Header, DefaultHeader)),
+			header:      http.CanonicalHeaderKey(cmp.Or(t.Header, defaultHeader)),
 			methods:     slices.Clone(t.Methods),
 			maxAttempts: cmp.Or(t.MaxAttempts, 5),
 			backoff:     cmp.Or(t.Backoff, 200*time.Millisecond),

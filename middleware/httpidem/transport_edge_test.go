@@ -43,7 +43,7 @@ func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
 	n := len(s.keys)
-	s.keys = append(s.keys, r.Header.Get(httpidem.DefaultHeader))
+	s.keys = append(s.keys, r.Header.Get("Idempotency-Key"))
 	s.bodies = append(s.bodies, string(body))
 	s.mu.Unlock()
 	rep := s.replies[min(n, len(s.replies)-1)]
@@ -227,15 +227,15 @@ func TestTransportMethodsAndKeys(t *testing.T) {
 			req, err := http.NewRequestWithContext(ctx, c.method, url, strings.NewReader("body"))
 			require.NoError(t, err)
 			if c.key != "" {
-				req.Header.Set(httpidem.DefaultHeader, c.key)
+				req.Header.Set("Idempotency-Key", c.key)
 			}
 			resp, _, err := do(t, tr, req)
 			require.NoError(t, err)
 			assert.Equal(t, 503, resp.StatusCode)
-			assert.Equal(t, c.key, req.Header.Get(httpidem.DefaultHeader), "the caller's request is left as it was")
+			assert.Equal(t, c.key, req.Header.Get("Idempotency-Key"), "the caller's request is left as it was")
 
 			keys, bodies := s.requests()
-			sent := resp.Request.Header.Get(httpidem.DefaultHeader)
+			sent := resp.Request.Header.Get("Idempotency-Key")
 			switch c.wantKey {
 			case "uuid":
 				assert.Len(t, sent, 36)

@@ -230,7 +230,7 @@ func TestTransportClientTimeout(t *testing.T) {
 		<-served
 		assert.Equal(t, http.StatusCreated, resp.StatusCode)
 		assert.Equal(t, "true", resp.Header.Get(httpidem.ReplayedHeader))
-		assert.Equal(t, "timeout-"+kind.Name, resp.Request.Header.Get(httpidem.DefaultHeader))
+		assert.Equal(t, "timeout-"+kind.Name, resp.Request.Header.Get("Idempotency-Key"))
 		assert.EqualValues(t, 1, h.runs.Load())
 	})
 }
@@ -338,7 +338,7 @@ func TestTransportHeaderAndMethods(t *testing.T) {
 				assert.Equal(t, 1, proxy.Resets())
 				header := c.header
 				if header == "" {
-					header = httpidem.DefaultHeader
+					header = "Idempotency-Key"
 				}
 				key := resp.Request.Header.Get(header)
 				assert.Len(t, key, 36)
@@ -445,7 +445,7 @@ func TestTransportRedirectHops(t *testing.T) {
 				mux := http.NewServeMux()
 				var hop1 atomic.Value
 				mux.HandleFunc("/old", func(w http.ResponseWriter, r *http.Request) {
-					hop1.Store(r.Header.Get(httpidem.DefaultHeader))
+					hop1.Store(r.Header.Get("Idempotency-Key"))
 					http.Redirect(w, r, "/pay", http.StatusPermanentRedirect)
 				})
 				mux.Handle("/pay", newMiddleware(t, store, prefix, nil).Handler(h))
@@ -471,7 +471,7 @@ func TestTransportRedirectHops(t *testing.T) {
 				assert.Contains(t, got.body, `"body":"{\"amount\":7}"`, "the body was rewound for the second hop")
 				assert.Equal(t, "true", got.header.Get(httpidem.ReplayedHeader))
 				assert.EqualValues(t, 1, h.runs.Load())
-				key := resp.Request.Header.Get(httpidem.DefaultHeader)
+				key := resp.Request.Header.Get("Idempotency-Key")
 				if withKey {
 					assert.Equal(t, "redirected-"+prefix, key)
 					assert.Equal(t, key, hop1.Load())

@@ -104,11 +104,11 @@ func newPost(t *testing.T, ctx context.Context, url, body string) *http.Request 
 // response's request carries, and returns it.
 func requireOneKey(t *testing.T, rec *attempts, resp *http.Response) string {
 	t.Helper()
-	key := resp.Request.Header.Get(httpidem.DefaultHeader)
+	key := resp.Request.Header.Get("Idempotency-Key")
 	require.NotEmpty(t, key, "the response's request carries the key")
 	for _, at := range rec.all() {
 		require.Equal(t, key, at.Key, "attempt %d", at.Number)
-		require.Equal(t, key, at.Request.Header.Get(httpidem.DefaultHeader), "attempt %d sent it", at.Number)
+		require.Equal(t, key, at.Request.Header.Get("Idempotency-Key"), "attempt %d sent it", at.Number)
 	}
 	return key
 }
@@ -154,7 +154,7 @@ func TestTransportRetriesWhileInProgress(t *testing.T) {
 		first := make(chan answer, 1)
 		go func() {
 			req := newPost(t, context.Background(), srv.URL+"/block", `{"amount":100}`)
-			req.Header.Set(httpidem.DefaultHeader, key)
+			req.Header.Set("Idempotency-Key", key)
 			a, _, err := call(t, http.DefaultTransport, req)
 			assert.NoError(t, err)
 			first <- a
@@ -203,11 +203,11 @@ func TestTransportFinalClientErrors(t *testing.T) {
 		t.Run("400 for an invalid key of the caller's", func(t *testing.T) {
 			tr, rec := newTransport(t, nil)
 			req := newPost(t, context.Background(), srv.URL+"/pay", `{}`)
-			req.Header.Set(httpidem.DefaultHeader, "k1, k2")
+			req.Header.Set("Idempotency-Key", "k1, k2")
 			got, resp, err := call(t, tr, req)
 			require.NoError(t, err)
 			assert.Equal(t, http.StatusBadRequest, got.status)
-			assert.Equal(t, "k1, k2", resp.Request.Header.Get(httpidem.DefaultHeader), "the caller's key is kept")
+			assert.Equal(t, "k1, k2", resp.Request.Header.Get("Idempotency-Key"), "the caller's key is kept")
 			assert.Equal(t, []httpidem.Verdict{httpidem.VerdictDone}, rec.verdicts())
 		})
 		t.Run("422 for the key reused", func(t *testing.T) {
@@ -388,11 +388,11 @@ func TestTransportBodyCutAfterHeaders(t *testing.T) {
 		require.Error(t, err, "the body was cut")
 		_ = resp.Body.Close()
 		assert.Equal(t, []httpidem.Verdict{httpidem.VerdictDone}, rec.verdicts())
-		key := resp.Request.Header.Get(httpidem.DefaultHeader)
+		key := resp.Request.Header.Get("Idempotency-Key")
 
 		got, again, err := call(t, tr, newPost(t, httpidem.WithKey(context.Background(), key), "http://"+proxy.Addr+"/big", `{"amount":1}`))
 		require.NoError(t, err)
-		assert.Equal(t, key, again.Request.Header.Get(httpidem.DefaultHeader))
+		assert.Equal(t, key, again.Request.Header.Get("Idempotency-Key"))
 		assert.Equal(t, http.StatusCreated, got.status)
 		assert.Equal(t, "true", got.header.Get(httpidem.ReplayedHeader))
 		assert.Len(t, got.body, 2048)

@@ -220,7 +220,7 @@ func TestHTTPServerSpan(t *testing.T) {
 	assert.Len(t, first[idemotel.AttrKeyHash].AsString(), 64)
 	assert.Equal(t, "handler_failed", broken[idemotel.AttrOutcome].AsString())
 	assert.Equal(t, int64(1), broken[idemotel.AttrAttempt].AsInt64())
-	assert.Equal(t, httpidem.DefaultOutcomeLabel, broken[idemotel.AttrScope].AsString())
+	assert.Equal(t, "http", broken[idemotel.AttrScope].AsString())
 	assert.NotEqual(t, first[idemotel.AttrKeyHash], broken[idemotel.AttrKeyHash])
 }
 
