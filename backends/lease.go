@@ -13,9 +13,9 @@ import (
 // message to another consumer.
 var ErrLeaseNotBelowRedelivery = errors.New("backends: the idempotency lease is not below the broker's redelivery timer")
 
-// CheckLease checks idem, the idempotency middleware's Config, against the
-// broker's redelivery timer: the lease (idem.LeaseTTL, zero meaning
-// idempotency.DefaultLeaseTTL) must be below NATS.AckWait on NATS
+// CheckLease checks once, the idempotency owner protocol, against the
+// broker's redelivery timer: the lease (OnceConfig.LeaseTTL, defaults
+// filled) must be below NATS.AckWait on NATS
 // JetStream and below Redis.MaxIdleTime on Redis Streams (each zero
 // meaning its default, 60 s). Otherwise a message whose consumer died
 // comes back while the dead run's lease still holds its key, and is
@@ -31,19 +31,16 @@ var ErrLeaseNotBelowRedelivery = errors.New("backends: the idempotency lease is 
 //
 // Call it at start-up, where both configs are known:
 //
-//	if err := cfg.CheckLease(idemCfg); err != nil {
+//	if err := cfg.CheckLease(once); err != nil {
 //		return err // or log it as a warning
 //	}
-func (c Config) CheckLease(idem idempotency.Config) error {
+func (c Config) CheckLease(once *idempotency.Once) error {
 	broker, err := brokerOf(c.URL)
 	if err != nil {
 		return err
 	}
 	c = c.withDefaults()
-	lease := idem.LeaseTTL
-	if lease == 0 {
-		lease = idempotency.DefaultLeaseTTL
-	}
+	lease := once.Config().LeaseTTL
 	var timer time.Duration
 	var name string
 	switch broker {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/backends"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
 // TestCheckLease: an 80 s lease over a 60 s AckWait or MaxIdleTime (the
@@ -33,7 +34,7 @@ func TestCheckLease(t *testing.T) {
 		{"gochannel has no timer", backends.Config{URL: "gochannel://"}, time.Hour, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.cfg.CheckLease(idempotency.Config{LeaseTTL: tc.lease})
+			err := tc.cfg.CheckLease(onceWithLease(t, tc.lease))
 			if tc.want == "" {
 				assert.NoError(t, err)
 				return
@@ -42,8 +43,16 @@ func TestCheckLease(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
-	err := backends.Config{URL: "nats://user:s3cret@localhost:4222"}.CheckLease(idempotency.Config{LeaseTTL: time.Hour})
+	err := backends.Config{URL: "nats://user:s3cret@localhost:4222"}.CheckLease(onceWithLease(t, time.Hour))
 	require.ErrorIs(t, err, backends.ErrLeaseNotBelowRedelivery)
 	assert.NotContains(t, err.Error(), "s3cret", "the URL is not in the error")
-	assert.ErrorIs(t, backends.Config{URL: "nope://x"}.CheckLease(idempotency.Config{}), backends.ErrUnknownBroker)
+	assert.ErrorIs(t, backends.Config{URL: "nope://x"}.CheckLease(onceWithLease(t, 0)), backends.ErrUnknownBroker)
+}
+
+// onceWithLease is an owner protocol with lease (0: the default).
+func onceWithLease(t *testing.T, lease time.Duration) *idempotency.Once {
+	t.Helper()
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), LeaseTTL: lease})
+	require.NoError(t, err)
+	return once
 }

@@ -115,9 +115,7 @@ func (k *childKit) idempotency(maxAttempts int, obs idempotency.Observer) (*idem
 	if err != nil {
 		return nil, err
 	}
-	cfg := idemConfig(store, os.Getenv(childPrefixVar), lease, obs)
-	cfg.MaxAttempts = maxAttempts
-	return idempotency.New(cfg, logger())
+	return newMiddleware(store, os.Getenv(childPrefixVar), lease, obs, maxAttempts)
 }
 
 // child is a consumer in a child process, seen from the test.

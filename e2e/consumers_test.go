@@ -57,27 +57,28 @@ func (e *env) backend(member string) *backends.Backend {
 	return b
 }
 
-// idemConfig is the middleware's configuration in every consumer, in this
-// process or in a child: the scenario's timers, scaled down from
-// production's.
-func idemConfig(store idempotency.Store, prefix string, leaseTTL time.Duration, obs idempotency.Observer) idempotency.Config {
-	return idempotency.Config{
+// newMiddleware is the middleware of every consumer, in this process or in
+// a child: the scenario's timers, scaled down from production's.
+func newMiddleware(store idempotency.Store, prefix string, leaseTTL time.Duration, obs idempotency.Observer, maxAttempts int) (*idempotency.Middleware, error) {
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{
 		Store:        store,
-		KeyPrefix:    prefix,
+		Logger:       logger(),
 		LeaseTTL:     leaseTTL,
-		NackDelay:    nackDelay,
 		StoreTimeout: time.Second,
 		CompletedTTL: time.Hour,
 		FailedTTL:    time.Hour,
 		Observer:     obs,
+		MaxAttempts:  maxAttempts,
+	})
+	if err != nil {
+		return nil, err
 	}
+	return idempotency.New(once, &idempotency.Config{KeyPrefix: prefix, NackDelay: nackDelay})
 }
 
 // newIdem is one consumer's middleware.
 func (e *env) newIdem() *idempotency.Middleware {
-	cfg := idemConfig(e.newStore(), e.prefix, e.lease, e.obs)
-	cfg.MaxAttempts = e.maxAttempts
-	idem, err := idempotency.New(cfg, logger())
+	idem, err := newMiddleware(e.newStore(), e.prefix, e.lease, e.obs, e.maxAttempts)
 	require.NoError(e.t, err)
 	return idem
 }

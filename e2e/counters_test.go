@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -60,15 +61,19 @@ func (c *tally[K]) all() map[K]int {
 // the store calls that succeeded and those that failed.
 type observer struct {
 	outcomes tally[idempotency.Outcome]
-	ops      tally[idempotency.Op]
-	failed   tally[idempotency.Op]
+	ops      tally[string]
+	failed   tally[string]
 }
 
 func newObserver() *observer { return &observer{} }
 
-func (o *observer) Outcome(_ string, outcome idempotency.Outcome) { o.outcomes.add(outcome) }
+func (o *observer) CacheLookup(string, bool) {}
 
-func (o *observer) StoreLatency(op idempotency.Op, _ time.Duration, err error) {
+func (o *observer) Outcome(_ context.Context, d idempotency.OutcomeDetails) {
+	o.outcomes.add(d.Outcome)
+}
+
+func (o *observer) StoreLatency(op string, _ time.Duration, err error) {
 	if err == nil {
 		o.ops.add(op)
 		return
@@ -79,10 +84,10 @@ func (o *observer) StoreLatency(op idempotency.Op, _ time.Duration, err error) {
 func (o *observer) get(outcome idempotency.Outcome) int { return o.outcomes.get(outcome) }
 
 // op is how many store calls of op succeeded.
-func (o *observer) op(op idempotency.Op) int { return o.ops.get(op) }
+func (o *observer) op(op string) int { return o.ops.get(op) }
 
 // failedOps is how many store calls failed, by operation.
-func (o *observer) failedOps() map[idempotency.Op]int { return o.failed.all() }
+func (o *observer) failedOps() map[string]int { return o.failed.all() }
 
 // tracker is the outermost middleware of every consumer: it counts
 // deliveries and watches each message until the router acks or nacks it.

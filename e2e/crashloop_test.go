@@ -142,7 +142,10 @@ type ledgerObserver struct {
 	hash   string
 }
 
-func (o ledgerObserver) Outcome(_ string, outcome idempotency.Outcome) {
+func (o ledgerObserver) CacheLookup(string, bool) {}
+
+func (o ledgerObserver) Outcome(_ context.Context, d idempotency.OutcomeDetails) {
+	outcome := d.Outcome
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := o.ledger.HIncrBy(ctx, o.hash, string(outcome), 1).Err(); err != nil {
@@ -150,7 +153,7 @@ func (o ledgerObserver) Outcome(_ string, outcome idempotency.Outcome) {
 	}
 }
 
-func (ledgerObserver) StoreLatency(idempotency.Op, time.Duration, error) {}
+func (ledgerObserver) StoreLatency(string, time.Duration, error) {}
 
 // crashLoop: a poison message kills its consumer every time its handler
 // runs (os.Exit inside the handler, before the key is completed or failed).

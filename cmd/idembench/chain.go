@@ -73,7 +73,7 @@ type chainCase struct {
 
 func buildChain(name string, rc *redis.Client, pg *pgBench, my *mysqlBench, prefix string) chainCase {
 	ours := func(s idempotency.Store, noCache bool, h message.HandlerFunc, closeFn func()) chainCase {
-		idem := newIdempotency(idempotency.Config{Store: s, KeyPrefix: prefix, CompletedTTL: time.Hour}, noCache)
+		idem := newIdempotency(idemConfig{Store: s, KeyPrefix: prefix, CompletedTTL: time.Hour}, noCache)
 		return chainCase{handler: idem.Middleware(h), idem: idem, close: closeFn}
 	}
 	switch name {

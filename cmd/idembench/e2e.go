@@ -84,13 +84,14 @@ func newE2ERun(o options, rc *redis.Client, broker, url string, c int, dedup str
 	switch dedup {
 	case "idem":
 		// The defaults: auto-pipelining and the local cache on.
-		idem := newIdempotency(idempotency.Config{Store: newRedisStore(rc, false), KeyPrefix: r.group,
+		idem := newIdempotency(idemConfig{Store: newRedisStore(rc, false), KeyPrefix: r.group,
 			// One scope for all c handlers: a duplicate may reach any of them.
 			Scope: func(*message.Message) string { return "bench" }}, false)
 		r.chain, r.idem = idem.Middleware, idem
 	case "floor":
-		// Keys as long as ours (prefix:scope:key), the same lease and TTL.
-		r.chain = newFloorDedup(rc, r.group+":bench:", idempotency.DefaultLeaseTTL, idempotency.DefaultCompletedTTL).Middleware
+		// Keys as long as ours (prefix:scope:key), the same lease and TTL
+		// (OnceConfig's defaults).
+		r.chain = newFloorDedup(rc, r.group+":bench:", 40*time.Second, 24*time.Hour).Middleware
 	}
 	r.cfg = backends.Config{URL: url, Group: r.group, Consumer: "idembench", NackResendSleep: 100 * time.Millisecond,
 		DialTimeout: 10 * time.Second}

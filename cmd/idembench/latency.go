@@ -10,8 +10,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 // latencyRule is how the latency section decides its target, in the words
@@ -70,7 +68,7 @@ func runLatency(o options, rc *redis.Client) Latency {
 	var seq atomic.Uint64
 	prefix := o.prefix + "-lat"
 	for i := range chains {
-		idem := newIdempotency(idempotency.Config{Store: newRedisStore(rc, i == 0), KeyPrefix: prefix + strconv.Itoa(i),
+		idem := newIdempotency(idemConfig{Store: newRedisStore(rc, i == 0), KeyPrefix: prefix + strconv.Itoa(i),
 			CompletedTTL: time.Hour}, false)
 		chains[i] = idem.Middleware(noop)
 		// One message first: the scripts are loaded, nothing below pays for it.

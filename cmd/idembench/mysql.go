@@ -15,7 +15,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
 )
 
@@ -352,7 +351,7 @@ type MySQLStats struct {
 // runMySQLStats is runPGStats on mysqlstore.
 func runMySQLStats(m *mysqlBench, n int) MySQLStats {
 	s := m.store()
-	idem := newIdempotency(idempotency.Config{Store: s, KeyPrefix: "idem",
+	idem := newIdempotency(idemConfig{Store: s, KeyPrefix: "idem",
 		Scope: func(*message.Message) string { return "orders" }}, true)
 	plain, booking := idem.Middleware(noop), idem.Middleware(m.bookingHandler(s))
 	for _, h := range []message.HandlerFunc{plain, booking} {

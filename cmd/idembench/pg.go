@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 )
 
@@ -198,7 +197,7 @@ type PGStats struct {
 func runPGStats(p *pgBench, n int) PGStats {
 	s := p.store()
 	// The local cache off: the duplicate's figure is the store's own cost.
-	idem := newIdempotency(idempotency.Config{Store: s, KeyPrefix: "idem",
+	idem := newIdempotency(idemConfig{Store: s, KeyPrefix: "idem",
 		Scope: func(*message.Message) string { return "orders" }}, true)
 	plain, booking := idem.Middleware(noop), idem.Middleware(p.bookingHandler(s))
 	// A message of each kind first: pgx prepares a statement the first time

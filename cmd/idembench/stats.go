@@ -121,8 +121,8 @@ type statsBench struct {
 	freshInner []float64
 }
 
-func (b *statsBench) config(s idempotency.Store) idempotency.Config {
-	return idempotency.Config{Store: s, KeyPrefix: b.prefix, Scope: func(*message.Message) string { return "orders" }}
+func (b *statsBench) config(s idempotency.Store) idemConfig {
+	return idemConfig{Store: s, KeyPrefix: b.prefix, Scope: func(*message.Message) string { return "orders" }}
 }
 
 func (b *statsBench) storedKey(k string) string { return b.prefix + ":orders:" + k }
@@ -249,7 +249,7 @@ func (b *statsBench) cost(pipelining bool, conc int) []Cost {
 // renewals runs 8 messages at once through a handler that takes d under a
 // lease of lease, and returns the client's commands per message.
 func (b *statsBench) renewals(lease, d time.Duration) Renewals {
-	idem := newIdempotency(idempotency.Config{Store: newRedisStore(b.c, false), KeyPrefix: b.prefix, LeaseTTL: lease}, false)
+	idem := newIdempotency(idemConfig{Store: newRedisStore(b.c, false), KeyPrefix: b.prefix, LeaseTTL: lease}, false)
 	chain := idem.Middleware(func(*message.Message) ([]*message.Message, error) { time.Sleep(d); return nil, nil })
 	// One message first, so that every script (renew included) is loaded on
 	// the server: a first call answers NOSCRIPT and is sent again with EVAL,

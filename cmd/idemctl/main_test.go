@@ -182,14 +182,16 @@ func keysOf(lines []map[string]any) []string {
 
 // newIdem returns the Watermill middleware on e's store and prefix, scope
 // "orders".
-func (e env) newIdem(t *testing.T, adjust func(*idempotency.Config)) *idempotency.Middleware {
+func (e env) newIdem(t *testing.T, adjust func(*idempotency.OnceConfig, *idempotency.Config)) *idempotency.Middleware {
 	t.Helper()
-	cfg := idempotency.Config{Store: e.store, KeyPrefix: e.prefix, Scope: func(*message.Message) string { return "orders" },
-		NackDelay: time.Millisecond, LeaseTTL: 2 * time.Second}
+	oc := idempotency.OnceConfig{Store: e.store, LeaseTTL: 2 * time.Second}
+	cfg := idempotency.Config{KeyPrefix: e.prefix, Scope: func(*message.Message) string { return "orders" }, NackDelay: time.Millisecond}
 	if adjust != nil {
-		adjust(&cfg)
+		adjust(&oc, &cfg)
 	}
-	idem, err := idempotency.New(cfg, watermill.NopLogger{})
+	once, err := idempotency.NewOnce(oc)
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &cfg)
 	require.NoError(t, err)
 	return idem
 }
@@ -227,7 +229,7 @@ func (e env) failTimes(t *testing.T, key string, n int) {
 // the store does not hold is exit 3.
 func TestGet(t *testing.T) {
 	eachStore(t, func(t *testing.T, e env) {
-		idem := e.newIdem(t, func(c *idempotency.Config) { c.CheckPayload = true })
+		idem := e.newIdem(t, func(_ *idempotency.OnceConfig, c *idempotency.Config) { c.CheckPayload = true })
 		h := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 			out := message.NewMessage("out-uuid-1", []byte("twelve bytes"))
 			out.Metadata.Set("topic", "shipments")
@@ -253,7 +255,7 @@ func TestGet(t *testing.T) {
 		assert.Equal(t, map[string]any{"topic": "shipments"}, m["metadata"])
 
 		// A value stored by Once.Do is no Watermill output: shown as opaque.
-		once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: e.store}, nil)
+		once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: e.store})
 		require.NoError(t, err)
 		_, err = once.Do(context.Background(), e.key("once"), func(context.Context) ([]byte, error) { return []byte("value"), nil })
 		require.NoError(t, err)
@@ -325,7 +327,7 @@ func TestList(t *testing.T) {
 func TestReleaseThenTheNextMessageRuns(t *testing.T) {
 	eachStore(t, func(t *testing.T, e env) {
 		runs := 0
-		idem := e.newIdem(t, func(c *idempotency.Config) { c.MaxAttempts = 2 })
+		idem := e.newIdem(t, func(c *idempotency.OnceConfig, _ *idempotency.Config) { c.MaxAttempts = 2 })
 		h := idem.Middleware(func(*message.Message) ([]*message.Message, error) { runs++; return nil, nil })
 
 		// A handler hung holding the key: every copy is nacked in progress.

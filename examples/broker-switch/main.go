@@ -58,13 +58,16 @@ func run(w io.Writer) error {
 	defer closeStore()
 
 	stats := &outcomes{}
-	idemCfg := idempotency.Config{Store: store, Observer: stats, NackDelay: 100 * time.Millisecond}
-	// The lease must stay below the broker's redelivery timer (NATS
-	// AckWait, Redis Streams MaxIdleTime), both set from the environment.
-	if err := cfg.CheckLease(idemCfg); err != nil {
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Observer: stats, Logger: logger})
+	if err != nil {
 		return err
 	}
-	idem, err := idempotency.New(idemCfg, logger)
+	// The lease must stay below the broker's redelivery timer (NATS
+	// AckWait, Redis Streams MaxIdleTime), both set from the environment.
+	if err := cfg.CheckLease(once); err != nil {
+		return err
+	}
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: 100 * time.Millisecond})
 	if err != nil {
 		return err
 	}
@@ -116,13 +119,13 @@ func run(w io.Writer) error {
 
 	mu.Lock()
 	defer mu.Unlock()
-	once := len(effects) == orders
+	exactlyOnce := len(effects) == orders
 	for _, n := range effects {
-		once = once && n == 1
+		exactlyOnce = exactlyOnce && n == 1
 	}
 	fmt.Fprintf(w, "broker=%s deliveries=%d processed=%d duplicates=%d effects=%d exactly-once=%t\n",
-		broker, deliveries(), stats.Count(idempotency.OutcomeProcessed), stats.Count(idempotency.OutcomeDuplicate), len(effects), once)
-	if !once {
+		broker, deliveries(), stats.Count(idempotency.OutcomeProcessed), stats.Count(idempotency.OutcomeDuplicate), len(effects), exactlyOnce)
+	if !exactlyOnce {
 		return errors.New("an order was charged more or less than once")
 	}
 	return nil

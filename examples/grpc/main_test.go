@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -152,7 +151,9 @@ func memstoreFor(t *testing.T) idempotency.Store {
 // the test ends, and returns its address.
 func startServer(t *testing.T, store idempotency.Store) string {
 	t.Helper()
-	srv, err := newServer(store, watermill.NopLogger{})
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+	require.NoError(t, err)
+	srv, err := newServer(once)
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -12,13 +12,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/examples/internal/readmetest"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
@@ -37,8 +37,9 @@ func TestREADMESession(t *testing.T) {
 	sessions := readSessions(t, "README.md")
 	require.Len(t, sessions, 5, "the README shows five curl commands")
 
-	store := memstore.New(memstore.Config{})
-	api, err := newAPI(store, gochannel.NewGoChannel(gochannel.Config{}, nil), watermill.NopLogger{})
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{})})
+	require.NoError(t, err)
+	api, err := newAPI(once, gochannel.NewGoChannel(gochannel.Config{}, nil))
 	require.NoError(t, err)
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
@@ -67,7 +68,9 @@ func TestRedisStore(t *testing.T) {
 	store, closeStore, err := openStore("redis://" + testserver.RedisAddr(t) + "/0")
 	require.NoError(t, err)
 	t.Cleanup(closeStore)
-	api, err := newAPI(store, gochannel.NewGoChannel(gochannel.Config{}, nil), nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+	require.NoError(t, err)
+	api, err := newAPI(once, gochannel.NewGoChannel(gochannel.Config{}, nil))
 	require.NoError(t, err)
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)

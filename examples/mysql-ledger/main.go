@@ -224,12 +224,11 @@ func book(db *sql.DB, store *mysqlstore.Store, ledger string) message.NoPublishH
 
 func consume(ctx context.Context, w io.Writer, s settings, db *sql.DB, store *mysqlstore.Store, b *backends.Backend, logger watermill.LoggerAdapter) error {
 	stats := &outcomes{}
-	idem, err := idempotency.New(idempotency.Config{
-		Store:     store,
-		LeaseTTL:  s.lease,
-		NackDelay: 100 * time.Millisecond,
-		Observer:  stats,
-	}, logger)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: s.lease, Observer: stats, Logger: logger})
+	if err != nil {
+		return err
+	}
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: 100 * time.Millisecond})
 	if err != nil {
 		return err
 	}

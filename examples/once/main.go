@@ -36,7 +36,7 @@ func run(out io.Writer, redisAddr string) error {
 	if err != nil {
 		return err
 	}
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store}, watermill.NopLogger{})
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func run(out io.Writer, redisAddr string) error {
 					time.Sleep(time.Millisecond)
 				case err != nil:
 					todo = append(todo, c) // it failed: try again
-				case res.Replayed:
+				case res.Outcome == idempotency.OutcomeDuplicate:
 					mu.Lock()
 					replayed++
 					mu.Unlock()

@@ -4,6 +4,7 @@ package main
 // directory builds alone when copied.
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -58,7 +59,10 @@ type outcomes struct {
 }
 
 // Outcome counts o.
-func (c *outcomes) Outcome(_ string, o idempotency.Outcome) {
+func (c *outcomes) CacheLookup(string, bool) {}
+
+func (c *outcomes) Outcome(_ context.Context, d idempotency.OutcomeDetails) {
+	o := d.Outcome
 	c.mu.Lock()
 	if c.counts == nil {
 		c.counts = map[idempotency.Outcome]int{}
@@ -68,7 +72,7 @@ func (c *outcomes) Outcome(_ string, o idempotency.Outcome) {
 }
 
 // StoreLatency ignores latencies.
-func (c *outcomes) StoreLatency(idempotency.Op, time.Duration, error) {}
+func (c *outcomes) StoreLatency(string, time.Duration, error) {}
 
 // Count returns how many of outcomes there were, summed.
 func (c *outcomes) Count(outcomes ...idempotency.Outcome) int {

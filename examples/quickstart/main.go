@@ -38,11 +38,13 @@ func run(w io.Writer) error {
 
 	store := memstore.New(memstore.Config{})
 	stats := &outcomes{} // counts what the middleware did with each delivery
-	idem, err := idempotency.New(idempotency.Config{
-		Store:     store,
-		Observer:  stats,
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Observer: stats, Logger: logger})
+	if err != nil {
+		return err
+	}
+	idem, err := idempotency.New(once, &idempotency.Config{
 		NackDelay: 10 * time.Millisecond, // gochannel redelivers a nack at once
-	}, logger)
+	})
 	if err != nil {
 		return err
 	}
@@ -112,16 +114,16 @@ func run(w io.Writer) error {
 
 	mu.Lock()
 	defer mu.Unlock()
-	once := 0
+	exactlyOnce := 0
 	for i := range orders {
 		if charged[fmt.Sprintf("order-%03d", i)] == 1 {
-			once++
+			exactlyOnce++
 		}
 	}
-	if once != orders || len(charged) != orders {
-		return fmt.Errorf("FAILED: %d of %d orders charged exactly once (%d charged at all)", once, orders, len(charged))
+	if exactlyOnce != orders || len(charged) != orders {
+		return fmt.Errorf("FAILED: %d of %d orders charged exactly once (%d charged at all)", exactlyOnce, orders, len(charged))
 	}
-	fmt.Fprintf(w, "OK: %d of %d unique orders charged exactly once\n", once, orders)
+	fmt.Fprintf(w, "OK: %d of %d unique orders charged exactly once\n", exactlyOnce, orders)
 	return nil
 }
 

@@ -20,7 +20,8 @@ func main() {
 	if err != nil {
 		panic(err)
 	}
-	idem := must(idempotency.New(idempotency.Config{Store: store, MaxAttempts: 5}, logger))
+	once := must(idempotency.NewOnce(idempotency.OnceConfig{Store: store, Logger: logger, MaxAttempts: 5}))
+	idem := must(idempotency.New(once, nil))
 
 	broker := must(backends.New(must(backends.FromEnv()), logger)) // BROKER_URL, BROKER_GROUP
 	poison := must(middleware.PoisonQueueWithFilter(broker.Publisher, "orders_poison", idempotency.IsPermanent))

@@ -252,7 +252,7 @@ func TestWithKeyUnderCustomMetadata(t *testing.T) {
 				store, prefix := kind.New(t)
 				l := newLedger()
 				seen := &namesSeen{names: []string{custom, "idempotency-key"}}
-				addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *grpcidem.Config) { c.Metadata = tc.server }).UnaryServerInterceptor)
+				addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *config) { c.Metadata = tc.server }).UnaryServerInterceptor)
 				client := &grpcidem.Client{Metadata: custom, Methods: []string{methodCharge}}
 				c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 
@@ -316,7 +316,7 @@ func TestWithKeyConflictsWithOutgoingMetadata(t *testing.T) {
 
 // TestWithKeyWithoutClientInterceptor: on a connection without a Client's
 // interceptor, a key set with WithKey still reaches the server, under
-// DefaultMetadata: an application's own retry of one logical call is
+// defaultMetadata: an application's own retry of one logical call is
 // answered with the replay, whether the server requires a key or lets
 // calls without one pass (KeyOptional, where a key that is not sent leaves
 // the retry to run the handler again). Two WithKey calls: the last wins.
@@ -326,7 +326,7 @@ func TestWithKeyWithoutClientInterceptor(t *testing.T) {
 			l := newLedger()
 			seen := &namesSeen{names: []string{"idempotency-key"}}
 			store, prefix := storeKinds[0].New(t)
-			addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *grpcidem.Config) { c.KeyOptional = optional }).UnaryServerInterceptor)
+			addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *config) { c.KeyOptional = optional }).UnaryServerInterceptor)
 			c := dial(t, addr) // no Client interceptor
 
 			ctx := grpcidem.WithKey(grpcidem.WithKey(metadata.AppendToOutgoingContext(t.Context(), "tenant", "t"), "first-key"), "app-key")

@@ -1,6 +1,7 @@
 package grpcidem_test
 
 import (
+	"context"
 	"io"
 	"math"
 	"sync"
@@ -135,56 +136,62 @@ func TestKeyReused(t *testing.T) {
 	})
 }
 
-// TestConfig: New refuses what cannot work, with ErrInvalidConfig.
+// TestConfig: New refuses what cannot work, with ErrInvalidConfig; the
+// Once refuses its own settings.
 func TestConfig(t *testing.T) {
 	store := &struct{ idempotency.Store }{}
-	ok := grpcidem.Config{Store: store, Scope: tenantScope, Methods: []string{methodCharge}}
-	_, err := grpcidem.New(ok, nil)
+	ok := config{OnceConfig: idempotency.OnceConfig{Store: store}, Config: grpcidem.Config{Scope: tenantScope, Methods: []string{methodCharge}}}
+	_, err := build(ok)
 	require.NoError(t, err)
 
-	_, err = grpcidem.New(grpcidem.Config{Scope: tenantScope, Methods: []string{methodCharge}}, nil)
-	assert.ErrorIs(t, err, grpcidem.ErrNilStore)
-	for name, adjust := range map[string]func(*grpcidem.Config){
-		"no scope":          func(c *grpcidem.Config) { c.Scope = nil },
-		"scope and single":  func(c *grpcidem.Config) { c.SingleTenant = true },
-		"no methods":        func(c *grpcidem.Config) { c.Methods = nil },
-		"short method":      func(c *grpcidem.Config) { c.Methods = []string{"Charge"} },
-		"method no slash":   func(c *grpcidem.Config) { c.Methods = []string{"grpcidem.test.v1.Ledger/Charge"} },
-		"metadata grpc-":    func(c *grpcidem.Config) { c.Metadata = []string{"grpc-key"} },
-		"metadata -bin":     func(c *grpcidem.Config) { c.Metadata = []string{"key-bin"} },
-		"metadata upper":    func(c *grpcidem.Config) { c.Metadata = []string{"Idempotency-Key"} },
-		"field name":        func(c *grpcidem.Config) { c.RequestField = "request id" },
-		"negative lease":    func(c *grpcidem.Config) { c.LeaseTTL = -1 },
-		"tiny lease":        func(c *grpcidem.Config) { c.LeaseTTL = 1 },
-		"negative max size": func(c *grpcidem.Config) { c.MaxResponseSize = -1 },
-		"negative retry":    func(c *grpcidem.Config) { c.RetryAfter = -1 },
-		"forever completed": func(c *grpcidem.Config) { c.CompletedTTL = time.Duration(math.MaxInt64) },
-		"forever failed":    func(c *grpcidem.Config) { c.FailedTTL = idempotency.MaxTTL + 1 },
-		"forever lease":     func(c *grpcidem.Config) { c.LeaseTTL = time.Duration(math.MaxInt64) },
-		"prefix separator":  func(c *grpcidem.Config) { c.KeyPrefix = "shop:billing" },
+	_, err = build(config{Config: grpcidem.Config{Scope: tenantScope, Methods: []string{methodCharge}}})
+	assert.ErrorIs(t, err, idempotency.ErrInvalidConfig, "the Once needs a Store")
+	for name, adjust := range map[string]func(*config){
+		"no scope":         func(c *config) { c.Scope = nil },
+		"scope and single": func(c *config) { c.SingleTenant = true },
+		"no methods":       func(c *config) { c.Methods = nil },
+		"short method":     func(c *config) { c.Methods = []string{"Charge"} },
+		"method no slash":  func(c *config) { c.Methods = []string{"grpcidem.test.v1.Ledger/Charge"} },
+		"metadata grpc-":   func(c *config) { c.Metadata = []string{"grpc-key"} },
+		"metadata -bin":    func(c *config) { c.Metadata = []string{"key-bin"} },
+		"metadata upper":   func(c *config) { c.Metadata = []string{"Idempotency-Key"} },
+		"field name":       func(c *config) { c.RequestField = "request id" },
+		"negative retry":   func(c *config) { c.RetryAfter = -1 },
+		"prefix separator": func(c *config) { c.KeyPrefix = "shop:billing" },
 	} {
 		cfg := ok
 		adjust(&cfg)
-		_, err := grpcidem.New(cfg, nil)
+		_, err := build(cfg)
 		assert.ErrorIs(t, err, grpcidem.ErrInvalidConfig, name)
 	}
+	for name, adjust := range map[string]func(*config){
+		"negative lease":    func(c *config) { c.LeaseTTL = -1 },
+		"tiny lease":        func(c *config) { c.LeaseTTL = 1 },
+		"negative max size": func(c *config) { c.MaxOutputSize = -1 },
+		"forever completed": func(c *config) { c.CompletedTTL = time.Duration(math.MaxInt64) },
+		"forever failed":    func(c *config) { c.FailedTTL = idempotency.MaxTTL + 1 },
+		"forever lease":     func(c *config) { c.LeaseTTL = time.Duration(math.MaxInt64) },
+	} {
+		cfg := ok
+		adjust(&cfg)
+		_, err := build(cfg)
+		assert.ErrorIs(t, err, idempotency.ErrInvalidConfig, name)
+	}
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+	require.NoError(t, err)
 	// Every problem at once, in the documented order, each an
 	// ErrInvalidConfig.
-	err = grpcidem.Config{LeaseTTL: -1, Metadata: []string{"grpc-key", "Key"}, RequestField: "request id", MaxResponseSize: -1}.Validate()
-	adaptertest.RequireProblems(t, err, `grpcidem: nil store
-grpcidem: invalid config: Scope is required (the tenant of a call); set SingleTenant instead only when one client calls this service
-grpcidem: invalid config: LeaseTTL is -1ns, must not be negative
+	_, err = grpcidem.New(once, &grpcidem.Config{Metadata: []string{"grpc-key", "Key"}, RequestField: "request id"})
+	adaptertest.RequireProblems(t, err, `grpcidem: invalid config: Scope is required (the tenant of a call); set SingleTenant instead only when one client calls this service
 grpcidem: invalid config: Methods is required: the full names of the unary methods to make idempotent
 grpcidem: invalid config: metadata key "grpc-key" cannot carry a key (empty, reserved grpc- or binary -bin)
 grpcidem: invalid config: metadata key "Key" must be lower-case letters, digits, '-', '_' or '.'
-grpcidem: invalid config: RequestField "request id" is not a protobuf field name
-grpcidem: invalid config: MaxResponseSize is -1, must not be negative`, grpcidem.ErrInvalidConfig, grpcidem.ErrNilStore)
-	_, err = grpcidem.New(grpcidem.Config{}, nil)
-	adaptertest.RequireProblems(t, err, `grpcidem: nil store
-grpcidem: invalid config: Scope is required (the tenant of a call); set SingleTenant instead only when one client calls this service
-grpcidem: invalid config: Methods is required: the full names of the unary methods to make idempotent`, grpcidem.ErrInvalidConfig, grpcidem.ErrNilStore)
-	// Zero fields other than the required ones stand for their defaults.
-	assert.NoError(t, ok.Validate())
+grpcidem: invalid config: RequestField "request id" is not a protobuf field name`, grpcidem.ErrInvalidConfig, nil)
+	_, err = grpcidem.New(once, nil)
+	adaptertest.RequireProblems(t, err, `grpcidem: invalid config: Scope is required (the tenant of a call); set SingleTenant instead only when one client calls this service
+grpcidem: invalid config: Methods is required: the full names of the unary methods to make idempotent`, grpcidem.ErrInvalidConfig, nil)
+	_, err = grpcidem.New(nil, &ok.Config)
+	assert.ErrorIs(t, err, grpcidem.ErrInvalidConfig, "a nil Once")
 	err = clientErr(&grpcidem.Client{Metadata: "Bad", Methods: []string{"Charge", methodCharge, "x"}})
 	adaptertest.RequireProblems(t, err, `grpcidem: invalid config: metadata key "Bad" must be lower-case letters, digits, '-', '_' or '.'
 grpcidem: invalid config: method "Charge" is not a full method name such as /payments.v1.Payments/CreatePayment
@@ -192,7 +199,7 @@ grpcidem: invalid config: method "x" is not a full method name such as /payments
 
 	single := ok
 	single.Scope, single.SingleTenant = nil, true
-	_, err = grpcidem.New(single, nil)
+	_, err = build(single)
 	assert.NoError(t, err)
 
 	err = clientErr(&grpcidem.Client{Metadata: "Bad Name"})
@@ -209,19 +216,21 @@ type recordingObserver struct {
 	outcomes []string
 }
 
-func (o *recordingObserver) Outcome(label string, outcome idempotency.Outcome) {
+func (o *recordingObserver) Outcome(_ context.Context, d idempotency.OutcomeDetails) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.outcomes = append(o.outcomes, label+" "+string(outcome))
+	o.outcomes = append(o.outcomes, d.Handler+" "+string(d.Outcome))
 }
 
-func (o *recordingObserver) StoreLatency(idempotency.Op, time.Duration, error) {}
+func (o *recordingObserver) StoreLatency(string, time.Duration, error) {}
+
+func (o *recordingObserver) CacheLookup(string, bool) {}
 
 // TestObserver: one outcome per call the interceptor applies to, labelled
 // with the full method name, never the scope; none for other methods.
 func TestObserver(t *testing.T) {
 	obs := &recordingObserver{}
-	_, c := setup(t, storeKinds[0], func(cfg *grpcidem.Config) { cfg.Observer = obs })
+	_, c := setup(t, storeKinds[0], func(cfg *config) { cfg.Observer = obs })
 	req := &testpb.ChargeRequest{Amount: 1}
 	charge(t, c, "alice", "k1", req)
 	charge(t, c, "alice", "k1", req)
@@ -244,11 +253,11 @@ func TestObserver(t *testing.T) {
 // a service the registry does not know is taken as written.
 func TestConfigRefusesStreamingMethods(t *testing.T) {
 	const methodWatch = "/grpcidem.test.v1.Ledger/Watch"
-	ok := grpcidem.Config{Store: &struct{ idempotency.Store }{}, Scope: tenantScope}
+	ok := config{OnceConfig: idempotency.OnceConfig{Store: &struct{ idempotency.Store }{}}, Config: grpcidem.Config{Scope: tenantScope}}
 
 	cfg := ok
 	cfg.Methods = []string{methodCharge, methodWatch, "/grpcidem.test.v1.Ledger/Chrage", "/unknown.v1.Service/Call"}
-	_, err := grpcidem.New(cfg, nil)
+	_, err := build(cfg)
 	adaptertest.RequireProblems(t, err, `grpcidem: invalid config: method "/grpcidem.test.v1.Ledger/Watch" streams: only unary methods can be made idempotent, and its calls would pass through unprotected
 grpcidem: invalid config: method "/grpcidem.test.v1.Ledger/Chrage" is not a method of its service, as its registered descriptor has it`, grpcidem.ErrInvalidConfig, nil)
 
@@ -256,6 +265,6 @@ grpcidem: invalid config: method "/grpcidem.test.v1.Ledger/Chrage" is not a meth
 	assert.ErrorIs(t, err, grpcidem.ErrInvalidConfig, "the client's Methods are unary methods too")
 
 	cfg.Methods = []string{methodCharge, "/unknown.v1.Service/Call"}
-	_, err = grpcidem.New(cfg, nil)
+	_, err = build(cfg)
 	assert.NoError(t, err, "a service the registry does not know is taken as written")
 }

@@ -151,15 +151,31 @@ func tenantScope(ctx context.Context) string {
 	return ""
 }
 
+// config is what a test sets: the Once's settings and the interceptor's.
+type config struct {
+	idempotency.OnceConfig
+	grpcidem.Config
+}
+
+// build returns the interceptor of cfg, on a Once of its own.
+func build(cfg config) (*grpcidem.Middleware, error) {
+	once, err := idempotency.NewOnce(cfg.OnceConfig)
+	if err != nil {
+		return nil, err
+	}
+	return grpcidem.New(once, &cfg.Config)
+}
+
 // newInterceptor builds an interceptor for Charge and Refund on store, with
 // the test's prefix and tenant scope; adjust may change the config first.
-func newInterceptor(t testing.TB, store idempotency.Store, prefix string, adjust func(*grpcidem.Config)) *grpcidem.Middleware {
+func newInterceptor(t testing.TB, store idempotency.Store, prefix string, adjust func(*config)) *grpcidem.Middleware {
 	t.Helper()
-	cfg := grpcidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope, Methods: []string{methodCharge, methodRefund}}
+	cfg := config{OnceConfig: idempotency.OnceConfig{Store: store},
+		Config: grpcidem.Config{KeyPrefix: prefix, Scope: tenantScope, Methods: []string{methodCharge, methodRefund}}}
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	i, err := grpcidem.New(cfg, nil)
+	i, err := build(cfg)
 	require.NoError(t, err)
 	return i
 }
@@ -187,7 +203,7 @@ func dial(t testing.TB, addr string, opts ...grpc.DialOption) testpb.LedgerClien
 }
 
 // setup is a server with the interceptor on a store of kind, and a client.
-func setup(t *testing.T, kind storeKind, adjust func(*grpcidem.Config)) (*ledger, testpb.LedgerClient) {
+func setup(t *testing.T, kind storeKind, adjust func(*config)) (*ledger, testpb.LedgerClient) {
 	t.Helper()
 	store, prefix := kind.New(t)
 	l := newLedger()

@@ -1,8 +1,6 @@
 package grpcidem
 
 import (
-	"math"
-
 	"google.golang.org/grpc/codes"
 
 	"github.com/idempotency/watermill-idempotency/internal/adapterinspect"
@@ -13,8 +11,8 @@ import (
 // that writes them.
 func init() {
 	adapterinspect.Register(adapterinspect.Adapter{Name: "grpc", DefaultPrefix: defaultKeyPrefix,
-		ClientKey: func(sent string) (string, error) { return sent, adapter.CheckKey(sent, math.MaxInt) },
-		StoreKey:  adapter.StoreKey, Describe: describeAnswer})
+		ClientKey: func(sent string) (string, error) { return sent, adapter.CheckKey(sent) },
+		StoreKey:  storeKey, Describe: describeAnswer})
 }
 
 func describeAnswer(result []byte) (adapterinspect.Answer, error) {
@@ -33,3 +31,6 @@ func describeAnswer(result []byte) (adapterinspect.Answer, error) {
 		return adapterinspect.Answer{Format: "grpc_not_stored", Code: a.Code.String(), Bytes: &n}, nil
 	}
 }
+
+// storeKey is the stored key of (scope, key) under prefix.
+func storeKey(prefix, scope, key string) string { return adapter.StoreKey(prefix, scope, key, true) }

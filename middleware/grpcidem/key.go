@@ -25,10 +25,10 @@ var (
 //
 // A metadata key may appear once, with one value; several configured names
 // must agree, and so must the metadata and the request field when both
-// carry a key. The key must be 1 to maxLen bytes of printable ASCII (0x20
-// to 0x7E), as in package httpidem. An empty field is absent (proto3 has no
+// carry a key. The key must be printable ASCII (0x20 to 0x7E), not empty,
+// as in package httpidem; a long one is hashed (adapter.StoreKey). An empty field is absent (proto3 has no
 // other way to leave it out); an empty metadata value is an invalid key.
-func extractKey(md metadata.MD, names []string, req proto.Message, field string, maxLen int) (key string, source string, err error) {
+func extractKey(md metadata.MD, names []string, req proto.Message, field string) (key string, source string, err error) {
 	from := ""
 	for _, name := range names {
 		values := md.Get(name)
@@ -38,7 +38,7 @@ func extractKey(md metadata.MD, names []string, req proto.Message, field string,
 		case len(values) > 1:
 			return "", "metadata " + name, errKeyRepeated
 		}
-		if err := adapter.CheckKey(values[0], maxLen); err != nil {
+		if err := adapter.CheckKey(values[0]); err != nil {
 			return "", "metadata " + name, err
 		}
 		if from != "" && values[0] != key {
@@ -47,7 +47,7 @@ func extractKey(md metadata.MD, names []string, req proto.Message, field string,
 		key, from = values[0], "metadata "+name
 	}
 	if v, ok := fieldKey(req, field); ok && v != "" {
-		if err := adapter.CheckKey(v, maxLen); err != nil {
+		if err := adapter.CheckKey(v); err != nil {
 			return "", "request field " + field, err
 		}
 		if from != "" && v != key {

@@ -108,7 +108,7 @@ func containsCode(cs []codes.Code, c codes.Code) bool {
 // once the first call is done, the retry gets its replay.
 func TestInProgress(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
-		l, c := setup(t, kind, func(cfg *grpcidem.Config) { cfg.RetryAfter = 1500 * time.Millisecond })
+		l, c := setup(t, kind, func(cfg *config) { cfg.RetryAfter = 1500 * time.Millisecond })
 		req := &testpb.ChargeRequest{Amount: 1, Block: true}
 		done := make(chan answer, 1)
 		go func() { done <- charge(t, c, "t", "busy", req) }()
@@ -156,7 +156,7 @@ func TestStoreUnavailable(t *testing.T) {
 				t.Parallel()
 				l := newLedger()
 				logger := watermill.NewCaptureLogger()
-				i, err := grpcidem.New(grpcidem.Config{Store: ds.New(t), SingleTenant: true, FailOpen: true, Methods: []string{methodCharge}}, logger)
+				i, err := build(config{OnceConfig: idempotency.OnceConfig{Store: ds.New(t), FailOpen: true, Logger: logger}, Config: grpcidem.Config{SingleTenant: true, Methods: []string{methodCharge}}})
 				require.NoError(t, err)
 				c := dial(t, serve(t, l, i.UnaryServerInterceptor))
 				for n := range 2 {
@@ -190,7 +190,7 @@ func TestCorruptRecord(t *testing.T) {
 
 		l := newLedger()
 		logger := watermill.NewCaptureLogger()
-		i, err := grpcidem.New(grpcidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope, Methods: []string{methodCharge}}, logger)
+		i, err := build(config{OnceConfig: idempotency.OnceConfig{Store: store, Logger: logger}, Config: grpcidem.Config{KeyPrefix: prefix, Scope: tenantScope, Methods: []string{methodCharge}}})
 		require.NoError(t, err)
 		c := dial(t, serve(t, l, i.UnaryServerInterceptor))
 		a := charge(t, c, "t", "k1", &testpb.ChargeRequest{Amount: 1})
@@ -201,7 +201,7 @@ func TestCorruptRecord(t *testing.T) {
 		errs := logger.Captured()[watermill.ErrorLogLevel]
 		require.Len(t, errs, 1)
 		assert.ErrorIs(t, errs[0].Err, idempotency.ErrCorruptRecord)
-		assert.Equal(t, skey, errs[0].Fields["stored_key"])
+		assert.Equal(t, skey, errs[0].Fields["idempotency_key"], "logged with the stored key")
 	})
 	t.Run("unreadable stored answer", func(t *testing.T) {
 		t.Parallel()
@@ -242,8 +242,7 @@ func TestCallerGone(t *testing.T) {
 		return handler(ctx, req)
 	}
 	client := func(storeTimeout time.Duration) testpb.LedgerClient {
-		i, err := grpcidem.New(grpcidem.Config{Store: store, SingleTenant: true, Methods: []string{methodCharge},
-			Observer: obs, StoreTimeout: storeTimeout}, logger)
+		i, err := build(config{OnceConfig: idempotency.OnceConfig{Store: store, Observer: obs, StoreTimeout: storeTimeout, Logger: logger}, Config: grpcidem.Config{SingleTenant: true, Methods: []string{methodCharge}}})
 		require.NoError(t, err)
 		return dial(t, serve(t, l, signal, i.UnaryServerInterceptor))
 	}
@@ -282,8 +281,7 @@ func TestStoreTimeoutBeforeCallerDeadline(t *testing.T) {
 		defer func() { served <- struct{}{} }() // the outcome is counted
 		return handler(ctx, req)
 	}
-	i, err := grpcidem.New(grpcidem.Config{Store: store, SingleTenant: true, Methods: []string{methodCharge},
-		Observer: obs, StoreTimeout: time.Second}, nil)
+	i, err := build(config{OnceConfig: idempotency.OnceConfig{Store: store, Observer: obs, StoreTimeout: time.Second}, Config: grpcidem.Config{SingleTenant: true, Methods: []string{methodCharge}}})
 	require.NoError(t, err)
 	c := dial(t, serve(t, l, signal, i.UnaryServerInterceptor))
 	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", "store-timeout"), 1500*time.Millisecond)

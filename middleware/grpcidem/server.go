@@ -22,7 +22,6 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/callergone"
 )
 
 // ReplayedMetadata is the response header metadata key set to "true" on
@@ -51,54 +50,52 @@ var retryable = [...]codes.Code{
 // FAILED, so that a retry runs the handler again.
 func isRetryable(c codes.Code) bool { return slices.Contains(retryable[:], c) }
 
-// Middleware makes unary gRPC methods idempotent per key. It is safe for
-// concurrent use; build it with New and install UnaryServerInterceptor,
-// which is a grpc.UnaryServerInterceptor. It is named as the adapters of
-// packages idempotency (Watermill) and httpidem (net/http) are: each has a
-// Middleware built by New, plugged in by the method named after what its
-// framework takes.
+// Middleware runs unary gRPC methods once per idempotency key. Build it
+// with [New]; it is safe for concurrent use.
 type Middleware struct {
 	cfg      Config
 	once     *idempotency.Once
 	logger   watermill.LoggerAdapter
-	observer idempotency.Observer
+	maxSize  int  // the Once's MaxOutputSize: the largest answer stored
+	failOpen bool // the Once's FailOpen
 	scope    func(context.Context) string
 	methods  map[string]bool
 }
 
-// New returns an interceptor for cfg, which is copied: later changes to the
-// caller's Config have no effect. A nil logger logs nothing. An invalid
-// Config is refused with every problem that Config.Validate reports, each
-// matching ErrInvalidConfig (and ErrNilStore for a missing Store).
-func New(cfg Config, logger watermill.LoggerAdapter) (*Middleware, error) {
-	cfg.setDefaults()
-	if err := cfg.Validate(); err != nil {
+// New returns the interceptor for cfg on once, whose store, lease, TTLs,
+// FailOpen, Observer, logger and MaxOutputSize it uses; share one Once
+// with the other adapters of the process. New reports every problem at
+// once, each matching [ErrInvalidConfig].
+func New(once *idempotency.Once, cfg *Config) (*Middleware, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c, err := cfg.withDefaults()
+	if once == nil {
+		err = errors.Join(fmt.Errorf("%w: the Once is nil", ErrInvalidConfig), err)
+	}
+	if err != nil {
 		return nil, err
 	}
-	i := &Middleware{cfg: cfg, scope: cfg.Scope, methods: make(map[string]bool, len(cfg.Methods))}
-	for _, m := range cfg.Methods {
+	oc := once.Config()
+	i := &Middleware{cfg: c, once: once, logger: oc.Logger, maxSize: oc.MaxOutputSize, failOpen: oc.FailOpen,
+		scope: c.Scope, methods: make(map[string]bool, len(c.Methods))}
+	for _, m := range c.Methods {
 		i.methods[m] = true
 	}
-	if cfg.SingleTenant {
+	if c.SingleTenant {
 		i.scope = func(context.Context) string { return "" }
 	}
-	// The one owner protocol claims, renews, completes and fails the keys;
-	// the interceptor only decides what each outcome means for gRPC.
-	var err error
-	if i.once, i.logger, err = cfg.common().NewOnce(logger); err != nil {
-		return nil, err
-	}
-	i.observer = cfg.common().ObserverOrNop()
 	return i, nil
 }
 
 // call is what the logs and the Observer say about one call.
 type call struct {
-	ctx      context.Context // the call's, for a ContextObserver's span
-	method   string          // the full method name, the Observer's label
-	key      string          // the stored key, once derived
-	attempts int             // the key's attempts, once claimed
-	fields   watermill.LogFields
+	ctx      context.Context     // the call's, for a ContextObserver's span
+	method   string              // the full method name, the Observer's label
+	key      string              // the stored key, once derived
+	attempts int                 // the key's attempts, once claimed
+	fields   watermill.LogFields // for the interceptor's own logs
 }
 
 // UnaryServerInterceptor is the grpc.UnaryServerInterceptor:
@@ -115,11 +112,11 @@ func (i *Middleware) UnaryServerInterceptor(ctx context.Context, req any, info *
 	msg, ok := req.(proto.Message)
 	if !ok {
 		i.logger.Error("Idempotency needs protocol buffers requests", fmt.Errorf("request is a %T", req), c.fields)
-		return nil, i.refuse(adapter.NotProtoMessage,
+		return nil, i.refuse(idempotency.Outcome(adapter.NotProtoMessage),
 			"The server cannot make this method idempotent: its request is not a protocol buffers message.", nil)
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	key, source, err := extractKey(md, i.cfg.Metadata, msg, i.cfg.RequestField, adapter.DefaultMaxKeyLength)
+	key, source, err := extractKey(md, i.cfg.Metadata, msg, i.cfg.RequestField)
 	switch {
 	case err != nil:
 		i.done(c, idempotency.OutcomeMissingKey, nil)
@@ -135,22 +132,23 @@ func (i *Middleware) UnaryServerInterceptor(ctx context.Context, req any, info *
 	fp, err := fingerprint(info.FullMethod, msg)
 	if err != nil {
 		i.logger.Error("Request cannot be fingerprinted", err, c.fields)
-		return nil, i.refuse(adapter.NotProtoMessage, "The server cannot encode the request to fingerprint it.", nil)
+		return nil, i.refuse(idempotency.Outcome(adapter.NotProtoMessage), "The server cannot encode the request to fingerprint it.", nil)
 	}
-	skey := adapter.StoreKey(i.cfg.KeyPrefix, i.scope(ctx), key)
-	// The stored key names the record for an operator; it holds the scope's
-	// hash, never the scope.
-	c.fields["idempotency_key"] = key
-	c.fields["stored_key"] = skey
+	skey := adapter.StoreKey(i.cfg.KeyPrefix, i.scope(ctx), key, true)
+	c.fields["idempotency_key"] = skey // the scope's hash, never the scope
 	c.key = skey
 
-	lease, claim, err := i.once.Claim(ctx, skey, idempotency.ClaimOptions{Fingerprint: fp, LogFields: c.fields})
+	lease, claim, err := i.once.Claim(ctx, skey, fp)
 	c.attempts = claim.Record.Attempts
 	switch {
 	case err == nil && lease != nil:
 		return i.run(ctx, req, handler, lease, c)
 	case err == nil:
 		return i.answerRepeat(ctx, claim.Record, fp, c)
+	case errors.Is(err, idempotency.ErrTooManyAttempts):
+		i.done(c, idempotency.OutcomeTooManyAttempts, err)
+		return nil, i.refuse(idempotency.OutcomeTooManyAttempts,
+			"The call with this idempotency key failed too many times, and will not run again with it. Use a new key.", nil)
 	case errors.Is(err, idempotency.ErrCorruptRecord):
 		i.done(c, idempotency.OutcomeCorruptRecord, err)
 		return nil, i.refuse(idempotency.OutcomeCorruptRecord,
@@ -163,11 +161,11 @@ func (i *Middleware) UnaryServerInterceptor(ctx context.Context, req any, info *
 // claimFailed answers a call whose claim failed (ErrStoreUnavailable).
 func (i *Middleware) claimFailed(ctx context.Context, req any, handler grpc.UnaryHandler, err error, c call) (any, error) {
 	switch {
-	case errors.Is(err, callergone.Err):
+	case idempotency.OutcomeOf(err) == idempotency.OutcomeCallerGone:
 		// The caller left during the claim: no sign of the store, and
 		// nothing runs for it, even with FailOpen.
 		i.done(c, idempotency.OutcomeCallerGone, err)
-	case i.cfg.FailOpen && ctx.Err() == nil:
+	case i.failOpen && ctx.Err() == nil:
 		i.done(c, idempotency.OutcomeFailOpen, err)
 		return handler(withForwardKey(ctx, i.cfg.KeyPrefix, c.key), req)
 	default:
@@ -235,8 +233,6 @@ func (i *Middleware) replay(ctx context.Context, result []byte, c call) (any, er
 // lost lease, COMPLETED with the answer otherwise, also when the caller
 // left before the handler returned (its retry gets the replay).
 func (i *Middleware) run(ctx context.Context, req any, handler grpc.UnaryHandler, lease *idempotency.Lease, c call) (any, error) {
-	// A copy: the lease reads the fields it was given from its renewal timer.
-	c.fields = c.fields.Copy().Add(watermill.LogFields{"attempts": lease.Record().Attempts})
 	lctx := lease.Context()
 
 	var (
@@ -265,13 +261,13 @@ func (i *Middleware) run(ctx context.Context, req any, handler grpc.UnaryHandler
 			i.done(c, idempotency.OutcomeHandlerFailed, herr)
 			return resp, herr
 		}
-		result, stored, err = encodeStatus(st, i.cfg.MaxResponseSize)
+		result, stored, err = encodeStatus(st, i.maxSize)
 	} else {
 		m, ok := resp.(proto.Message)
 		if !ok {
 			err = fmt.Errorf("response is a %T, not a protocol buffers message", resp)
 		} else {
-			result, stored, err = encodeResponse(m, i.cfg.MaxResponseSize)
+			result, stored, err = encodeResponse(m, i.maxSize)
 		}
 	}
 	if err != nil {
@@ -283,11 +279,11 @@ func (i *Middleware) run(ctx context.Context, req any, handler grpc.UnaryHandler
 	}
 	if stored.Kind == kindOmitted {
 		i.logger.Info("Answer too large to store; repeats will be answered ALREADY_EXISTS", c.fields.Copy().Add(watermill.LogFields{
-			"code": stored.Code.String(), "size": stored.Size, "max_response_size": i.cfg.MaxResponseSize,
+			"code": stored.Code.String(), "size": stored.Size, "max_output_size": i.maxSize,
 		}))
 	}
 	cerr := lease.Complete(result)
-	i.done(c, idempotency.CompleteOutcome(cerr), cerr)
+	i.done(c, idempotency.OutcomeOf(cerr), cerr)
 	return resp, herr
 }
 
@@ -326,14 +322,15 @@ func lookupMethod(fullMethod string) (protoreflect.MethodDescriptor, bool) {
 // the outcome as reason (and meta), and a RetryInfo when retrying with the
 // same key can help.
 func (i *Middleware) refuse(outcome idempotency.Outcome, msg string, meta map[string]string) error {
-	r := adapter.Refusals[outcome]
-	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: adapter.Reason(outcome), Domain: ErrorDomain, Metadata: meta}}
+	r := adapter.Refusals[string(outcome)]
+	code := codes.Code(r.GRPC)
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: adapter.Reason(string(outcome)), Domain: ErrorDomain, Metadata: meta}}
 	if r.Retry {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(i.cfg.RetryAfter)})
 	}
-	st, err := status.New(r.GRPC, msg).WithDetails(details...)
+	st, err := status.New(code, msg).WithDetails(details...)
 	if err != nil { // only for OK, never in the table
-		return status.Error(r.GRPC, msg)
+		return status.Error(code, msg)
 	}
 	return st.Err()
 }
@@ -343,24 +340,13 @@ func (i *Middleware) refuse(outcome idempotency.Outcome, msg string, meta map[st
 func (i *Middleware) describeKeyError(source string, err error) string {
 	msg := fmt.Sprintf("The idempotency key in %s %v", source, err)
 	switch {
-	case errors.Is(err, adapter.ErrKeyTooLong):
-		msg += fmt.Sprintf(" (at most %d bytes)", adapter.DefaultMaxKeyLength)
 	case errors.Is(err, adapter.ErrKeyNotPrintable):
 		msg += " (0x20 to 0x7E only)"
 	}
 	return msg + ": send one valid key per call."
 }
 
-// done counts one outcome and logs it at the level adapter.LogOutcome
-// gives it.
+// done counts and logs one outcome, through the Once.
 func (i *Middleware) done(c call, outcome idempotency.Outcome, err error) {
-	i.report(c, outcome, err)
-	adapter.LogOutcome(i.logger, c.fields, outcome, err)
-}
-
-// report counts one outcome; a ContextObserver also gets the call's context
-// (the span of otelgrpc's server handler, say) and its details.
-func (i *Middleware) report(c call, outcome idempotency.Outcome, err error) {
-	idempotency.ReportOutcome(c.ctx, i.observer, idempotency.OutcomeDetails{Handler: c.method, Scope: c.method,
-		Key: c.key, Outcome: outcome, Attempt: c.attempts, Replayed: outcome == idempotency.OutcomeDuplicate, Err: err})
+	i.once.Report(c.ctx, idempotency.OutcomeDetails{Handler: c.method, Key: c.key, Outcome: outcome, Attempt: c.attempts, Err: err})
 }

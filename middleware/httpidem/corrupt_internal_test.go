@@ -17,7 +17,6 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
@@ -42,7 +41,9 @@ func TestCorruptRedisRecord(t *testing.T) {
 
 	var runs atomic.Int64
 	logger := watermill.NewCaptureLogger()
-	m, err := New(Config{Store: store, KeyPrefix: prefix, Scope: func(r *http.Request) string { return r.Header.Get("X-Tenant") }}, logger)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Logger: logger})
+	require.NoError(t, err)
+	m, err := New(once, &Config{KeyPrefix: prefix, Scope: func(r *http.Request) string { return r.Header.Get("X-Tenant") }})
 	require.NoError(t, err)
 	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
@@ -59,7 +60,7 @@ func TestCorruptRedisRecord(t *testing.T) {
 	for name, put := range foreign {
 		t.Run(name, func(t *testing.T) {
 			k := "k-" + strings.ReplaceAll(name, " ", "-")
-			skey := adapter.StoreKey(prefix, "t", k)
+			skey := storeKey(prefix, "t", k)
 			require.NoError(t, put(skey))
 			dump := client.Dump(ctx, skey).Val()
 
@@ -84,6 +85,6 @@ func TestCorruptRedisRecord(t *testing.T) {
 	require.Len(t, errs, len(foreign))
 	for _, e := range errs {
 		assert.ErrorIs(t, e.Err, idempotency.ErrCorruptRecord)
-		assert.True(t, strings.HasPrefix(e.Fields["stored_key"].(string), prefix), "logged with its key")
+		assert.True(t, strings.HasPrefix(e.Fields["idempotency_key"].(string), prefix), "logged with its key")
 	}
 }

@@ -8,17 +8,22 @@ import (
 	"strings"
 
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
 func Example() {
 	store := memstore.New(memstore.Config{}) // redisstore in production
 
-	idem, err := httpidem.New(httpidem.Config{
-		Store: store,
+	// One Once per process: the store, the lease, the TTLs, the cache.
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+	if err != nil {
+		panic(err)
+	}
+	idem, err := httpidem.New(once, &httpidem.Config{
 		// Keep tenants apart: here the API key names the tenant.
 		Scope: func(r *http.Request) string { return r.Header.Get("X-Api-Key") },
-	}, nil)
+	})
 	if err != nil {
 		panic(err)
 	}

@@ -10,12 +10,17 @@ import (
 	"time"
 
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
 func ExampleTransport() {
 	store := memstore.New(memstore.Config{})
-	idem, err := httpidem.New(httpidem.Config{Store: store, SingleTenant: true}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+	if err != nil {
+		panic(err)
+	}
+	idem, err := httpidem.New(once, &httpidem.Config{SingleTenant: true})
 	if err != nil {
 		panic(err)
 	}

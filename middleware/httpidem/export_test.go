@@ -1,10 +1,8 @@
 package httpidem
 
-import "github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
-
-// StoreKey is adapter.StoreKey, for the external tests that look records
-// up in the store.
-var StoreKey = adapter.StoreKey
+// StoreKey is the stored key of (scope, key) under prefix, for the
+// external tests that look records up in the store.
+var StoreKey = storeKey
 
 // Attempt and Verdict are the tests' view of one attempt of a Transport.
 type (

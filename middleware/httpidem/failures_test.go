@@ -46,7 +46,7 @@ func TestStoreUnavailable(t *testing.T) {
 			t.Run("fail open", func(t *testing.T) {
 				api := newPayments()
 				logger := watermill.NewCaptureLogger()
-				m, err := httpidem.New(httpidem.Config{Store: ds.New(t), SingleTenant: true, FailOpen: true}, logger)
+				m, err := build(config{OnceConfig: idempotency.OnceConfig{Store: ds.New(t), FailOpen: true, Logger: logger}, Config: httpidem.Config{SingleTenant: true}})
 				require.NoError(t, err)
 				for i := range 2 {
 					got := serve(m.Handler(api), newRequest(step{keys: key("k1")}))
@@ -65,13 +65,13 @@ func TestCompleteRetriedWithinLease(t *testing.T) {
 	t.Run("store recovers", func(t *testing.T) {
 		eachStoreInBubble(t, func(t *testing.T, kind storeKind) {
 			inner, prefix := kind.New(t)
-			store := faultstore.New(inner).On(idempotency.OpComplete, faultstore.First(2, faultstore.Fail(errBlip)))
+			store := faultstore.New(inner).On("complete", faultstore.First(2, faultstore.Fail(errBlip)))
 			api := newPayments()
 			h := newMiddleware(t, store, prefix, nil).Handler(api)
 
 			first := serve(h, newRequest(step{keys: key("k1")}))
 			require.Equal(t, http.StatusCreated, first.status)
-			assert.EqualValues(t, 3, store.Calls(idempotency.OpComplete), "two failures, then success")
+			assert.EqualValues(t, 3, store.Calls("complete"), "two failures, then success")
 			again := serve(h, newRequest(step{keys: key("k1")}))
 			requireReplay(t, first, again)
 			assert.EqualValues(t, 1, api.runs.Load())
@@ -80,15 +80,15 @@ func TestCompleteRetriedWithinLease(t *testing.T) {
 	t.Run("store stays down", func(t *testing.T) {
 		eachStoreInBubble(t, func(t *testing.T, kind storeKind) {
 			inner, prefix := kind.New(t)
-			store := faultstore.New(inner).On(idempotency.OpComplete, faultstore.Fail(errBlip))
+			store := faultstore.New(inner).On("complete", faultstore.Fail(errBlip))
 			api := newPayments()
 			logger := watermill.NewCaptureLogger()
-			m, err := httpidem.New(httpidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope, LeaseTTL: 150 * time.Millisecond}, logger)
+			m, err := build(config{OnceConfig: idempotency.OnceConfig{Store: store, LeaseTTL: 150 * time.Millisecond, Logger: logger}, Config: httpidem.Config{KeyPrefix: prefix, Scope: tenantScope}})
 			require.NoError(t, err)
 
 			first := serve(m.Handler(api), newRequest(step{keys: key("k1")}))
 			require.Equal(t, http.StatusCreated, first.status, "the client still gets the handler's answer")
-			assert.Greater(t, store.Calls(idempotency.OpComplete), int64(1), "retried")
+			assert.Greater(t, store.Calls("complete"), int64(1), "retried")
 			assert.NotEmpty(t, logger.Captured()[watermill.ErrorLogLevel], "giving up is logged")
 		})
 	})
@@ -103,7 +103,7 @@ func TestLeaseRenewed(t *testing.T) {
 		// Renewals come every third of it: on a loaded machine a 150 ms
 		// lease on a real Redis lapsed between two of them.
 		lease := 500 * time.Millisecond
-		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.LeaseTTL = lease }).Handler(api)
+		h := newMiddleware(t, store, prefix, func(c *config) { c.LeaseTTL = lease }).Handler(api)
 
 		first := make(chan result, 1)
 		go func() { first <- serve(h, newRequest(step{keys: key("k1"), path: "/block"})) }()
@@ -136,7 +136,7 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 			cause <- context.Cause(r.Context())
 			w.WriteHeader(http.StatusCreated)
 		})
-		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.LeaseTTL = 60 * time.Millisecond }).Handler(handler)
+		h := newMiddleware(t, store, prefix, func(c *config) { c.LeaseTTL = 60 * time.Millisecond }).Handler(handler)
 
 		done := make(chan result, 1)
 		go func() { done <- serve(h, newRequest(step{keys: key("k1"), tenant: "t"})) }()
@@ -335,7 +335,7 @@ func TestClaimFailsAfterClientLeft(t *testing.T) {
 		t.Run(fmt.Sprintf("FailOpen=%v", failOpen), func(t *testing.T) {
 			store, prefix := storeKinds[0].New(t)
 			api := newPayments()
-			h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.FailOpen = failOpen }).Handler(api)
+			h := newMiddleware(t, store, prefix, func(c *config) { c.FailOpen = failOpen }).Handler(api)
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel() // memstore refuses a claim under a cancelled context
 			got := serve(h, newRequest(step{keys: key("k1")}).WithContext(ctx))

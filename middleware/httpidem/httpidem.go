@@ -15,7 +15,6 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/callergone"
 )
 
 // ReplayedHeader is set to "true" on every replayed response.
@@ -28,34 +27,37 @@ const ReplayedHeader = "Idempotent-Replayed"
 // retries, only the end of the response.
 const flushAfter = 100 * time.Millisecond
 
-// Middleware makes POST and PATCH handlers idempotent per Idempotency-Key.
-// It is safe for concurrent use; build it with New.
+// Middleware runs POST and PATCH handlers once per Idempotency-Key. Build
+// it with [New]; it is safe for concurrent use.
 type Middleware struct {
 	cfg      Config
 	once     *idempotency.Once
 	logger   watermill.LoggerAdapter
-	observer idempotency.Observer
+	maxBody  int  // the Once's MaxOutputSize: the largest response stored
+	failOpen bool // the Once's FailOpen
 	scope    func(*http.Request) string
 }
 
-// New returns a middleware for cfg, which is copied: later changes to the
-// caller's Config have no effect. A nil logger logs nothing. An invalid
-// Config is refused with every problem that Config.Validate reports, each
-// matching ErrInvalidConfig (and ErrNilStore for a missing Store).
-func New(cfg Config, logger watermill.LoggerAdapter) (*Middleware, error) {
-	cfg.setDefaults()
-	if err := cfg.Validate(); err != nil {
+// New returns the middleware for cfg on once, whose store, lease, TTLs,
+// FailOpen, Observer, logger and MaxOutputSize it uses; share one Once
+// with the other adapters of the process. A nil cfg has neither Scope nor
+// SingleTenant, so it is refused. New reports every problem at once, each
+// matching [ErrInvalidConfig].
+func New(once *idempotency.Once, cfg *Config) (*Middleware, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c, err := cfg.withDefaults()
+	if once == nil {
+		err = errors.Join(fmt.Errorf("%w: the Once is nil", ErrInvalidConfig), err)
+	}
+	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{cfg: cfg, scope: cfg.Scope, observer: cfg.common().ObserverOrNop()}
-	if cfg.SingleTenant {
+	oc := once.Config()
+	m := &Middleware{cfg: c, once: once, logger: oc.Logger, maxBody: oc.MaxOutputSize, failOpen: oc.FailOpen, scope: c.Scope}
+	if c.SingleTenant {
 		m.scope = func(*http.Request) string { return "" }
-	}
-	// The one owner protocol claims, renews, completes and fails the keys;
-	// the middleware only decides what each outcome means for HTTP.
-	var err error
-	if m.once, m.logger, err = cfg.common().NewOnce(logger); err != nil {
-		return nil, err
 	}
 	return m, nil
 }
@@ -73,10 +75,9 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 
 // request is what the logs and the Observer say about one request.
 type request struct {
-	label  string // the Observer's label: the route pattern, or "http"
-	fields watermill.LogFields
-	// For a idempotency.ContextObserver: the request's context, the stored
-	// key and the attempt count read by the claim.
+	label string // the Observer's label: the route pattern, or "http"
+	// The request's context, the stored key and the attempt count read by
+	// the claim, for the Observer.
 	ctx      context.Context
 	key      string
 	attempts int
@@ -85,7 +86,7 @@ type request struct {
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	rq := request{label: r.Pattern, fields: watermill.LogFields{"method": r.Method, "path": r.URL.Path}, ctx: r.Context()}
+	rq := request{label: r.Pattern, ctx: r.Context()}
 	if rq.label == "" {
 		rq.label = defaultOutcomeLabel
 	}
@@ -106,10 +107,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			fmt.Sprintf("The %s header must appear once; it appears %d times.", m.cfg.Header, len(values)), nil)
 		return
 	}
-	key, err := parseKey(values[0], adapter.DefaultMaxKeyLength)
+	key, err := parseKey(values[0])
 	if err != nil {
 		m.done(rq, idempotency.OutcomeMissingKey, nil)
-		m.writeProblem(w, idempotency.OutcomeMissingKey, describeKeyError(m.cfg.Header, adapter.DefaultMaxKeyLength, err), nil)
+		m.writeProblem(w, idempotency.OutcomeMissingKey, describeKeyError(m.cfg.Header, err), nil)
 		return
 	}
 
@@ -118,21 +119,20 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	fp := fingerprint(r, body)
-	skey := adapter.StoreKey(m.cfg.KeyPrefix, m.scope(r), key)
-	// The stored key names the record for an operator; it holds the
-	// scope's hash, never the scope.
-	rq.fields["idempotency_key"] = key
-	rq.fields["stored_key"] = skey
-
+	skey := adapter.StoreKey(m.cfg.KeyPrefix, m.scope(r), key, true)
 	rq.key = skey
 	rq.parsedKey = key
-	lease, claim, err := m.once.Claim(r.Context(), skey, idempotency.ClaimOptions{Fingerprint: fp, LogFields: rq.fields})
+	lease, claim, err := m.once.Claim(r.Context(), skey, fp)
 	rq.attempts = claim.Record.Attempts
 	switch {
 	case err == nil && lease != nil:
 		m.run(w, r, next, lease, rq)
 	case err == nil:
 		m.answerRepeat(w, claim.Record, fp, rq)
+	case errors.Is(err, idempotency.ErrTooManyAttempts):
+		m.done(rq, idempotency.OutcomeTooManyAttempts, err)
+		m.writeProblem(w, idempotency.OutcomeTooManyAttempts,
+			"The request with this key failed too many times, and will not run again with it. Use a new key.", nil)
 	case errors.Is(err, idempotency.ErrCorruptRecord):
 		m.done(rq, idempotency.OutcomeCorruptRecord, err)
 		m.writeProblem(w, idempotency.OutcomeCorruptRecord,
@@ -148,10 +148,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // FailOpen.
 func (m *Middleware) claimFailed(w http.ResponseWriter, r *http.Request, next http.Handler, err error, rq request) {
 	switch {
-	case errors.Is(err, callergone.Err):
+	case idempotency.OutcomeOf(err) == idempotency.OutcomeCallerGone:
 		// The client hung up during the claim: no sign of the store.
 		m.done(rq, idempotency.OutcomeCallerGone, err)
-	case m.cfg.FailOpen && r.Context().Err() == nil:
+	case m.failOpen && r.Context().Err() == nil:
 		m.done(rq, idempotency.OutcomeFailOpen, err)
 		next.ServeHTTP(w, r.WithContext(withRequestKey(r.Context(), m.cfg.KeyPrefix, rq.parsedKey, rq.key)))
 		return
@@ -166,7 +166,7 @@ func (m *Middleware) claimFailed(w http.ResponseWriter, r *http.Request, next ht
 // handler. It answers the request itself and returns false when it cannot.
 func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	tooLarge := func() ([]byte, bool) {
-		m.writeProblem(w, adapter.BodyTooLarge,
+		m.writeProblem(w, idempotency.Outcome(adapter.BodyTooLarge),
 			fmt.Sprintf("The request body exceeds %d bytes.", m.cfg.MaxRequestBody), nil)
 		return nil, false
 	}
@@ -179,7 +179,7 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 		body, err = io.ReadAll(io.LimitReader(r.Body, m.cfg.MaxRequestBody+1))
 		_ = r.Body.Close()
 		if err != nil {
-			m.writeProblem(w, adapter.BodyUnreadable, "The request body could not be read in full.", nil)
+			m.writeProblem(w, idempotency.Outcome(adapter.BodyUnreadable), "The request body could not be read in full.", nil)
 			return nil, false
 		}
 		if int64(len(body)) > m.cfg.MaxRequestBody {
@@ -250,9 +250,7 @@ func (m *Middleware) replay(w http.ResponseWriter, result []byte, rq request) {
 // COMPLETED with the response otherwise, also when the client left before
 // the handler returned (its retry gets the replay).
 func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease *idempotency.Lease, rq request) {
-	// A copy: the lease reads the fields it was given from its renewal timer.
-	rq.fields = rq.fields.Copy().Add(watermill.LogFields{"attempts": lease.Record().Attempts})
-	rec := newRecorder(w, m.cfg.MaxResponseBody)
+	rec := newRecorder(w, m.maxBody)
 	ctx := lease.Context()
 
 	adapter.RunHandler(lease, func(err error) { m.done(rq, idempotency.OutcomeHandlerFailed, err) },
@@ -272,12 +270,11 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		return
 	}
 	if resp.BodyOmitted {
-		m.logger.Info("Response too large to store; repeats will be answered 410", rq.fields.Copy().Add(watermill.LogFields{
-			"status": resp.Status, "body_size": resp.BodySize, "max_response_body": m.cfg.MaxResponseBody,
-		}))
+		m.logger.Info("Response too large to store; repeats will be answered 410", watermill.LogFields{"idempotency_key": rq.key,
+			"status": resp.Status, "body_size": resp.BodySize, "max_output_size": m.maxBody})
 	}
 	cerr := m.complete(rec, lease, resp.encode())
-	m.done(rq, idempotency.CompleteOutcome(cerr), cerr)
+	m.done(rq, idempotency.OutcomeOf(cerr), cerr)
 }
 
 // complete records COMPLETED with result. Lease.Complete retries until the
@@ -305,15 +302,7 @@ func (m *Middleware) complete(rec *recorder, lease *idempotency.Lease, result []
 	return err
 }
 
-// report tells the Observer about one outcome.
-func (m *Middleware) report(rq request, outcome idempotency.Outcome, err error) {
-	idempotency.ReportOutcome(rq.ctx, m.observer, idempotency.OutcomeDetails{Handler: rq.label, Scope: rq.label,
-		Key: rq.key, Outcome: outcome, Attempt: rq.attempts, Replayed: outcome == idempotency.OutcomeDuplicate, Err: err})
-}
-
-// done counts one outcome and logs it at the level adapter.LogOutcome
-// gives it.
+// done counts and logs one outcome, through the Once.
 func (m *Middleware) done(rq request, outcome idempotency.Outcome, err error) {
-	m.report(rq, outcome, err)
-	adapter.LogOutcome(m.logger, rq.fields, outcome, err)
+	m.once.Report(rq.ctx, idempotency.OutcomeDetails{Handler: rq.label, Key: rq.key, Outcome: outcome, Attempt: rq.attempts, Err: err})
 }

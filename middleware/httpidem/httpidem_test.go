@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
 )
 
@@ -39,7 +40,7 @@ func TestStatuses(t *testing.T) {
 	long := strings.Repeat("k", 255)
 	cases := []struct {
 		name     string
-		adjust   func(*httpidem.Config)
+		adjust   func(*config)
 		steps    []step
 		wantRuns int64
 	}{
@@ -61,7 +62,7 @@ func TestStatuses(t *testing.T) {
 			{name: "first", method: http.MethodPatch, keys: key("k1"), wantStatus: 201},
 			{method: http.MethodPatch, keys: key("k1"), wantStatus: 201, wantReplays: "first"},
 		}, wantRuns: 1},
-		{name: "configured methods", adjust: func(c *httpidem.Config) { c.Methods = []string{http.MethodPut} }, steps: []step{
+		{name: "configured methods", adjust: func(c *config) { c.Methods = []string{http.MethodPut} }, steps: []step{
 			{name: "put", method: http.MethodPut, keys: key("k1"), wantStatus: 201},
 			{method: http.MethodPut, keys: key("k1"), wantStatus: 201, wantReplays: "put"},
 			{method: http.MethodPost, wantStatus: 201},
@@ -70,12 +71,11 @@ func TestStatuses(t *testing.T) {
 			{wantStatus: 400, wantProblem: keyMissing},
 			{method: http.MethodPatch, wantStatus: 400, wantProblem: keyMissing},
 		}, wantRuns: 0},
-		{name: "missing key allowed when optional", adjust: func(c *httpidem.Config) { c.KeyOptional = true }, steps: []step{
+		{name: "missing key allowed when optional", adjust: func(c *config) { c.KeyOptional = true }, steps: []step{
 			{wantStatus: 201}, {wantStatus: 201},
 		}, wantRuns: 2},
 		{name: "invalid keys", steps: []step{
 			{keys: key(""), wantStatus: 400, wantProblem: keyInvalid},
-			{keys: key(long + "k"), wantStatus: 400, wantProblem: keyInvalid},
 			{keys: key("k\x01"), wantStatus: 400, wantProblem: keyInvalid},
 			{keys: key("k\x7f"), wantStatus: 400, wantProblem: keyInvalid},
 			{keys: key("clé"), wantStatus: 400, wantProblem: keyInvalid},
@@ -84,13 +84,19 @@ func TestStatuses(t *testing.T) {
 			{keys: key(`""`), wantStatus: 400, wantProblem: keyInvalid},
 			{keys: []string{"k1", "k2"}, wantStatus: 400, wantProblem: keyInvalid},
 		}, wantRuns: 0},
-		{name: "longest key and printable punctuation accepted", steps: []step{
+		{name: "long keys and printable punctuation accepted", steps: []step{
 			{name: "long", keys: key(long), wantStatus: 201},
 			{keys: key(long), wantStatus: 201, wantReplays: "long"},
+			// Keys over 200 bytes are stored hashed: one differing only in
+			// its last byte is another key.
+			{name: "longer", keys: key(long + "k"), wantStatus: 201},
+			{keys: key(long + "k"), wantStatus: 201, wantReplays: "longer"},
+			{name: "longer 2", keys: key(long + "j"), wantStatus: 201},
+			{keys: key(long + "j"), wantStatus: 201, wantReplays: "longer 2"},
 			{keys: key(` ~!"#$%&'()*+-./:;<=>?@[\]^_{|}`), wantStatus: 201},
 			{name: "quoted comma", keys: key(`" ~!\"#$%&'()*+,-./:;<=>?@[\\]^_{|}"`), wantStatus: 201},
 			{keys: key(`" ~!\"#$%&'()*+,-./:;<=>?@[\\]^_{|}"`), wantStatus: 201, wantReplays: "quoted comma"},
-		}, wantRuns: 3},
+		}, wantRuns: 5},
 		// A proxy may merge two Idempotency-Key lines into one, joined by a
 		// comma: such a value is refused rather than taken for one key.
 		{name: "unquoted comma refused", steps: []step{
@@ -100,7 +106,7 @@ func TestStatuses(t *testing.T) {
 			{name: "quoted", keys: key(`"k1,k2"`), wantStatus: 201},
 			{keys: key(`"k1,k2"`), wantStatus: 201, wantReplays: "quoted"},
 		}, wantRuns: 1},
-		{name: "request body over the bound", adjust: func(c *httpidem.Config) { c.MaxRequestBody = 16 }, steps: []step{
+		{name: "request body over the bound", adjust: func(c *config) { c.MaxRequestBody = 16 }, steps: []step{
 			{keys: key("k1"), body: strings.Repeat("b", 17), wantStatus: 413, wantProblem: bodyTooLarge},
 			{name: "fits", keys: key("k1"), body: strings.Repeat("b", 16), wantStatus: 201},
 			{keys: key("k1"), body: strings.Repeat("b", 16), wantStatus: 201, wantReplays: "fits"},
@@ -136,7 +142,7 @@ func TestStatuses(t *testing.T) {
 			{keys: key("k1"), path: "/block", wantStatus: 409, wantProblem: inProgress},
 			{keys: key("k1"), path: "/pay", wantStatus: 422, wantProblem: keyReused},
 		}, wantRuns: 1},
-		{name: "response over the bound", adjust: func(c *httpidem.Config) { c.MaxResponseBody = 1024 }, steps: []step{
+		{name: "response over the bound", adjust: func(c *config) { c.MaxOutputSize = 1024 }, steps: []step{
 			{keys: key("k1"), path: "/big", wantStatus: 201},
 			{keys: key("k1"), path: "/big", wantStatus: 410, wantProblem: responseNotStored},
 		}, wantRuns: 1},
@@ -276,52 +282,61 @@ func requireReplay(t *testing.T, orig, got result) {
 
 func TestNew(t *testing.T) {
 	store, prefix := storeKinds[0].New(t)
-	_, err := httpidem.New(httpidem.Config{SingleTenant: true}, nil)
-	require.ErrorIs(t, err, httpidem.ErrNilStore)
-	for name, cfg := range map[string]httpidem.Config{
-		"negative lease":     {Store: store, SingleTenant: true, LeaseTTL: -time.Second},
-		"tiny lease":         {Store: store, SingleTenant: true, LeaseTTL: time.Millisecond},
-		"negative TTL":       {Store: store, SingleTenant: true, CompletedTTL: -1},
-		"negative failed":    {Store: store, SingleTenant: true, FailedTTL: -1},
-		"negative retry":     {Store: store, SingleTenant: true, RetryAfter: -1},
-		"negative timeout":   {Store: store, SingleTenant: true, StoreTimeout: -1},
-		"negative req body":  {Store: store, SingleTenant: true, MaxRequestBody: -1},
-		"negative resp body": {Store: store, SingleTenant: true, MaxResponseBody: -1},
-		"forever TTL":        {Store: store, SingleTenant: true, CompletedTTL: time.Duration(math.MaxInt64)},
-		"forever failed":     {Store: store, SingleTenant: true, FailedTTL: time.Duration(math.MaxInt64)},
-		"forever lease":      {Store: store, SingleTenant: true, LeaseTTL: time.Duration(math.MaxInt64)},
-		"prefix separator":   {Store: store, SingleTenant: true, KeyPrefix: "shop:billing"},
-		"bad header":         {Store: store, SingleTenant: true, Header: "Idempotency Key"},
-		"bad method":         {Store: store, SingleTenant: true, Methods: []string{"PO ST"}},
-		"no scope":           {Store: store},
-		"scope and single":   {Store: store, Scope: tenantScope, SingleTenant: true},
+	_, err := build(config{Config: httpidem.Config{SingleTenant: true}})
+	require.ErrorIs(t, err, idempotency.ErrInvalidConfig, "the Once needs a Store")
+	once := func(c idempotency.OnceConfig) idempotency.OnceConfig { c.Store = store; return c }
+	single := httpidem.Config{SingleTenant: true}
+	for name, cfg := range map[string]config{
+		// The Once's settings, checked by the Once.
+		"negative lease":     {OnceConfig: once(idempotency.OnceConfig{LeaseTTL: -time.Second}), Config: single},
+		"tiny lease":         {OnceConfig: once(idempotency.OnceConfig{LeaseTTL: time.Millisecond}), Config: single},
+		"negative TTL":       {OnceConfig: once(idempotency.OnceConfig{CompletedTTL: -1}), Config: single},
+		"negative failed":    {OnceConfig: once(idempotency.OnceConfig{FailedTTL: -1}), Config: single},
+		"negative timeout":   {OnceConfig: once(idempotency.OnceConfig{StoreTimeout: -1}), Config: single},
+		"negative resp body": {OnceConfig: once(idempotency.OnceConfig{MaxOutputSize: -1}), Config: single},
+		"forever TTL":        {OnceConfig: once(idempotency.OnceConfig{CompletedTTL: time.Duration(math.MaxInt64)}), Config: single},
+		"forever failed":     {OnceConfig: once(idempotency.OnceConfig{FailedTTL: time.Duration(math.MaxInt64)}), Config: single},
+		"forever lease":      {OnceConfig: once(idempotency.OnceConfig{LeaseTTL: time.Duration(math.MaxInt64)}), Config: single},
 	} {
-		_, err := httpidem.New(cfg, nil)
+		_, err := build(cfg)
+		assert.ErrorIs(t, err, idempotency.ErrInvalidConfig, name)
+	}
+	o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+	require.NoError(t, err)
+	for name, cfg := range map[string]httpidem.Config{
+		"negative retry":    {SingleTenant: true, RetryAfter: -1},
+		"negative req body": {SingleTenant: true, MaxRequestBody: -1},
+		"prefix separator":  {SingleTenant: true, KeyPrefix: "shop:billing"},
+		"bad header":        {SingleTenant: true, Header: "Idempotency Key"},
+		"bad method":        {SingleTenant: true, Methods: []string{"PO ST"}},
+		"no scope":          {},
+		"scope and single":  {Scope: tenantScope, SingleTenant: true},
+	} {
+		_, err := httpidem.New(o, &cfg)
 		assert.ErrorIs(t, err, httpidem.ErrInvalidConfig, name)
 	}
 
 	// Zero fields stand for defaults, but the scope is a choice to make.
-	assert.NoError(t, httpidem.Config{Store: store, Scope: tenantScope}.Validate())
-	assert.NoError(t, httpidem.Config{Store: store, SingleTenant: true}.Validate())
-	assert.ErrorIs(t, httpidem.Config{Store: store}.Validate(), httpidem.ErrInvalidConfig)
-	assert.ErrorIs(t, httpidem.Config{}.Validate(), httpidem.ErrNilStore)
+	_, err = httpidem.New(o, &httpidem.Config{Scope: tenantScope})
+	assert.NoError(t, err)
+	_, err = httpidem.New(o, &httpidem.Config{SingleTenant: true})
+	assert.NoError(t, err)
+	_, err = httpidem.New(o, nil)
+	assert.ErrorIs(t, err, httpidem.ErrInvalidConfig, "a nil Config has no scope")
+	_, err = httpidem.New(nil, &httpidem.Config{SingleTenant: true})
+	assert.ErrorIs(t, err, httpidem.ErrInvalidConfig, "a nil Once")
 
 	// Every problem at once, in the documented order, each an
 	// ErrInvalidConfig.
-	err = httpidem.Config{LeaseTTL: -time.Second, MaxRequestBody: -1, Header: "Idempotency Key", Methods: []string{"PO ST", "GET"}}.Validate()
-	adaptertest.RequireProblems(t, err, `httpidem: nil store
-httpidem: invalid config: Scope is required (the tenant of a request); set SingleTenant instead only when one client calls this service
-httpidem: invalid config: LeaseTTL is -1s, must not be negative
+	_, err = httpidem.New(o, &httpidem.Config{MaxRequestBody: -1, Header: "Idempotency Key", Methods: []string{"PO ST", "GET"}})
+	adaptertest.RequireProblems(t, err, `httpidem: invalid config: Scope is required (the tenant of a request); set SingleTenant instead only when one client calls this service
 httpidem: invalid config: MaxRequestBody is -1, must not be negative
 httpidem: invalid config: Header "Idempotency Key" is not a header name
-httpidem: invalid config: method "PO ST" is not a method name`, httpidem.ErrInvalidConfig, httpidem.ErrNilStore)
-	_, err = httpidem.New(httpidem.Config{}, nil)
-	assert.ErrorIs(t, err, httpidem.ErrNilStore)
-	assert.ErrorIs(t, err, httpidem.ErrInvalidConfig, "a missing Store is an invalid config too")
+httpidem: invalid config: method "PO ST" is not a method name`, httpidem.ErrInvalidConfig, nil)
 
 	// The config is copied: changing the caller's slice later changes nothing.
 	methods := []string{http.MethodPut}
-	m, err := httpidem.New(httpidem.Config{Store: store, KeyPrefix: prefix, SingleTenant: true, Methods: methods}, nil)
+	m, err := httpidem.New(o, &httpidem.Config{KeyPrefix: prefix, SingleTenant: true, Methods: methods})
 	require.NoError(t, err)
 	methods[0] = http.MethodPost
 	api := newPayments()

@@ -29,12 +29,12 @@ func TestHungRenewalStillRecordsOutcome(t *testing.T) {
 		inner, prefix := kind.New(t)
 		renewing := make(chan struct{})
 		var once sync.Once
-		store := faultstore.New(inner).On(idempotency.OpRenew, func(ctx context.Context, c faultstore.Call) error {
+		store := faultstore.New(inner).On("renew", func(ctx context.Context, c faultstore.Call) error {
 			once.Do(func() { close(renewing) })
 			return faultstore.Hang(ctx, c)
 		})
 		api := newPayments()
-		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.LeaseTTL = 600 * time.Millisecond })
+		h := newMiddleware(t, store, prefix, func(c *config) { c.LeaseTTL = 600 * time.Millisecond })
 		handler := h.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-renewing: // return while the renewal hangs
@@ -61,16 +61,16 @@ func TestHungRenewalStillRecordsOutcome(t *testing.T) {
 func TestCompleteBoundedByStoreTimeout(t *testing.T) {
 	eachStoreInBubble(t, func(t *testing.T, kind storeKind) {
 		inner, prefix := kind.New(t)
-		store := faultstore.New(inner).On(idempotency.OpComplete, faultstore.First(1, faultstore.Hang))
+		store := faultstore.New(inner).On("complete", faultstore.First(1, faultstore.Hang))
 		api := newPayments()
-		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) {
+		h := newMiddleware(t, store, prefix, func(c *config) {
 			c.LeaseTTL = 5 * time.Second
 			c.StoreTimeout = 100 * time.Millisecond
 		}).Handler(api)
 
 		first := serve(h, newRequest(step{keys: key("k1")}))
 		require.Equal(t, http.StatusCreated, first.status)
-		assert.EqualValues(t, 2, store.Calls(idempotency.OpComplete), "one call timed out, the retry succeeded")
+		assert.EqualValues(t, 2, store.Calls("complete"), "one call timed out, the retry succeeded")
 		rec, err := inner.Get(context.Background(), httpidem.StoreKey(prefix, "", "k1"))
 		require.NoError(t, err)
 		assert.Equal(t, idempotency.StateCompleted, rec.State)
@@ -84,9 +84,9 @@ func TestCompleteBoundedByStoreTimeout(t *testing.T) {
 func TestClaimBoundedByStoreTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		inner, prefix := storeKinds[0].New(t)
-		store := faultstore.New(inner).On(idempotency.OpClaim, faultstore.Hang)
+		store := faultstore.New(inner).On("claim", faultstore.Hang)
 		api := newPayments()
-		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.StoreTimeout = 50 * time.Millisecond }).Handler(api)
+		h := newMiddleware(t, store, prefix, func(c *config) { c.StoreTimeout = 50 * time.Millisecond }).Handler(api)
 
 		done := make(chan result, 1)
 		go func() { done <- serve(h, newRequest(step{keys: key("k1")})) }()
@@ -113,7 +113,7 @@ func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 		// times out for the caller), the second reaches the store only
 		// after a delay (network latency: the store counts the lease from
 		// then), and every later one fails at once.
-		store := faultstore.New(inner).On(idempotency.OpRenew, faultstore.Sequence(
+		store := faultstore.New(inner).On("renew", faultstore.Sequence(
 			faultstore.SlowReply(lease/3+delay),
 			faultstore.Delay(delay),
 			faultstore.Fail(errors.New("scripted: connection reset")),
@@ -123,7 +123,7 @@ func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 			state idempotency.State
 		}
 		seenc := make(chan seen, 1)
-		h := newMiddleware(t, store, "httpidem", func(c *httpidem.Config) { c.LeaseTTL = lease }).Handler(
+		h := newMiddleware(t, store, "httpidem", func(c *config) { c.LeaseTTL = lease }).Handler(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				<-r.Context().Done()
 				rec, err := inner.Get(context.Background(), httpidem.StoreKey("httpidem", "", "k1"))
@@ -144,7 +144,7 @@ func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 			t.Fatal("the handler's context was not cancelled")
 		}
 		<-done
-		assert.GreaterOrEqual(t, store.Calls(idempotency.OpRenew), int64(3))
+		assert.GreaterOrEqual(t, store.Calls("renew"), int64(3))
 		rec, err := inner.Get(context.Background(), httpidem.StoreKey("httpidem", "", "k1"))
 		require.NoError(t, err)
 		assert.Equal(t, idempotency.StateFailed, rec.State, "an answer given after the lease was lost is not the key's outcome")
@@ -165,7 +165,7 @@ func TestLeaseStopRacesRenewal(t *testing.T) {
 		if !inprocess.Is(store) {
 			lease = 100 * time.Millisecond // a claim slower than 9/10 of it is refused (503): room for a loaded machine
 		}
-		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.LeaseTTL = lease }).Handler(
+		h := newMiddleware(t, store, prefix, func(c *config) { c.LeaseTTL = lease }).Handler(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				select {
 				case <-time.After(time.Duration(rand.Int64N(int64(lease * 4 / 3)))):

@@ -27,14 +27,17 @@ import (
 type recordingObserver struct {
 	mu       sync.Mutex
 	outcomes map[string]map[idempotency.Outcome]int
-	ops      map[idempotency.Op]int
+	ops      map[string]int
 }
 
 func newRecordingObserver() *recordingObserver {
-	return &recordingObserver{outcomes: map[string]map[idempotency.Outcome]int{}, ops: map[idempotency.Op]int{}}
+	return &recordingObserver{outcomes: map[string]map[idempotency.Outcome]int{}, ops: map[string]int{}}
 }
 
-func (o *recordingObserver) Outcome(label string, outcome idempotency.Outcome) {
+func (o *recordingObserver) CacheLookup(string, bool) {}
+
+func (o *recordingObserver) Outcome(_ context.Context, d idempotency.OutcomeDetails) {
+	label, outcome := d.Handler, d.Outcome
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.outcomes[label] == nil {
@@ -43,13 +46,13 @@ func (o *recordingObserver) Outcome(label string, outcome idempotency.Outcome) {
 	o.outcomes[label][outcome]++
 }
 
-func (o *recordingObserver) StoreLatency(op idempotency.Op, _ time.Duration, _ error) {
+func (o *recordingObserver) StoreLatency(op string, _ time.Duration, _ error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.ops[op]++
 }
 
-func (o *recordingObserver) snapshot() (map[string]map[idempotency.Outcome]int, map[idempotency.Op]int) {
+func (o *recordingObserver) snapshot() (map[string]map[idempotency.Outcome]int, map[string]int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := map[string]map[idempotency.Outcome]int{}
@@ -59,7 +62,7 @@ func (o *recordingObserver) snapshot() (map[string]map[idempotency.Outcome]int, 
 			out[label][k] = v
 		}
 	}
-	ops := map[idempotency.Op]int{}
+	ops := map[string]int{}
 	for k, v := range o.ops {
 		ops[k] = v
 	}
@@ -72,7 +75,7 @@ func (o *recordingObserver) snapshot() (map[string]map[idempotency.Outcome]int, 
 // keys pass through.
 func faultyStore(inner idempotency.Store) *faultstore.Store {
 	return faultstore.New(inner).
-		On(idempotency.OpClaim, func(ctx context.Context, c faultstore.Call) error {
+		On("claim", func(ctx context.Context, c faultstore.Call) error {
 			switch {
 			case strings.HasSuffix(c.Key, ":corrupt"):
 				return fmt.Errorf("faulty: claim %q: %w", c.Key, idempotency.ErrCorruptRecord)
@@ -81,7 +84,7 @@ func faultyStore(inner idempotency.Store) *faultstore.Store {
 			}
 			return c.Pass(ctx)
 		}).
-		On(idempotency.OpComplete, func(ctx context.Context, c faultstore.Call) error {
+		On("complete", func(ctx context.Context, c faultstore.Call) error {
 			switch {
 			case strings.HasSuffix(c.Key, ":nocomplete"):
 				return fmt.Errorf("faulty: complete %q: connection reset", c.Key)
@@ -100,12 +103,12 @@ func TestOutcomesObserved(t *testing.T) {
 		store := faultyStore(inner)
 		obs := newRecordingObserver()
 		api := newPayments()
-		adjust := func(c *httpidem.Config) {
+		adjust := func(c *config) {
 			c.Observer = obs
 			c.LeaseTTL = 150 * time.Millisecond // "nocomplete" retries for a lease
 		}
 		idem := newMiddleware(t, store, prefix, adjust)
-		open := newMiddleware(t, store, prefix, func(c *httpidem.Config) { adjust(c); c.FailOpen = true })
+		open := newMiddleware(t, store, prefix, func(c *config) { adjust(c); c.FailOpen = true })
 		mux := http.NewServeMux()
 		mux.Handle("POST /{path}", idem.Handler(api))
 		mux.Handle("POST /open/{path}", open.Handler(api))
@@ -164,8 +167,8 @@ func TestOutcomesObserved(t *testing.T) {
 			"POST /open/{path}": {idempotency.OutcomeFailOpen: 1},
 			"http":              {idempotency.OutcomeProcessed: 1},
 		}, outcomes)
-		assert.Positive(t, ops[idempotency.OpClaim], "store latencies reach the observer")
-		assert.Positive(t, ops[idempotency.OpComplete])
+		assert.Positive(t, ops["claim"], "store latencies reach the observer")
+		assert.Positive(t, ops["complete"])
 	})
 }
 
@@ -176,7 +179,7 @@ func TestCorruptRecord(t *testing.T) {
 	inner, prefix := storeKinds[0].New(t)
 	api := newPayments()
 	logger := watermill.NewCaptureLogger()
-	m, err := httpidem.New(httpidem.Config{Store: faultyStore(inner), KeyPrefix: prefix, Scope: tenantScope}, logger)
+	m, err := build(config{OnceConfig: idempotency.OnceConfig{Store: faultyStore(inner), Logger: logger}, Config: httpidem.Config{KeyPrefix: prefix, Scope: tenantScope}})
 	require.NoError(t, err)
 	h := m.Handler(api)
 	for range 2 {
@@ -187,8 +190,7 @@ func TestCorruptRecord(t *testing.T) {
 	errs := logger.Captured()[watermill.ErrorLogLevel]
 	require.Len(t, errs, 2)
 	assert.ErrorIs(t, errs[0].Err, idempotency.ErrCorruptRecord)
-	assert.Equal(t, httpidem.StoreKey(prefix, "t", "corrupt"), errs[0].Fields["stored_key"])
-	assert.Equal(t, "corrupt", errs[0].Fields["idempotency_key"])
+	assert.Equal(t, httpidem.StoreKey(prefix, "t", "corrupt"), errs[0].Fields["idempotency_key"], "the stored key, which ends with the client's")
 	assert.Equal(t, string(idempotency.OutcomeCorruptRecord), errs[0].Fields["outcome"])
 }
 
@@ -198,9 +200,9 @@ func TestCorruptRecord(t *testing.T) {
 func TestBodyReachesClientWhileCompleting(t *testing.T) {
 	inner, prefix := storeKinds[0].New(t)
 	release := make(chan struct{}) // every Complete waits for it
-	store := faultstore.New(inner).On(idempotency.OpComplete, faultstore.Hold(release, nil))
+	store := faultstore.New(inner).On("complete", faultstore.Hold(release, nil))
 	api := newPayments()
-	h := newMiddleware(t, store, prefix, func(c *httpidem.Config) {
+	h := newMiddleware(t, store, prefix, func(c *config) {
 		c.LeaseTTL = time.Minute
 		c.StoreTimeout = time.Minute
 	}).Handler(api)
@@ -295,7 +297,7 @@ func TestCallerGone(t *testing.T) {
 	logger := watermill.NewCaptureLogger()
 	served := make(chan struct{}, 1)
 	server := func(storeTimeout time.Duration) *httptest.Server {
-		m, err := httpidem.New(httpidem.Config{Store: store, SingleTenant: true, Observer: obs, StoreTimeout: storeTimeout}, logger)
+		m, err := build(config{OnceConfig: idempotency.OnceConfig{Store: store, Observer: obs, StoreTimeout: storeTimeout, Logger: logger}, Config: httpidem.Config{SingleTenant: true}})
 		require.NoError(t, err)
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			m.Handler(api).ServeHTTP(w, r)
@@ -336,7 +338,7 @@ func TestCallerGone(t *testing.T) {
 func TestStoreTimeoutBeforeClientDeadline(t *testing.T) {
 	store := adaptertest.PartitionedStore(t)
 	obs := newRecordingObserver()
-	m, err := httpidem.New(httpidem.Config{Store: store, SingleTenant: true, Observer: obs, StoreTimeout: time.Second}, nil)
+	m, err := build(config{OnceConfig: idempotency.OnceConfig{Store: store, Observer: obs, StoreTimeout: time.Second}, Config: httpidem.Config{SingleTenant: true}})
 	require.NoError(t, err)
 	api := newPayments()
 	served := make(chan struct{}, 1)

@@ -22,7 +22,7 @@ type problem struct {
 // writeProblem answers with the problem of outcome, from the adapters'
 // one table (adapter.Refusals); 409 and 503 carry Retry-After.
 func (m *Middleware) writeProblem(w http.ResponseWriter, outcome idempotency.Outcome, detail string, extra func(*problem)) {
-	r := adapter.Refusals[outcome]
+	r := adapter.Refusals[string(outcome)]
 	p := problem{Type: m.cfg.ProblemTypeBase + string(outcome), Title: r.Title, Status: r.HTTP, Detail: detail}
 	if extra != nil {
 		extra(&p)

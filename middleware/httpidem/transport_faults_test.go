@@ -19,7 +19,6 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
-	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/faultstore"
 )
 
@@ -48,7 +47,7 @@ func (c *counted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // idemServer serves h behind the middleware on kind's store (adjust may
 // change the Config), with a fault proxy in front of it.
-func idemServer(t *testing.T, kind storeKind, h http.Handler, adjust func(*httpidem.Config)) (*httptest.Server, *testserver.FaultProxy) {
+func idemServer(t *testing.T, kind storeKind, h http.Handler, adjust func(*config)) (*httptest.Server, *testserver.FaultProxy) {
 	t.Helper()
 	store, prefix := kind.New(t)
 	srv := httptest.NewServer(newMiddleware(t, store, prefix, adjust).Handler(h))
@@ -321,7 +320,7 @@ func TestTransportHeaderAndMethods(t *testing.T) {
 					seen.Store(r.Header.Get(c.header))
 					return false
 				}}
-				_, proxy := idemServer(t, kind, h, func(cfg *httpidem.Config) { cfg.Header = c.header })
+				_, proxy := idemServer(t, kind, h, func(cfg *config) { cfg.Header = c.header })
 				tr, rec := newTransport(t, func(cfg *httpidem.Transport) { cfg.Header = c.header })
 				proxy.ResetMidReply()
 				var body io.Reader
@@ -524,7 +523,7 @@ func TestTransportReplayIsFinal(t *testing.T) {
 func TestTransportStoreUnavailable(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
 		inner, prefix := kind.New(t)
-		store := faultstore.New(inner).On(idempotency.OpClaim, faultstore.First(1, faultstore.LoseReply(errors.New("store reply lost"))))
+		store := faultstore.New(inner).On("claim", faultstore.First(1, faultstore.LoseReply(errors.New("store reply lost"))))
 		h := &counted{}
 		srv := httptest.NewServer(newMiddleware(t, store, prefix, nil).Handler(h))
 		t.Cleanup(srv.Close)
@@ -539,6 +538,6 @@ func TestTransportStoreUnavailable(t *testing.T) {
 		require.Len(t, all, 2)
 		assert.Equal(t, http.StatusServiceUnavailable, all[0].Status)
 		assert.Equal(t, time.Second, all[0].Wait, "the server's Retry-After")
-		assert.EqualValues(t, 2, store.Calls(idempotency.OpClaim))
+		assert.EqualValues(t, 2, store.Calls("claim"))
 	})
 }

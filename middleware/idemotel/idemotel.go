@@ -15,23 +15,23 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// ScopeName is the instrumentation scope of the Observer's meter.
-const ScopeName = "github.com/idempotency/watermill-idempotency/middleware/idemotel"
+// scopeName is the instrumentation scope of the Observer's meter.
+const scopeName = "github.com/idempotency/watermill-idempotency/middleware/idemotel"
 
 // The span attributes that Observer sets; see the package documentation.
 const (
-	AttrKeyHash  attribute.Key = "idempotency.key_hash"
-	AttrScope    attribute.Key = "idempotency.scope"
-	AttrOutcome  attribute.Key = "idempotency.outcome"
-	AttrAttempt  attribute.Key = "idempotency.attempt"
-	AttrReplayed attribute.Key = "idempotency.replayed"
+	attrKeyHash  attribute.Key = "idempotency.key_hash"
+	attrScope    attribute.Key = "idempotency.scope"
+	attrOutcome  attribute.Key = "idempotency.outcome"
+	attrAttempt  attribute.Key = "idempotency.attempt"
+	attrReplayed attribute.Key = "idempotency.replayed"
 )
 
 // The metric names, without Config.Namespace, as in package idemprom.
 const (
-	OutcomesMetric      = "idempotency_outcomes_total"
-	StoreDurationMetric = "idempotency_store_duration_seconds"
-	CacheLookupsMetric  = "idempotency_cache_lookups_total"
+	outcomesMetric      = "idempotency_outcomes_total"
+	storeDurationMetric = "idempotency_store_duration_seconds"
+	cacheLookupsMetric  = "idempotency_cache_lookups_total"
 )
 
 // storeBuckets are idemprom's histogram buckets, in seconds.
@@ -47,8 +47,7 @@ type Config struct {
 	Namespace string
 }
 
-// Observer is a idempotency.ContextObserver, and CacheObserver, for
-// OpenTelemetry. It is safe for concurrent use; pass one to any number of
+// Observer is an [idempotency.Observer] for OpenTelemetry. It is safe for concurrent use; pass one to any number of
 // middlewares.
 type Observer struct {
 	outcomes     metric.Int64Counter
@@ -58,10 +57,7 @@ type Observer struct {
 	hit, miss attribute.KeyValue
 }
 
-var (
-	_ idempotency.ContextObserver = (*Observer)(nil)
-	_ idempotency.CacheObserver   = (*Observer)(nil)
-)
+var _ idempotency.Observer = (*Observer)(nil)
 
 // New returns an Observer that records on cfg.MeterProvider. It fails only
 // when the provider refuses to create an instrument.
@@ -74,39 +70,33 @@ func New(cfg Config) (*Observer, error) {
 	if cfg.Namespace != "" {
 		prefix = cfg.Namespace + "_"
 	}
-	meter := mp.Meter(ScopeName)
-	outcomes, err := meter.Int64Counter(prefix+OutcomesMetric,
+	meter := mp.Meter(scopeName)
+	outcomes, err := meter.Int64Counter(prefix+outcomesMetric,
 		metric.WithDescription("Deliveries handled by the idempotency middleware, by handler and outcome."),
 		metric.WithUnit("{delivery}"))
 	if err != nil {
-		return nil, fmt.Errorf("idemotel: counter %s: %w", prefix+OutcomesMetric, err)
+		return nil, fmt.Errorf("idemotel: counter %s: %w", prefix+outcomesMetric, err)
 	}
-	latency, err := meter.Float64Histogram(prefix+StoreDurationMetric,
+	latency, err := meter.Float64Histogram(prefix+storeDurationMetric,
 		metric.WithDescription("Latency of idempotency store calls, by operation and result."),
 		metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(storeBuckets...))
 	if err != nil {
-		return nil, fmt.Errorf("idemotel: histogram %s: %w", prefix+StoreDurationMetric, err)
+		return nil, fmt.Errorf("idemotel: histogram %s: %w", prefix+storeDurationMetric, err)
 	}
-	cacheLookups, err := meter.Int64Counter(prefix+CacheLookupsMetric,
+	cacheLookups, err := meter.Int64Counter(prefix+cacheLookupsMetric,
 		metric.WithDescription("Claims looked up in the cache of completed keys, by handler and result (hit or miss)."),
 		metric.WithUnit("{lookup}"))
 	if err != nil {
-		return nil, fmt.Errorf("idemotel: counter %s: %w", prefix+CacheLookupsMetric, err)
+		return nil, fmt.Errorf("idemotel: counter %s: %w", prefix+cacheLookupsMetric, err)
 	}
 	return &Observer{outcomes: outcomes, latency: latency, cacheLookups: cacheLookups,
 		hit: attribute.String("result", "hit"), miss: attribute.String("result", "miss")}, nil
 }
 
-// Outcome implements idempotency.Observer, for callers that report without a
-// context: it counts the outcome and touches no span.
-func (o *Observer) Outcome(handler string, outcome idempotency.Outcome) {
-	o.count(context.Background(), handler, outcome)
-}
-
-// OutcomeContext implements idempotency.ContextObserver: it counts the
-// outcome and puts the documented attributes on ctx's span.
-func (o *Observer) OutcomeContext(ctx context.Context, d idempotency.OutcomeDetails) {
+// Outcome implements idempotency.Observer: it counts the outcome and puts
+// the documented attributes on ctx's span.
+func (o *Observer) Outcome(ctx context.Context, d idempotency.OutcomeDetails) {
 	o.count(ctx, d.Handler, d.Outcome)
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
@@ -115,13 +105,13 @@ func (o *Observer) OutcomeContext(ctx context.Context, d idempotency.OutcomeDeta
 	attrs := make([]attribute.KeyValue, 0, 5)
 	if d.Key != "" {
 		sum := sha256.Sum256([]byte(d.Key))
-		attrs = append(attrs, AttrKeyHash.String(hex.EncodeToString(sum[:])))
+		attrs = append(attrs, attrKeyHash.String(hex.EncodeToString(sum[:])))
 	}
-	attrs = append(attrs, AttrScope.String(d.Scope), AttrOutcome.String(string(d.Outcome)))
+	attrs = append(attrs, attrScope.String(d.Handler), attrOutcome.String(string(d.Outcome)))
 	if d.Attempt > 0 {
-		attrs = append(attrs, AttrAttempt.Int(d.Attempt))
+		attrs = append(attrs, attrAttempt.Int(d.Attempt))
 	}
-	attrs = append(attrs, AttrReplayed.Bool(d.Replayed))
+	attrs = append(attrs, attrReplayed.Bool(d.Outcome == idempotency.OutcomeDuplicate))
 	span.SetAttributes(attrs...)
 }
 
@@ -130,7 +120,7 @@ func (o *Observer) count(ctx context.Context, handler string, outcome idempotenc
 }
 
 // StoreLatency implements idempotency.Observer.
-func (o *Observer) StoreLatency(op idempotency.Op, d time.Duration, err error) {
+func (o *Observer) StoreLatency(op string, d time.Duration, err error) {
 	result := "ok"
 	if err != nil {
 		result = "error"
@@ -138,7 +128,7 @@ func (o *Observer) StoreLatency(op idempotency.Op, d time.Duration, err error) {
 	o.latency.Record(context.Background(), d.Seconds(), metric.WithAttributes(attribute.String("op", string(op)), attribute.String("result", result)))
 }
 
-// CacheLookup implements idempotency.CacheObserver: it counts the lookup
+// CacheLookup implements idempotency.Observer: it counts the lookup
 // by handler and result (hit or miss).
 func (o *Observer) CacheLookup(handler string, hit bool) {
 	result := o.miss

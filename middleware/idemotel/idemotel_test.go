@@ -119,7 +119,9 @@ func keyHash(key string) string {
 // and the metrics count them under idemprom's names and labels.
 func TestWatermillSpansAndMetrics(t *testing.T) {
 	tel := newTelemetry(t, "svc")
-	idem, err := idempotency.New(idempotency.Config{Store: memstore.New(memstore.Config{}), Observer: tel.obs, Scope: ordersScope}, watermill.NopLogger{})
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: tel.obs})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{Scope: ordersScope})
 	require.NoError(t, err)
 	fail := map[string]bool{"failing": true}
 	h := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -169,7 +171,9 @@ func TestWatermillSpansAndMetrics(t *testing.T) {
 // has no key hash and no attempt.
 func TestAttemptsAndMissingKey(t *testing.T) {
 	tel := newTelemetry(t, "")
-	idem, err := idempotency.New(idempotency.Config{Store: memstore.New(memstore.Config{}), Observer: tel.obs}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: tel.obs})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, nil)
 	require.NoError(t, err)
 	h := idem.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, errors.New("no") })
 	tracer := tel.tp.Tracer("test")
@@ -192,7 +196,9 @@ func TestAttemptsAndMissingKey(t *testing.T) {
 // Behind otelhttp, the attributes land on the request's server span.
 func TestHTTPServerSpan(t *testing.T) {
 	tel := newTelemetry(t, "")
-	mw, err := httpidem.New(httpidem.Config{Store: memstore.New(memstore.Config{}), SingleTenant: true, Observer: tel.obs}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: tel.obs})
+	require.NoError(t, err)
+	mw, err := httpidem.New(once, &httpidem.Config{SingleTenant: true})
 	require.NoError(t, err)
 	status := http.StatusCreated
 	app := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
@@ -224,11 +230,11 @@ func TestHTTPServerSpan(t *testing.T) {
 	assert.NotEqual(t, first[idemotel.AttrKeyHash], broken[idemotel.AttrKeyHash])
 }
 
-// Once.Do puts the attributes on its caller's span; Outcome without a
-// context only counts.
+// Once.Do puts the attributes on its caller's span; an Outcome whose
+// context has no span only counts.
 func TestOnceDoAndPlainOutcome(t *testing.T) {
 	tel := newTelemetry(t, "")
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: tel.obs, Name: "jobs"}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: tel.obs})
 	require.NoError(t, err)
 	ctx, span := tel.tp.Tracer("test").Start(context.Background(), "job")
 	_, err = once.Do(ctx, "job-1", func(context.Context) ([]byte, error) { return nil, nil })
@@ -236,11 +242,11 @@ func TestOnceDoAndPlainOutcome(t *testing.T) {
 	span.End()
 	attrs := tel.spanAttrs(t, "job")
 	assert.Equal(t, keyHash("job-1"), attrs[idemotel.AttrKeyHash].AsString())
-	assert.Equal(t, "jobs", attrs[idemotel.AttrScope].AsString())
+	assert.Equal(t, "once", attrs[idemotel.AttrScope].AsString())
 
-	tel.obs.Outcome("jobs", idempotency.OutcomeLeaseLost)
+	tel.obs.Outcome(context.Background(), idempotency.OutcomeDetails{Handler: "once", Outcome: idempotency.OutcomeLeaseLost})
 	outcomes, _ := tel.collect(t, "")
-	assert.Equal(t, map[string]int64{"jobs/processed": 1, "jobs/lease_lost": 1}, outcomes)
+	assert.Equal(t, map[string]int64{"once/processed": 1, "once/lease_lost": 1}, outcomes)
 }
 
 // The instrument names are idemprom's series names, namespace included.
@@ -248,8 +254,8 @@ func TestNamesMatchIdemprom(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	prom := idemprom.New("svc")
 	require.NoError(t, reg.Register(prom))
-	prom.Outcome("h", idempotency.OutcomeProcessed)
-	prom.StoreLatency(idempotency.OpClaim, 1, nil)
+	prom.Outcome(context.Background(), idempotency.OutcomeDetails{Handler: "h", Outcome: idempotency.OutcomeProcessed})
+	prom.StoreLatency("claim", 1, nil)
 	prom.CacheLookup("h", true)
 	families, err := reg.Gather()
 	require.NoError(t, err)
@@ -259,8 +265,8 @@ func TestNamesMatchIdemprom(t *testing.T) {
 	}
 
 	tel := newTelemetry(t, "svc")
-	tel.obs.Outcome("h", idempotency.OutcomeProcessed)
-	tel.obs.StoreLatency(idempotency.OpClaim, 1, nil)
+	tel.obs.Outcome(context.Background(), idempotency.OutcomeDetails{Handler: "h", Outcome: idempotency.OutcomeProcessed})
+	tel.obs.StoreLatency("claim", 1, nil)
 	tel.obs.CacheLookup("h", true)
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, tel.reader.Collect(context.Background(), &rm))

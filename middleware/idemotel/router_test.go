@@ -35,7 +35,9 @@ func TestRouterConsumerSpans(t *testing.T) {
 			return h(msg)
 		}
 	}
-	idem, err := idempotency.New(idempotency.Config{Store: memstore.New(memstore.Config{}), Observer: tel.obs, NackDelay: time.Millisecond}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: tel.obs})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: time.Millisecond})
 	require.NoError(t, err)
 
 	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})

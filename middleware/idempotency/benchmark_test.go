@@ -88,7 +88,7 @@ var chainCases = []chainCase{
 }
 
 func benchIdem(b *testing.B, store idempotency.Store, prefix string) *idempotency.Middleware {
-	idem, err := idempotency.New(idempotency.Config{Store: store, KeyPrefix: prefix, CompletedTTL: time.Hour}, nil)
+	idem, err := newMiddleware(testConfig{Store: store, KeyPrefix: prefix, CompletedTTL: time.Hour}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,20 +7,13 @@ import (
 	"unsafe"
 )
 
-// Defaults of the cache of COMPLETED records (OnceConfig.CacheTTL and
-// CacheMaxBytes, and the same fields of Config).
-const (
-	// DefaultCacheTTL is how long, at most, a process answers a completed
-	// key from memory. It is also how long, at most, an operator's Delete
-	// of a completed key goes unseen by a process that cached it: a minute
-	// keeps that window shorter than any redelivery an operator would wait
-	// for, while a burst of duplicates (a consumer group rebalancing, a
-	// client retrying) is answered without the store.
-	DefaultCacheTTL = time.Minute
-	// DefaultCacheMaxBytes bounds the cache's memory: keys, results and
-	// fingerprints, plus a fixed overhead per entry (16 MiB).
-	DefaultCacheMaxBytes = 16 << 20
-)
+// cacheTTL is how long, at most, a process answers a completed key from
+// memory. It is also how long, at most, an operator's Delete of a completed
+// key goes unseen by a process that cached it: a minute keeps that window
+// shorter than any redelivery an operator would wait for, while a burst of
+// duplicates (a consumer group rebalancing, a client retrying) is answered
+// without the store.
+const cacheTTL = time.Minute
 
 // cacheClockMargin is taken off the lifetime of a record read from a claim:
 // its UpdatedAt is on the store's clock, its expiry compared with this
@@ -39,22 +32,6 @@ const (
 // fingerprint bytes: the entry itself and its slot in the shard's map.
 const cacheEntryOverhead = int(unsafe.Sizeof(cacheEntry{})) + 48
 
-// CacheStats describes the cache of COMPLETED records of a Once (see
-// OnceConfig.CacheTTL). All fields are zero when the cache is off.
-type CacheStats struct {
-	// Hits counts claims answered from the cache, without a store call.
-	Hits uint64
-	// Misses counts lookups that found no live entry and went to the store.
-	Misses uint64
-	// Evictions counts entries removed to stay within CacheMaxBytes.
-	Evictions uint64
-	// Entries is the number of entries held now, expired ones not yet
-	// removed included.
-	Entries int
-	// Bytes is the memory the entries count towards CacheMaxBytes.
-	Bytes int
-}
-
 // completedCache holds COMPLETED records by stored key: an LRU bounded in
 // bytes, sharded by the key's hash so that concurrent claims of different
 // keys seldom wait on one mutex. A shard's map is keyed by that hash, not by
@@ -64,7 +41,7 @@ type CacheStats struct {
 // a lookup compares the key, and a put replaces the other key's entry. A
 // COMPLETED record changes only when it expires or is deleted, so an entry
 // that lives no longer than the record answers exactly as the store would;
-// see OnceConfig.CacheTTL for the one exception (an operator's Delete).
+// see the package documentation for the one exception (an operator's Delete).
 type completedCache struct {
 	seed     maphash.Seed
 	shards   []cacheShard
@@ -179,19 +156,19 @@ func (c *completedCache) put(key string, rec Record, now, expires time.Time) {
 	s.pushFront(e)
 }
 
-func (c *completedCache) stats() CacheStats {
-	var st CacheStats
+// stats sums the counters of the shards, for the tests.
+func (c *completedCache) stats() (hits, misses, evictions uint64, entries, bytes int) {
 	for i := range c.shards {
 		s := &c.shards[i]
 		s.mu.Lock()
-		st.Hits += s.hits
-		st.Misses += s.misses
-		st.Evictions += s.evictions
-		st.Entries += len(s.entries)
-		st.Bytes += s.bytes
+		hits += s.hits
+		misses += s.misses
+		evictions += s.evictions
+		entries += len(s.entries)
+		bytes += s.bytes
 		s.mu.Unlock()
 	}
-	return st
+	return hits, misses, evictions, entries, bytes
 }
 
 func (s *cacheShard) remove(e *cacheEntry) {
@@ -262,17 +239,17 @@ func minTime(a, b time.Time) time.Time {
 }
 
 // cacheLookup answers a claim of key from the cache, when it is on and
-// holds the key COMPLETED; label is what a CacheObserver is told.
+// holds the key COMPLETED; label is what the Observer is told.
 func (o *Once) cacheLookup(key, label string) (Record, bool) {
 	if o.cache == nil {
 		return Record{}, false
 	}
 	rec, hit := o.cache.get(key, time.Now())
-	if o.cacheObserver != nil {
+	if o.observer != nil {
 		if label == "" {
-			label = o.cfg.Name
+			label = doLabel
 		}
-		o.cacheObserver.CacheLookup(label, hit)
+		o.observer.CacheLookup(label, hit)
 	}
 	return rec, hit
 }
@@ -304,17 +281,3 @@ func (l *Lease) cacheCompleted(result []byte, sent time.Time) {
 		CreatedAt: l.record.created, UpdatedAt: sent}
 	o.cache.put(l.dv.key, rec, time.Now(), sent.Add(o.cfg.CompletedTTL))
 }
-
-// CacheStats returns the counters of the cache of COMPLETED records; all
-// zero when the cache is off (OnceConfig.DisableCache, or an in-process
-// store).
-func (o *Once) CacheStats() CacheStats {
-	if o.cache == nil {
-		return CacheStats{}
-	}
-	return o.cache.stats()
-}
-
-// CacheStats returns the counters of the middleware's cache of COMPLETED
-// records (see Config.CacheTTL).
-func (d *Middleware) CacheStats() CacheStats { return d.once.CacheStats() }

@@ -27,7 +27,7 @@ func TestCacheLRU(t *testing.T) {
 	for i := range 5 {
 		c.put(fmt.Sprintf("k%d", i), completedWith(result), now, now.Add(time.Hour))
 	}
-	assert.Equal(t, CacheStats{Entries: 5, Bytes: 5 * entry}, c.stats())
+	assert.Equal(t, CacheStats{Entries: 5, Bytes: 5 * entry}, c.st())
 	_, ok := c.get("k0", now) // k0 is now the most recent; k1 the least
 	require.True(t, ok)
 	c.put("k5", completedWith(result), now, now.Add(time.Hour))
@@ -37,18 +37,18 @@ func TestCacheLRU(t *testing.T) {
 		_, ok := c.get(k, now)
 		assert.True(t, ok, k)
 	}
-	assert.Equal(t, CacheStats{Hits: 6, Misses: 1, Evictions: 1, Entries: 5, Bytes: 5 * entry}, c.stats())
+	assert.Equal(t, CacheStats{Hits: 6, Misses: 1, Evictions: 1, Entries: 5, Bytes: 5 * entry}, c.st())
 
 	c.put("huge", completedWith(strings.Repeat("h", 5*entry)), now, now.Add(time.Hour))
 	_, ok = c.get("huge", now)
 	assert.False(t, ok, "an entry larger than the shard is not cached")
-	assert.EqualValues(t, 1, c.stats().Evictions, "and evicts nothing")
+	assert.EqualValues(t, 1, c.st().Evictions, "and evicts nothing")
 
 	c.put("k0", completedWith("short"), now, now.Add(time.Hour)) // replaced, not added
 	rec, ok := c.get("k0", now)
 	require.True(t, ok)
 	assert.Equal(t, "short", string(rec.Result))
-	assert.Equal(t, 4*entry+2+5+2+cacheEntryOverhead, c.stats().Bytes)
+	assert.Equal(t, 4*entry+2+5+2+cacheEntryOverhead, c.st().Bytes)
 }
 
 // TestCacheExpiry: an entry ends at its expiry, or the cache's TTL,
@@ -67,8 +67,8 @@ func TestCacheExpiry(t *testing.T) {
 		_, ok := c.get(tc.key, now.Add(tc.at))
 		assert.Equal(t, tc.live, ok, "%s at %v", tc.key, tc.at)
 	}
-	assert.Zero(t, c.stats().Entries, "expired entries are removed when looked up")
-	assert.Zero(t, c.stats().Bytes)
+	assert.Zero(t, c.st().Entries, "expired entries are removed when looked up")
+	assert.Zero(t, c.st().Bytes)
 }
 
 // TestCacheShards: the default cache has enough shards for 64 goroutines
@@ -118,7 +118,7 @@ func TestCacheConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	st := c.stats()
+	st := c.st()
 	assert.LessOrEqual(t, st.Bytes, maxBytes)
 	assert.EqualValues(t, 64*2000, st.Hits+st.Misses)
 	n, bytes := 0, 0
@@ -153,7 +153,7 @@ func TestCacheFullAnswersEachKeyItsOwn(t *testing.T) {
 	for i := 1; i < keys; i++ {
 		c.put(fmt.Sprintf("k%d", i), record(i), now, now.Add(time.Hour))
 	}
-	st := c.stats()
+	st := c.st()
 	require.NotZero(t, st.Evictions, "the cache filled up")
 	hits := 0
 	for i := range keys {

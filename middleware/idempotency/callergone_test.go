@@ -23,7 +23,7 @@ func TestDoCallerGone(t *testing.T) {
 	obs := &observertest.ContextRecorder{}
 	logger := watermill.NewCaptureLogger()
 	once := func(storeTimeout time.Duration) *idempotency.Once {
-		o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Name: "billing", Observer: obs, StoreTimeout: storeTimeout}, logger)
+		o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Logger: logger, Observer: obs, StoreTimeout: storeTimeout})
 		require.NoError(t, err)
 		return o
 	}
@@ -58,7 +58,7 @@ func TestDoCallerGone(t *testing.T) {
 func TestDoStoreTimeoutBeforeCallerDeadline(t *testing.T) {
 	store := adaptertest.PartitionedStore(t)
 	obs := &observertest.ContextRecorder{}
-	o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Name: "billing", Observer: obs, StoreTimeout: time.Second}, nil)
+	o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Observer: obs, StoreTimeout: time.Second})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond) // after StoreTimeout, before the release ends
 	defer cancel()

@@ -27,26 +27,25 @@ func TestTTLsAreBounded(t *testing.T) {
 		"LeaseTTL":     func(c *idempotency.OnceConfig, d time.Duration) { c.LeaseTTL = d },
 		"CompletedTTL": func(c *idempotency.OnceConfig, d time.Duration) { c.CompletedTTL = d },
 		"FailedTTL":    func(c *idempotency.OnceConfig, d time.Duration) { c.FailedTTL = d },
-		"CacheTTL":     func(c *idempotency.OnceConfig, d time.Duration) { c.CacheTTL = d },
 	} {
 		for _, d := range []time.Duration{idempotency.MaxTTL + time.Nanosecond, forever} {
 			oc := idempotency.OnceConfig{Store: store}
 			set(&oc, d)
-			err := oc.Validate()
+			err := validate(oc)
 			require.ErrorIs(t, err, idempotency.ErrInvalidConfig, "OnceConfig.%s %v", name, d)
 			assert.ErrorContains(t, err, name+" is "+d.String()+", must be at most 876000h0m0s")
-			_, err = idempotency.NewOnce(oc, nil)
+			_, err = idempotency.NewOnce(oc)
 			assert.ErrorIs(t, err, idempotency.ErrInvalidConfig, "NewOnce with %s %v", name, d)
 
-			c := idempotency.Config{Store: store, LeaseTTL: oc.LeaseTTL, CompletedTTL: oc.CompletedTTL,
-				FailedTTL: oc.FailedTTL, CacheTTL: oc.CacheTTL}
+			c := testConfig{Store: store, LeaseTTL: oc.LeaseTTL, CompletedTTL: oc.CompletedTTL,
+				FailedTTL: oc.FailedTTL}
 			assert.ErrorIs(t, c.Validate(), idempotency.ErrInvalidConfig, "Config.%s %v", name, d)
-			_, err = idempotency.New(c, nil)
+			_, err = newMiddleware(c, nil)
 			assert.ErrorIs(t, err, idempotency.ErrInvalidConfig, "New with %s %v", name, d)
 		}
 		oc := idempotency.OnceConfig{Store: store}
 		set(&oc, idempotency.MaxTTL)
-		assert.NoError(t, oc.Validate(), "%s of MaxTTL", name)
+		assert.NoError(t, validate(oc), "%s of MaxTTL", name)
 	}
 	assert.Equal(t, 100*365*24*time.Hour, idempotency.MaxTTL)
 }
@@ -58,7 +57,7 @@ func TestMaxTTLKeepsTheKey(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	store := memstore.New(memstore.Config{Now: func() time.Time { return now }})
-	idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: idempotency.MaxTTL,
+	idem, obs := newIdem(t, testConfig{Store: store, LeaseTTL: idempotency.MaxTTL,
 		CompletedTTL: idempotency.MaxTTL, FailedTTL: idempotency.MaxTTL})
 	h := &counter{}
 	h.failFor.Store(1)
@@ -89,16 +88,16 @@ func TestKeyPrefixHoldsNoSeparator(t *testing.T) {
 	scope := func(s string) func(*message.Message) string { return func(*message.Message) string { return s } }
 
 	for _, prefix := range []string{"shop:billing", "shop:", ":", "a:b:c"} {
-		cfg := idempotency.Config{Store: store, KeyPrefix: prefix, Scope: scope("charge")}
+		cfg := testConfig{Store: store, KeyPrefix: prefix, Scope: scope("charge")}
 		err := cfg.Validate()
 		require.ErrorIs(t, err, idempotency.ErrInvalidConfig, "prefix %q", prefix)
 		assert.ErrorContains(t, err, "the separator of prefix:scope:key")
-		_, err = idempotency.New(cfg, nil)
+		_, err = newMiddleware(cfg, nil)
 		assert.ErrorIs(t, err, idempotency.ErrInvalidConfig, "prefix %q", prefix)
 	}
 
-	billing, _ := newIdem(t, idempotency.Config{Store: store, KeyPrefix: "shop.billing", Scope: scope("charge")})
-	shop, shopObs := newIdem(t, idempotency.Config{Store: store, KeyPrefix: "shop", Scope: scope("billing")})
+	billing, _ := newIdem(t, testConfig{Store: store, KeyPrefix: "shop.billing", Scope: scope("charge")})
+	shop, shopObs := newIdem(t, testConfig{Store: store, KeyPrefix: "shop", Scope: scope("billing")})
 	h := &counter{}
 	_, err := billing.Middleware(h.handle)(newMsg("order-7", "a"))
 	require.NoError(t, err)
@@ -108,7 +107,7 @@ func TestKeyPrefixHoldsNoSeparator(t *testing.T) {
 	assert.Equal(t, 0, shopObs.get(idempotency.OutcomeDuplicate))
 
 	// A scope may hold the separator: it is escaped.
-	odd, _ := newIdem(t, idempotency.Config{Store: store, KeyPrefix: "shop", Scope: scope("billing:charge")})
+	odd, _ := newIdem(t, testConfig{Store: store, KeyPrefix: "shop", Scope: scope("billing:charge")})
 	_, err = odd.Middleware(h.handle)(newMsg("order-7", "c"))
 	require.NoError(t, err)
 	assert.EqualValues(t, 3, h.runs.Load(), "scope billing:charge is not prefix shop:billing with scope charge")
@@ -138,7 +137,7 @@ func TestMaxTTLOnEveryStore(t *testing.T) {
 // runMaxTTLScenario is TestMaxTTLOnEveryStore's scenario on one store.
 func runMaxTTLScenario(t *testing.T, store idempotency.Store, prefix string) {
 	t.Helper()
-	idem, obs := newIdem(t, idempotency.Config{Store: store, KeyPrefix: prefix, DisableCache: true,
+	idem, obs := newIdem(t, testConfig{Store: store, KeyPrefix: prefix, CacheMaxBytes: -1,
 		LeaseTTL: idempotency.MaxTTL, CompletedTTL: idempotency.MaxTTL, FailedTTL: idempotency.MaxTTL})
 	h := &counter{block: make(chan struct{})}
 	h.failFor.Store(1)
@@ -205,7 +204,7 @@ func TestStoredKeysNeverCollide(t *testing.T) {
 	seen := make(map[string]string, len(prefixes)*len(scopes)*len(keys))
 	accepted := 0
 	for _, p := range prefixes {
-		idem, err := idempotency.New(idempotency.Config{Store: store, KeyPrefix: p,
+		idem, err := newMiddleware(testConfig{Store: store, KeyPrefix: p,
 			Scope: func(m *message.Message) string { return m.Metadata.Get("scope") }}, nil)
 		if strings.Contains(p, ":") {
 			require.ErrorIs(t, err, idempotency.ErrInvalidConfig, "prefix %q", p)

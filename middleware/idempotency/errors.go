@@ -55,13 +55,15 @@ var (
 	ErrStoreUnavailable = errors.New("idempotency: store unavailable")
 )
 
-// ErrOutputNotStored is the error reported with OutcomeOutputNotStored, to
-// the log and to a ContextObserver (OutcomeDetails.Err), wrapped with the
-// output's size: a handler's output was larger than Config.MaxOutputSize,
-// so its key is COMPLETED without it. It is never returned to the router:
-// the handler succeeded, and the message is acked once its output is
-// published.
-var ErrOutputNotStored = errors.New("idempotency: output too large to store; a duplicate will not republish it")
+// errOutputNotStored is reported with OutcomeOutputNotStored, wrapped with
+// the output's size. It never reaches the router: the handler succeeded.
+var errOutputNotStored = errors.New("idempotency: output too large to store; a duplicate will not republish it")
+
+// errCallerGone is in the chain of a claim's error when the caller's
+// context had ended when the store call returned: OutcomeOf names it
+// OutcomeCallerGone. It is judged before the release of the failed claim,
+// which may wait on the store again.
+var errCallerGone = errors.New("the caller is gone")
 
 // IsPermanent reports whether err means that redelivery cannot help
 // (ErrMissingKey, ErrTooManyAttempts or ErrKeyReused). Pass it to Watermill's

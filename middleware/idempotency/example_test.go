@@ -15,7 +15,7 @@ import (
 // The middleware wraps any handler: three deliveries of one requestId charge
 // once.
 func Example() {
-	idem, err := idempotency.New(idempotency.Config{Store: memstore.New(memstore.Config{})}, nil)
+	idem, err := newMiddleware(testConfig{Store: memstore.New(memstore.Config{})}, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -42,7 +42,7 @@ func Example_router() {
 	if err != nil {
 		panic(err)
 	}
-	idem, err := idempotency.New(idempotency.Config{
+	idem, err := newMiddleware(testConfig{
 		Store:     memstore.New(memstore.Config{}),
 		NackDelay: -1, // gochannel redelivers at once; no need to wait in an example
 	}, nil)
@@ -81,7 +81,7 @@ func Example_router() {
 // every process sharing the store, and every later caller gets the first
 // run's result back.
 func ExampleOnce_Do() {
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{})}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{})})
 	if err != nil {
 		panic(err)
 	}
@@ -95,11 +95,11 @@ func ExampleOnce_Do() {
 			fmt.Println("try later:", err)
 			continue
 		}
-		fmt.Printf("%s replayed=%v\n", res.Value, res.Replayed)
+		fmt.Printf("%s %s\n", res.Value, res.Outcome)
 	}
 	// Output:
 	// sending the invoice
-	// receipt-17 replayed=false
-	// receipt-17 replayed=true
-	// receipt-17 replayed=true
+	// receipt-17 processed
+	// receipt-17 duplicate
+	// receipt-17 duplicate
 }

@@ -9,34 +9,37 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/idempotency/watermill-idempotency/internal/configerr"
 )
 
 // Middleware is the Watermill middleware: add it with
-// router.AddMiddleware(idem.Middleware), or to one handler with
-// handler.AddMiddleware(idem.Middleware). It is safe for concurrent use by any
-// number of handlers and routers. Each adapter package of this module has a
-// Middleware of its own, built by its New, and plugged in by the method named
-// after what its framework takes: Middleware here, Handler in package
-// httpidem, UnaryServerInterceptor in package grpcidem.
+// router.AddMiddleware(mw.Middleware), or to one handler. It is safe for
+// concurrent use by any number of handlers and routers.
 type Middleware struct {
 	cfg  Config
 	once *Once
 }
 
-// New returns the middleware for cfg. It copies cfg, fills the defaults of
-// its zero fields and validates it; a nil logger logs nothing.
-func New(cfg Config, logger watermill.LoggerAdapter) (*Middleware, error) {
-	cfg.setDefaults()
-	if err := cfg.Validate(); err != nil {
+// New returns the middleware that runs each handler under once, with what
+// cfg adds. A nil cfg means the defaults. Problems of cfg match
+// [ErrInvalidConfig].
+func New(once *Once, cfg *Config) (*Middleware, error) {
+	problems := configerr.New(ErrInvalidConfig)
+	if once == nil {
+		problems.Addf("Once is required")
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+		configerr.KeyPrefix(problems, c.KeyPrefix)
+	}
+	if err := problems.Err(); err != nil {
 		return nil, err
 	}
-	once, err := NewOnce(cfg.onceConfig(), logger)
-	if err != nil {
-		return nil, err
-	}
-	return &Middleware{cfg: cfg, once: once}, nil
+	c.setDefaults()
+	return &Middleware{cfg: c, once: once}, nil
 }
 
 // Middleware wraps h so that each key's effect happens once. See the
@@ -73,11 +76,11 @@ func (d *Middleware) handle(msg *message.Message, h message.HandlerFunc) ([]*mes
 		return d.refused(ctx, dv, claim.Record, fingerprint)
 	case errors.Is(err, ErrStoreUnavailable) && ctx.Err() != nil:
 		return nil, err // the subscriber is closing: just nack
-	case errors.Is(err, ErrStoreUnavailable) && d.cfg.FailOpen:
+	case errors.Is(err, ErrStoreUnavailable) && d.once.cfg.FailOpen:
 		d.once.done(OutcomeFailOpen, dv, err)
 		return h(msg)
 	}
-	d.once.done(claimOutcome(err), dv, err)
+	d.once.done(OutcomeOf(err), dv, err)
 	if errors.Is(err, ErrTooManyAttempts) {
 		// The count goes out with the message: a copy requeued from the
 		// poison queue counts its budget from there. The handler's mark
@@ -202,10 +205,10 @@ func (d *Middleware) run(msg *message.Message, h message.HandlerFunc, lease *Lea
 	if cerr == nil && tooLarge > 0 {
 		// COMPLETED holds no output: the router's publish of out is its only
 		// one. Counted apart from processed, since a failed publish loses it.
-		d.once.done(OutcomeOutputNotStored, dv, fmt.Errorf("%w: %d bytes of output, MaxOutputSize is %d", ErrOutputNotStored, tooLarge, d.cfg.MaxOutputSize))
+		d.once.done(OutcomeOutputNotStored, dv, fmt.Errorf("%w: %d bytes of output, MaxOutputSize is %d", errOutputNotStored, tooLarge, d.once.cfg.MaxOutputSize))
 		return out, nil
 	}
-	d.once.done(CompleteOutcome(cerr), dv, cerr)
+	d.once.done(OutcomeOf(cerr), dv, cerr)
 	return out, nil
 }
 
@@ -221,7 +224,7 @@ func (d *Middleware) encodeResult(out []*message.Message) (result []byte, tooLar
 		return nil, 0
 	}
 	b := encodeOutput(out)
-	if len(b) > d.cfg.MaxOutputSize {
+	if len(b) > d.once.cfg.MaxOutputSize {
 		return []byte{outputOmitted}, len(b)
 	}
 	return b, 0

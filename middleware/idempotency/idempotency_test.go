@@ -22,7 +22,7 @@ import (
 
 func TestAcquiredSuccessStoresCompleted(t *testing.T) {
 	store := memstore.New(memstore.Config{})
-	idem, obs := newIdem(t, idempotency.Config{Store: store})
+	idem, obs := newIdem(t, testConfig{Store: store})
 	h := &counter{outputs: func(msg *message.Message) []*message.Message {
 		out := message.NewMessage("out-"+msg.UUID, []byte("derived"))
 		out.Metadata.Set("origin", msg.UUID)
@@ -42,14 +42,14 @@ func TestAcquiredSuccessStoresCompleted(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateCompleted, rec.State)
 	assert.Equal(t, 1, rec.Attempts)
-	assert.Equal(t, 1, obs.op(idempotency.OpClaim), "one claim")
-	assert.Equal(t, 1, obs.op(idempotency.OpComplete), "one complete")
-	assert.Zero(t, obs.op(idempotency.OpRenew), "a short handler is never renewed")
+	assert.Equal(t, 1, obs.op("claim"), "one claim")
+	assert.Equal(t, 1, obs.op("complete"), "one complete")
+	assert.Zero(t, obs.op("renew"), "a short handler is never renewed")
 }
 
 func TestAcquiredErrorStoresFailedAndRetries(t *testing.T) {
 	store := memstore.New(memstore.Config{})
-	idem, obs := newIdem(t, idempotency.Config{Store: store})
+	idem, obs := newIdem(t, testConfig{Store: store})
 	h := &counter{}
 	h.failFor.Store(1)
 	msg := newMsg("req-1", "p")
@@ -72,7 +72,7 @@ func TestAcquiredErrorStoresFailedAndRetries(t *testing.T) {
 }
 
 func TestCompletedDuplicateReplaysOutput(t *testing.T) {
-	idem, obs := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{})})
+	idem, obs := newIdem(t, testConfig{Store: memstore.New(memstore.Config{})})
 	h := &counter{outputs: func(msg *message.Message) []*message.Message {
 		a := message.NewMessage(watermill.NewUUID(), []byte("first\x00payload"))
 		a.Metadata.Set("requestId", "down-"+msg.Metadata.Get("requestId"))
@@ -98,7 +98,7 @@ func TestCompletedDuplicateReplaysOutput(t *testing.T) {
 func TestInProgressIsNackedAfterDelay(t *testing.T) {
 	store := memstore.New(memstore.Config{})
 	const delay = 50 * time.Millisecond
-	idem, obs := newIdem(t, idempotency.Config{Store: store, NackDelay: delay})
+	idem, obs := newIdem(t, testConfig{Store: store, NackDelay: delay})
 	msg := newMsg("req-1", "p")
 	key, _ := idem.StoreKey(msg)
 	_, err := store.Claim(context.Background(), key, claimFor(time.Minute, nil)) // another consumer holds it
@@ -125,7 +125,7 @@ func downStore(t *testing.T) idempotency.Store {
 }
 
 func TestStoreUnavailableFailsClosed(t *testing.T) {
-	idem, obs := newIdem(t, idempotency.Config{Store: downStore(t)})
+	idem, obs := newIdem(t, testConfig{Store: downStore(t)})
 	h := &counter{}
 	_, err := idem.Middleware(h.handle)(newMsg("req-1", "p"))
 	require.ErrorIs(t, err, idempotency.ErrStoreUnavailable, "nack: nothing is lost")
@@ -136,7 +136,7 @@ func TestStoreUnavailableFailsClosed(t *testing.T) {
 }
 
 func TestStoreUnavailableFailOpen(t *testing.T) {
-	idem, obs := newIdem(t, idempotency.Config{Store: downStore(t), FailOpen: true})
+	idem, obs := newIdem(t, testConfig{Store: downStore(t), FailOpen: true})
 	h := &counter{}
 	_, err := idem.Middleware(h.handle)(newMsg("req-1", "p"))
 	require.NoError(t, err)
@@ -145,7 +145,7 @@ func TestStoreUnavailableFailOpen(t *testing.T) {
 }
 
 func TestMissingKey(t *testing.T) {
-	idem, obs := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{})})
+	idem, obs := newIdem(t, testConfig{Store: memstore.New(memstore.Config{})})
 	h := &counter{}
 	msg := message.NewMessage("", []byte("p"))
 	_, err := idem.Middleware(h.handle)(msg)
@@ -154,7 +154,7 @@ func TestMissingKey(t *testing.T) {
 	assert.Zero(t, h.runs.Load())
 	assert.Equal(t, 1, obs.get(idempotency.OutcomeMissingKey))
 
-	byFunc, _ := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{}),
+	byFunc, _ := newIdem(t, testConfig{Store: memstore.New(memstore.Config{}),
 		KeyFunc: func(*message.Message) (string, error) { return "", errors.New("no order id") }})
 	_, err = byFunc.Middleware(h.handle)(newMsg("req", "p"))
 	require.ErrorIs(t, err, idempotency.ErrMissingKey)
@@ -162,7 +162,7 @@ func TestMissingKey(t *testing.T) {
 }
 
 func TestKeyDerivation(t *testing.T) {
-	idem, _ := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{}),
+	idem, _ := newIdem(t, testConfig{Store: memstore.New(memstore.Config{}),
 		Scope: func(msg *message.Message) string { return msg.Metadata.Get("scope") }})
 	key := func(meta map[string]string, uuid string) string {
 		m := message.NewMessage(uuid, nil)
@@ -186,42 +186,30 @@ func TestKeyDerivation(t *testing.T) {
 	assert.True(t, strings.HasPrefix(k1, "idem::sha256:"), k1)
 	assert.Len(t, k1, len("idem::sha256:")+64)
 	assert.NotEqual(t, k1, k2, "long keys that differ anywhere stay different")
-	exact := strings.Repeat("y", idempotency.DefaultMaxKeyLength)
+	exact := strings.Repeat("y", 200)
 	assert.Equal(t, "idem::"+exact, key(map[string]string{"requestId": exact}, "u"), "keys up to the bound are kept")
 	odd := "a\x00b\n\xff"
 	assert.Equal(t, "idem::"+odd, key(map[string]string{"requestId": odd}, "u"))
 }
 
-// TestDefaultKeyMetadataCannotBeChanged: what DefaultKeyMetadata returns is
-// the caller's own copy; changing it changes neither the defaults nor a
-// middleware built from them, and a config may extend it.
-func TestDefaultKeyMetadataCannotBeChanged(t *testing.T) {
+// TestKeyFuncReplacesTheDefault: a KeyFunc decides the key alone; the
+// metadata the default reads and the UUID are then ignored.
+func TestKeyFuncReplacesTheDefault(t *testing.T) {
 	t.Parallel()
-	mine := idempotency.DefaultKeyMetadata()
-	require.Equal(t, []string{"requestId", "Idempotency-Key"}, mine)
-	idem, _ := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{})})
-	extended, _ := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{}),
-		KeyMetadata: append(idempotency.DefaultKeyMetadata(), "orderId")})
-	mine[0] = "changed"
-
-	assert.Equal(t, []string{"requestId", "Idempotency-Key"}, idempotency.DefaultKeyMetadata())
-	assert.Equal(t, []string{"requestId", "Idempotency-Key"}, idem.Config().KeyMetadata)
+	byOrder, _ := newIdem(t, testConfig{Store: memstore.New(memstore.Config{}),
+		KeyFunc: func(msg *message.Message) (string, error) { return msg.Metadata.Get("orderId"), nil }})
 	msg := newMsg("req-1", "p")
-	msg.Metadata.Set("changed", "other")
-	key, err := idem.StoreKey(msg)
+	msg.Metadata.Set("orderId", "o-7")
+	key, err := byOrder.StoreKey(msg)
 	require.NoError(t, err)
-	assert.Equal(t, "idem::req-1", key, "still read from requestId")
-
-	byOrder := message.NewMessage("u", nil)
-	byOrder.Metadata.Set("orderId", "o-7")
-	key, err = extended.StoreKey(byOrder)
-	require.NoError(t, err)
-	assert.Equal(t, "idem::o-7", key, "a field added to the defaults is read after them")
+	assert.Equal(t, "idem::o-7", key)
+	_, err = byOrder.StoreKey(newMsg("req-1", "p"))
+	require.ErrorIs(t, err, idempotency.ErrMissingKey, "an empty key from KeyFunc, whatever the metadata")
 }
 
 func TestTooManyAttempts(t *testing.T) {
 	store := memstore.New(memstore.Config{})
-	idem, obs := newIdem(t, idempotency.Config{Store: store, MaxAttempts: 2})
+	idem, obs := newIdem(t, testConfig{Store: store, MaxAttempts: 2})
 	h := &counter{}
 	h.failFor.Store(100)
 	for range 2 {
@@ -239,7 +227,7 @@ func TestTooManyAttempts(t *testing.T) {
 }
 
 func TestKeyReusedWithDifferentPayload(t *testing.T) {
-	idem, obs := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{}), CheckPayload: true})
+	idem, obs := newIdem(t, testConfig{Store: memstore.New(memstore.Config{}), CheckPayload: true})
 	h := &counter{}
 	_, err := idem.Middleware(h.handle)(newMsg("req-1", "pay 10"))
 	require.NoError(t, err)
@@ -256,7 +244,7 @@ func TestKeyReusedWithDifferentPayload(t *testing.T) {
 func TestLeaseIsRenewedWhileHandlerRuns(t *testing.T) {
 	store := memstore.New(memstore.Config{})
 	const lease = 150 * time.Millisecond
-	idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease})
+	idem, obs := newIdem(t, testConfig{Store: store, LeaseTTL: lease})
 	h := &counter{block: make(chan struct{})}
 	first := newMsg("slow", "p")
 	done := make(chan error, 1)
@@ -273,12 +261,12 @@ func TestLeaseIsRenewedWhileHandlerRuns(t *testing.T) {
 	close(h.block)
 	require.NoError(t, <-done, "a live but slow handler keeps its lease")
 	assert.EqualValues(t, 1, h.runs.Load())
-	assert.GreaterOrEqual(t, obs.op(idempotency.OpRenew), 3, "renewed every lease/3")
+	assert.GreaterOrEqual(t, obs.op("renew"), 3, "renewed every lease/3")
 }
 
 func TestLostLeaseCancelsHandlerContext(t *testing.T) {
 	store := memstore.New(memstore.Config{})
-	idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: 90 * time.Millisecond})
+	idem, obs := newIdem(t, testConfig{Store: store, LeaseTTL: 90 * time.Millisecond})
 	h := &counter{block: make(chan struct{})} // never closed: only the context ends it
 	msg := newMsg("taken", "p")
 	key, _ := idem.StoreKey(msg)
@@ -307,8 +295,8 @@ func TestLostLeaseCancelsHandlerContext(t *testing.T) {
 
 func TestCompleteFailureIsRetriedAndNeverNacks(t *testing.T) {
 	inner := memstore.New(memstore.Config{})
-	store := faultstore.New(inner).On(idempotency.OpComplete, faultstore.First(3, faultstore.Fail(errors.New("connection refused"))))
-	idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: 5 * time.Second})
+	store := faultstore.New(inner).On("complete", faultstore.First(3, faultstore.Fail(errors.New("connection refused"))))
+	idem, obs := newIdem(t, testConfig{Store: store, LeaseTTL: 5 * time.Second})
 	h := &counter{}
 	msg := newMsg("req-1", "p")
 	_, err := idem.Middleware(h.handle)(msg)
@@ -316,12 +304,12 @@ func TestCompleteFailureIsRetriedAndNeverNacks(t *testing.T) {
 	key, _ := idem.StoreKey(msg)
 	rec, _ := inner.Get(context.Background(), key)
 	assert.Equal(t, idempotency.StateCompleted, rec.State, "retried within the lease until written")
-	assert.Equal(t, 4, obs.op(idempotency.OpComplete))
+	assert.Equal(t, 4, obs.op("complete"))
 	assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed))
 
 	// A store that stays down past the lease: still acked, counted.
-	down := faultstore.New(inner).On(idempotency.OpComplete, faultstore.Fail(errors.New("connection refused")))
-	idem2, obs2 := newIdem(t, idempotency.Config{Store: down, LeaseTTL: 200 * time.Millisecond})
+	down := faultstore.New(inner).On("complete", faultstore.Fail(errors.New("connection refused")))
+	idem2, obs2 := newIdem(t, testConfig{Store: down, LeaseTTL: 200 * time.Millisecond})
 	out, err := idem2.Middleware((&counter{outputs: func(*message.Message) []*message.Message {
 		return []*message.Message{message.NewMessage("o", nil)}
 	}}).handle)(newMsg("req-2", "p"))
@@ -332,7 +320,7 @@ func TestCompleteFailureIsRetriedAndNeverNacks(t *testing.T) {
 
 func TestPanicRecordsFailure(t *testing.T) {
 	store := memstore.New(memstore.Config{})
-	idem, obs := newIdem(t, idempotency.Config{Store: store})
+	idem, obs := newIdem(t, testConfig{Store: store})
 	msg := newMsg("req-1", "p")
 	require.PanicsWithValue(t, "boom", func() {
 		_, _ = idem.Middleware(func(*message.Message) ([]*message.Message, error) { panic("boom") })(msg)
@@ -344,7 +332,7 @@ func TestPanicRecordsFailure(t *testing.T) {
 }
 
 func TestOversizedOutputIsNotStored(t *testing.T) {
-	idem, obs := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{}), MaxOutputSize: 64})
+	idem, obs := newIdem(t, testConfig{Store: memstore.New(memstore.Config{}), MaxOutputSize: 64})
 	h := &counter{outputs: func(*message.Message) []*message.Message {
 		return []*message.Message{message.NewMessage("big", make([]byte, 100))}
 	}}
@@ -361,7 +349,7 @@ func TestOversizedOutputIsNotStored(t *testing.T) {
 }
 
 func TestDisableOutputReplay(t *testing.T) {
-	idem, _ := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{}), DisableOutputReplay: true})
+	idem, _ := newIdem(t, testConfig{Store: memstore.New(memstore.Config{}), DisableOutputReplay: true})
 	h := &counter{outputs: func(*message.Message) []*message.Message {
 		return []*message.Message{message.NewMessage("o", []byte("x"))}
 	}}
@@ -375,7 +363,7 @@ func TestDisableOutputReplay(t *testing.T) {
 
 func TestConfigValidation(t *testing.T) {
 	store := memstore.New(memstore.Config{})
-	for name, cfg := range map[string]idempotency.Config{
+	for name, cfg := range map[string]testConfig{
 		"no store":         {},
 		"negative lease":   {Store: store, LeaseTTL: -time.Second},
 		"negative ttl":     {Store: store, CompletedTTL: -1},
@@ -383,62 +371,51 @@ func TestConfigValidation(t *testing.T) {
 		"negative timeout": {Store: store, StoreTimeout: -1},
 		"tiny lease":       {Store: store, LeaseTTL: time.Microsecond},
 		"negative max":     {Store: store, MaxAttempts: -1},
-		"empty field":      {Store: store, KeyMetadata: []string{""}},
+		"negative output":  {Store: store, MaxOutputSize: -1},
+		"prefix separator": {Store: store, KeyPrefix: "a:b"},
 	} {
-		_, err := idempotency.New(cfg, nil)
-		assert.Error(t, err, name)
+		_, err := newMiddleware(cfg, nil)
+		assert.ErrorIs(t, err, idempotency.ErrInvalidConfig, name)
 	}
-	idem, err := idempotency.New(idempotency.Config{Store: store}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+	require.NoError(t, err)
+	oc := once.Config()
+	assert.Equal(t, 40*time.Second, oc.LeaseTTL)
+	assert.Equal(t, 24*time.Hour, oc.CompletedTTL)
+	assert.Equal(t, 24*time.Hour, oc.FailedTTL)
+	assert.Equal(t, 5*time.Second, oc.StoreTimeout)
+	assert.Equal(t, 1<<20, oc.MaxOutputSize)
+	assert.Equal(t, 16<<20, oc.CacheMaxBytes)
+	assert.Equal(t, watermill.NopLogger{}, oc.Logger)
+	idem, err := idempotency.New(once, nil)
 	require.NoError(t, err)
 	cfg := idem.Config()
-	assert.Equal(t, idempotency.DefaultLeaseTTL, cfg.LeaseTTL)
-	assert.Equal(t, 24*time.Hour, cfg.CompletedTTL)
-	assert.Equal(t, 24*time.Hour, cfg.FailedTTL)
-	assert.Equal(t, []string{"requestId", "Idempotency-Key"}, cfg.KeyMetadata)
 	assert.Equal(t, "idem", cfg.KeyPrefix)
-}
-
-// TestValidateAsWritten: zero fields mean their defaults, so Validate gives
-// a config as written the answer that New gives it.
-func TestValidateAsWritten(t *testing.T) {
-	t.Parallel()
-	store := memstore.New(memstore.Config{})
-	assert.NoError(t, idempotency.Config{Store: store}.Validate())
-	assert.NoError(t, idempotency.OnceConfig{Store: store}.Validate())
-	bad := idempotency.Config{LeaseTTL: -1, KeyMetadata: []string{""}}
-	err := bad.Validate()
-	require.ErrorIs(t, err, idempotency.ErrInvalidConfig)
-	assert.Contains(t, err.Error(), "Store is required")
-	assert.Contains(t, err.Error(), "LeaseTTL is -1ns")
-	assert.Contains(t, err.Error(), "KeyMetadata has an empty field name")
-	_, newErr := idempotency.New(bad, nil)
-	assert.EqualError(t, newErr, err.Error())
+	assert.Equal(t, time.Second, cfg.NackDelay)
+	_, err = idempotency.New(nil, nil)
+	assert.ErrorIs(t, err, idempotency.ErrInvalidConfig, "a Once is required")
 }
 
 // TestValidateReportsEveryProblem: every problem, one per line, in the order
 // of the fields, each worded as in the adapters.
 func TestValidateReportsEveryProblem(t *testing.T) {
 	t.Parallel()
-	err := idempotency.Config{
+	err := validate(idempotency.OnceConfig{
 		LeaseTTL: 2 * time.Millisecond, CompletedTTL: -1, StoreTimeout: -time.Second, MaxAttempts: -1,
-		CacheTTL: -2, CacheMaxBytes: -3, MaxKeyLength: -4, MaxOutputSize: -5, KeyMetadata: []string{""},
-	}.Validate()
+		CacheMaxBytes: -3, MaxOutputSize: -5,
+	})
 	require.ErrorIs(t, err, idempotency.ErrInvalidConfig)
 	assert.EqualError(t, err, `idempotency: invalid config: Store is required
 idempotency: invalid config: CompletedTTL is -1ns, must not be negative
 idempotency: invalid config: StoreTimeout is -1s, must not be negative
 idempotency: invalid config: LeaseTTL 2ms is too short to renew every LeaseTTL/3
 idempotency: invalid config: MaxAttempts is -1, must be 0 (unlimited) or more
-idempotency: invalid config: CacheTTL is -2ns, must not be negative
-idempotency: invalid config: CacheMaxBytes is -3, must not be negative
-idempotency: invalid config: MaxKeyLength is -4, must not be negative
-idempotency: invalid config: MaxOutputSize is -5, must not be negative
-idempotency: invalid config: KeyMetadata has an empty field name`)
+idempotency: invalid config: MaxOutputSize is -5, must not be negative`)
 }
 
 func TestDifferentPayloadWhileInProgressIsNackedNotPoisoned(t *testing.T) {
 	store := memstore.New(memstore.Config{})
-	idem, _ := newIdem(t, idempotency.Config{Store: store, CheckPayload: true})
+	idem, _ := newIdem(t, testConfig{Store: store, CheckPayload: true})
 	msg := newMsg("req-1", "pay 10")
 	key, _ := idem.StoreKey(msg)
 	sum := sha256.Sum256([]byte("pay 10"))
@@ -450,7 +427,7 @@ func TestDifferentPayloadWhileInProgressIsNackedNotPoisoned(t *testing.T) {
 }
 
 func TestLiteralKeyCannotTakeAHashedKeysPlace(t *testing.T) {
-	idem, _ := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{})})
+	idem, _ := newIdem(t, testConfig{Store: memstore.New(memstore.Config{})})
 	long := strings.Repeat("z", 300)
 	hashed, err := idem.StoreKey(newMsg(long, "p"))
 	require.NoError(t, err)
@@ -461,7 +438,7 @@ func TestLiteralKeyCannotTakeAHashedKeysPlace(t *testing.T) {
 }
 
 func TestCompleteWhoseReplyWasLostIsConfirmed(t *testing.T) {
-	idem, obs := newIdem(t, idempotency.Config{Store: faultstore.New(memstore.New(memstore.Config{})).On(idempotency.OpComplete, faultstore.First(1, faultstore.LoseReply(errors.New("i/o timeout"))))})
+	idem, obs := newIdem(t, testConfig{Store: faultstore.New(memstore.New(memstore.Config{})).On("complete", faultstore.First(1, faultstore.LoseReply(errors.New("i/o timeout"))))})
 	_, err := idem.Middleware((&counter{}).handle)(newMsg("req-1", "p"))
 	require.NoError(t, err)
 	assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed), "the retry's lease_lost was the first try's success")

@@ -86,7 +86,7 @@ func TestInProcessStoreHasNoCallTimeout(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			seen := &deadlines{}
-			once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: tc.store(seen)}, nil)
+			once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: tc.store(seen)})
 			require.NoError(t, err)
 			res, err := once.Do(context.Background(), "k", func(context.Context) ([]byte, error) { return []byte("v"), nil })
 			require.NoError(t, err)

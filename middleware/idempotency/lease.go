@@ -130,8 +130,6 @@ func (c *leaseContext) Value(key any) any {
 	return c.get().Value(key)
 }
 
-func (c *leaseContext) String() string { return "idempotency.Lease.Context" }
-
 // get returns the cancellable context, making it on first use.
 func (c *leaseContext) get() context.Context {
 	if c.made.Load() {
@@ -231,7 +229,7 @@ func (l *Lease) Complete(result []byte) error {
 		start := o.startTimer()
 		err := o.cfg.Store.Complete(ctx, l.dv.key, l.token, result, o.cfg.CompletedTTL)
 		cancel()
-		o.observe(OpComplete, start, err)
+		o.observe("complete", start, err)
 		// Retrying helps a store that is briefly unreachable, not one that
 		// cannot read the record or runs in this process.
 		if err == nil {
@@ -268,7 +266,7 @@ func (l *Lease) Fail() {
 	defer cancel()
 	start := o.startTimer()
 	err := o.cfg.Store.Fail(ctx, l.dv.key, l.token, o.cfg.FailedTTL)
-	o.observe(OpFail, start, err)
+	o.observe("fail", start, err)
 	switch {
 	case errors.Is(err, ErrLeaseLost):
 		o.logInfo("Failed attempt not recorded: the lease was already lost", l.dv, nil)
@@ -312,7 +310,7 @@ func (l *Lease) renew() {
 	start := time.Now()
 	err := o.cfg.Store.Renew(rctx, l.dv.key, l.token, ttl)
 	rcancel()
-	o.observe(OpRenew, start, err)
+	o.observe("renew", start, err)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()

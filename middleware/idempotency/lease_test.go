@@ -30,7 +30,7 @@ import (
 func TestRenewalOutlivesACancelledMessageContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memstore.New(memstore.Config{})
-		idem, _ := newIdem(t, idempotency.Config{Store: store, LeaseTTL: idempotency.DefaultLeaseTTL})
+		idem, _ := newIdem(t, testConfig{Store: store, LeaseTTL: idempotency.DefaultLeaseTTL})
 		var runs atomic.Int32
 		release := make(chan struct{})
 		h := idem.Middleware(func(*message.Message) ([]*message.Message, error) {
@@ -64,7 +64,7 @@ func TestRenewalOutlivesACancelledMessageContext(t *testing.T) {
 // A lease so short that renewals fire while the lease is being set up must
 // not race (go test -race) nor lose the key.
 func TestTinyLeaseIsRaceFree(t *testing.T) {
-	idem, obs := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{}), LeaseTTL: 3 * time.Millisecond})
+	idem, obs := newIdem(t, testConfig{Store: memstore.New(memstore.Config{}), LeaseTTL: 3 * time.Millisecond})
 	for range 20 {
 		_, err := idem.Middleware(func(*message.Message) ([]*message.Message, error) {
 			time.Sleep(5 * time.Millisecond)
@@ -81,7 +81,7 @@ func TestCutOffOwnerIsCancelledBeforeTakeover(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		inner := memstore.New(memstore.Config{})
 		const lease = 30 * time.Second
-		idem, _ := newIdem(t, idempotency.Config{Store: faultstore.New(inner).On(idempotency.OpRenew, faultstore.Hang), LeaseTTL: lease})
+		idem, _ := newIdem(t, testConfig{Store: faultstore.New(inner).On("renew", faultstore.Hang), LeaseTTL: lease})
 		var cancelledAt atomic.Int64
 		started := make(chan struct{})
 		msg := newMsg("cut-off", "p")
@@ -127,9 +127,9 @@ func TestCompleteIsBoundedByTheLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const lease = 200 * time.Millisecond
 		release := make(chan struct{})
-		store := faultstore.New(memstore.New(memstore.Config{})).On(idempotency.OpComplete, faultstore.Hold(release, faultstore.Fail(idempotency.ErrLeaseLost)))
+		store := faultstore.New(memstore.New(memstore.Config{})).On("complete", faultstore.Hold(release, faultstore.Fail(idempotency.ErrLeaseLost)))
 		time.AfterFunc(3*lease, func() { close(release) })
-		idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease, StoreTimeout: 5 * time.Second})
+		idem, obs := newIdem(t, testConfig{Store: store, LeaseTTL: lease, StoreTimeout: 5 * time.Second})
 		_, err := idem.Middleware((&counter{}).handle)(newMsg("slow-complete", "p"))
 		require.NoError(t, err, "the effect happened: acked")
 		assert.Equal(t, 1, obs.get(idempotency.OutcomeCompleteFailed))
@@ -141,7 +141,7 @@ func TestCompleteIsBoundedByTheLease(t *testing.T) {
 func TestRenewalLogNamesTheMessage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		logger := watermill.NewCaptureLogger()
-		idem, err := idempotency.New(idempotency.Config{Store: faultstore.New(memstore.New(memstore.Config{})).On(idempotency.OpRenew, faultstore.Fail(errors.New("connection reset"))),
+		idem, err := newMiddleware(testConfig{Store: faultstore.New(memstore.New(memstore.Config{})).On("renew", faultstore.Fail(errors.New("connection reset"))),
 			LeaseTTL: 60 * time.Millisecond, NackDelay: -1}, logger)
 		require.NoError(t, err)
 		msg := newMsg("renew-log", "p")
@@ -168,8 +168,8 @@ func TestRenewalLogNamesTheMessage(t *testing.T) {
 func TestFirstRenewalCountsFromTheClaim(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const lease = 300 * time.Millisecond
-		store := faultstore.New(memstore.New(memstore.Config{})).On(idempotency.OpClaim, faultstore.Sleep(lease*6/10))
-		idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease})
+		store := faultstore.New(memstore.New(memstore.Config{})).On("claim", faultstore.Sleep(lease*6/10))
+		idem, obs := newIdem(t, testConfig{Store: store, LeaseTTL: lease})
 		_, err := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 			select {
 			case <-time.After(lease / 2):
@@ -180,7 +180,7 @@ func TestFirstRenewalCountsFromTheClaim(t *testing.T) {
 		})(newMsg("slow-claim", "p"))
 		require.NoError(t, err, "the handler kept its lease")
 		assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed))
-		assert.GreaterOrEqual(t, obs.op(idempotency.OpRenew), 1)
+		assert.GreaterOrEqual(t, obs.op("renew"), 1)
 	})
 }
 
@@ -191,7 +191,7 @@ func TestClaimAnsweredTooLateIsReleased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const lease = 100 * time.Millisecond
 		inner := memstore.New(memstore.Config{})
-		idem, obs := newIdem(t, idempotency.Config{Store: faultstore.New(inner).On(idempotency.OpClaim, faultstore.Sleep(lease*95/100)), LeaseTTL: lease})
+		idem, obs := newIdem(t, testConfig{Store: faultstore.New(inner).On("claim", faultstore.Sleep(lease*95/100)), LeaseTTL: lease})
 		h := &counter{}
 		msg := newMsg("late-claim", "p")
 		_, err := idem.Middleware(h.handle)(msg)
@@ -215,16 +215,16 @@ func TestClaimAnsweredTooLateIsReleased(t *testing.T) {
 func TestLeaseContextMadeLateSaysTheSame(t *testing.T) {
 	claim := func(t *testing.T, store idempotency.Store, ctx context.Context) *idempotency.Lease {
 		t.Helper()
-		once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: 30 * time.Second}, nil)
+		once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: 30 * time.Second})
 		require.NoError(t, err)
-		lease, _, err := once.Claim(ctx, "k", idempotency.ClaimOptions{})
+		lease, _, err := once.Claim(ctx, "k", nil)
 		require.NoError(t, err)
 		require.NotNil(t, lease)
 		return lease
 	}
 	t.Run("lost before", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			lease := claim(t, faultstore.New(memstore.New(memstore.Config{})).On(idempotency.OpRenew, faultstore.Hang), context.Background())
+			lease := claim(t, faultstore.New(memstore.New(memstore.Config{})).On("renew", faultstore.Hang), context.Background())
 			time.Sleep(30 * time.Second) // no renewal succeeded: lost
 			ctx := lease.Context()
 			require.Error(t, ctx.Err())
@@ -237,7 +237,7 @@ func TestLeaseContextMadeLateSaysTheSame(t *testing.T) {
 	})
 	t.Run("lost after", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			lease := claim(t, faultstore.New(memstore.New(memstore.Config{})).On(idempotency.OpRenew, faultstore.Hang), context.Background())
+			lease := claim(t, faultstore.New(memstore.New(memstore.Config{})).On("renew", faultstore.Hang), context.Background())
 			child, cancel := context.WithCancel(lease.Context())
 			defer cancel()
 			require.NoError(t, child.Err())

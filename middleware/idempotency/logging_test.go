@@ -22,7 +22,7 @@ import (
 // delivery: key, handler, outcome and attempts.
 func TestOutcomesAreLoggedWithTheirFields(t *testing.T) {
 	logger := watermill.NewCaptureLogger()
-	idem, err := idempotency.New(idempotency.Config{Store: memstore.New(memstore.Config{}), NackDelay: -1}, logger)
+	idem, err := newMiddleware(testConfig{Store: memstore.New(memstore.Config{}), NackDelay: -1}, logger)
 	require.NoError(t, err)
 	h := &counter{}
 	h.failFor.Store(1)
@@ -88,7 +88,7 @@ func TestRouterLoggerLogsInProgressAtDebug(t *testing.T) {
 			require.True(t, held.Acquired)
 			pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 			t.Cleanup(func() { _ = pubSub.Close() })
-			idem, obs := newIdem(t, idempotency.Config{Store: store, KeyPrefix: prefix, NackDelay: 5 * time.Millisecond,
+			idem, obs := newIdem(t, testConfig{Store: store, KeyPrefix: prefix, NackDelay: 5 * time.Millisecond,
 				FailedTTL: time.Minute, CompletedTTL: time.Minute})
 			capture := &recorder{log: &lines{}}
 			var failed atomic.Bool

@@ -17,11 +17,11 @@ import (
 
 type ctxKey struct{}
 
-// A ContextObserver gets each outcome once, with the message's context, its
-// stored key, attempt and replayed flag, and never the plain Outcome call.
-func TestContextObserverGetsDetailsWithMessageContext(t *testing.T) {
+// The Observer gets each outcome once, with the message's context, its
+// stored key and attempt.
+func TestObserverGetsDetailsWithMessageContext(t *testing.T) {
 	obs := &observertest.ContextRecorder{Mark: ctxKey{}}
-	idem, err := idempotency.New(idempotency.Config{Store: memstore.New(memstore.Config{}), Observer: obs, Scope: ordersScope}, watermill.NopLogger{})
+	idem, err := newMiddleware(testConfig{Store: memstore.New(memstore.Config{}), Observer: obs, Scope: ordersScope}, watermill.NopLogger{})
 	require.NoError(t, err)
 	fail := true
 	h := idem.Middleware(func(*message.Message) ([]*message.Message, error) {
@@ -41,37 +41,33 @@ func TestContextObserverGetsDetailsWithMessageContext(t *testing.T) {
 	_, _ = h(missing)
 
 	require.Len(t, obs.Details(), 4)
-	assert.Zero(t, obs.Plain(), "Outcome is not called for a ContextObserver")
 	assert.Equal(t, []any{0, 1, 2, 3}, obs.Marks(), "each outcome carries its message's context")
 	want := []struct {
-		outcome  idempotency.Outcome
-		attempt  int
-		replayed bool
-		err      bool
+		outcome idempotency.Outcome
+		attempt int
+		err     bool
 	}{
-		{idempotency.OutcomeHandlerFailed, 1, false, true},
-		{idempotency.OutcomeProcessed, 2, false, false},
-		{idempotency.OutcomeDuplicate, 2, true, false},
-		{idempotency.OutcomeMissingKey, 0, false, true},
+		{idempotency.OutcomeHandlerFailed, 1, true},
+		{idempotency.OutcomeProcessed, 2, false},
+		{idempotency.OutcomeDuplicate, 2, false},
+		{idempotency.OutcomeMissingKey, 0, true},
 	}
 	for i, w := range want {
 		d := obs.Details()[i]
 		assert.Equal(t, w.outcome, d.Outcome, "outcome %d", i)
 		assert.Equal(t, w.attempt, d.Attempt, "attempt of %s", w.outcome)
-		assert.Equal(t, w.replayed, d.Replayed, "replayed of %s", w.outcome)
 		assert.Equal(t, w.err, d.Err != nil, "error of %s: %v", w.outcome, d.Err)
 		if i < 3 {
 			assert.Equal(t, "orders", d.Handler)
-			assert.Equal(t, "orders", d.Scope)
 			assert.Equal(t, "idem:orders:req-1", d.Key)
 		}
 	}
 }
 
-// Once.Do hands its caller's context to a ContextObserver.
-func TestContextObserverGetsOnceDoContext(t *testing.T) {
+// Once.Do hands its caller's context to the Observer, labelled "once".
+func TestObserverGetsOnceDoContext(t *testing.T) {
 	obs := &observertest.ContextRecorder{Mark: ctxKey{}}
-	o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: obs, Name: "payments"}, nil)
+	o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: obs})
 	require.NoError(t, err)
 	ctx := context.WithValue(context.Background(), ctxKey{}, "call")
 	for range 2 {
@@ -80,21 +76,44 @@ func TestContextObserverGetsOnceDoContext(t *testing.T) {
 	}
 	require.Len(t, obs.Details(), 2)
 	assert.Equal(t, []any{"call", "call"}, obs.Marks())
-	assert.Equal(t, idempotency.OutcomeDetails{Handler: "payments", Scope: "payments", Key: "k", Outcome: idempotency.OutcomeProcessed, Attempt: 1}, obs.Details()[0])
-	assert.Equal(t, idempotency.OutcomeDetails{Handler: "payments", Scope: "payments", Key: "k", Outcome: idempotency.OutcomeDuplicate, Attempt: 1, Replayed: true}, obs.Details()[1])
+	assert.Equal(t, idempotency.OutcomeDetails{Handler: "once", Key: "k", Outcome: idempotency.OutcomeProcessed, Attempt: 1}, obs.Details()[0])
+	assert.Equal(t, idempotency.OutcomeDetails{Handler: "once", Key: "k", Outcome: idempotency.OutcomeDuplicate, Attempt: 1}, obs.Details()[1])
 }
 
-// ReportOutcome calls Outcome on a plain Observer and ignores a nil one.
-func TestReportOutcomeOnPlainObserver(t *testing.T) {
-	obs := newOutcomes()
-	idempotency.ReportOutcome(context.Background(), obs, idempotency.OutcomeDetails{Handler: "h", Outcome: idempotency.OutcomeInProgress})
-	assert.Equal(t, 1, obs.get(idempotency.OutcomeInProgress))
-	idempotency.ReportOutcome(context.Background(), nil, idempotency.OutcomeDetails{Outcome: idempotency.OutcomeInProgress})
-	d := &observertest.ContextRecorder{Mark: ctxKey{}}
-	//lint:ignore SA1012 a nil ctx is documented: the observer gets context.Background()
-	idempotency.ReportOutcome(nil, d, idempotency.OutcomeDetails{Outcome: idempotency.OutcomeInProgress})
-	require.Len(t, d.Details(), 1)
-	assert.Nil(t, d.Marks()[0])
+// Once.Report counts an adapter's outcome with the Observer and logs it:
+// a client's missing key at Debug, a store that is down at Error.
+func TestReportCountsAndLogs(t *testing.T) {
+	obs := &observertest.ContextRecorder{Mark: ctxKey{}}
+	logger := watermill.NewCaptureLogger()
+	o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: obs, Logger: logger})
+	require.NoError(t, err)
+	ctx := context.WithValue(context.Background(), ctxKey{}, "req")
+	missing := idempotency.OutcomeDetails{Handler: "POST /pay", Outcome: idempotency.OutcomeMissingKey}
+	down := idempotency.OutcomeDetails{Handler: "POST /pay", Key: "k", Outcome: idempotency.OutcomeStoreUnavailable, Err: idempotency.ErrStoreUnavailable}
+	o.Report(ctx, missing)
+	o.Report(ctx, down)
+	assert.Equal(t, []idempotency.OutcomeDetails{missing, down}, obs.Details())
+	assert.Equal(t, []any{"req", "req"}, obs.Marks())
+	assert.Len(t, logger.Captured()[watermill.DebugLogLevel], 1, "the client's mistake")
+	assert.Len(t, logger.Captured()[watermill.ErrorLogLevel], 1, "the operator's concern")
+}
+
+// OutcomeOf names the outcome of every error of Claim and Complete.
+func TestOutcomeOf(t *testing.T) {
+	for err, want := range map[error]idempotency.Outcome{
+		nil:                                 idempotency.OutcomeProcessed,
+		idempotency.ErrMissingKey:           idempotency.OutcomeMissingKey,
+		idempotency.ErrCorruptRecord:        idempotency.OutcomeCorruptRecord,
+		idempotency.ErrTooManyAttempts:      idempotency.OutcomeTooManyAttempts,
+		idempotency.ErrKeyReused:            idempotency.OutcomeKeyReused,
+		idempotency.ErrInProgress:           idempotency.OutcomeInProgress,
+		idempotency.ErrLeaseLost:            idempotency.OutcomeLeaseLost,
+		idempotency.ErrStoreUnavailable:     idempotency.OutcomeStoreUnavailable,
+		errors.New("COMPLETED not written"): idempotency.OutcomeCompleteFailed,
+	} {
+		assert.Equal(t, want, idempotency.OutcomeOf(err), "%v", err)
+		assert.Equal(t, string(want), want.String())
+	}
 }
 
 func ordersScope(*message.Message) string { return "orders" }

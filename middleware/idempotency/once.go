@@ -10,91 +10,68 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/callergone"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/inprocess"
 )
 
-// defaultOnceName labels the outcomes of Once.Do when OnceConfig.Name is
-// empty.
-const defaultOnceName = "once"
+// The defaults of OnceConfig, applied in one place (setDefaults).
+const (
+	defaultLeaseTTL      = 40 * time.Second
+	defaultCompletedTTL  = 24 * time.Hour
+	defaultFailedTTL     = 24 * time.Hour
+	defaultStoreTimeout  = 5 * time.Second
+	defaultMaxOutputSize = 1 << 20
+	defaultCacheMaxBytes = 16 << 20
+	// doLabel labels the outcomes and cache lookups of Once.Do.
+	doLabel = "once"
+)
 
-// OnceConfig configures a Once. A zero field means its documented default;
-// only Store is required. LeaseTTL and the TTLs are at most MaxTTL.
+// OnceConfig configures a [Once]: the settings that the Watermill
+// middleware, package httpidem and package grpcidem share. A zero field
+// means its default; only Store is required.
 type OnceConfig struct {
 	// Store keeps the state of every key. Required.
 	Store Store
-	// LeaseTTL is how long a claim holds a key without renewal; the owner
-	// renews it every LeaseTTL/3 while its work runs. Zero means
-	// DefaultLeaseTTL (40 s).
-	LeaseTTL time.Duration
-	// CompletedTTL is how long a completed key and its result are kept.
-	// Zero means DefaultCompletedTTL (24 h).
-	CompletedTTL time.Duration
-	// FailedTTL is how long a failed key, or one whose lease lapsed, keeps
-	// its attempt count. Zero means DefaultFailedTTL (24 h).
-	FailedTTL time.Duration
-	// StoreTimeout bounds each store call; an owner's calls are bounded by
-	// what is left of its lease as well. Zero means DefaultStoreTimeout
-	// (5 s).
-	StoreTimeout time.Duration
-	// MaxAttempts is how many times the work may run for one key; a claim
-	// beyond that is ErrTooManyAttempts and runs nothing. Zero means
-	// unlimited.
-	MaxAttempts int
-	// CacheTTL is how long, at most, a key this process saw COMPLETED (it
-	// completed the key itself, or a claim found it completed) is answered
-	// from memory, without a store call: a later claim of it comes back
-	// refused with the cached record, as from the store. An entry never
-	// outlives the record: it ends CompletedTTL after this process sent its
-	// Complete, or CompletedTTL (less a second for clock skew) after the
-	// record's UpdatedAt for a record read from a claim. That assumes every
-	// process sharing the store completes keys with the same CompletedTTL,
-	// and that their clocks and the store's agree within a second.
-	// COMPLETED is terminal until it expires, with one exception: a Delete
-	// by an operator (Store.Delete, idemctl) reaches a process that cached
-	// the key only when its entry ends, so for up to CacheTTL that process
-	// still answers the key as completed while the others run it again.
-	// Zero means DefaultCacheTTL (1 min).
-	CacheTTL time.Duration
-	// CacheMaxBytes bounds the cache's memory: each entry counts its key,
-	// result and fingerprint bytes and a fixed overhead; the least recently
-	// used entries are evicted beyond it. The cache is split in up to 32
-	// shards of at least 64 KiB each (32 from 2 MiB up), each with its own
-	// bound; an entry larger than a shard's share is not cached. Zero means
-	// DefaultCacheMaxBytes (16 MiB).
-	CacheMaxBytes int
-	// DisableCache turns the cache off: every claim goes to the store, and
-	// an operator's Delete is seen at once. An in-process store (memstore)
-	// is never cached, whatever this says: it answers from memory already.
-	DisableCache bool
-	// Name labels the outcomes of Do for the Observer, and the cache
-	// lookups of Do and Claim for a CacheObserver. Empty means "once".
-	Name string
-	// Observer receives outcomes and store latencies. Nil means none.
+	// Logger logs outcomes and trouble. The default logs nothing.
+	Logger watermill.LoggerAdapter
+	// Observer receives outcomes and store latencies. The default is none.
 	Observer Observer
+	// LeaseTTL is how long a claim holds a key without renewal. The owner
+	// renews it every LeaseTTL/3. The default is 40 s.
+	LeaseTTL time.Duration
+	// CompletedTTL is how long a completed key and its output are kept.
+	// The default is 24 h.
+	CompletedTTL time.Duration
+	// FailedTTL is how long a failed key keeps its attempt count. The
+	// default is 24 h.
+	FailedTTL time.Duration
+	// StoreTimeout bounds each store call, as does what is left of the
+	// lease. The default is 5 s.
+	StoreTimeout time.Duration
+	// MaxAttempts is how many times the work may run for one key. The
+	// default, 0, is unlimited.
+	MaxAttempts int
+	// MaxOutputSize bounds a stored output in bytes: a Watermill handler's
+	// messages, an HTTP response, a gRPC response. The default is 1 MiB.
+	MaxOutputSize int
+	// CacheMaxBytes bounds the memory of the cache of COMPLETED keys. A
+	// negative value disables it. The default is 16 MiB.
+	CacheMaxBytes int
+	// FailOpen runs the work without deduplication when the store cannot
+	// be reached for the claim. The default fails closed.
+	FailOpen bool
 }
 
+// setDefaults fills the zero fields of c.
 func (c *OnceConfig) setDefaults() {
-	c.LeaseTTL = cmp.Or(c.LeaseTTL, DefaultLeaseTTL)
-	c.CompletedTTL = cmp.Or(c.CompletedTTL, DefaultCompletedTTL)
-	c.FailedTTL = cmp.Or(c.FailedTTL, DefaultFailedTTL)
-	c.StoreTimeout = cmp.Or(c.StoreTimeout, DefaultStoreTimeout)
-	c.CacheTTL = cmp.Or(c.CacheTTL, DefaultCacheTTL)
-	c.CacheMaxBytes = cmp.Or(c.CacheMaxBytes, DefaultCacheMaxBytes)
-	c.Name = cmp.Or(c.Name, defaultOnceName)
-	if c.Observer == nil {
-		c.Observer = nopObserver{}
+	if c.Logger == nil {
+		c.Logger = watermill.NopLogger{}
 	}
-}
-
-// Validate reports every problem of c, joined in the order of its fields;
-// each matches ErrInvalidConfig. NewOnce calls it. A zero field is valid
-// (it means its default), so a program may also call it on a config as
-// written, to report every problem at start-up beside its other settings.
-func (c OnceConfig) Validate() error {
-	problems := configerr.New(ErrInvalidConfig)
-	c.check(problems)
-	return problems.Err()
+	c.LeaseTTL = cmp.Or(c.LeaseTTL, defaultLeaseTTL)
+	c.CompletedTTL = cmp.Or(c.CompletedTTL, defaultCompletedTTL)
+	c.FailedTTL = cmp.Or(c.FailedTTL, defaultFailedTTL)
+	c.StoreTimeout = cmp.Or(c.StoreTimeout, defaultStoreTimeout)
+	c.MaxOutputSize = cmp.Or(c.MaxOutputSize, defaultMaxOutputSize)
+	c.CacheMaxBytes = cmp.Or(c.CacheMaxBytes, defaultCacheMaxBytes)
 }
 
 // check adds what is wrong with c to problems, in the order of its fields.
@@ -110,103 +87,93 @@ func (c OnceConfig) check(problems *configerr.List) {
 	if c.MaxAttempts < 0 {
 		problems.Addf("MaxAttempts is %d, must be 0 (unlimited) or more", c.MaxAttempts)
 	}
-	configerr.TTL(problems, "CacheTTL", c.CacheTTL)
-	configerr.NotNegative(problems, "CacheMaxBytes", c.CacheMaxBytes)
+	configerr.NotNegative(problems, "MaxOutputSize", c.MaxOutputSize)
 }
 
-// Once is the owner's side of the protocol, written once for every adapter:
-// the Watermill middleware, package httpidem and any Go code that calls Do.
-// It claims a key, renews the lease while the work runs (cancelling the
-// work's context before the store can hand the key to someone else),
-// completes with retries and fails. It is safe for concurrent use.
+// Once is the owner's side of the protocol, written once for every
+// adapter. It claims a key, renews the lease while the work runs, and
+// completes or fails it. Build one per process and share it: it holds the
+// one cache of COMPLETED keys. It is safe for concurrent use.
 type Once struct {
 	cfg    OnceConfig
 	logger watermill.LoggerAdapter
+	// observer is cfg.Observer, nil for none.
+	observer Observer
 	// inProcess: the store never waits on I/O, so calls need no timeout.
 	inProcess bool
 	// quiet: the logger discards everything, so no log fields are built.
 	quiet bool
-	// timed: the observer wants store latencies, so calls are timed.
-	timed bool
-	// detailed: the observer is a ContextObserver.
-	detailed bool
 	// cache holds the COMPLETED records this process saw; nil when off.
 	cache *completedCache
-	// cacheObserver is the observer as a CacheObserver, or nil.
-	cacheObserver CacheObserver
 }
 
-// NewOnce returns the protocol for cfg. It copies cfg, fills the defaults
-// of its zero fields and validates it; a nil logger logs nothing.
-func NewOnce(cfg OnceConfig, logger watermill.LoggerAdapter) (*Once, error) {
+// NewOnce returns the protocol for cfg. It fills the defaults of the zero
+// fields and reports every problem of cfg at once, each matching
+// [ErrInvalidConfig].
+func NewOnce(cfg OnceConfig) (*Once, error) {
 	cfg.setDefaults()
-	if err := cfg.Validate(); err != nil {
+	problems := configerr.New(ErrInvalidConfig)
+	cfg.check(problems)
+	if err := problems.Err(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
 	inProcess := inprocess.Is(cfg.Store)
-	_, quiet := logger.(watermill.NopLogger)
-	_, untimed := cfg.Observer.(nopObserver)
-	_, detailed := cfg.Observer.(ContextObserver)
-	o := &Once{cfg: cfg, logger: logger, inProcess: inProcess, quiet: quiet, timed: !untimed, detailed: detailed}
+	_, quiet := cfg.Logger.(watermill.NopLogger)
+	o := &Once{cfg: cfg, logger: cfg.Logger, observer: cfg.Observer, inProcess: inProcess, quiet: quiet}
 	// An in-process store answers from memory already: a cache would only
 	// hold a second copy of its records.
-	if !cfg.DisableCache && !inProcess {
-		o.cache = newCompletedCache(cfg.CacheTTL, cfg.CacheMaxBytes)
-		o.cacheObserver, _ = cfg.Observer.(CacheObserver)
+	if cfg.CacheMaxBytes > 0 && !inProcess {
+		o.cache = newCompletedCache(cacheTTL, cfg.CacheMaxBytes)
 	}
 	return o, nil
 }
 
-// Result is what Do returns for a key.
+// Config returns the configuration in force, defaults filled. Adapters
+// read their shared settings from it.
+func (o *Once) Config() OnceConfig { return o.cfg }
+
+// Report logs and counts one outcome of an adapter built on [Once.Claim],
+// as the Watermill middleware and [Once.Do] report theirs. A missing or
+// reused key is the client's mistake, logged at Debug.
+func (o *Once) Report(ctx context.Context, d OutcomeDetails) {
+	o.report(d.Outcome, delivery{scope: d.Handler, key: d.Key, attempts: d.Attempt, ctx: ctx}, d.Err, true)
+}
+
+// Result is what [Once.Do] returns for a key.
 type Result struct {
-	// Value is what the work returned, or, when Replayed, what its first
+	// Value is what the work returned, or, for a duplicate, what its first
 	// successful run returned and the store kept.
 	Value []byte
-	// Replayed is true when the key was already COMPLETED and the work did
-	// not run.
-	Replayed bool
-	// Attempts counts the runs of the work for this key, this one included.
-	Attempts int
-	// Outcome says what happened: OutcomeProcessed, OutcomeDuplicate, or,
-	// after a run whose result could not be recorded, OutcomeCompleteFailed
-	// or OutcomeLeaseLost (Value is then the run's, and a later call may run
-	// the work again).
+	// Outcome says what happened: OutcomeProcessed, OutcomeDuplicate (the
+	// work did not run), OutcomeFailOpen, or, when the value could not be
+	// recorded, OutcomeCompleteFailed or OutcomeLeaseLost.
 	Outcome Outcome
 }
 
-// Do runs work once per key across every process sharing the store, and
-// returns its value to every later caller while the key is COMPLETED
-// (CompletedTTL), with Replayed set. The work's context is cancelled, with
-// ErrLeaseLost as its cause, if the lease is lost while it runs.
+// Do runs work once per key across every process sharing the store. Later
+// callers get its value back while the key is COMPLETED, with
+// OutcomeDuplicate. The work's context is cancelled, with cause
+// [ErrLeaseLost], if the lease is lost.
 //
-// Do returns:
-//   - the work's error when it fails: the key is FAILED and a later Do runs
-//     the work again; a panic fails the key too and goes on;
-//   - ErrInProgress when another caller holds the key; try again later;
-//   - ErrStoreUnavailable when the store cannot be reached; nothing ran;
-//   - ErrCorruptRecord when the value under the key is not a record;
-//   - ErrTooManyAttempts when the work already ran MaxAttempts times.
+// Do returns the work's error, and the key is FAILED. It returns
+// [ErrInProgress] while another caller holds the key, and
+// [ErrStoreUnavailable], [ErrCorruptRecord] or [ErrTooManyAttempts] when
+// nothing ran. A panic fails the key and goes on.
 //
-// A key this process saw COMPLETED is answered from memory for up to
-// CacheTTL, without a store call (see OnceConfig.CacheTTL); Value is then a
-// copy of the cached value.
-//
-// The key is used as given: put a prefix of your own in it when the store
-// is shared.
+// The key is used as given: prefix it when the store is shared. The value
+// is stored whole: MaxOutputSize does not bound it.
 func (o *Once) Do(ctx context.Context, key string, work func(ctx context.Context) ([]byte, error)) (Result, error) {
-	dv := delivery{scope: o.cfg.Name, key: key, ctx: ctx}
+	dv := delivery{scope: doLabel, key: key, ctx: ctx}
 	lease, claim, cached, err := o.claim(ctx, key, nil, 0, dv)
 	dv.attempts = claim.Record.Attempts
 	if err != nil {
-		outcome := claimOutcome(err)
-		if outcome == OutcomeStoreUnavailable && errors.Is(err, callergone.Err) {
-			outcome = OutcomeCallerGone // no sign of the store
+		if o.cfg.FailOpen && errors.Is(err, ErrStoreUnavailable) && ctx.Err() == nil {
+			o.done(OutcomeFailOpen, dv, err)
+			value, err := work(ctx)
+			return Result{Value: value, Outcome: OutcomeFailOpen}, err
 		}
-		o.done(outcome, dv, err)
-		return Result{Attempts: claim.Record.Attempts}, err
+		o.done(OutcomeOf(err), dv, err)
+		return Result{}, err
 	}
 	if lease == nil {
 		if claim.Record.State == StateCompleted {
@@ -214,11 +181,11 @@ func (o *Once) Do(ctx context.Context, key string, work func(ctx context.Context
 			if cached {
 				claim.Record.Result = cloneBytes(claim.Record.Result)
 			}
-			return Result{Value: claim.Record.Result, Replayed: true, Attempts: claim.Record.Attempts, Outcome: OutcomeDuplicate}, nil
+			return Result{Value: claim.Record.Result, Outcome: OutcomeDuplicate}, nil
 		}
 		err := fmt.Errorf("%w: key %q", ErrInProgress, key)
 		o.done(OutcomeInProgress, dv, err)
-		return Result{Attempts: claim.Record.Attempts}, err
+		return Result{}, err
 	}
 
 	lease.run.do = true // for RunFromContext
@@ -231,49 +198,34 @@ func (o *Once) Do(ctx context.Context, key string, work func(ctx context.Context
 	}()
 	value, err := work(lease.Context())
 	finished = true
-	res := Result{Value: value, Attempts: claim.Record.Attempts}
+	res := Result{Value: value}
 	if err != nil {
 		lease.Fail()
 		o.done(OutcomeHandlerFailed, dv, err)
 		return res, err
 	}
 	cerr := lease.Complete(value)
-	res.Outcome = CompleteOutcome(cerr)
+	res.Outcome = OutcomeOf(cerr)
 	o.done(res.Outcome, dv, cerr)
 	return res, nil
 }
 
-// ClaimOptions are the optional parts of Once.Claim.
-type ClaimOptions struct {
-	// Fingerprint is stored with a new record; a claim whose fingerprint
-	// differs from the stored one never acquires (see Store.Claim).
-	Fingerprint []byte
-	// LogFields are added to the lease's log lines.
-	LogFields watermill.LogFields
-}
-
-// Claim claims key for a run whose result the caller writes itself; it is
-// for adapters whose work is not a function returning bytes (package
-// httpidem stores the response a handler wrote, grpcidem the answer of a
-// call). Other code calls Do. It returns, exactly one of:
-//   - a Lease when the caller now owns the key: run the work under
-//     Lease.Context, then call Lease.Complete or Lease.Fail;
-//   - no Lease and no error when the claim was refused: ClaimResult.Record
-//     says why (COMPLETED with its result, IN_PROGRESS elsewhere, or a
-//     different fingerprint); a key this process saw COMPLETED is answered
-//     from the cache (OnceConfig.CacheTTL) without a store call, with a
-//     copy of the record the store returned or this process completed;
-//   - an error: ErrStoreUnavailable (wrapping the store's error; nothing was
-//     claimed, or the claim was released again — also when a network
-//     store answered only after nine tenths of the lease, too late for the
-//     owner to keep it), ErrCorruptRecord,
-//     ErrMissingKey for an empty key, or ErrTooManyAttempts (the key was
-//     claimed beyond MaxAttempts and handed back as FAILED at once).
+// Claim claims key for an adapter that writes its result itself (package
+// httpidem, package grpcidem); other code calls [Once.Do]. fingerprint is
+// stored with a new record, and a claim with another one never acquires.
+// Claim returns exactly one of:
+//   - a [Lease]: run the work under [Lease.Context], then call
+//     [Lease.Complete] or [Lease.Fail];
+//   - no Lease and no error: the claim was refused, and
+//     [ClaimResult.Record] says why (COMPLETED, held, or another
+//     fingerprint); it may come from the cache, as a copy;
+//   - an error, named by [OutcomeOf]: [ErrStoreUnavailable] (nothing is
+//     claimed), [ErrCorruptRecord], [ErrMissingKey] for an empty key, or
+//     [ErrTooManyAttempts].
 //
-// ctx bounds the claim, with StoreTimeout, and is the parent of the lease's
-// context.
-func (o *Once) Claim(ctx context.Context, key string, opts ClaimOptions) (*Lease, ClaimResult, error) {
-	lease, res, cached, err := o.claim(ctx, key, opts.Fingerprint, 0, delivery{key: key, extra: opts.LogFields})
+// ctx bounds the claim and is the parent of the lease's context.
+func (o *Once) Claim(ctx context.Context, key string, fingerprint []byte) (*Lease, ClaimResult, error) {
+	lease, res, cached, err := o.claim(ctx, key, fingerprint, 0, delivery{key: key})
 	if cached {
 		res.Record = cloneRecord(res.Record)
 	}
@@ -301,7 +253,7 @@ func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, spent 
 	res, err := o.cfg.Store.Claim(cctx, key, req)
 	gone := ctx.Err() != nil // judged before the release below waits on the store
 	cancel()
-	o.observe(OpClaim, start, err)
+	o.observe("claim", start, err)
 	switch {
 	case errors.Is(err, ErrCorruptRecord):
 		return nil, res, false, err
@@ -314,7 +266,7 @@ func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, spent 
 			o.release(key, req.Token, dv)
 		}
 		if gone {
-			return nil, res, false, fmt.Errorf("%w: %w: %w", ErrStoreUnavailable, callergone.Err, err)
+			return nil, res, false, fmt.Errorf("%w: %w: %w", ErrStoreUnavailable, errCallerGone, err)
 		}
 		return nil, res, false, fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 	case !res.Acquired:
@@ -358,74 +310,25 @@ func (o *Once) release(key, token string, dv delivery) {
 	defer cancel()
 	start := o.startTimer()
 	err := o.cfg.Store.Release(ctx, key, token)
-	o.observe(OpRelease, start, err)
+	o.observe("release", start, err)
 	if err != nil {
 		o.logInfo("Could not release a claim whose reply was lost; the key is free when its lease lapses", dv, watermill.LogFields{"err": err})
 	}
 }
 
-// errOutcomes names the outcomes of the errors of one step of the protocol:
-// the first sentinel an error matches (errors.Is) decides.
-type errOutcomes []struct {
-	err     error
-	outcome Outcome
-}
-
-// of returns the outcome of the first sentinel err matches, or otherwise
-// when it matches none.
-func (t errOutcomes) of(err error, otherwise Outcome) Outcome {
-	for _, e := range t {
-		if errors.Is(err, e.err) {
-			return e.outcome
-		}
-	}
-	return otherwise
-}
-
-// The outcomes of the errors of Once.claim, then of Lease.Complete.
-var (
-	claimOutcomes = errOutcomes{
-		{ErrMissingKey, OutcomeMissingKey},
-		{ErrCorruptRecord, OutcomeCorruptRecord},
-		{ErrTooManyAttempts, OutcomeTooManyAttempts},
-	}
-	completeOutcomes = errOutcomes{
-		{ErrLeaseLost, OutcomeLeaseLost},
-		{ErrCorruptRecord, OutcomeCorruptRecord},
-	}
-)
-
-// claimOutcome names the outcome of an error returned by Once.claim:
-// OutcomeStoreUnavailable unless claimOutcomes says otherwise.
-func claimOutcome(claimErr error) Outcome {
-	return claimOutcomes.of(claimErr, OutcomeStoreUnavailable)
-}
-
-// CompleteOutcome names the outcome of a run whose work succeeded, from the
-// error of Lease.Complete: OutcomeProcessed, OutcomeLeaseLost,
-// OutcomeCorruptRecord or OutcomeCompleteFailed. An adapter built on
-// Claim reports it (ReportOutcome), so that its outcomes mean what the
-// middleware's and Do's mean.
-func CompleteOutcome(completeErr error) Outcome {
-	if completeErr == nil {
-		return OutcomeProcessed
-	}
-	return completeOutcomes.of(completeErr, OutcomeCompleteFailed)
-}
-
 // startTimer returns the start of a store call to observe, or the zero
 // time when nobody observes (saving a clock read per call).
 func (o *Once) startTimer() time.Time {
-	if o.timed {
+	if o.observer != nil {
 		return time.Now()
 	}
 	return time.Time{}
 }
 
 // observe reports a store call that began at start, if anyone listens.
-func (o *Once) observe(op Op, start time.Time, err error) {
-	if o.timed {
-		o.cfg.Observer.StoreLatency(op, time.Since(start), err)
+func (o *Once) observe(op string, start time.Time, err error) {
+	if o.observer != nil {
+		o.observer.StoreLatency(op, time.Since(start), err)
 	}
 }
 
@@ -438,17 +341,23 @@ func (o *Once) storeCtx(parent context.Context, d time.Duration) (context.Contex
 	return context.WithTimeout(parent, d)
 }
 
-// done logs and counts one outcome.
+// done logs and counts one outcome: what goes as planned at Debug, a
+// failed run and a caller that gave up at Info, and what an operator must
+// look at at Error (for a message, a missing or reused key is a producer's
+// bug).
 func (o *Once) done(outcome Outcome, dv delivery, err error) {
-	if o.detailed {
+	o.report(outcome, dv, err, false)
+}
+
+// report is done; byClient logs a missing or reused key at Debug, as the
+// mistake of a client that the adapter answers.
+func (o *Once) report(outcome Outcome, dv delivery, err error, byClient bool) {
+	if o.observer != nil {
 		ctx := dv.ctx
 		if ctx == nil {
 			ctx = context.Background()
 		}
-		o.cfg.Observer.(ContextObserver).OutcomeContext(ctx, OutcomeDetails{Handler: dv.scope, Scope: dv.scope,
-			Key: dv.key, Outcome: outcome, Attempt: dv.attempts, Replayed: outcome == OutcomeDuplicate, Err: err})
-	} else {
-		o.cfg.Observer.Outcome(dv.scope, outcome)
+		o.observer.Outcome(ctx, OutcomeDetails{Handler: dv.scope, Key: dv.key, Outcome: outcome, Attempt: dv.attempts, Err: err})
 	}
 	if o.quiet {
 		return
@@ -458,6 +367,12 @@ func (o *Once) done(outcome Outcome, dv delivery, err error) {
 	switch outcome {
 	case OutcomeProcessed, OutcomeDuplicate, OutcomeInProgress:
 		o.logger.Debug("Idempotency outcome", fields)
+	case OutcomeKeyReused, OutcomeMissingKey:
+		if byClient {
+			o.logger.Debug("Idempotency outcome", fields)
+		} else {
+			o.logger.Error("Idempotency outcome", err, fields)
+		}
 	case OutcomeHandlerFailed, OutcomeCallerGone:
 		fields["err"] = err
 		o.logger.Info("Idempotency outcome", fields)
@@ -473,7 +388,7 @@ type delivery struct {
 	uuid, scope, key string
 	attempts         int
 	extra            watermill.LogFields
-	// ctx is the message's or caller's context, for a ContextObserver; in
+	// ctx is the message's or caller's context, for the Observer; in
 	// a Lease, the claim's context, which the lease's context derives from.
 	ctx context.Context
 }

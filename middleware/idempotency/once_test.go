@@ -18,7 +18,8 @@ func newOnce(t *testing.T, cfg idempotency.OnceConfig) (*idempotency.Once, *outc
 	t.Helper()
 	obs := newOutcomes()
 	cfg.Observer = obs
-	o, err := idempotency.NewOnce(cfg, watermill.NopLogger{})
+	cfg.Logger = watermill.NopLogger{}
+	o, err := idempotency.NewOnce(cfg)
 	require.NoError(t, err)
 	return o, obs
 }
@@ -35,8 +36,26 @@ func TestOnceStoreDown(t *testing.T) {
 }
 
 func TestOnceConfigIsValidated(t *testing.T) {
-	_, err := idempotency.NewOnce(idempotency.OnceConfig{LeaseTTL: -1}, nil)
+	_, err := idempotency.NewOnce(idempotency.OnceConfig{LeaseTTL: -1})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "Store is required")
 	assert.Contains(t, err.Error(), "LeaseTTL is -1ns")
+}
+
+// With FailOpen, a store that cannot be reached runs the work without
+// deduplication, counted as fail_open; a caller that is gone runs nothing.
+func TestOnceFailOpen(t *testing.T) {
+	o, obs := newOnce(t, idempotency.OnceConfig{Store: downStore(t), FailOpen: true})
+	res, err := o.Do(context.Background(), "k", func(context.Context) ([]byte, error) { return []byte("v"), nil })
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.Result{Value: []byte("v"), Outcome: idempotency.OutcomeFailOpen}, res)
+	assert.Equal(t, 1, obs.get(idempotency.OutcomeFailOpen))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = o.Do(ctx, "k", func(context.Context) ([]byte, error) {
+		t.Error("the work ran for a caller that is gone")
+		return nil, nil
+	})
+	require.ErrorIs(t, err, idempotency.ErrStoreUnavailable)
 }

@@ -30,7 +30,7 @@ func bigOutput(payload int) func(*message.Message) []*message.Message {
 func encodedSize(t *testing.T, requestID string, out func(*message.Message) []*message.Message) int {
 	t.Helper()
 	store := memstore.New(memstore.Config{})
-	idem, _ := newIdem(t, idempotency.Config{Store: store, MaxOutputSize: 1 << 30})
+	idem, _ := newIdem(t, testConfig{Store: store, MaxOutputSize: 1 << 30})
 	msg := newMsg(requestID, "p")
 	_, err := idem.Middleware((&counter{outputs: out}).handle)(msg)
 	require.NoError(t, err)
@@ -59,7 +59,7 @@ func TestOutputAtTheBound(t *testing.T) {
 	} {
 		store := memstore.New(memstore.Config{})
 		obs := &detailed{outcomes: newOutcomes()}
-		idem, _ := newIdem(t, idempotency.Config{Store: store, MaxOutputSize: tc.max, Observer: obs})
+		idem, _ := newIdem(t, testConfig{Store: store, MaxOutputSize: tc.max, Observer: obs})
 		h := &counter{outputs: out}
 		first, err := idem.Middleware(h.handle)(newMsg("k", "p"))
 		require.NoError(t, err, "max %d: the handler's success is acked", tc.max)
@@ -83,14 +83,14 @@ func TestOutputAtTheBound(t *testing.T) {
 	}
 }
 
-// detailed is a ContextObserver that keeps the error of each outcome.
+// detailed is an Observer that keeps the error of each outcome.
 type detailed struct {
 	*outcomes
 	errs atomic.Value // map[idempotency.Outcome]error, replaced on write
 }
 
-func (d *detailed) OutcomeContext(_ context.Context, o idempotency.OutcomeDetails) {
-	d.Outcome(o.Handler, o.Outcome)
+func (d *detailed) Outcome(ctx context.Context, o idempotency.OutcomeDetails) {
+	d.outcomes.Outcome(ctx, o)
 	m, _ := d.errs.Load().(map[idempotency.Outcome]error)
 	next := map[idempotency.Outcome]error{o.Outcome: o.Err}
 	for k, v := range m {
@@ -163,7 +163,7 @@ func TestFailedPublishOfAnOutput(t *testing.T) {
 			// the failed publish, the redelivery, and its publish.
 			in := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 			t.Cleanup(func() { _ = in.Close() })
-			idem, obs := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{}), MaxOutputSize: tc.max})
+			idem, obs := newIdem(t, testConfig{Store: memstore.New(memstore.Config{}), MaxOutputSize: tc.max})
 			h := &counter{outputs: bigOutput(tc.payload)}
 			pub := &failFirst{}
 			startRouter(t, func(r *message.Router) {

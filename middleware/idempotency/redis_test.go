@@ -65,7 +65,7 @@ func (l *ledger) exactlyOnce(t *testing.T, n int) {
 
 func TestRedisThousandMessagesThreeCopiesFlakyFirstAttempts(t *testing.T) {
 	store, prefix := sharedRedisStore(t)
-	idem, obs := newIdem(t, idempotency.Config{Store: store, KeyPrefix: prefix})
+	idem, obs := newIdem(t, testConfig{Store: store, KeyPrefix: prefix})
 	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 64}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubSub.Close() })
 
@@ -127,7 +127,7 @@ func twoRouters(t *testing.T, idem *idempotency.Middleware, count *acks, handler
 
 func TestRedisTwoRoutersSameMessageSameMoment(t *testing.T) {
 	store, prefix := sharedRedisStore(t)
-	idem, obs := newIdem(t, idempotency.Config{Store: store, KeyPrefix: prefix, NackDelay: 20 * time.Millisecond})
+	idem, obs := newIdem(t, testConfig{Store: store, KeyPrefix: prefix, NackDelay: 20 * time.Millisecond})
 	var runs atomic.Int32
 	count := &acks{}
 	pubs := twoRouters(t, idem, count, func(msg *message.Message) error {
@@ -153,7 +153,7 @@ func TestRedisTwoRoutersSameMessageSameMoment(t *testing.T) {
 func TestRedisSlowHandlerIsNeverRunTwice(t *testing.T) {
 	store, prefix := sharedRedisStore(t)
 	const lease = 300 * time.Millisecond
-	idem, obs := newIdem(t, idempotency.Config{Store: store, KeyPrefix: prefix, LeaseTTL: lease, NackDelay: 20 * time.Millisecond})
+	idem, obs := newIdem(t, testConfig{Store: store, KeyPrefix: prefix, LeaseTTL: lease, NackDelay: 20 * time.Millisecond})
 	var runs atomic.Int32
 	count := &acks{}
 	pubs := twoRouters(t, idem, count, func(msg *message.Message) error {
@@ -173,13 +173,13 @@ func TestRedisSlowHandlerIsNeverRunTwice(t *testing.T) {
 	assert.EqualValues(t, 1, runs.Load(), "a handler running 3× its lease is never run a second time")
 	assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed), "and completes under its renewed lease")
 	assert.GreaterOrEqual(t, obs.get(idempotency.OutcomeInProgress), 5, "the copy kept coming back meanwhile")
-	assert.GreaterOrEqual(t, obs.op(idempotency.OpRenew), 6)
+	assert.GreaterOrEqual(t, obs.op("renew"), 6)
 }
 
 func TestRedisDeadConsumerIsTakenOverAfterLease(t *testing.T) {
 	store, prefix := sharedRedisStore(t)
 	const lease = 400 * time.Millisecond
-	idem, obs := newIdem(t, idempotency.Config{Store: store, KeyPrefix: prefix, LeaseTTL: lease, NackDelay: 20 * time.Millisecond})
+	idem, obs := newIdem(t, testConfig{Store: store, KeyPrefix: prefix, LeaseTTL: lease, NackDelay: 20 * time.Millisecond})
 	var runs atomic.Int32
 	count := &acks{}
 	pubs := twoRouters(t, idem, count, func(msg *message.Message) error { runs.Add(1); return nil })
@@ -208,7 +208,7 @@ func TestRedisKilledMidStreamAndRestarted(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	store, err := redisstore.New(client)
 	require.NoError(t, err)
-	idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: 3 * time.Second, NackDelay: 20 * time.Millisecond,
+	idem, obs := newIdem(t, testConfig{Store: store, LeaseTTL: 3 * time.Second, NackDelay: 20 * time.Millisecond,
 		StoreTimeout: 500 * time.Millisecond})
 	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubSub.Close() })
@@ -264,7 +264,7 @@ func TestRedisLostRepliesThroughTheMiddleware(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	store, err := redisstore.New(client)
 	require.NoError(t, err)
-	idem, obs := newIdem(t, idempotency.Config{Store: store})
+	idem, obs := newIdem(t, testConfig{Store: store})
 	h := &counter{}
 	warm := newMsg("warm", "p") // loads the scripts, so a dropped reply is the script's own
 	_, err = idem.Middleware(h.handle)(warm)
@@ -319,7 +319,7 @@ func TestRedisClaimWithoutAnswerIsReleased(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	store, err := redisstore.New(client)
 	require.NoError(t, err)
-	idem, obs := newIdem(t, idempotency.Config{Store: store, MaxAttempts: 1})
+	idem, obs := newIdem(t, testConfig{Store: store, MaxAttempts: 1})
 	h := &counter{}
 	_, err = idem.Middleware(h.handle)(newMsg("warm", "p")) // loads the scripts
 	require.NoError(t, err)
@@ -340,17 +340,17 @@ func TestRedisClaimWithoutAnswerIsReleased(t *testing.T) {
 	assert.EqualValues(t, 2, h.runs.Load())
 	assert.Zero(t, obs.get(idempotency.OutcomeInProgress))
 	assert.Zero(t, obs.get(idempotency.OutcomeTooManyAttempts))
-	assert.Equal(t, 1, obs.op(idempotency.OpRelease))
+	assert.Equal(t, 1, obs.op("release"))
 }
 
 // Lease.Record is the record the claim returned, IN_PROGRESS under the
 // lease's token.
 func TestLeaseRecordIsTheClaimedRecord(t *testing.T) {
 	store, _ := sharedRedisStore(t)
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
 	require.NoError(t, err)
 	key := "test-" + watermill.NewShortUUID()
-	lease, claim, err := once.Claim(context.Background(), key, idempotency.ClaimOptions{Fingerprint: []byte("fp")})
+	lease, claim, err := once.Claim(context.Background(), key, []byte("fp"))
 	require.NoError(t, err)
 	require.NotNil(t, lease)
 	defer lease.Fail()

@@ -51,7 +51,7 @@ func newPoisonRig(t *testing.T, inner ...message.HandlerMiddleware) *poisonRig {
 	var err error
 	rig.poisoned, err = rig.pubSub.Subscribe(context.Background(), "poison")
 	require.NoError(t, err)
-	rig.idem, rig.obs = newIdem(t, idempotency.Config{Store: store, KeyPrefix: prefix, MaxAttempts: rigMaxAttempts,
+	rig.idem, rig.obs = newIdem(t, testConfig{Store: store, KeyPrefix: prefix, MaxAttempts: rigMaxAttempts,
 		FailedTTL: time.Minute, CompletedTTL: time.Minute})
 	poison, err := wmmiddleware.PoisonQueueWithFilter(rig.pubSub, "poison", idempotency.IsPermanent)
 	require.NoError(t, err)

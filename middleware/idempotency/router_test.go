@@ -67,7 +67,7 @@ func TestPermanentErrorsGoToPoisonQueue(t *testing.T) {
 	poisoned, err := pubSub.Subscribe(context.Background(), "poison")
 	require.NoError(t, err)
 
-	idem, obs := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{}), MaxAttempts: 1})
+	idem, obs := newIdem(t, testConfig{Store: memstore.New(memstore.Config{}), MaxAttempts: 1})
 	poison, err := wmmiddleware.PoisonQueueWithFilter(pubSub, "poison", idempotency.IsPermanent)
 	require.NoError(t, err)
 	h := &counter{}
@@ -102,7 +102,7 @@ func TestPermanentErrorsGoToPoisonQueue(t *testing.T) {
 func TestScopeKeepsHandlersOfOneTopicApart(t *testing.T) {
 	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubSub.Close() })
-	idem, obs := newIdem(t, idempotency.Config{Store: memstore.New(memstore.Config{})})
+	idem, obs := newIdem(t, testConfig{Store: memstore.New(memstore.Config{})})
 	var mu sync.Mutex
 	runs := map[string]int{}
 	startRouter(t, func(r *message.Router) {
@@ -133,7 +133,7 @@ func TestRecommendedStackTimeoutCutsAHungHandler(t *testing.T) {
 	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = pubSub.Close() })
 	store := memstore.New(memstore.Config{})
-	idem, obs := newIdem(t, idempotency.Config{Store: store, MaxAttempts: 3})
+	idem, obs := newIdem(t, testConfig{Store: store, MaxAttempts: 3})
 	poison, err := wmmiddleware.PoisonQueueWithFilter(pubSub, "poison", idempotency.IsPermanent)
 	require.NoError(t, err)
 	var runs atomic.Int32

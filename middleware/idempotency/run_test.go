@@ -20,7 +20,7 @@ import (
 // handler's output, and a duplicate replays the output the handler stored.
 func TestRunCompletedInTransaction(t *testing.T) {
 	store := memstore.New(memstore.Config{})
-	idem, obs := newIdem(t, idempotency.Config{Store: store})
+	idem, obs := newIdem(t, testConfig{Store: store})
 	h := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		run, ok := idempotency.RunFromContext(msg.Context())
 		require.True(t, ok, "the handler's context carries its run")
@@ -33,7 +33,7 @@ func TestRunCompletedInTransaction(t *testing.T) {
 	out, err := h(newMsg("tx-1", "p"))
 	require.NoError(t, err)
 	require.Len(t, out, 1)
-	assert.Equal(t, 0, obs.op(idempotency.OpComplete), "the middleware wrote no second COMPLETED")
+	assert.Equal(t, 0, obs.op("complete"), "the middleware wrote no second COMPLETED")
 	assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed))
 
 	dup, err := idem.Middleware((&counter{}).handle)(newMsg("tx-1", "p"))
@@ -46,7 +46,7 @@ func TestRunCompletedInTransaction(t *testing.T) {
 func TestRunFromContextOutsideARun(t *testing.T) {
 	_, ok := idempotency.RunFromContext(context.Background())
 	assert.False(t, ok)
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), CompletedTTL: time.Hour}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), CompletedTTL: time.Hour})
 	require.NoError(t, err)
 	_, err = once.Do(context.Background(), "k", func(ctx context.Context) ([]byte, error) {
 		run, ok := idempotency.RunFromContext(ctx)
@@ -63,9 +63,9 @@ func TestRunFromContextOutsideARun(t *testing.T) {
 // inside the work knows (the HTTP middleware stores the response) are not
 // offered to transactional completion.
 func TestRunFromContextOnlyForWatermillAndDo(t *testing.T) {
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{})}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{})})
 	require.NoError(t, err)
-	lease, _, err := once.Claim(context.Background(), "claimed", idempotency.ClaimOptions{})
+	lease, _, err := once.Claim(context.Background(), "claimed", nil)
 	require.NoError(t, err)
 	require.NotNil(t, lease)
 	_, ok := idempotency.RunFromContext(lease.Context())
@@ -93,14 +93,14 @@ func waitUntil(cond func() bool, within time.Duration) bool {
 func TestRunCompletedInTransactionRolledBack(t *testing.T) {
 	const lease = 150 * time.Millisecond
 	store := memstore.New(memstore.Config{})
-	idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease})
+	idem, obs := newIdem(t, testConfig{Store: store, LeaseTTL: lease})
 	var refused bool
 	out, err := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		run, ok := idempotency.RunFromContext(msg.Context())
 		require.True(t, ok)
 		run.CompletedInTransaction() // its transaction then rolled back
-		before := obs.op(idempotency.OpRenew)
-		if !waitUntil(func() bool { return obs.op(idempotency.OpRenew) >= before+3 }, 20*lease) {
+		before := obs.op("renew")
+		if !waitUntil(func() bool { return obs.op("renew") >= before+3 }, 20*lease) {
 			return nil, errors.New("the renewals stopped at the transactional completion")
 		}
 		res, err := store.Claim(context.Background(), run.Key(), idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: lease, TTL: time.Minute})
@@ -111,7 +111,7 @@ func TestRunCompletedInTransactionRolledBack(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, out, 1)
 	assert.True(t, refused, "the run still holds its key after a lease and more")
-	assert.Equal(t, 1, obs.op(idempotency.OpComplete), "the middleware wrote COMPLETED")
+	assert.Equal(t, 1, obs.op("complete"), "the middleware wrote COMPLETED")
 	rec, err := store.Get(context.Background(), "idem::tx-2")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateCompleted, rec.State)
@@ -124,22 +124,22 @@ func TestRunCompletedInTransactionRolledBack(t *testing.T) {
 func TestRunCompletedInTransactionCommitted(t *testing.T) {
 	const lease = 150 * time.Millisecond
 	store := memstore.New(memstore.Config{})
-	idem, obs := newIdem(t, idempotency.Config{Store: store, LeaseTTL: lease})
+	idem, obs := newIdem(t, testConfig{Store: store, LeaseTTL: lease})
 	var renewals int
 	_, err := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		run, ok := idempotency.RunFromContext(msg.Context())
 		require.True(t, ok)
 		require.NoError(t, store.Complete(context.Background(), run.Key(), run.Token(), run.Result(), run.CompletedTTL()))
 		run.CompletedInTransaction()
-		if !waitUntil(func() bool { return obs.op(idempotency.OpRenew) >= 1 }, 20*lease) {
+		if !waitUntil(func() bool { return obs.op("renew") >= 1 }, 20*lease) {
 			return nil, errors.New("no renewal after the transactional completion")
 		}
 		time.Sleep(2 * lease)
-		renewals = obs.op(idempotency.OpRenew)
+		renewals = obs.op("renew")
 		return nil, msg.Context().Err()
 	})(newMsg("tx-3", "p"))
 	require.NoError(t, err, "the committed run's context is not cancelled")
 	assert.Equal(t, 1, renewals, "the renewals ended at the one that found the key completed")
-	assert.Equal(t, 0, obs.op(idempotency.OpComplete))
+	assert.Equal(t, 0, obs.op("complete"))
 	assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed))
 }

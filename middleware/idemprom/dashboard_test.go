@@ -1,6 +1,7 @@
 package idemprom_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"regexp"
@@ -35,8 +36,8 @@ func exported(t *testing.T) (names, labels map[string]bool) {
 	reg := prometheus.NewPedanticRegistry()
 	m := idemprom.New("")
 	require.NoError(t, reg.Register(m))
-	m.Outcome("h", idempotency.OutcomeProcessed)
-	m.StoreLatency(idempotency.OpClaim, time.Millisecond, nil)
+	m.Outcome(context.Background(), idempotency.OutcomeDetails{Handler: "h", Outcome: idempotency.OutcomeProcessed})
+	m.StoreLatency("claim", time.Millisecond, nil)
 	families, err := reg.Gather()
 	require.NoError(t, err)
 	names, labels = map[string]bool{}, map[string]bool{}

@@ -1,6 +1,7 @@
 package idemprom
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -9,9 +10,9 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// Metrics is a idempotency.Observer, and CacheObserver, that is also a
-// prometheus.Collector. Register it once, then pass it as
-// idempotency.Config.Observer to any number of middlewares.
+// Metrics is an [idempotency.Observer] that is also a
+// [prometheus.Collector]. Register it once, then pass it as
+// [idempotency.OnceConfig].Observer.
 type Metrics struct {
 	outcomes     *prometheus.CounterVec
 	latency      *prometheus.HistogramVec
@@ -33,8 +34,8 @@ var alerted = []idempotency.Outcome{
 }
 
 var (
-	_ idempotency.CacheObserver = (*Metrics)(nil)
-	_ prometheus.Collector      = (*Metrics)(nil)
+	_ idempotency.Observer = (*Metrics)(nil)
+	_ prometheus.Collector = (*Metrics)(nil)
 )
 
 // subsystem follows the namespace in every metric name.
@@ -71,7 +72,8 @@ func newCounterVec(namespace, name, help string, labels ...string) *prometheus.C
 }
 
 // Outcome implements idempotency.Observer.
-func (m *Metrics) Outcome(handler string, outcome idempotency.Outcome) {
+func (m *Metrics) Outcome(_ context.Context, d idempotency.OutcomeDetails) {
+	handler, outcome := d.Handler, d.Outcome
 	if _, seen := m.handlers.Load(handler); !seen {
 		if _, seen = m.handlers.LoadOrStore(handler, struct{}{}); !seen {
 			for _, o := range alerted {
@@ -83,15 +85,15 @@ func (m *Metrics) Outcome(handler string, outcome idempotency.Outcome) {
 }
 
 // StoreLatency implements idempotency.Observer.
-func (m *Metrics) StoreLatency(op idempotency.Op, d time.Duration, err error) {
+func (m *Metrics) StoreLatency(op string, d time.Duration, err error) {
 	result := "ok"
 	if err != nil {
 		result = "error"
 	}
-	m.latency.WithLabelValues(string(op), result).Observe(d.Seconds())
+	m.latency.WithLabelValues(op, result).Observe(d.Seconds())
 }
 
-// CacheLookup implements idempotency.CacheObserver.
+// CacheLookup implements idempotency.Observer.
 func (m *Metrics) CacheLookup(handler string, hit bool) {
 	result := "miss"
 	if hit {

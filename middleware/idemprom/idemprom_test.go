@@ -1,6 +1,7 @@
 package idemprom_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -22,7 +23,9 @@ func TestMetricsCountOutcomesAndLatencies(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(metrics))
 
-	idem, err := idempotency.New(idempotency.Config{Store: memstore.New(memstore.Config{}), Observer: metrics}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(memstore.Config{}), Observer: metrics})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, nil)
 	require.NoError(t, err)
 	fail := true
 	h := idem.Middleware(func(*message.Message) ([]*message.Message, error) {
@@ -61,7 +64,7 @@ func TestCacheLookupsCounted(t *testing.T) {
 	metrics := idemprom.New("svc")
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(metrics))
-	var obs idempotency.CacheObserver = metrics
+	var obs idempotency.Observer = metrics
 	obs.CacheLookup("orders", true)
 	obs.CacheLookup("orders", true)
 	obs.CacheLookup("orders", false)
@@ -85,8 +88,8 @@ func TestAlertedSeriesStartAtZero(t *testing.T) {
 	metrics := idemprom.New("svc")
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(metrics))
-	metrics.Outcome("bill", idempotency.OutcomeProcessed)
-	metrics.Outcome("ship", idempotency.OutcomeDuplicate)
+	metrics.Outcome(context.Background(), idempotency.OutcomeDetails{Handler: "bill", Outcome: idempotency.OutcomeProcessed})
+	metrics.Outcome(context.Background(), idempotency.OutcomeDetails{Handler: "ship", Outcome: idempotency.OutcomeDuplicate})
 	header := `
 # HELP svc_idempotency_outcomes_total Deliveries handled by the idempotency middleware, by handler and outcome.
 # TYPE svc_idempotency_outcomes_total counter
@@ -102,7 +105,7 @@ svc_idempotency_outcomes_total{handler="ship",outcome="output_not_stored"} 0
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(expected), "svc_idempotency_outcomes_total"))
 
-	metrics.Outcome("bill", idempotency.OutcomeOutputNotStored)
+	metrics.Outcome(context.Background(), idempotency.OutcomeDetails{Handler: "bill", Outcome: idempotency.OutcomeOutputNotStored})
 	expected = header + `svc_idempotency_outcomes_total{handler="bill",outcome="complete_failed"} 0
 svc_idempotency_outcomes_total{handler="bill",outcome="lease_lost"} 0
 svc_idempotency_outcomes_total{handler="bill",outcome="output_not_stored"} 1

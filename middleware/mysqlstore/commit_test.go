@@ -160,7 +160,9 @@ func TestLostCommitAnswerWithRetryInside(t *testing.T) {
 func TestRolledBackCompletionLeavesTheRunRenewed(t *testing.T) {
 	a, b, fx, direct := commitSetup(t)
 	obs := &sqlstoretest.Renewals{}
-	idem, err := idempotency.New(idempotency.Config{Store: a.store, LeaseTTL: sqlstoretest.CommitLease, NackDelay: -1, Observer: obs}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: a.store, LeaseTTL: sqlstoretest.CommitLease, Observer: obs})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	const key = "order-rollback"
 
@@ -208,7 +210,9 @@ func TestRolledBackCompletionLeavesTheRunRenewed(t *testing.T) {
 // never cancelled.
 func TestTransactionHeldOpenPastTheLease(t *testing.T) {
 	a, b, fx, direct := commitSetup(t)
-	idem, err := idempotency.New(idempotency.Config{Store: a.store, LeaseTTL: sqlstoretest.CommitLease, NackDelay: -1}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: a.store, LeaseTTL: sqlstoretest.CommitLease})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	const key = "order-held"
 

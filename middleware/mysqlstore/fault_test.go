@@ -54,7 +54,7 @@ func TestConnectionCuts(t *testing.T) {
 	s, err := mysqlstore.New(db, mysqlstore.Config{Table: table})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: s, LeaseTTL: time.Second, StoreTimeout: 2 * time.Second}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: s, LeaseTTL: time.Second, StoreTimeout: 2 * time.Second})
 	require.NoError(t, err)
 
 	cuts := []string{cutClaim, cutEffect, cutCompletion, cutCommitReply, cutNone}

@@ -42,7 +42,7 @@ func TestCompleteInTxForeignRun(t *testing.T) {
 			return my.CompleteValueInTx(ctx, tx, []byte("done"))
 		})
 	}
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: redis}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: redis})
 	require.NoError(t, err)
 	_, err = once.Do(context.Background(), key, work)
 	require.ErrorIs(t, err, mysqlstore.ErrForeignRun)
@@ -51,7 +51,7 @@ func TestCompleteInTxForeignRun(t *testing.T) {
 	assert.Contains(t, err.Error(), "claimed in another store")
 	assert.Equal(t, 0, effectsOf(t, db, effects, key), "the effect rolled back")
 
-	wrapped, err := idempotency.NewOnce(idempotency.OnceConfig{Store: unwrapping{my}}, nil)
+	wrapped, err := idempotency.NewOnce(idempotency.OnceConfig{Store: unwrapping{my}})
 	require.NoError(t, err)
 	res, err := wrapped.Do(context.Background(), key, work)
 	require.NoError(t, err)
@@ -70,7 +70,7 @@ func TestCompleteInTxOtherTable(t *testing.T) {
 	effects := effectsTable(t, db)
 	key := uniqueName("mysqlstore-othertable-")
 
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: claimedIn}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: claimedIn})
 	require.NoError(t, err)
 	_, err = once.Do(context.Background(), key, func(ctx context.Context) ([]byte, error) {
 		return nil, inTx(ctx, db, func(tx *sql.Tx) error {
@@ -96,7 +96,7 @@ func TestCompleteInTxOtherPool(t *testing.T) {
 	effects := effectsTable(t, appDB)
 	key := uniqueName("mysqlstore-otherpool-")
 
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
 	require.NoError(t, err)
 	runs := 0
 	work := func(ctx context.Context) ([]byte, error) {
@@ -150,7 +150,7 @@ func TestCompleteInTxOtherDatabase(t *testing.T) {
 	t.Cleanup(func() { _, _ = storeDB.ExecContext(context.Background(), "DROP DATABASE "+quoted(other)) })
 	appDB := dbOn(t, other)
 	effects := effectsTable(t, appDB)
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
 	require.NoError(t, err)
 	complete := func(s *mysqlstore.Store) error {
 		key := uniqueName("mysqlstore-otherdb-")
@@ -187,7 +187,7 @@ func TestCompleteInTxOtherDatabase(t *testing.T) {
 	require.NoError(t, storeDB.QueryRowContext(context.Background(), "SELECT DATABASE()").Scan(&storeDatabase))
 	qualified, err := mysqlstore.New(storeDB, mysqlstore.Config{Table: storeDatabase + "." + table})
 	require.NoError(t, err)
-	once, err = idempotency.NewOnce(idempotency.OnceConfig{Store: qualified}, nil)
+	once, err = idempotency.NewOnce(idempotency.OnceConfig{Store: qualified})
 	require.NoError(t, err)
 	require.NoError(t, complete(qualified), "a qualified table is reached from any database")
 }

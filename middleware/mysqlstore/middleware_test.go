@@ -64,14 +64,17 @@ func newObserved() *observed {
 	return o
 }
 
-func (o *observed) Outcome(_ string, oc idempotency.Outcome) {
+func (o *observed) CacheLookup(string, bool) {}
+
+func (o *observed) Outcome(_ context.Context, d idempotency.OutcomeDetails) {
+	oc := d.Outcome
 	if c, ok := o.outcomes[oc]; ok {
 		c.Add(1)
 	}
 }
 
-func (o *observed) StoreLatency(op idempotency.Op, _ time.Duration, _ error) {
-	if op == idempotency.OpComplete {
+func (o *observed) StoreLatency(op string, _ time.Duration, _ error) {
+	if op == "complete" {
 		o.completes.Add(1)
 	}
 }
@@ -105,7 +108,9 @@ func TestMiddlewareCompletesInTheHandlersTransaction(t *testing.T) {
 	store, _ := newTable(t, db)
 	effects := effectsTable(t, db)
 	obs := newObserved()
-	idem, err := idempotency.New(idempotency.Config{Store: store, Observer: obs, NackDelay: -1}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Observer: obs})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	h := idem.Middleware(bookingHandler(db, store, effects))
 
@@ -140,9 +145,13 @@ func TestLostLeaseRollsTheEffectBack(t *testing.T) {
 	const runLease = 300 * time.Millisecond
 
 	slowObs := newObserved()
-	slow, err := idempotency.New(idempotency.Config{Store: partitioned{store}, LeaseTTL: runLease, Observer: slowObs, NackDelay: -1}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: partitioned{store}, LeaseTTL: runLease, Observer: slowObs})
 	require.NoError(t, err)
-	fast, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: runLease, NackDelay: -1}, nil)
+	slow, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
+	require.NoError(t, err)
+	fastOnce, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: runLease})
+	require.NoError(t, err)
+	fast, err := idempotency.New(fastOnce, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 
 	started, taken := make(chan struct{}), make(chan struct{})
@@ -195,7 +204,9 @@ func TestSecondTransactionOfARunRollsBack(t *testing.T) {
 	db := testDB(t)
 	store, _ := newTable(t, db)
 	effects := effectsTable(t, db)
-	idem, err := idempotency.New(idempotency.Config{Store: store, NackDelay: -1}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	book := bookingHandler(db, store, effects)
 	var second error
@@ -217,7 +228,7 @@ func TestCompleteValueInTx(t *testing.T) {
 	db := testDB(t)
 	store, _ := newTable(t, db)
 	effects := effectsTable(t, db)
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
 	require.NoError(t, err)
 	work := func(ctx context.Context) ([]byte, error) {
 		value := []byte("invoice-17")

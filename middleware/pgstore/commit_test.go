@@ -127,7 +127,9 @@ func TestRolledBackCompletionLeavesTheRunRenewed(t *testing.T) {
 	store, _ := newTable(t, pool)
 	table := deferredEffects(t, pool)
 	obs := &sqlstoretest.Renewals{}
-	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: sqlstoretest.CommitLease, NackDelay: -1, Observer: obs}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: sqlstoretest.CommitLease, Observer: obs})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	const key = "order-rollback"
 
@@ -171,7 +173,9 @@ func TestTransactionHeldOpenPastTheLease(t *testing.T) {
 	pool := testPool(t)
 	store, _ := newTable(t, pool)
 	table := deferredEffects(t, pool)
-	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: sqlstoretest.CommitLease, NackDelay: -1}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: sqlstoretest.CommitLease})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	const key = "order-held"
 

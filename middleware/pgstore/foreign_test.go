@@ -41,7 +41,7 @@ func TestCompleteInTxForeignRun(t *testing.T) {
 			return pg.CompleteValueInTx(ctx, tx, []byte("done"))
 		})
 	}
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: redis}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: redis})
 	require.NoError(t, err)
 	_, err = once.Do(context.Background(), key, work)
 	require.ErrorIs(t, err, pgstore.ErrForeignRun)
@@ -50,7 +50,7 @@ func TestCompleteInTxForeignRun(t *testing.T) {
 	assert.Contains(t, err.Error(), "claimed in another store")
 	assert.Equal(t, 0, effectsOf(t, pool, effects, key), "the effect rolled back")
 
-	wrapped, err := idempotency.NewOnce(idempotency.OnceConfig{Store: unwrapping{pg}}, nil)
+	wrapped, err := idempotency.NewOnce(idempotency.OnceConfig{Store: unwrapping{pg}})
 	require.NoError(t, err)
 	res, err := wrapped.Do(context.Background(), key, work)
 	require.NoError(t, err)
@@ -69,7 +69,7 @@ func TestCompleteInTxOtherTable(t *testing.T) {
 	effects := effectsTable(t, pool)
 	key := uniqueName("pgstore-othertable-")
 
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: claimedIn}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: claimedIn})
 	require.NoError(t, err)
 	_, err = once.Do(context.Background(), key, func(ctx context.Context) ([]byte, error) {
 		return nil, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -95,7 +95,7 @@ func TestCompleteInTxOtherPool(t *testing.T) {
 	effects := effectsTable(t, appPool)
 	key := uniqueName("pgstore-otherpool-")
 
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
 	require.NoError(t, err)
 	runs := 0
 	work := func(ctx context.Context) ([]byte, error) {
@@ -144,7 +144,7 @@ func TestCompleteInTxOtherDatabase(t *testing.T) {
 	effects := effectsTable(t, appPool)
 	key := uniqueName("pgstore-otherdb-")
 
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
 	require.NoError(t, err)
 	_, err = once.Do(context.Background(), key, func(ctx context.Context) ([]byte, error) {
 		return nil, pgx.BeginFunc(ctx, appPool, func(tx pgx.Tx) error {

@@ -52,14 +52,17 @@ func newObserved() *observed {
 	return o
 }
 
-func (o *observed) Outcome(_ string, oc idempotency.Outcome) {
+func (o *observed) CacheLookup(string, bool) {}
+
+func (o *observed) Outcome(_ context.Context, d idempotency.OutcomeDetails) {
+	oc := d.Outcome
 	if c, ok := o.outcomes[oc]; ok {
 		c.Add(1)
 	}
 }
 
-func (o *observed) StoreLatency(op idempotency.Op, _ time.Duration, _ error) {
-	if op == idempotency.OpComplete {
+func (o *observed) StoreLatency(op string, _ time.Duration, _ error) {
+	if op == "complete" {
 		o.completes.Add(1)
 	}
 }
@@ -93,7 +96,9 @@ func TestMiddlewareCompletesInTheHandlersTransaction(t *testing.T) {
 	store, _ := newTable(t, pool)
 	effects := effectsTable(t, pool)
 	obs := newObserved()
-	idem, err := idempotency.New(idempotency.Config{Store: store, Observer: obs, NackDelay: -1}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Observer: obs})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	h := idem.Middleware(bookingHandler(pool, store, effects))
 
@@ -118,7 +123,9 @@ func TestOutputNotStoredInTheHandlersTransaction(t *testing.T) {
 	store, _ := newTable(t, pool)
 	effects := effectsTable(t, pool)
 	obs := newObserved()
-	idem, err := idempotency.New(idempotency.Config{Store: store, Observer: obs, NackDelay: -1, MaxOutputSize: 10}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Observer: obs, MaxOutputSize: 10})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	h := idem.Middleware(bookingHandler(pool, store, effects))
 
@@ -153,9 +160,13 @@ func TestLostLeaseRollsTheEffectBack(t *testing.T) {
 	const runLease = 300 * time.Millisecond
 
 	slowObs := newObserved()
-	slow, err := idempotency.New(idempotency.Config{Store: partitioned{store}, LeaseTTL: runLease, Observer: slowObs, NackDelay: -1}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: partitioned{store}, LeaseTTL: runLease, Observer: slowObs})
 	require.NoError(t, err)
-	fast, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: runLease, NackDelay: -1}, nil)
+	slow, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
+	require.NoError(t, err)
+	fastOnce, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: runLease})
+	require.NoError(t, err)
+	fast, err := idempotency.New(fastOnce, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 
 	started, taken := make(chan struct{}), make(chan struct{})
@@ -208,7 +219,9 @@ func TestSecondTransactionOfARunRollsBack(t *testing.T) {
 	pool := testPool(t)
 	store, _ := newTable(t, pool)
 	effects := effectsTable(t, pool)
-	idem, err := idempotency.New(idempotency.Config{Store: store, NackDelay: -1}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	book := bookingHandler(pool, store, effects)
 	var second error
@@ -230,7 +243,7 @@ func TestCompleteValueInTx(t *testing.T) {
 	pool := testPool(t)
 	store, _ := newTable(t, pool)
 	effects := effectsTable(t, pool)
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
 	require.NoError(t, err)
 	work := func(ctx context.Context) ([]byte, error) {
 		value := []byte("invoice-17")
@@ -260,8 +273,9 @@ func TestCompleteValueInTx(t *testing.T) {
 func TestMaxTTLMiddleware(t *testing.T) {
 	store, _ := newTable(t, testPool(t))
 	obs := newObserved()
-	idem, err := idempotency.New(idempotency.Config{Store: store, Observer: obs, NackDelay: -1,
-		LeaseTTL: idempotency.MaxTTL, CompletedTTL: idempotency.MaxTTL, FailedTTL: idempotency.MaxTTL}, watermill.NopLogger{})
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Observer: obs, LeaseTTL: idempotency.MaxTTL, CompletedTTL: idempotency.MaxTTL, FailedTTL: idempotency.MaxTTL})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	var runs atomic.Int32
 	release := make(chan struct{})

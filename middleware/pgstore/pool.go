@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 // SessionTimeoutParam is the PostgreSQL setting that ApplyPoolSettings sets.
@@ -15,7 +13,7 @@ const SessionTimeoutParam = "idle_in_transaction_session_timeout"
 
 // ApplyPoolSettings sets on cfg, the pool's config, what the transactional
 // completion (CompleteInTx) asks of the pool's sessions, given lease, the
-// idempotency lease (zero meaning idempotency.DefaultLeaseTTL):
+// idempotency lease (zero meaning OnceConfig's default, 40 s):
 // idle_in_transaction_session_timeout at half the lease, sent at every
 // connect as a runtime parameter, so that a consumer stalled between its
 // completion and its COMMIT has its session ended, its transaction rolled
@@ -37,7 +35,7 @@ func ApplyPoolSettings(cfg *pgxpool.Config, lease time.Duration) error {
 		return fmt.Errorf("pgstore: ApplyPoolSettings: negative lease %s", lease)
 	}
 	if lease == 0 {
-		lease = idempotency.DefaultLeaseTTL
+		lease = 40 * time.Second // idempotency.OnceConfig's default LeaseTTL
 	}
 	params := cfg.ConnConfig.RuntimeParams
 	if params == nil {

@@ -34,7 +34,9 @@ func TestErrorAfterCommittedCompletion(t *testing.T) {
 	pool := testPool(t)
 	store, _ := newTable(t, pool)
 	table := deferredEffects(t, pool)
-	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: sqlstoretest.CommitLease, NackDelay: -1}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: sqlstoretest.CommitLease})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	const key = "order-error-after-commit"
 
@@ -67,7 +69,9 @@ func TestCommitFailsWhileRenewalWaits(t *testing.T) {
 	store, records := newTable(t, pool)
 	table := deferredEffects(t, pool)
 	obs := &sqlstoretest.Renewals{}
-	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: sqlstoretest.CommitLease, NackDelay: -1, Observer: obs}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: sqlstoretest.CommitLease, Observer: obs})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	const key = "order-renewal-waits"
 
@@ -117,7 +121,9 @@ func TestCompleteInTxAfterLeaseLostSaysLeaseLost(t *testing.T) {
 	pool := testPool(t)
 	store, records := newTable(t, pool)
 	table := deferredEffects(t, pool)
-	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: sqlstoretest.CommitLease, NackDelay: -1}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: sqlstoretest.CommitLease})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	const key = "order-lost-in-tx"
 
@@ -162,7 +168,7 @@ func TestOnceDoFailedCommitKeepsTheLease(t *testing.T) {
 	store, _ := newTable(t, pool)
 	table := deferredEffects(t, pool)
 	newOnce := func() *idempotency.Once {
-		o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: sqlstoretest.CommitLease}, nil)
+		o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: sqlstoretest.CommitLease})
 		require.NoError(t, err)
 		return o
 	}
@@ -211,7 +217,7 @@ func TestOnceDoFailedCommitKeepsTheLease(t *testing.T) {
 		})
 		if finished {
 			require.NoError(t, err)
-			assert.True(t, res.Replayed)
+			assert.Equal(t, idempotency.OutcomeDuplicate, res.Outcome)
 			assert.Equal(t, value, res.Value)
 			break
 		}
@@ -235,7 +241,9 @@ func TestRolledBackThenCommittedCompletion(t *testing.T) {
 	store, records := newTable(t, pool)
 	table := deferredEffects(t, pool)
 	obs := &sqlstoretest.Renewals{}
-	idem, err := idempotency.New(idempotency.Config{Store: store, LeaseTTL: sqlstoretest.CommitLease, NackDelay: -1, Observer: obs}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: sqlstoretest.CommitLease, Observer: obs})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	const key = "order-two-tx"
 

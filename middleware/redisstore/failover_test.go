@@ -95,7 +95,7 @@ func sentinelFailover(t *testing.T, replicas int) failoverRun {
 	require.NoError(t, err)
 	// A lease longer than the failover takes: a completion caught by the
 	// kill is retried within it, on the new master.
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: 6 * time.Second, StoreTimeout: time.Second}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: 6 * time.Second, StoreTimeout: time.Second})
 	require.NoError(t, err)
 	work := func(key string) func(context.Context) ([]byte, error) {
 		return func(context.Context) ([]byte, error) {
@@ -182,7 +182,7 @@ func sentinelFailover(t *testing.T, replicas int) failoverRun {
 			}
 		}
 	}
-	redeliver, err := idempotency.NewOnce(idempotency.OnceConfig{Store: plain, LeaseTTL: 6 * time.Second, StoreTimeout: time.Second}, nil)
+	redeliver, err := idempotency.NewOnce(idempotency.OnceConfig{Store: plain, LeaseTTL: 6 * time.Second, StoreTimeout: time.Second})
 	require.NoError(t, err)
 	once = redeliver
 	for _, key := range keys {

@@ -75,7 +75,7 @@ func newNetWorld(t *testing.T) *netWorld {
 		t.Cleanup(func() { _ = client.Close() })
 		store, err := redisstore.New(client)
 		require.NoError(t, err)
-		o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: netLease, StoreTimeout: 250 * time.Millisecond}, nil)
+		o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: netLease, StoreTimeout: 250 * time.Millisecond})
 		require.NoError(t, err)
 		w.once[name] = o
 		// Load the scripts before any fault: a first call sends each

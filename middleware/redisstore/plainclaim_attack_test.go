@@ -377,10 +377,10 @@ func TestPlainClaimKeyReusedThroughOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Complete(ctx, "reused", req.Token, []byte("out"), time.Hour))
 
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: s, DisableCache: true}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: s, CacheMaxBytes: -1})
 	require.NoError(t, err)
 	require.NoError(t, admin.ConfigResetStat(ctx).Err())
-	lease, res, err := once.Claim(ctx, "reused", idempotency.ClaimOptions{Fingerprint: []byte("payload B")})
+	lease, res, err := once.Claim(ctx, "reused", []byte("payload B"))
 	require.NoError(t, err)
 	assert.Nil(t, lease, "a COMPLETED key is not acquired")
 	assert.False(t, res.Acquired)

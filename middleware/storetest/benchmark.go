@@ -73,8 +73,8 @@ func Benchmark(b *testing.B, s idempotency.Store, prefix string) {
 	}
 }
 
-// claimRequest is the benchmark's claim: the middleware's default lease and
-// FailedTTL, a fresh token.
+// claimRequest is the benchmark's claim: OnceConfig's default lease (40 s)
+// and FailedTTL (24 h), a fresh token.
 func claimRequest() idempotency.ClaimRequest {
-	return idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: idempotency.DefaultLeaseTTL, TTL: idempotency.DefaultFailedTTL}
+	return idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: 40 * time.Second, TTL: 24 * time.Hour}
 }

@@ -37,13 +37,16 @@ type tally struct {
 	counts map[idempotency.Outcome]int
 }
 
-func (t *tally) Outcome(_ string, o idempotency.Outcome) {
+func (t *tally) CacheLookup(string, bool) {}
+
+func (t *tally) Outcome(_ context.Context, d idempotency.OutcomeDetails) {
+	o := d.Outcome
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.counts[o]++
 }
 
-func (*tally) StoreLatency(idempotency.Op, time.Duration, error) {}
+func (*tally) StoreLatency(string, time.Duration, error) {}
 
 func (t *tally) get(o idempotency.Outcome) int {
 	t.mu.Lock()
@@ -55,7 +58,8 @@ func (h *harness) once(cfg idempotency.OnceConfig) (*idempotency.Once, *tally) {
 	h.t.Helper()
 	obs := &tally{counts: map[idempotency.Outcome]int{}}
 	cfg.Store, cfg.Observer = h.Store, obs
-	o, err := idempotency.NewOnce(cfg, watermill.NopLogger{})
+	cfg.Logger = watermill.NopLogger{}
+	o, err := idempotency.NewOnce(cfg)
 	require.NoError(h.t, err)
 	return o, obs
 }
@@ -67,12 +71,14 @@ func onceRunsOnceAndReplays(h *harness) {
 	work := func(context.Context) ([]byte, error) { runs.Add(1); return []byte("receipt-1"), nil }
 	first, err := o.Do(h.ctx, key, work)
 	require.NoError(t, err)
-	assert.Equal(t, idempotency.Result{Value: []byte("receipt-1"), Attempts: 1, Outcome: idempotency.OutcomeProcessed}, first)
+	assert.Equal(t, idempotency.Result{Value: []byte("receipt-1"), Outcome: idempotency.OutcomeProcessed}, first)
+	assert.Equal(t, 1, h.get(key).Attempts)
 	for range 3 {
 		again, err := o.Do(h.ctx, key, work)
 		require.NoError(t, err)
-		assert.Equal(t, idempotency.Result{Value: []byte("receipt-1"), Replayed: true, Attempts: 1, Outcome: idempotency.OutcomeDuplicate}, again)
+		assert.Equal(t, idempotency.Result{Value: []byte("receipt-1"), Outcome: idempotency.OutcomeDuplicate}, again)
 	}
+	assert.Equal(t, 1, h.get(key).Attempts)
 	assert.EqualValues(t, 1, runs.Load())
 	assert.Equal(t, 1, obs.get(idempotency.OutcomeProcessed))
 	assert.Equal(t, 3, obs.get(idempotency.OutcomeDuplicate))
@@ -88,8 +94,8 @@ func onceFailureRunsAgain(h *harness) {
 
 	res, err := o.Do(h.ctx, key, func(context.Context) ([]byte, error) { return []byte("ok"), nil })
 	require.NoError(t, err)
-	assert.Equal(t, 2, res.Attempts)
-	assert.False(t, res.Replayed)
+	assert.Equal(t, 2, h.get(key).Attempts)
+	assert.Equal(t, idempotency.OutcomeProcessed, res.Outcome)
 	assert.Equal(t, 1, obs.get(idempotency.OutcomeHandlerFailed))
 }
 
@@ -138,7 +144,7 @@ func onceConcurrentCallersRunOnce(h *harness) {
 				}
 				assert.NoError(t, err)
 				assert.Equal(t, []byte("v"), res.Value)
-				if res.Replayed {
+				if res.Outcome == idempotency.OutcomeDuplicate {
 					replays.Add(1)
 				}
 				return

@@ -8,21 +8,29 @@ import (
 	"strings"
 )
 
+// MaxKeyLength is the longest key stored as given, in bytes. A longer key
+// is stored as "sha256:" and its hex SHA-256, and so is a key that starts
+// with "sha256:", so that it never takes a long key's place. Every adapter
+// stores keys this way: none refuses a key for its length.
+const MaxKeyLength = 200
+
 // ScopeHashLen is how many bytes of the scope's SHA-256 name it in a stored
 // key: 128 bits, so that two scopes meet only by a collision no one can
 // find (2^64 scopes for an even chance), while keys stay short.
 const ScopeHashLen = 16
 
+const hashedKeyPrefix = "sha256:"
+
 // What is wrong with a client's key; the adapter says where the key was.
 var (
 	ErrKeyEmpty        = errors.New("is empty")
-	ErrKeyTooLong      = errors.New("is too long")
 	ErrKeyNotPrintable = errors.New("holds a byte outside printable ASCII")
 )
 
-// CheckKey accepts a client's key of 1 to maxLen bytes of printable ASCII
-// (0x20 to 0x7E), the rule of every adapter.
-func CheckKey(k string, maxLen int) error {
+// CheckKey accepts a client's key of printable ASCII (0x20 to 0x7E), not
+// empty, the rule of the HTTP and gRPC adapters (their headers and metadata
+// hold nothing else). A long key is hashed by StoreKey.
+func CheckKey(k string) error {
 	if k == "" {
 		return ErrKeyEmpty
 	}
@@ -31,29 +39,46 @@ func CheckKey(k string, maxLen int) error {
 			return ErrKeyNotPrintable
 		}
 	}
-	if len(k) > maxLen {
-		return ErrKeyTooLong
-	}
 	return nil
 }
 
-// StoreKey returns the stored key of (scope, key): the prefix, a colon, the
-// hex of the first 16 bytes of SHA-256(scope), a colon and the key, as in
-// "httpidem:2bd806c97f0e00af1a1fc3328fa763a9:k1" for prefix "httpidem" and
-// scope "alice". The scope is hashed so that no secret (an API key used as
-// the scope) appears in a key name, in the store's logs or in a SCAN. Its
-// hash has a fixed length, so no two (scope, key) pairs share a stored key,
-// whatever bytes they hold.
-func StoreKey(prefix, scope, key string) string {
-	sum := sha256.Sum256([]byte(scope))
-	b := make([]byte, 0, len(prefix)+1+2*ScopeHashLen+1+len(key))
-	b = append(b, prefix...)
-	b = append(b, ':')
-	b = hex.AppendEncode(b, sum[:ScopeHashLen])
-	b = append(b, ':')
-	b = append(b, key...)
-	return string(b)
+// StoreKey returns the stored key of (scope, key), the one layout of every
+// adapter: the prefix, a colon, the scope, a colon and the key. With
+// hashScope the scope is the hex of the first ScopeHashLen bytes of its
+// SHA-256, so that no secret (an API key used as the scope) appears in a
+// key name; else its colons and percent signs are escaped (%3A, %25). A key
+// is hashed as MaxKeyLength says. Either way no two (scope, key) pairs
+// share a stored key under one prefix, whatever bytes they hold.
+func StoreKey(prefix, scope, key string, hashScope bool) string {
+	if len(key) > MaxKeyLength || strings.HasPrefix(key, hashedKeyPrefix) {
+		sum := sha256.Sum256([]byte(key))
+		key = hashedKeyPrefix + hex.EncodeToString(sum[:])
+	}
+	var b strings.Builder
+	switch {
+	case hashScope:
+		sum := sha256.Sum256([]byte(scope))
+		var h [2 * ScopeHashLen]byte
+		hex.Encode(h[:], sum[:ScopeHashLen])
+		b.Grow(len(prefix) + 2 + len(h) + len(key))
+		b.WriteString(prefix)
+		b.WriteByte(':')
+		b.Write(h[:])
+	default:
+		if strings.ContainsAny(scope, "%:") {
+			scope = scopeEscaper.Replace(scope)
+		}
+		b.Grow(len(prefix) + 2 + len(scope) + len(key))
+		b.WriteString(prefix)
+		b.WriteByte(':')
+		b.WriteString(scope)
+	}
+	b.WriteByte(':')
+	b.WriteString(key)
+	return b.String()
 }
+
+var scopeEscaper = strings.NewReplacer("%", "%25", ":", "%3A")
 
 // ForwardKey returns the key a handler forwards when it hands its work on:
 // the stored key skey without its prefix, so the scope's hash, a colon and

@@ -27,17 +27,26 @@ func TestFingerprintStable(t *testing.T) {
 	assert.NotEqual(t, adapter.Fingerprint(1, []byte("a")), adapter.Fingerprint(2, []byte("a")), "the version")
 }
 
-// TestStoreKey: the prefix, a colon, 32 hex digits of SHA-256(scope), a
-// colon and the key, for any prefix.
+// TestStoreKey: the prefix, a colon, 32 hex digits of SHA-256(scope) (or
+// the escaped scope), a colon and the key, for any prefix; a key over
+// MaxKeyLength, or one that looks hashed, is hashed.
 func TestStoreKey(t *testing.T) {
-	assert.Equal(t, "grpcidem:2bd806c97f0e00af1a1fc3328fa763a9:k1", adapter.StoreKey("grpcidem", "alice", "k1"))
-	assert.Equal(t, "p:e3b0c44298fc1c149afbf4c8996fb924::", adapter.StoreKey("p", "", ":"))
+	assert.Equal(t, "grpcidem:2bd806c97f0e00af1a1fc3328fa763a9:k1", adapter.StoreKey("grpcidem", "alice", "k1", true))
+	assert.Equal(t, "p:e3b0c44298fc1c149afbf4c8996fb924::", adapter.StoreKey("p", "", ":", true))
+	assert.Equal(t, "idem:a%3Ab%25c:k", adapter.StoreKey("idem", "a:b%c", "k", false))
+
+	long := strings.Repeat("k", adapter.MaxKeyLength)
+	assert.Equal(t, "p:s:"+long, adapter.StoreKey("p", "s", long, false), "MaxKeyLength bytes stay")
+	sum := sha256.Sum256([]byte(long + "k"))
+	assert.Equal(t, "p:s:sha256:"+hex.EncodeToString(sum[:]), adapter.StoreKey("p", "s", long+"k", false), "one more is hashed")
+	sum = sha256.Sum256([]byte("sha256:x"))
+	assert.Equal(t, "p:s:sha256:"+hex.EncodeToString(sum[:]), adapter.StoreKey("p", "s", "sha256:x", false), "a key that looks hashed is hashed")
 }
 
 func TestCheckKey(t *testing.T) {
-	require.NoError(t, adapter.CheckKey(" ~", 2))
-	assert.ErrorIs(t, adapter.CheckKey("", 2), adapter.ErrKeyEmpty)
-	assert.ErrorIs(t, adapter.CheckKey("abc", 2), adapter.ErrKeyTooLong)
-	assert.ErrorIs(t, adapter.CheckKey("a\x7f", 2), adapter.ErrKeyNotPrintable)
-	assert.ErrorIs(t, adapter.CheckKey(strings.Repeat("\x00", 3), 2), adapter.ErrKeyNotPrintable, "what is wrong first: the bytes, then the length")
+	require.NoError(t, adapter.CheckKey(" ~"))
+	require.NoError(t, adapter.CheckKey(strings.Repeat("k", 10*adapter.MaxKeyLength)), "a long key is hashed, not refused")
+	assert.ErrorIs(t, adapter.CheckKey(""), adapter.ErrKeyEmpty)
+	assert.ErrorIs(t, adapter.CheckKey("a\x7f"), adapter.ErrKeyNotPrintable)
+	assert.ErrorIs(t, adapter.CheckKey(strings.Repeat("\x00", 3)), adapter.ErrKeyNotPrintable)
 }

@@ -17,9 +17,9 @@ type Fault func(ctx context.Context, c Call) error
 
 // Call is one call of a Store, as its Fault sees it.
 type Call struct {
-	// Op is the method called: OpClaim, OpRenew, OpComplete, OpFail or
-	// OpRelease.
-	Op idempotency.Op
+	// Op is the method called: "claim", "renew", "complete", "fail" or
+	// "release", as the Observer names it.
+	Op string
 	// Key is the stored key the call is about.
 	Key string
 	// N counts the calls of Op on this Store: 1 for the first.
@@ -39,8 +39,8 @@ type Store struct {
 	idempotency.Store
 
 	mu     sync.Mutex
-	faults map[idempotency.Op]Fault
-	calls  map[idempotency.Op]*atomic.Int64
+	faults map[string]Fault
+	calls  map[string]*atomic.Int64
 }
 
 var _ idempotency.Store = (*Store)(nil)
@@ -48,8 +48,8 @@ var _ idempotency.Store = (*Store)(nil)
 // New wraps inner; until On gives an operation a Fault, every call passes
 // through.
 func New(inner idempotency.Store) *Store {
-	s := &Store{Store: inner, faults: map[idempotency.Op]Fault{}, calls: map[idempotency.Op]*atomic.Int64{}}
-	for _, op := range []idempotency.Op{idempotency.OpClaim, idempotency.OpRenew, idempotency.OpComplete, idempotency.OpFail, idempotency.OpRelease} {
+	s := &Store{Store: inner, faults: map[string]Fault{}, calls: map[string]*atomic.Int64{}}
+	for _, op := range []string{"claim", "renew", "complete", "fail", "release"} {
 		s.calls[op] = &atomic.Int64{}
 	}
 	return s
@@ -57,7 +57,7 @@ func New(inner idempotency.Store) *Store {
 
 // On makes f decide every later call of op (nil: pass them on), and
 // returns s.
-func (s *Store) On(op idempotency.Op, f Fault) *Store {
+func (s *Store) On(op string, f Fault) *Store {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults[op] = f
@@ -65,10 +65,10 @@ func (s *Store) On(op idempotency.Op, f Fault) *Store {
 }
 
 // Calls is how many calls of op the Store has had, passed on or not.
-func (s *Store) Calls(op idempotency.Op) int64 { return s.calls[op].Load() }
+func (s *Store) Calls(op string) int64 { return s.calls[op].Load() }
 
 // run counts the call and hands it to op's Fault, or passes it on.
-func (s *Store) run(ctx context.Context, op idempotency.Op, key string, pass func(context.Context) error) error {
+func (s *Store) run(ctx context.Context, op string, key string, pass func(context.Context) error) error {
 	n := s.calls[op].Add(1)
 	s.mu.Lock()
 	f := s.faults[op]
@@ -79,11 +79,11 @@ func (s *Store) run(ctx context.Context, op idempotency.Op, key string, pass fun
 	return f(ctx, Call{Op: op, Key: key, N: n, pass: pass})
 }
 
-// Claim runs through the OpClaim Fault; when that fails the call, the
+// Claim runs through the "claim" Fault; when that fails the call, the
 // result is zero.
 func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	var res idempotency.ClaimResult
-	err := s.run(ctx, idempotency.OpClaim, key, func(ctx context.Context) error {
+	err := s.run(ctx, "claim", key, func(ctx context.Context) error {
 		var err error
 		res, err = s.Store.Claim(ctx, key, req)
 		return err
@@ -94,30 +94,30 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	return res, nil
 }
 
-// Renew runs through the OpRenew Fault.
+// Renew runs through the "renew" Fault.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
-	return s.run(ctx, idempotency.OpRenew, key, func(ctx context.Context) error {
+	return s.run(ctx, "renew", key, func(ctx context.Context) error {
 		return s.Store.Renew(ctx, key, token, lease)
 	})
 }
 
-// Complete runs through the OpComplete Fault.
+// Complete runs through the "complete" Fault.
 func (s *Store) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
-	return s.run(ctx, idempotency.OpComplete, key, func(ctx context.Context) error {
+	return s.run(ctx, "complete", key, func(ctx context.Context) error {
 		return s.Store.Complete(ctx, key, token, result, ttl)
 	})
 }
 
-// Fail runs through the OpFail Fault.
+// Fail runs through the "fail" Fault.
 func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) error {
-	return s.run(ctx, idempotency.OpFail, key, func(ctx context.Context) error {
+	return s.run(ctx, "fail", key, func(ctx context.Context) error {
 		return s.Store.Fail(ctx, key, token, ttl)
 	})
 }
 
-// Release runs through the OpRelease Fault.
+// Release runs through the "release" Fault.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	return s.run(ctx, idempotency.OpRelease, key, func(ctx context.Context) error {
+	return s.run(ctx, "release", key, func(ctx context.Context) error {
 		return s.Store.Release(ctx, key, token)
 	})
 }

@@ -64,7 +64,7 @@ func TestFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				inner := memstore.New(memstore.Config{})
-				s := faultstore.New(inner).On(idempotency.OpComplete, tc.fault)
+				s := faultstore.New(inner).On("complete", tc.fault)
 				ctx := context.Background()
 				if tc.deadline > 0 {
 					var cancel context.CancelFunc
@@ -79,8 +79,8 @@ func TestFaults(t *testing.T) {
 				}
 				assert.Equal(t, tc.wantWait, took, "the bubble's clock")
 				assert.Equal(t, tc.want, state)
-				assert.EqualValues(t, 1, s.Calls(idempotency.OpComplete))
-				assert.EqualValues(t, 1, s.Calls(idempotency.OpClaim))
+				assert.EqualValues(t, 1, s.Calls("complete"))
+				assert.EqualValues(t, 1, s.Calls("claim"))
 			})
 		})
 	}
@@ -93,7 +93,7 @@ func TestHold(t *testing.T) {
 		inner := memstore.New(memstore.Config{})
 		release := make(chan struct{}) // in the bubble, so that waiting on it is durable
 		time.AfterFunc(2*time.Second, func() { close(release) })
-		s := faultstore.New(inner).On(idempotency.OpComplete, faultstore.Hold(release, nil))
+		s := faultstore.New(inner).On("complete", faultstore.Hold(release, nil))
 
 		short, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -107,7 +107,7 @@ func TestHold(t *testing.T) {
 		assert.Equal(t, time.Second, took, "held until the release, a second later")
 		assert.Equal(t, idempotency.StateCompleted, state)
 
-		s.On(idempotency.OpComplete, faultstore.Hold(release, faultstore.Fail(errInjected)))
+		s.On("complete", faultstore.Hold(release, faultstore.Fail(errInjected)))
 		took, state, err = completeOnce(t, s, context.Background(), "released")
 		assert.ErrorIs(t, err, errInjected, "then decides once released")
 		assert.Zero(t, took)
@@ -121,8 +121,8 @@ func TestCounting(t *testing.T) {
 	errSecond := errors.New("second")
 	inner := memstore.New(memstore.Config{})
 	s := faultstore.New(inner).
-		On(idempotency.OpRenew, faultstore.First(2, faultstore.Fail(errInjected))).
-		On(idempotency.OpFail, faultstore.Sequence(faultstore.Pass, faultstore.Fail(errSecond), faultstore.Fail(errInjected)))
+		On("renew", faultstore.First(2, faultstore.Fail(errInjected))).
+		On("fail", faultstore.Sequence(faultstore.Pass, faultstore.Fail(errSecond), faultstore.Fail(errInjected)))
 	ctx := context.Background()
 	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute}
 	_, err := s.Claim(ctx, "k", req)
@@ -131,14 +131,14 @@ func TestCounting(t *testing.T) {
 	for i, want := range []error{errInjected, errInjected, nil, nil} {
 		assert.ErrorIs(t, s.Renew(ctx, "k", req.Token, time.Minute), want, "renew %d", i+1)
 	}
-	assert.EqualValues(t, 4, s.Calls(idempotency.OpRenew))
+	assert.EqualValues(t, 4, s.Calls("renew"))
 
 	assert.NoError(t, s.Fail(ctx, "k", req.Token, time.Minute), "fail 1 passes")
 	assert.ErrorIs(t, s.Fail(ctx, "k", req.Token, time.Minute), errSecond)
 	for range 2 {
 		assert.ErrorIs(t, s.Fail(ctx, "k", req.Token, time.Minute), errInjected, "the last Fault repeats")
 	}
-	assert.EqualValues(t, 4, s.Calls(idempotency.OpFail))
+	assert.EqualValues(t, 4, s.Calls("fail"))
 }
 
 // TestClaimAndRelease: a claim passed on returns the store's result; a
@@ -148,7 +148,7 @@ func TestClaimAndRelease(t *testing.T) {
 	inner := memstore.New(memstore.Config{})
 	var keys []string
 	s := faultstore.New(inner).
-		On(idempotency.OpClaim, func(ctx context.Context, c faultstore.Call) error {
+		On("claim", func(ctx context.Context, c faultstore.Call) error {
 			keys = append(keys, c.Key)
 			switch c.Key {
 			case "refused":
@@ -158,7 +158,7 @@ func TestClaimAndRelease(t *testing.T) {
 			}
 			return c.Pass(ctx)
 		}).
-		On(idempotency.OpRelease, faultstore.LoseReply(errInjected))
+		On("release", faultstore.LoseReply(errInjected))
 	ctx := context.Background()
 	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute}
 
@@ -186,9 +186,9 @@ func TestClaimAndRelease(t *testing.T) {
 	rec, err = inner.Get(ctx, "k")
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.StateAbsent, rec.State, "the release was applied, its reply lost")
-	s.On(idempotency.OpRelease, nil)
+	s.On("release", nil)
 	assert.NoError(t, s.Release(ctx, "k", req.Token), "nil: passed on again")
-	assert.EqualValues(t, 2, s.Calls(idempotency.OpRelease))
+	assert.EqualValues(t, 2, s.Calls("release"))
 }
 
 // TestNotInProcess: a wrapped memstore is timed like a network store.

@@ -116,10 +116,11 @@ type ranKey struct{}
 // window.
 func (c *Consumer) Consume(store idempotency.Store, effect func(ctx context.Context, key string) error) error {
 	logger := watermill.NewStdLoggerWithOut(os.Stderr, false, false)
-	idem, err := idempotency.New(idempotency.Config{
-		Store: store, KeyPrefix: c.Prefix, LeaseTTL: lease,
-		NackDelay: nackDelay, StoreTimeout: time.Second,
-	}, logger)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: lease, StoreTimeout: time.Second, Logger: logger})
+	if err != nil {
+		return err
+	}
+	idem, err := idempotency.New(once, &idempotency.Config{KeyPrefix: c.Prefix, NackDelay: nackDelay})
 	if err != nil {
 		return err
 	}

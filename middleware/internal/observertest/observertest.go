@@ -9,10 +9,8 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// ContextRecorder is an idempotency.ContextObserver that records what it is
-// told: the details of each outcome, with the value its context holds under
-// Mark, and how often the plain Outcome was called, which the middleware
-// must never do for a ContextObserver.
+// ContextRecorder is an idempotency.Observer that records the details of
+// each outcome, with the value its context holds under Mark.
 type ContextRecorder struct {
 	// Mark is the context key whose value is kept beside each outcome, so
 	// that a test can tell which request or message an outcome came with.
@@ -21,30 +19,25 @@ type ContextRecorder struct {
 	mu      sync.Mutex
 	details []idempotency.OutcomeDetails
 	marks   []any
-	plain   int
 }
 
-var _ idempotency.ContextObserver = (*ContextRecorder)(nil)
+var _ idempotency.Observer = (*ContextRecorder)(nil)
 
-// Outcome counts the call: see Plain.
-func (r *ContextRecorder) Outcome(string, idempotency.Outcome) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.plain++
-}
-
-// StoreLatency records nothing.
-func (r *ContextRecorder) StoreLatency(idempotency.Op, time.Duration, error) {}
-
-// OutcomeContext records d and ctx.Value(Mark).
-func (r *ContextRecorder) OutcomeContext(ctx context.Context, d idempotency.OutcomeDetails) {
+// Outcome records d and ctx.Value(Mark).
+func (r *ContextRecorder) Outcome(ctx context.Context, d idempotency.OutcomeDetails) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.details = append(r.details, d)
 	r.marks = append(r.marks, ctx.Value(r.Mark))
 }
 
-// Details are the outcomes OutcomeContext got, in order.
+// StoreLatency records nothing.
+func (r *ContextRecorder) StoreLatency(string, time.Duration, error) {}
+
+// CacheLookup records nothing.
+func (r *ContextRecorder) CacheLookup(string, bool) {}
+
+// Details are the outcomes Outcome got, in order.
 func (r *ContextRecorder) Details() []idempotency.OutcomeDetails {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -57,11 +50,4 @@ func (r *ContextRecorder) Marks() []any {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.marks)
-}
-
-// Plain is how many times Outcome was called.
-func (r *ContextRecorder) Plain() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.plain
 }

@@ -13,20 +13,17 @@ import (
 type mark struct{}
 
 // TestContextRecorder: outcomes reported to a ContextRecorder are kept in
-// order with their contexts' marks; a plain Outcome call is only counted;
-// what a test reads is a copy.
+// order with their contexts' marks; what a test reads is a copy.
 func TestContextRecorder(t *testing.T) {
 	r := &observertest.ContextRecorder{Mark: mark{}}
 	first := idempotency.OutcomeDetails{Handler: "h", Key: "k1", Outcome: idempotency.OutcomeProcessed, Attempt: 1}
-	second := idempotency.OutcomeDetails{Handler: "h", Key: "k1", Outcome: idempotency.OutcomeDuplicate, Attempt: 1, Replayed: true}
-	idempotency.ReportOutcome(context.WithValue(context.Background(), mark{}, "a"), r, first)
-	idempotency.ReportOutcome(context.Background(), r, second)
-	r.Outcome("h", idempotency.OutcomeInProgress)
+	second := idempotency.OutcomeDetails{Handler: "h", Key: "k1", Outcome: idempotency.OutcomeDuplicate, Attempt: 1}
+	r.Outcome(context.WithValue(context.Background(), mark{}, "a"), first)
+	r.Outcome(context.Background(), second)
 
 	details := r.Details()
 	assert.Equal(t, []idempotency.OutcomeDetails{first, second}, details)
 	assert.Equal(t, []any{"a", nil}, r.Marks())
-	assert.Equal(t, 1, r.Plain())
 
 	details[0].Key = "changed"
 	assert.Equal(t, "k1", r.Details()[0].Key, "a copy")

@@ -55,14 +55,15 @@ type Renewals struct {
 }
 
 // Outcome ignores outcomes.
-func (r *Renewals) Outcome(string, idempotency.Outcome) {}
+func (r *Renewals) Outcome(context.Context, idempotency.OutcomeDetails) {}
+func (r *Renewals) CacheLookup(string, bool)                            {}
 
 // StoreLatency counts Complete calls and renewals by their result.
-func (r *Renewals) StoreLatency(op idempotency.Op, _ time.Duration, err error) {
+func (r *Renewals) StoreLatency(op string, _ time.Duration, err error) {
 	switch {
-	case op == idempotency.OpComplete:
+	case op == "complete":
 		r.Completes.Add(1)
-	case op != idempotency.OpRenew:
+	case op != "renew":
 	case err == nil:
 		r.OK.Add(1)
 	case errors.Is(err, idempotency.ErrCompletedByOwner):
@@ -116,7 +117,9 @@ func NewMessage(key string) *message.Message {
 func Contend(t *testing.T, second Consumer, key string, ov *Overlap, firstDone <-chan struct{}) (ranB *atomic.Int32) {
 	t.Helper()
 	ranB = &atomic.Int32{}
-	other, err := idempotency.New(idempotency.Config{Store: second.Store, LeaseTTL: CommitLease, NackDelay: -1}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: second.Store, LeaseTTL: CommitLease})
+	require.NoError(t, err)
+	other, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	h := other.Middleware(func(msg *message.Message) ([]*message.Message, error) {
 		defer ov.Enter()()
@@ -172,7 +175,9 @@ func RetryBesideSecond(t *testing.T, second Consumer, h message.HandlerFunc, key
 // consumer's handler ran beside it.
 func FailedCommitWithRetryInsideKeepsTheLease(t *testing.T, c Commit) {
 	obs := &Renewals{}
-	idem, err := idempotency.New(idempotency.Config{Store: c.First.Store, LeaseTTL: CommitLease, NackDelay: -1, Observer: obs}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: c.First.Store, LeaseTTL: CommitLease, Observer: obs})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	const key = "order-retry"
 
@@ -216,7 +221,9 @@ func FailedCommitWithRetryInsideKeepsTheLease(t *testing.T, c Commit) {
 // FailedCommitWithRetryInsideKeepsTheLease with a retry loop in the handler
 // itself.
 func FailedCommitWithHandlerLoopKeepsTheLease(t *testing.T, c Commit) {
-	idem, err := idempotency.New(idempotency.Config{Store: c.First.Store, LeaseTTL: CommitLease, NackDelay: -1}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: c.First.Store, LeaseTTL: CommitLease})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	const key = "order-loop"
 
@@ -259,7 +266,9 @@ func FailedCommitWithHandlerLoopKeepsTheLease(t *testing.T, c Commit) {
 // nothing renewed the lease after CompleteInTx, and the context was never
 // cancelled.
 func LeaseLostDuringRetryAfterFailedCommit(t *testing.T, c Commit) {
-	idem, err := idempotency.New(idempotency.Config{Store: c.First.Store, LeaseTTL: CommitLease, NackDelay: -1}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: c.First.Store, LeaseTTL: CommitLease})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	const key = "order-lost"
 
@@ -294,7 +303,9 @@ func LeaseLostDuringRetryAfterFailedCommit(t *testing.T, c Commit) {
 // handler's context is not cancelled though it goes on past the lease.
 func CommittedCompletionEndsTheLeaseQuietly(t *testing.T, c Commit) {
 	obs := &Renewals{}
-	idem, err := idempotency.New(idempotency.Config{Store: c.First.Store, LeaseTTL: CommitLease, NackDelay: -1, Observer: obs}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: c.First.Store, LeaseTTL: CommitLease, Observer: obs})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	const key = "order-quiet"
 
@@ -333,7 +344,9 @@ func CommittedCompletionEndsTheLeaseQuietly(t *testing.T, c Commit) {
 // that succeeded.
 func LostCommitAnswerWithRetryInside(t *testing.T, c Commit) {
 	obs := &Renewals{}
-	idem, err := idempotency.New(idempotency.Config{Store: c.First.Store, LeaseTTL: CommitLease, NackDelay: -1, Observer: obs}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: c.First.Store, LeaseTTL: CommitLease, Observer: obs})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	const key = "order-lost-answer"
 
