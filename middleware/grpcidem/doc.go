@@ -1,14 +1,16 @@
 // Package grpcidem runs unary gRPC methods once per idempotency key.
 // A client's retry after a timeout, grpc-go's retry policy, or a replaying
 // load balancer gets the first answer back instead of a second effect.
-// It runs on the owner protocol of package idempotency ([idempotency.Once]),
-// so servers sharing one [idempotency.Store] act as one.
+// It runs on the owner protocol of package idempotency, an [idempotency.Once],
+// so servers sharing one [idempotency.Store] act as one. The Once holds the
+// store, the lease, the TTLs, FailOpen, the Observer, the logger and
+// MaxOutputSize; build one per process and share it.
 //
-//	idem, err := grpcidem.New(grpcidem.Config{
-//		Store:   store,
+//	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Logger: logger})
+//	idem, err := grpcidem.New(once, &grpcidem.Config{
 //		Methods: []string{"/payments.v1.Payments/CreatePayment"},
 //		Scope:   func(ctx context.Context) string { return subjectOf(ctx) },
-//	}, logger)
+//	})
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(authenticate, idem.UnaryServerInterceptor))
 //
 // On the caller's side, [Client] gives each logical call one key:
@@ -36,6 +38,7 @@
 //	or panics, or loses its lease
 //	handler returns OK or another code    COMPLETED, and replayed
 //	no key, or an invalid one             INVALID_ARGUMENT (unless KeyOptional)
+//	key failed MaxAttempts times          FAILED_PRECONDITION; nothing runs
 //	unreadable record under the key       INTERNAL; nothing runs
 //	repeat of an answer not stored        ALREADY_EXISTS
 //
@@ -52,8 +55,9 @@
 //
 // The key comes from the metadata (idempotency-key) or from a string field
 // of the request (request_id, as AIP-155 names it), read by protoreflect.
-// A key is 1 to 255 bytes of printable ASCII. A key sent twice, or two
-// sources that disagree, is answered INVALID_ARGUMENT; nothing is claimed.
+// A key is printable ASCII, not empty; one over 200 bytes is stored hashed.
+// A key sent twice, or two sources that disagree, is answered
+// INVALID_ARGUMENT; nothing is claimed.
 //
 // Keys belong to a scope, [Config].Scope(ctx): the tenant of the call. Scope
 // is required, as in package httpidem; [Config].SingleTenant opts out.
@@ -79,7 +83,7 @@
 // After another final code: the status, with its message and details.
 // A replay rebuilds the response from [protoregistry.GlobalTypes], checked
 // against the method's output type. Header and trailer metadata are not
-// stored. An answer over [Config].MaxResponseSize reaches the first caller;
+// stored. An answer over the Once's MaxOutputSize reaches the first caller;
 // repeats get ALREADY_EXISTS with the original code.
 //
 // # The lease and the store
@@ -103,7 +107,7 @@
 //
 // # Observing
 //
-// [Config].Observer gets one [idempotency.Outcome] per call with a key,
+// The Once's [idempotency.Observer] gets one outcome per call with a key,
 // labelled with the full method name, never the scope. A caller whose
 // deadline passed during the claim is caller_gone. Outcomes that need an
 // operator are logged at Error with the stored key.

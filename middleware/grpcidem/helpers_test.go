@@ -249,6 +249,7 @@ var (
 	keyInvalid        = reasonKind{"MISSING_KEY", "The idempotency key in"}
 	keyReused         = reasonKind{"KEY_REUSED", "first used for a different call"}
 	inProgress        = reasonKind{"IN_PROGRESS", "is still running"}
+	tooManyAttempts   = reasonKind{"TOO_MANY_ATTEMPTS", "failed too many times"}
 	recordCorrupt     = reasonKind{"CORRUPT_RECORD", "cannot be read"}
 	responseNotStored = reasonKind{"OUTPUT_NOT_STORED", "too large to store"}
 	storeUnavailable  = reasonKind{"STORE_UNAVAILABLE", "store cannot be reached"}

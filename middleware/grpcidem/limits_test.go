@@ -136,3 +136,21 @@ func errorInfoOf(t *testing.T, err error) *errdetails.ErrorInfo {
 	require.NotNil(t, info)
 	return info
 }
+
+// TestMaxAttemptsOfTheOnce: the Once's MaxAttempts caps the runs of one
+// key; the call after the last is FAILED_PRECONDITION, and nothing runs.
+func TestMaxAttemptsOfTheOnce(t *testing.T) {
+	eachStore(t, func(t *testing.T, kind storeKind) {
+		l, c := setup(t, kind, func(cfg *config) { cfg.MaxAttempts = 2 })
+		failing := &testpb.ChargeRequest{Amount: 1, Code: int32(codes.Unavailable)}
+		for range 2 {
+			assert.Equal(t, codes.Unavailable, status.Code(charge(t, c, "t", "k1", failing).err))
+		}
+		for range 2 {
+			requireReason(t, charge(t, c, "t", "k1", failing).err, codes.FailedPrecondition, tooManyAttempts)
+		}
+		assert.EqualValues(t, 2, l.runs.Load())
+		assert.Equal(t, codes.Unavailable, status.Code(charge(t, c, "t", "k2", failing).err), "another key runs")
+		assert.EqualValues(t, 3, l.runs.Load())
+	})
+}

@@ -91,7 +91,7 @@ func New(once *idempotency.Once, cfg *Config) (*Middleware, error) {
 
 // call is what the logs and the Observer say about one call.
 type call struct {
-	ctx      context.Context     // the call's, for a ContextObserver's span
+	ctx      context.Context     // the call's, for the Observer (otelgrpc's span)
 	method   string              // the full method name, the Observer's label
 	key      string              // the stored key, once derived
 	attempts int                 // the key's attempts, once claimed

@@ -1,9 +1,12 @@
 // Package httpidem runs each POST and PATCH handler once per Idempotency-Key.
 // It follows the IETF draft "The Idempotency-Key HTTP Header Field" and
-// Stripe's behaviour. It runs on the owner protocol of package idempotency
-// ([idempotency.Once]), so servers sharing one [idempotency.Store] act as one.
+// Stripe's behaviour. It runs on the owner protocol of package idempotency,
+// an [idempotency.Once], so servers sharing one [idempotency.Store] act as one.
+// The Once holds the store, the lease, the TTLs, FailOpen, the Observer, the
+// logger and MaxOutputSize; build one per process and share it.
 //
-//	idem, err := httpidem.New(httpidem.Config{Store: store, Scope: apiKeyID}, logger)
+//	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Logger: logger})
+//	idem, err := httpidem.New(once, &httpidem.Config{Scope: apiKeyID})
 //	mux.Handle("POST /payments", idem.Handler(payments))
 //
 // On the caller's side, [Transport] sends each call with one key and retries it:
@@ -23,6 +26,7 @@
 //	request body over MaxRequestBody 413; nothing is claimed
 //	store down, or slower than       503, Retry-After; the handler does not
 //	StoreTimeout                     run (FailOpen runs it, and logs)
+//	key failed MaxAttempts times     422; nothing runs
 //	unreadable record under the key  500; nothing runs
 //	repeat of a response not stored  410, with the first status
 //
@@ -34,8 +38,9 @@
 //
 // The key is the header's value: as sent (Stripe's form), or an RFC 8941
 // quoted string (the draft's form, "k1"). Both forms of one key are one key.
-// A key is 1 to 255 bytes of printable ASCII. An unquoted key holds no comma:
-// proxies join repeated headers with commas. A bad key is answered 400.
+// A key is printable ASCII, not empty; one over 200 bytes is stored hashed.
+// An unquoted key holds no comma: proxies join repeated headers with commas.
+// A bad key is answered 400.
 //
 // Keys belong to a scope, [Config].Scope(r): the tenant that sent the request.
 // Scope is required: without it, one client could fetch another's response.
@@ -81,12 +86,12 @@
 //
 // A replay repeats the status, the headers the handler set and the body.
 // Headers set by outer middleware, hop-by-hop headers and trailers are not
-// stored. A response over [Config].MaxResponseBody reaches the first client;
+// stored. A response over the Once's MaxOutputSize reaches the first client;
 // repeats get 410. A handler cannot hijack the connection here.
 //
 // # The lease and the store
 //
-// Every store call is bounded by [Config].StoreTimeout and by what is left
+// Every store call is bounded by the Once's StoreTimeout and by what is left
 // of the lease. When the lease is lost, the handler's context is cancelled
 // with [idempotency.ErrLeaseLost] as its cause, before another request can
 // claim the key. A claim that got no answer is released before the 503.
@@ -95,11 +100,11 @@
 //
 // # Observing
 //
-// [Config].Observer gets one [idempotency.Outcome] per request with a key.
+// The Once's [idempotency.Observer] gets one outcome per request with a key,
+// with the request's context, where otelhttp keeps the server span.
 // Its label is the route's ServeMux pattern, or "http"; never the scope.
 // A refused body (413) is not counted. Outcomes that need an operator are
-// logged at Error with the stored key. An [idempotency.ContextObserver] also
-// gets the request's context, where otelhttp keeps the server span.
+// logged at Error with the stored key.
 //
 // # The client side
 //

@@ -67,6 +67,15 @@ func TestStatuses(t *testing.T) {
 			{method: http.MethodPut, keys: key("k1"), wantStatus: 201, wantReplays: "put"},
 			{method: http.MethodPost, wantStatus: 201},
 		}, wantRuns: 2},
+		// The Once's MaxAttempts caps the runs of one key: the request
+		// after the last is refused, and nothing runs.
+		{name: "MaxAttempts of the Once", adjust: func(c *config) { c.MaxAttempts = 2 }, steps: []step{
+			{path: "/fail", keys: key("k1"), wantStatus: 503},
+			{path: "/fail", keys: key("k1"), wantStatus: 503},
+			{path: "/fail", keys: key("k1"), wantStatus: 422, wantProblem: tooManyAttempts},
+			{path: "/fail", keys: key("k1"), wantStatus: 422, wantProblem: tooManyAttempts},
+			{path: "/fail", keys: key("k2"), wantStatus: 503},
+		}, wantRuns: 3},
 		{name: "missing key", steps: []step{
 			{wantStatus: 400, wantProblem: keyMissing},
 			{method: http.MethodPatch, wantStatus: 400, wantProblem: keyMissing},
@@ -240,6 +249,7 @@ var (
 	bodyUnreadable        = &problemKind{"body_unreadable", "could not be read in full"}
 	keyReused             = &problemKind{"key_reused", "first used for a different request"}
 	inProgress            = &problemKind{"in_progress", "is still being processed"}
+	tooManyAttempts       = &problemKind{"too_many_attempts", "failed too many times"}
 	responseNotStored     = &problemKind{"output_not_stored", "too large to store"}
 	storeUnavailable      = &problemKind{"store_unavailable", "store cannot be reached"}
 	storedResponseCorrupt = &problemKind{"corrupt_record", "its stored response cannot be read"}
