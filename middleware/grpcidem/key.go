@@ -95,16 +95,12 @@ func fingerprint(method string, req proto.Message) ([]byte, error) {
 // forwardKeyCtx is the context key of the call's forward key.
 type forwardKeyCtx struct{}
 
-// ForwardKey returns the key a handler forwards when it hands its work on,
-// for example as the requestId metadata of a message it publishes: the hex
-// of the first 16 bytes of SHA-256 of the call's scope, a colon, and the
-// call's key, as httpidem.ForwardKey has it. Two tenants that send the
-// same key forward two values, so that they never collide at the consumer;
-// the scope itself (a subject, say) is never in it. It is set in the
-// handler's context of every call whose key the interceptor accepted: as
-// the key's owner, or with FailOpen while the store is down. ok is false
-// elsewhere, for example when KeyOptional let a call without a key through,
-// or for a method not in Methods.
+// ForwardKey returns the key a handler hands on with its work, as the
+// requestId of a message it publishes, say: the scope's hash, a colon and
+// the call's key, as httpidem.ForwardKey has it. Two tenants' same key
+// forward two values; the scope itself never appears. It is in the
+// handler's context, also under FailOpen. ok is false elsewhere: for a
+// method not in Methods, or a call without a key under KeyOptional.
 func ForwardKey(ctx context.Context) (key string, ok bool) {
 	key, ok = ctx.Value(forwardKeyCtx{}).(string)
 	return key, ok
