@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -19,6 +18,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
 // get --http finds the key an HTTP client sent, under SingleTenant and in a
@@ -26,8 +26,10 @@ import (
 func TestGetHTTPKey(t *testing.T) {
 	eachStore(t, func(t *testing.T, e env) {
 		serve := func(cfg httpidem.Config) *httptest.Server {
-			cfg.Store, cfg.KeyPrefix = e.store, e.prefix
-			m, err := httpidem.New(cfg, watermill.NopLogger{})
+			cfg.KeyPrefix = e.prefix
+			once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: e.store})
+			require.NoError(t, err)
+			m, err := httpidem.New(once, &cfg)
 			require.NoError(t, err)
 			srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Location", "/orders/42")
@@ -40,7 +42,7 @@ func TestGetHTTPKey(t *testing.T) {
 		post := func(srv *httptest.Server, key, client string) {
 			req, err := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader("{}"))
 			require.NoError(t, err)
-			req.Header.Set(httpidem.DefaultHeader, key)
+			req.Header.Set("Idempotency-Key", key)
 			req.Header.Set("X-Client", client)
 			resp, err := http.DefaultClient.Do(req)
 			require.NoError(t, err)
@@ -86,11 +88,12 @@ func TestGetHTTPKey(t *testing.T) {
 func TestGetGRPCKey(t *testing.T) {
 	eachStore(t, func(t *testing.T, e env) {
 		const place, cancel = "/orders.v1.Orders/Place", "/orders.v1.Orders/Cancel"
-		m, err := grpcidem.New(grpcidem.Config{Store: e.store, KeyPrefix: e.prefix, SingleTenant: true,
-			Methods: []string{place, cancel}}, watermill.NopLogger{})
+		once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: e.store})
+		require.NoError(t, err)
+		m, err := grpcidem.New(once, &grpcidem.Config{KeyPrefix: e.prefix, SingleTenant: true, Methods: []string{place, cancel}})
 		require.NoError(t, err)
 		call := func(method, key string, handler grpc.UnaryHandler) {
-			ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(grpcidem.DefaultMetadata, key))
+			ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("idempotency-key", key))
 			_, _ = m.UnaryServerInterceptor(ctx, wrapperspb.String("order"), &grpc.UnaryServerInfo{FullMethod: method}, handler)
 		}
 		call(place, "order-42", func(context.Context, any) (any, error) { return wrapperspb.String("placed 42"), nil })

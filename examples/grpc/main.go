@@ -41,7 +41,11 @@ func run() error {
 		return err
 	}
 	defer closeStore()
-	srv, err := newServer(store, logger)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Logger: logger})
+	if err != nil {
+		return err
+	}
+	srv, err := newServer(once)
 	if err != nil {
 		return err
 	}
@@ -70,15 +74,14 @@ func run() error {
 // newServer returns the Payments service behind bearer authentication, with
 // CreatePayment idempotent and server reflection on, so that a stock client
 // such as grpcurl can call it.
-func newServer(store idempotency.Store, logger watermill.LoggerAdapter) (*grpc.Server, error) {
+func newServer(once *idempotency.Once) (*grpc.Server, error) {
 	// Scope is required: without it, a client sending another client's key
 	// would get that client's stored payment. The API key is hashed in the
 	// stored keys, so it never appears in Redis.
-	idem, err := grpcidem.New(grpcidem.Config{
-		Store:   store,
+	idem, err := grpcidem.New(once, &grpcidem.Config{
 		Methods: []string{paymentspb.Payments_CreatePayment_FullMethodName},
 		Scope:   apiKey,
-	}, logger)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +138,7 @@ func (p *payments) CreatePayment(ctx context.Context, req *paymentspb.CreatePaym
 	key := req.RequestId
 	if key == "" {
 		md, _ := metadata.FromIncomingContext(ctx)
-		key = strings.Join(md.Get(grpcidem.DefaultMetadata), "")
+		key = strings.Join(md.Get("idempotency-key"), "")
 	}
 	sum := sha256.Sum256([]byte(apiKey(ctx) + "\x00" + key))
 	pay := &paymentspb.Payment{Id: "pay_" + hex.EncodeToString(sum[:6]), Amount: req.Amount,

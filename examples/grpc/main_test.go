@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -71,8 +70,7 @@ func TestREADMESession(t *testing.T) {
 func TestGoClient(t *testing.T) {
 	t.Parallel()
 	addr := startServer(t, memstoreFor(t))
-	client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
-	require.NoError(t, err)
+	client := &grpcidem.Client{}
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor),
@@ -117,7 +115,7 @@ func TestRedisStore(t *testing.T) {
 	// the first 16 bytes of SHA-256(scope), a colon and the key. The scope,
 	// an API key, is not in it.
 	scope := sha256.Sum256([]byte("sk_test_redis"))
-	storedKey := grpcidem.DefaultKeyPrefix + ":" + hex.EncodeToString(scope[:16]) + ":" + key
+	storedKey := "grpcidem" + ":" + hex.EncodeToString(scope[:16]) + ":" + key
 	rc := testserver.RedisClient(t)
 	t.Cleanup(func() { _ = rc.Del(context.Background(), storedKey).Err() })
 
@@ -153,7 +151,9 @@ func memstoreFor(t *testing.T) idempotency.Store {
 // the test ends, and returns its address.
 func startServer(t *testing.T, store idempotency.Store) string {
 	t.Helper()
-	srv, err := newServer(store, watermill.NopLogger{})
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+	require.NoError(t, err)
+	srv, err := newServer(once)
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

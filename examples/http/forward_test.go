@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
@@ -49,14 +50,16 @@ func forwardingPath(t *testing.T, publish func(message.Publisher) message.Publis
 	store := memstore.New(nil)
 	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	sent = newReceipts()
-	router, err := newConsumer(store, pubSub, sent, watermill.NopLogger{})
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+	require.NoError(t, err)
+	router, err := newConsumer(once, pubSub, sent, watermill.NopLogger{})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- router.Run(ctx) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done); _ = pubSub.Close() })
 	<-router.Running()
-	api, err := newAPI(store, publish(pubSub), watermill.NopLogger{})
+	api, err := newAPI(once, publish(pubSub))
 	require.NoError(t, err)
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)

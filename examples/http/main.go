@@ -49,12 +49,18 @@ func run() error {
 	// The broker: in-process Go channels here; see examples/broker-switch
 	// for Kafka, Redis Streams, AMQP or NATS from one BROKER_URL.
 	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
-	r := newReceipts()
-	router, err := newConsumer(store, pubSub, r, logger)
+	// One Once per process: the API and the consumer share its store,
+	// settings and cache.
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Logger: logger})
 	if err != nil {
 		return err
 	}
-	api, err := newAPI(store, pubSub, logger)
+	r := newReceipts()
+	router, err := newConsumer(once, pubSub, r, logger)
+	if err != nil {
+		return err
+	}
+	api, err := newAPI(once, pubSub)
 	if err != nil {
 		return err
 	}
@@ -84,7 +90,7 @@ func run() error {
 	// in flight, so that their outcome gets recorded and their events get
 	// published; then the router, which closes the subscriber and, through
 	// its handlers, may close a publisher the API still uses.
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), httpidem.DefaultLeaseTTL)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), once.Config().LeaseTTL)
 	defer cancel()
 	err = errors.Join(ignoreClosed(err), srv.Shutdown(shutdownCtx), router.Close(), pubSub.Close())
 	return err
@@ -116,11 +122,11 @@ func openStore(redisURL string) (idempotency.Store, func(), error) {
 // newAPI returns the payments API: POST /payments (idempotent) and
 // GET /payments/{id}, behind bearer authentication. Each payment is
 // announced on paymentsTopic through publisher.
-func newAPI(store idempotency.Store, publisher message.Publisher, logger watermill.LoggerAdapter) (http.Handler, error) {
+func newAPI(once *idempotency.Once, publisher message.Publisher) (http.Handler, error) {
 	// Scope is required: without it, a client sending another client's
 	// Idempotency-Key would get that client's stored response. The API key
 	// is hashed in the stored keys, so it never appears in Redis.
-	idem, err := httpidem.New(httpidem.Config{Store: store, Scope: apiKey}, logger)
+	idem, err := httpidem.New(once, &httpidem.Config{Scope: apiKey})
 	if err != nil {
 		return nil, err
 	}
@@ -136,11 +142,7 @@ func newAPI(store idempotency.Store, publisher message.Publisher, logger watermi
 
 // newConsumer returns a router whose receipts handler sends one receipt
 // per payment event, deduplicated by the event's requestId.
-func newConsumer(store idempotency.Store, subscriber message.Subscriber, r *receipts, logger watermill.LoggerAdapter) (*message.Router, error) {
-	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Logger: logger})
-	if err != nil {
-		return nil, err
-	}
+func newConsumer(once *idempotency.Once, subscriber message.Subscriber, r *receipts, logger watermill.LoggerAdapter) (*message.Router, error) {
 	idem, err := idempotency.New(once, nil)
 	if err != nil {
 		return nil, err

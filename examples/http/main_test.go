@@ -12,14 +12,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/examples/internal/readmetest"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
-	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
@@ -38,8 +37,9 @@ func TestREADMESession(t *testing.T) {
 	sessions := readSessions(t, "README.md")
 	require.Len(t, sessions, 5, "the README shows five curl commands")
 
-	store := memstore.New(nil)
-	api, err := newAPI(store, gochannel.NewGoChannel(gochannel.Config{}, nil), watermill.NopLogger{})
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil)})
+	require.NoError(t, err)
+	api, err := newAPI(once, gochannel.NewGoChannel(gochannel.Config{}, nil))
 	require.NoError(t, err)
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
@@ -68,7 +68,9 @@ func TestRedisStore(t *testing.T) {
 	store, closeStore, err := openStore("redis://" + testserver.RedisAddr(t) + "/0")
 	require.NoError(t, err)
 	t.Cleanup(closeStore)
-	api, err := newAPI(store, gochannel.NewGoChannel(gochannel.Config{}, nil), nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+	require.NoError(t, err)
+	api, err := newAPI(once, gochannel.NewGoChannel(gochannel.Config{}, nil))
 	require.NoError(t, err)
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
@@ -78,7 +80,7 @@ func TestRedisStore(t *testing.T) {
 	// the first 16 bytes of SHA-256(scope), a colon and the key. The scope,
 	// an API key, is not in it.
 	scope := sha256.Sum256([]byte("sk_test_redis"))
-	storedKey := httpidem.DefaultKeyPrefix + ":" + hex.EncodeToString(scope[:16]) + ":" + key
+	storedKey := "httpidem" + ":" + hex.EncodeToString(scope[:16]) + ":" + key
 	c := testserver.RedisClient(t)
 	t.Cleanup(func() { _ = c.Del(context.Background(), storedKey).Err() })
 	cmd := []string{"-X", "POST", "http://x/payments", "-H", "Authorization: Bearer sk_test_redis",

@@ -1,9 +1,11 @@
 package grpcidem
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -14,107 +16,80 @@ import (
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
 )
 
-// ClientConfig configures a Client. The zero ClientConfig is valid: every
-// field has a usable zero value, documented on the field.
-type ClientConfig struct {
-	// Metadata is the metadata key the key is sent in, in lower case. Empty
-	// means DefaultMetadata ("idempotency-key"). It must be one of the
-	// server's Config.Metadata. A key set with WithKey is sent under it
-	// too.
-	Metadata string
-
-	// RequestField names the request message's string field that carries
-	// the key, as on the server (Config.RequestField). A request that sets
-	// it carries its own key: the Client adds none. Empty means
-	// DefaultRequestField ("request_id").
-	RequestField string
-
-	// Methods lists the full names of the unary methods that get a fresh
-	// key. Nil or empty means every unary method: a server ignores a key
-	// it does not use. A key set with WithKey is sent for any method. As in
-	// Config.Methods, a streaming method, or one that its registered
-	// service does not have, is refused.
-	Methods []string
-
-	// NewKey returns a fresh key for one logical call. Nil means a random
-	// version 4 UUID.
-	NewKey func() string
-}
-
-// Client gives each logical unary call an idempotency key. Install
-// UnaryClientInterceptor, which is a grpc.UnaryClientInterceptor:
+// Client gives each logical unary call one idempotency key, which
+// grpc-go's retries resend. Its zero value is ready to use:
 //
+//	client := &grpcidem.Client{}
 //	conn, err := grpc.NewClient(target, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor), ...)
 //
-// A call made with a context from WithKey is sent with that key under
-// ClientConfig.Metadata; a call whose outgoing metadata already carries
-// that name, or whose request message sets ClientConfig.RequestField, keeps
-// its key; any other call gets a fresh key. grpc-go's retry policy (a
-// service config's retryPolicy) and transparent retries resend the call
-// below the interceptor, with the same metadata, so every attempt of one
-// call carries one key; an application that retries a call itself passes
-// the same key with WithKey, or the same request_id in the message.
+// A call keeps a key it carries: from [WithKey], its outgoing metadata or
+// its request's RequestField. Any other call gets a fresh UUID. A Client
+// is safe for concurrent use; its fields must not change after its first
+// call.
 type Client struct {
-	cfg     ClientConfig
-	methods map[string]bool
+	// Metadata carries the key; it must be one of the server's
+	// [Config].Metadata. The default is "idempotency-key".
+	Metadata string
+
+	// RequestField is the request field that carries a key of its own,
+	// as on the server. The default is "request_id".
+	RequestField string
+
+	// Methods are the full names of the methods that get a fresh key.
+	// The default is every unary method.
+	Methods []string
+
+	init     sync.Once
+	err      error
+	metadata string // Metadata, or its default
+	field    string // RequestField, or its default
+	methods  map[string]bool
 }
 
-// NewClient returns a Client for cfg, which is copied. It reports every
-// problem of cfg, joined with errors.Join, each matching ErrInvalidConfig,
-// in this fixed order: Metadata (a usable metadata key), RequestField (a
-// protobuf field name), Methods (each a full method name of a unary
-// method, as far as the protobuf registry knows it).
-func NewClient(cfg ClientConfig) (*Client, error) {
-	if cfg.Metadata == "" {
-		cfg.Metadata = DefaultMetadata
-	}
-	if cfg.RequestField == "" {
-		cfg.RequestField = DefaultRequestField
-	}
-	if cfg.NewKey == nil {
-		cfg.NewKey = newUUID
-	}
-	l := configerr.New(ErrInvalidConfig)
-	checkMetadataName(l, cfg.Metadata)
-	checkFieldName(l, cfg.RequestField)
-	checkMethods(l, cfg.Methods)
-	if err := l.Err(); err != nil {
-		return nil, err
-	}
-	c := &Client{cfg: cfg}
-	if len(cfg.Methods) > 0 {
-		c.methods = map[string]bool{}
-		for _, m := range cfg.Methods {
-			c.methods[m] = true
+// setup applies the defaults and checks the fields, once: every problem,
+// joined, each matching [ErrInvalidConfig].
+func (c *Client) setup() error {
+	c.init.Do(func() {
+		c.metadata = cmp.Or(c.Metadata, defaultMetadata)
+		c.field = cmp.Or(c.RequestField, defaultRequestField)
+		l := configerr.New(ErrInvalidConfig)
+		checkMetadataName(l, c.metadata)
+		checkFieldName(l, c.field)
+		checkMethods(l, c.Methods)
+		c.err = l.Err()
+		if len(c.Methods) > 0 {
+			c.methods = map[string]bool{}
+			for _, m := range c.Methods {
+				c.methods[m] = true
+			}
 		}
-	}
-	c.cfg.Methods = nil
-	return c, nil
+	})
+	return c.err
 }
 
-// UnaryClientInterceptor is the grpc.UnaryClientInterceptor. A call whose
-// WithKey key differs from a value the application put in the outgoing
-// metadata under ClientConfig.Metadata itself is refused with
-// INVALID_ARGUMENT before it is sent: the server would refuse it as well.
-// A WithKey key is sent under ClientConfig.Metadata alone: when that is not
-// DefaultMetadata, the copy WithKey put there for connections without a
-// Client is taken out.
+// UnaryClientInterceptor is the [grpc.UnaryClientInterceptor]. A [WithKey]
+// key that differs from the call's own metadata is refused with
+// INVALID_ARGUMENT before it is sent, as the server would refuse it. A
+// Client with bad fields fails every call with all of their problems.
 func (c *Client) UnaryClientInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if err := c.setup(); err != nil {
+		return err
+	}
 	md, _ := metadata.FromOutgoingContext(ctx)
-	sent := md.Get(c.cfg.Metadata)
+	sent := md.Get(c.metadata)
 	if key, ok := ctx.Value(keyContext{}).(string); ok {
-		if c.cfg.Metadata != DefaultMetadata {
-			if v := md.Get(DefaultMetadata); len(v) == 1 && v[0] == key {
-				md.Delete(DefaultMetadata)
+		if c.metadata != defaultMetadata {
+			if v := md.Get(defaultMetadata); len(v) == 1 && v[0] == key {
+				md.Delete(defaultMetadata)
 				ctx = metadata.NewOutgoingContext(ctx, md)
 			}
 		}
 		switch {
 		case len(sent) == 0:
-			ctx = metadata.AppendToOutgoingContext(ctx, c.cfg.Metadata, key)
+			ctx = metadata.AppendToOutgoingContext(ctx, c.metadata, key)
 		case len(sent) > 1 || sent[0] != key:
 			return status.Errorf(codes.InvalidArgument,
-				"grpcidem: the call's key from WithKey differs from its outgoing metadata %s", c.cfg.Metadata)
+				"grpcidem: the call's key from WithKey differs from its outgoing metadata %s", c.metadata)
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
@@ -125,32 +100,27 @@ func (c *Client) UnaryClientInterceptor(ctx context.Context, method string, req,
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	if m, ok := req.(proto.Message); ok {
-		if v, ok := fieldKey(m, c.cfg.RequestField); ok && v != "" {
+		if v, ok := fieldKey(m, c.field); ok && v != "" {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
 	}
-	ctx = metadata.AppendToOutgoingContext(ctx, c.cfg.Metadata, c.cfg.NewKey())
+	ctx = metadata.AppendToOutgoingContext(ctx, c.metadata, newUUID())
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
-// WithKey returns ctx carrying key as the idempotency key of the logical
-// call made with it, for an application that retries a call itself: every
-// attempt made with the returned context carries the same key. A Client's
-// interceptor (Client.UnaryClientInterceptor) sends it under the Client's own
-// ClientConfig.Metadata, so the name the key is sent under is always the
-// one the Client and the server were configured with. A connection without
-// a Client's interceptor sends it under DefaultMetadata, where WithKey
-// also puts it unless the application put a value of its own there (a
-// Client then refuses the call when the two differ). The last WithKey of a
-// context wins.
+// WithKey returns ctx carrying key, for an application that retries a
+// call itself: every attempt with it sends key. A [Client] sends it under
+// its own Metadata. Without a Client it goes under "idempotency-key",
+// unless the outgoing metadata already holds a value there. The last
+// WithKey of a context wins.
 func WithKey(ctx context.Context, key string) context.Context {
 	md, _ := metadata.FromOutgoingContext(ctx) // a copy
 	prev, hadPrev := ctx.Value(keyContext{}).(string)
-	if v := md.Get(DefaultMetadata); len(v) == 0 || hadPrev && len(v) == 1 && v[0] == prev {
+	if v := md.Get(defaultMetadata); len(v) == 0 || hadPrev && len(v) == 1 && v[0] == prev {
 		if md == nil {
 			md = metadata.MD{}
 		}
-		md.Set(DefaultMetadata, key)
+		md.Set(defaultMetadata, key)
 		ctx = metadata.NewOutgoingContext(ctx, md)
 	}
 	return context.WithValue(ctx, keyContext{}, key)

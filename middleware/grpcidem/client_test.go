@@ -68,8 +68,7 @@ func TestLostResponse(t *testing.T) {
 		addr := serve(t, l, seen.record, cut.afterHandler, newInterceptor(t, store, prefix, nil).UnaryServerInterceptor)
 		proxy := testserver.StartFaultProxy(t, addr)
 		cut.proxy.Store(proxy)
-		client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
-		require.NoError(t, err)
+		client := &grpcidem.Client{}
 		c := dial(t, proxy.Addr, grpc.WithDefaultServiceConfig(retryPolicy), grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 
 		// A first call opens the connection through the proxy.
@@ -125,8 +124,7 @@ func TestClientRetryReusesKey(t *testing.T) {
 			return handler(ctx, req)
 		}
 		addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).UnaryServerInterceptor, failFirst)
-		client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
-		require.NoError(t, err)
+		client := &grpcidem.Client{}
 		c := dial(t, addr, grpc.WithDefaultServiceConfig(retryPolicy), grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 
 		got := charge(t, c, "t", "", &testpb.ChargeRequest{Amount: 5})
@@ -150,8 +148,7 @@ func TestClientKeys(t *testing.T) {
 		l := newLedger()
 		var seen attempts
 		addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).UnaryServerInterceptor)
-		client, err := grpcidem.NewClient(grpcidem.ClientConfig{Methods: []string{methodCharge}})
-		require.NoError(t, err)
+		client := &grpcidem.Client{Methods: []string{methodCharge}}
 		c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 		req := &testpb.ChargeRequest{Amount: 5}
 
@@ -182,7 +179,7 @@ func TestClientKeys(t *testing.T) {
 		// Refund is not in the client's Methods: it gets no key, and the
 		// server refuses it.
 		refund := invoke(t, c.Refund, "t", "", req)
-		requireReason(t, refund.err, codes.InvalidArgument, grpcidem.ReasonKeyMissing)
+		requireReason(t, refund.err, codes.InvalidArgument, keyMissing)
 		assert.EqualValues(t, 4, l.runs.Load())
 	})
 }
@@ -248,16 +245,15 @@ func TestWithKeyUnderCustomMetadata(t *testing.T) {
 		server []string
 	}{
 		{"server reads the custom name", []string{custom}},
-		{"server reads both names", []string{custom, grpcidem.DefaultMetadata}},
+		{"server reads both names", []string{custom, "idempotency-key"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eachStore(t, func(t *testing.T, kind storeKind) {
 				store, prefix := kind.New(t)
 				l := newLedger()
-				seen := &namesSeen{names: []string{custom, grpcidem.DefaultMetadata}}
-				addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *grpcidem.Config) { c.Metadata = tc.server }).UnaryServerInterceptor)
-				client, err := grpcidem.NewClient(grpcidem.ClientConfig{Metadata: custom, Methods: []string{methodCharge}})
-				require.NoError(t, err)
+				seen := &namesSeen{names: []string{custom, "idempotency-key"}}
+				addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *config) { c.Metadata = tc.server }).UnaryServerInterceptor)
+				client := &grpcidem.Client{Metadata: custom, Methods: []string{methodCharge}}
 				c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 
 				// The application retries one logical call itself.
@@ -277,7 +273,7 @@ func TestWithKeyUnderCustomMetadata(t *testing.T) {
 				require.Len(t, calls, 2)
 				for i, call := range calls {
 					assert.Equal(t, []string{"app-key"}, call[custom], "attempt %d carries the application's key under %s", i+1, custom)
-					assert.Empty(t, call[grpcidem.DefaultMetadata], "attempt %d: nothing under the name the client was not configured with", i+1)
+					assert.Empty(t, call["idempotency-key"], "attempt %d: nothing under the name the client was not configured with", i+1)
 				}
 
 				// A key set with WithKey is sent for a method outside the
@@ -304,12 +300,11 @@ func TestWithKeyConflictsWithOutgoingMetadata(t *testing.T) {
 	var seen attempts
 	store, prefix := storeKinds[0].New(t)
 	addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).UnaryServerInterceptor)
-	client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
-	require.NoError(t, err)
+	client := &grpcidem.Client{}
 	c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
-	base := metadata.AppendToOutgoingContext(t.Context(), "tenant", "t", grpcidem.DefaultMetadata, "md-key")
+	base := metadata.AppendToOutgoingContext(t.Context(), "tenant", "t", "idempotency-key", "md-key")
 
-	_, err = c.Charge(grpcidem.WithKey(base, "other-key"), &testpb.ChargeRequest{Amount: 5})
+	_, err := c.Charge(grpcidem.WithKey(base, "other-key"), &testpb.ChargeRequest{Amount: 5})
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	assert.Empty(t, seen.get(), "the conflicting call was not sent")
 
@@ -321,7 +316,7 @@ func TestWithKeyConflictsWithOutgoingMetadata(t *testing.T) {
 
 // TestWithKeyWithoutClientInterceptor: on a connection without a Client's
 // interceptor, a key set with WithKey still reaches the server, under
-// DefaultMetadata: an application's own retry of one logical call is
+// defaultMetadata: an application's own retry of one logical call is
 // answered with the replay, whether the server requires a key or lets
 // calls without one pass (KeyOptional, where a key that is not sent leaves
 // the retry to run the handler again). Two WithKey calls: the last wins.
@@ -329,9 +324,9 @@ func TestWithKeyWithoutClientInterceptor(t *testing.T) {
 	for _, optional := range []bool{false, true} {
 		t.Run(fmt.Sprintf("KeyOptional=%v", optional), func(t *testing.T) {
 			l := newLedger()
-			seen := &namesSeen{names: []string{grpcidem.DefaultMetadata}}
+			seen := &namesSeen{names: []string{"idempotency-key"}}
 			store, prefix := storeKinds[0].New(t)
-			addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *grpcidem.Config) { c.KeyOptional = optional }).UnaryServerInterceptor)
+			addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *config) { c.KeyOptional = optional }).UnaryServerInterceptor)
 			c := dial(t, addr) // no Client interceptor
 
 			ctx := grpcidem.WithKey(grpcidem.WithKey(metadata.AppendToOutgoingContext(t.Context(), "tenant", "t"), "first-key"), "app-key")
@@ -344,7 +339,7 @@ func TestWithKeyWithoutClientInterceptor(t *testing.T) {
 			assert.Equal(t, []string{"true"}, h2.Get(grpcidem.ReplayedMetadata), "the retry is a replay")
 			assert.EqualValues(t, 1, l.runs.Load(), "the effect ran once")
 			for i, call := range seen.get() {
-				assert.Equal(t, []string{"app-key"}, call[grpcidem.DefaultMetadata], "attempt %d", i+1)
+				assert.Equal(t, []string{"app-key"}, call["idempotency-key"], "attempt %d", i+1)
 			}
 		})
 	}

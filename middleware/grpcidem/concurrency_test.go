@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem/internal/testpb"
 )
 
@@ -59,7 +58,7 @@ func TestConcurrentCalls(t *testing.T) {
 		for _, a := range got {
 			switch {
 			case a.err != nil:
-				requireReason(t, a.err, codes.Aborted, grpcidem.ReasonInProgress)
+				requireReason(t, a.err, codes.Aborted, inProgress)
 				refused++
 			case a.replayed():
 				assert.True(t, proto.Equal(original, a.reply), "a replay is the run's response")

@@ -9,231 +9,73 @@ import (
 	"time"
 
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
-	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 )
 
-// Errors of an invalid Config or ClientConfig, checked with errors.Is.
-var (
-	// ErrInvalidConfig is matched by every problem that Config.Validate,
-	// New and NewClient report: a Config without Methods, a malformed
-	// method, metadata or field name, a negative duration or size, a
-	// Config that sets neither Scope nor SingleTenant, or both, and a
-	// missing Store.
-	ErrInvalidConfig = errors.New("grpcidem: invalid config")
-	// ErrNilStore is matched, beside ErrInvalidConfig, by the problem of a
-	// Config without a Store.
-	ErrNilStore = errors.New("grpcidem: nil store")
-)
+// ErrInvalidConfig is matched by every problem that [New] reports of a
+// [Config], and that a [Client] with bad fields fails its calls with.
+var ErrInvalidConfig = errors.New("grpcidem: invalid config")
 
-// Defaults used for the zero value of the corresponding Config fields.
+// The defaults of the fields of Config and Client.
 const (
-	// DefaultMetadata is the request metadata key carrying the idempotency
-	// key: the gRPC spelling of the HTTP Idempotency-Key header.
-	DefaultMetadata = "idempotency-key"
-	// DefaultRequestField is the request message's string field carrying
-	// the key, as Google's AIP-155 names it.
-	DefaultRequestField = "request_id"
-	// DefaultKeyPrefix starts every stored key, followed by a colon that
-	// the interceptor adds, as the Watermill middleware does after its
-	// prefix "idem". It differs from the prefixes of the Watermill and HTTP
-	// middleware, so that keys of the three sharing one store never meet.
-	DefaultKeyPrefix = "grpcidem"
-	// DefaultMaxKeyLength is the longest key accepted, in bytes (255), as
-	// in package httpidem.
-	DefaultMaxKeyLength = adaptercfg.DefaultMaxKeyLength
-	// DefaultLeaseTTL is how long a claim holds a key while the handler
-	// runs (40 s); it is renewed every third of it
-	// (adaptercfg.DefaultLeaseTTL).
-	DefaultLeaseTTL = adaptercfg.DefaultLeaseTTL
-	// DefaultStoreTimeout bounds each store call (5 s,
-	// adaptercfg.DefaultStoreTimeout).
-	DefaultStoreTimeout = adaptercfg.DefaultStoreTimeout
-	// DefaultCompletedTTL is how long a completed answer is replayed
-	// (24 h, adaptercfg.DefaultCompletedTTL).
-	DefaultCompletedTTL = adaptercfg.DefaultCompletedTTL
-	// DefaultFailedTTL is how long a failed attempt is remembered (24 h,
-	// adaptercfg.DefaultFailedTTL): its fingerprint still binds the key; a
-	// retry may run again.
-	DefaultFailedTTL = adaptercfg.DefaultFailedTTL
-	// DefaultMaxResponseSize bounds the stored answer: the response's wire
-	// bytes and type name, or the final status with its details.
-	DefaultMaxResponseSize = 1 << 20
-	// DefaultRetryAfter is the delay of the RetryInfo sent with ABORTED
-	// (the key is in progress) and UNAVAILABLE (the store is down): 1 s.
-	DefaultRetryAfter = adapter.DefaultRetryAfter
+	defaultMetadata     = "idempotency-key" // the HTTP header's gRPC spelling
+	defaultRequestField = "request_id"      // as AIP-155 names it
+	defaultKeyPrefix    = "grpcidem"        // not "idem" nor "httpidem"
 )
 
-// Config configures a Middleware. Store, Methods and the choice between
-// Scope and SingleTenant are required; every other field has a usable zero
-// value, documented on the field.
+// Config holds what the interceptor adds to its [idempotency.Once]: the
+// store, the lease, the TTLs, FailOpen, the Observer and the stored-output
+// bound (MaxOutputSize, for an answer) are the Once's. Methods, and Scope
+// or SingleTenant, are required; every other field has a default.
 type Config struct {
-	// Store keeps the state of every key. Required: there is no silent
-	// default (use memstore for tests and demos, redisstore in production).
-	Store idempotency.Store
-
-	// Methods lists the full names of the unary methods the interceptor
-	// applies to, as grpc.UnaryServerInfo.FullMethod spells them
-	// ("/payments.v1.Payments/CreatePayment"). Calls of any other method
-	// pass through untouched. Required: gRPC has no verb that says which
-	// calls have effects, so the service says it. Each is looked up in the
-	// protobuf registry (protoregistry.GlobalFiles, where generated code
-	// registers its services): a streaming method, or a method that its
-	// registered service does not have, is refused, since its calls would
-	// pass through unprotected; a method of a service the registry does not
-	// know (one served without generated code) is taken as written.
+	// Methods are the full names of the unary methods to protect, as
+	// "/payments.v1.Payments/CreatePayment". A streaming method, or one
+	// its registered service lacks, is refused. Required.
 	Methods []string
 
-	// Metadata lists the request metadata keys that may carry the key, in
-	// lower case. Nil or empty means DefaultMetadata ("idempotency-key").
-	Metadata []string
-
-	// RequestField is the name of a singular string field of the request
-	// message that may carry the key instead (AIP-155's request_id), read
-	// through protoreflect. A request whose message has no such field, or
-	// leaves it empty, needs the key in its metadata. Empty means
-	// DefaultRequestField ("request_id").
-	RequestField string
-
-	// KeyPrefix starts every stored key; the interceptor adds a colon after
-	// it, as the Watermill middleware does after its Config.KeyPrefix. It
-	// must not hold a colon itself. Empty means DefaultKeyPrefix
-	// ("grpcidem").
-	KeyPrefix string
-
-	// KeyOptional lets calls without a key pass through without
-	// idempotency. False (the default) answers them INVALID_ARGUMENT: a
-	// payment API should not silently lose the protection because a client
-	// forgot it.
-	KeyOptional bool
-
-	// MaxKeyLength is the longest key accepted, in bytes. Zero means
-	// DefaultMaxKeyLength (255); longer keys are answered INVALID_ARGUMENT.
-	MaxKeyLength int
-
-	// Scope returns the scope of a call: the namespace part of its stored
-	// key, as Config.Scope of package idempotency is for a message, so that
-	// one key in two scopes is two keys. In gRPC it is derived per call,
-	// from the call's context: the tenant that made it (the authenticated
-	// peer or subject). Its SHA-256 is part of the stored key, so a client
-	// can never receive the stored answer of another scope, two tenants may
-	// use the same key, and no scope (an API key, say) appears in a key
-	// name. The scope of a call is what Scope returns, the empty string
-	// included: put authentication before this interceptor, so that an
-	// anonymous call never reaches it. Required unless SingleTenant is set
-	// (there is no safe default: one scope for every client would let a
-	// client's key fetch another client's answer); New refuses a Config
-	// with neither, or with both.
+	// Scope returns the tenant of a call (the authenticated peer or
+	// subject). Its hash is part of the stored key, so a client never gets
+	// another tenant's answer. The empty string is a scope too: put
+	// authentication first. Required, unless SingleTenant is set.
 	Scope func(ctx context.Context) string
 
-	// SingleTenant declares that every call belongs to one client (one
-	// scope), so that no Scope is needed: a service called only by one
-	// other service, say. Never set it for a public API: any client that
-	// sends another client's key would get that client's stored answer.
+	// SingleTenant declares that one client calls this service, so no
+	// Scope is needed. Never set it for a public API.
 	SingleTenant bool
 
-	// LeaseTTL is how long a claim holds a key while the handler runs
-	// (idempotency.OnceConfig.LeaseTTL): it is renewed every LeaseTTL/3,
-	// and when the lease is lost the handler's context is cancelled with
-	// idempotency.ErrLeaseLost as its cause. Zero means DefaultLeaseTTL
-	// (40 s).
-	LeaseTTL time.Duration
+	// Metadata are the metadata keys that may carry the key, in lower
+	// case. The default is "idempotency-key".
+	Metadata []string
 
-	// StoreTimeout bounds each store call; every call made while the key is
-	// held is also bounded by what is left of the lease. Zero means
-	// DefaultStoreTimeout (5 s).
-	StoreTimeout time.Duration
+	// RequestField is a string field of the request that may carry the
+	// key instead. The default is "request_id".
+	RequestField string
 
-	// CompletedTTL is how long a completed answer is kept and replayed.
-	// Zero means DefaultCompletedTTL (24 h).
-	CompletedTTL time.Duration
+	// KeyOptional lets a call without a key through, unprotected.
+	// The default answers it INVALID_ARGUMENT.
+	KeyOptional bool
 
-	// FailedTTL is how long a failed attempt is kept, with its fingerprint
-	// and attempt count. Zero means DefaultFailedTTL (24 h).
-	FailedTTL time.Duration
+	// KeyPrefix starts every stored key; it holds no colon.
+	// The default is "grpcidem".
+	KeyPrefix string
 
-	// CacheTTL is how long, at most, a key this process saw completed is
-	// replayed from memory, without a store call
-	// (idempotency.OnceConfig.CacheTTL): never past the record's own
-	// CompletedTTL, and an operator's Delete of the key reaches this
-	// process only when the entry ends. Zero means DefaultCacheTTL
-	// (adaptercfg.DefaultCacheTTL, 1 min).
-	CacheTTL time.Duration
-
-	// CacheMaxBytes bounds the memory of that cache (keys, stored answers,
-	// fingerprints and a fixed overhead per entry). Zero means
-	// adaptercfg.DefaultCacheMaxBytes (16 MiB).
-	CacheMaxBytes int
-
-	// DisableCache sends every claim to the store. An in-process store
-	// (memstore) is never cached anyway.
-	DisableCache bool
-
-	// MaxResponseSize bounds the stored answer, in bytes: the response
-	// message's wire bytes and type name, or the encoded final status with
-	// its details. A larger answer still goes to the first caller in full,
-	// and the key is completed without it: repeats are answered
-	// ALREADY_EXISTS (ReasonResponseNotStored). Zero means
-	// DefaultMaxResponseSize (1 MiB).
-	MaxResponseSize int
-
-	// RetryAfter is the delay of the RetryInfo detail sent with ABORTED
-	// (the key is in progress) and UNAVAILABLE (the store cannot be
-	// reached); ABORTED also carries it as the trailer
-	// grpc-retry-pushback-ms, which grpc-go's retry policy honours. Zero
-	// means DefaultRetryAfter (1 s).
+	// RetryAfter is the delay of the RetryInfo of ABORTED and UNAVAILABLE,
+	// and of ABORTED's trailer grpc-retry-pushback-ms. The default is 1 s.
 	RetryAfter time.Duration
-
-	// FailOpen runs the handler without idempotency when the store cannot
-	// be reached, and logs it. False (the default) fails closed:
-	// UNAVAILABLE, the handler does not run, and the client retries later.
-	FailOpen bool
-
-	// Observer receives one outcome per call the interceptor applies to,
-	// labelled with the call's full method name (never the scope or the
-	// key), and the latency of every store call: the same
-	// idempotency.Observer as the Watermill and HTTP middleware's, so
-	// idemprom counts all three. Nil means none.
-	Observer idempotency.Observer
 }
 
-func (c *Config) setDefaults() {
-	shared := c.common().WithDefaults(DefaultKeyPrefix)
-	c.KeyPrefix, c.MaxKeyLength, c.RetryAfter = shared.KeyPrefix, shared.MaxKeyLength, shared.RetryAfter
-	c.LeaseTTL, c.StoreTimeout, c.CompletedTTL, c.FailedTTL = shared.LeaseTTL, shared.StoreTimeout, shared.CompletedTTL, shared.FailedTTL
-	c.CacheTTL, c.CacheMaxBytes = shared.CacheTTL, shared.CacheMaxBytes
-	c.Methods = slices.Clone(c.Methods)
-	c.Metadata = slices.Clone(c.Metadata)
-	if len(c.Metadata) == 0 {
-		c.Metadata = []string{DefaultMetadata}
+// withDefaults returns c with its defaults applied, and every problem of
+// it, each matching ErrInvalidConfig.
+func (c Config) withDefaults() (Config, error) {
+	l := configerr.New(ErrInvalidConfig)
+	switch {
+	case c.Scope == nil && !c.SingleTenant:
+		l.Addf("Scope is required (the tenant of a call); set SingleTenant instead only when one client calls this service")
+	case c.Scope != nil && c.SingleTenant:
+		l.Addf("Scope and SingleTenant are both set; choose one")
 	}
-	c.RequestField = cmp.Or(c.RequestField, DefaultRequestField)
-	c.MaxResponseSize = cmp.Or(c.MaxResponseSize, DefaultMaxResponseSize)
-}
-
-// common is what c shares, field for field, with the Config of package
-// httpidem.
-func (c Config) common() adaptercfg.Common {
-	return adaptercfg.Common{Invalid: ErrInvalidConfig, NilStore: ErrNilStore, Unit: "call", Store: c.Store, Observer: c.Observer,
-		Scoped: c.Scope != nil, SingleTenant: c.SingleTenant, KeyPrefix: c.KeyPrefix, MaxKeyLength: c.MaxKeyLength, RetryAfter: c.RetryAfter,
-		LeaseTTL: c.LeaseTTL, StoreTimeout: c.StoreTimeout, CompletedTTL: c.CompletedTTL, FailedTTL: c.FailedTTL,
-		CacheTTL: c.CacheTTL, CacheMaxBytes: c.CacheMaxBytes, DisableCache: c.DisableCache}
-}
-
-// Validate reports every problem of the config, not only the first:
-// errors.Join of one error per problem, each matching ErrInvalidConfig (a
-// missing Store matches ErrNilStore as well), in this fixed order: Store;
-// Scope and SingleTenant (one of them, not both); LeaseTTL, StoreTimeout,
-// CompletedTTL, FailedTTL, RetryAfter and CacheTTL (none negative, LeaseTTL
-// at least 3 ms); MaxKeyLength and CacheMaxBytes (neither negative);
-// Methods (required, each a full method name of a unary method, as far as
-// the protobuf registry knows it); Metadata (each a usable
-// metadata key); RequestField (a protobuf field name); MaxResponseSize (not negative). Zero fields other
-// than Store, Methods, Scope and SingleTenant are valid: they stand for
-// their defaults. New calls it after filling the defaults.
-func (c Config) Validate() error {
-	l := c.common().Check()
+	configerr.NotNegative(l, "RetryAfter", c.RetryAfter)
+	configerr.KeyPrefix(l, c.KeyPrefix)
 	if len(c.Methods) == 0 {
 		l.Addf("Methods is required: the full names of the unary methods to make idempotent")
 	}
@@ -242,8 +84,15 @@ func (c Config) Validate() error {
 		checkMetadataName(l, name)
 	}
 	checkFieldName(l, c.RequestField)
-	configerr.NotNegative(l, "MaxResponseSize", c.MaxResponseSize)
-	return l.Err()
+	c.Methods = slices.Clone(c.Methods)
+	c.Metadata = slices.Clone(c.Metadata)
+	if len(c.Metadata) == 0 {
+		c.Metadata = []string{defaultMetadata}
+	}
+	c.RequestField = cmp.Or(c.RequestField, defaultRequestField)
+	c.KeyPrefix = cmp.Or(c.KeyPrefix, defaultKeyPrefix)
+	c.RetryAfter = cmp.Or(c.RetryAfter, adapter.DefaultRetryAfter)
+	return c, l.Err()
 }
 
 // checkMetadataName adds a problem to l unless name is a metadata key that

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem/internal/testpb"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
@@ -19,11 +20,15 @@ import (
 // the repeat gets the replay.
 func Example() {
 	store := memstore.New(nil)
-	idem, err := grpcidem.New(grpcidem.Config{
-		Store:        store,
+	// One Once per process: the store, the lease, the TTLs, the cache.
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+	if err != nil {
+		panic(err)
+	}
+	idem, err := grpcidem.New(once, &grpcidem.Config{
 		Methods:      []string{"/grpcidem.test.v1.Ledger/Charge"},
 		SingleTenant: true, // a real service scopes keys by its caller: Config.Scope
-	}, nil)
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -37,10 +42,7 @@ func Example() {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Stop()
 
-	client, err := grpcidem.NewClient(grpcidem.ClientConfig{})
-	if err != nil {
-		panic(err)
-	}
+	client := &grpcidem.Client{}
 	conn, err := grpc.NewClient(ln.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))

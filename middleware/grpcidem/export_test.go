@@ -1,7 +1,8 @@
 package grpcidem
 
-import "github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
+// StoreKey is the stored key of (scope, key) under prefix, for the
+// external tests that look records up in the store.
+var StoreKey = storeKey
 
-// StoreKey is adaptercfg.StoreKey, for the external tests that look records
-// up in the store.
-var StoreKey = adaptercfg.StoreKey
+// Retryable is isRetryable, for the table of the status mapping.
+var Retryable = isRetryable

@@ -17,6 +17,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem/internal/testpb"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
 )
 
@@ -65,7 +66,7 @@ func TestForwardKey(t *testing.T) {
 	}
 	store, prefix := storeKinds[0].New(t)
 	f := &forwarder{}
-	c := dial(t, serve(t, f, newInterceptor(t, store, prefix, func(cfg *grpcidem.Config) { cfg.KeyOptional = true }).UnaryServerInterceptor))
+	c := dial(t, serve(t, f, newInterceptor(t, store, prefix, func(cfg *config) { cfg.KeyOptional = true }).UnaryServerInterceptor))
 	req := &testpb.ChargeRequest{Amount: 1}
 
 	charge(t, c, "tenant-a", "k1", req)
@@ -89,7 +90,7 @@ func TestForwardKey(t *testing.T) {
 	_, ok = f.last()
 	assert.False(t, ok, "Peek is not a method of the interceptor")
 
-	down := dial(t, serve(t, f, newInterceptor(t, adaptertest.DownStores[1].New(t), "", func(cfg *grpcidem.Config) { cfg.FailOpen = true }).UnaryServerInterceptor))
+	down := dial(t, serve(t, f, newInterceptor(t, adaptertest.DownStores[1].New(t), "", func(cfg *config) { cfg.FailOpen = true }).UnaryServerInterceptor))
 	charge(t, down, "tenant-a", "k1", req)
 	open, ok := f.last()
 	require.True(t, ok, "FailOpen runs the handler with the forward key")
@@ -103,11 +104,13 @@ func TestForwardKeyMatchesHTTP(t *testing.T) {
 	store, prefix := storeKinds[0].New(t)
 	httpForward := func(single bool, tenant, key string) string {
 		var got string
-		cfg := httpidem.Config{Store: store, KeyPrefix: prefix + "h", SingleTenant: single}
+		cfg := httpidem.Config{KeyPrefix: prefix + "h", SingleTenant: single}
 		if !single {
 			cfg.Scope = func(r *http.Request) string { return r.Header.Get("X-Tenant") }
 		}
-		m, err := httpidem.New(cfg, nil)
+		once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+		require.NoError(t, err)
+		m, err := httpidem.New(once, &cfg)
 		require.NoError(t, err)
 		srv := httptest.NewServer(m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			got, _ = httpidem.ForwardKey(r.Context())
@@ -116,7 +119,7 @@ func TestForwardKeyMatchesHTTP(t *testing.T) {
 		defer srv.Close()
 		req, err := http.NewRequest(http.MethodPost, srv.URL, nil)
 		require.NoError(t, err)
-		req.Header.Set(httpidem.DefaultHeader, key)
+		req.Header.Set("Idempotency-Key", key)
 		req.Header.Set("X-Tenant", tenant)
 		resp, err := srv.Client().Do(req)
 		require.NoError(t, err)
@@ -125,7 +128,7 @@ func TestForwardKeyMatchesHTTP(t *testing.T) {
 	}
 	f := &forwarder{}
 	scoped := dial(t, serve(t, f, newInterceptor(t, store, prefix, nil).UnaryServerInterceptor))
-	single := dial(t, serve(t, f, newInterceptor(t, store, prefix+"s", func(cfg *grpcidem.Config) {
+	single := dial(t, serve(t, f, newInterceptor(t, store, prefix+"s", func(cfg *config) {
 		cfg.Scope, cfg.SingleTenant = nil, true
 	}).UnaryServerInterceptor))
 	grpcForward := func(c testpb.LedgerClient, tenant, key string) string {

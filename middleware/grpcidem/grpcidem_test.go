@@ -70,7 +70,7 @@ func TestPassThrough(t *testing.T) {
 		require.NoError(t, a.err, "no key is needed outside Methods")
 
 		for range 2 {
-			ctx := metadata.AppendToOutgoingContext(t.Context(), grpcidem.DefaultMetadata, "k1")
+			ctx := metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", "k1")
 			stream, err := c.Watch(ctx, &testpb.ChargeRequest{})
 			require.NoError(t, err)
 			n := 0
@@ -124,10 +124,10 @@ func TestKeyReused(t *testing.T) {
 		require.NoError(t, first.err)
 
 		other := charge(t, c, "alice", "k1", &testpb.ChargeRequest{Amount: 250})
-		requireReason(t, other.err, codes.FailedPrecondition, grpcidem.ReasonKeyReused)
+		requireReason(t, other.err, codes.FailedPrecondition, keyReused)
 		assert.False(t, other.replayed())
 		refund := invoke(t, c.Refund, "alice", "k1", &testpb.ChargeRequest{Amount: 100})
-		requireReason(t, refund.err, codes.FailedPrecondition, grpcidem.ReasonKeyReused)
+		requireReason(t, refund.err, codes.FailedPrecondition, keyReused)
 
 		again := charge(t, c, "alice", "k1", &testpb.ChargeRequest{Amount: 100})
 		require.NoError(t, again.err)
@@ -136,72 +136,77 @@ func TestKeyReused(t *testing.T) {
 	})
 }
 
-// TestConfig: New refuses what cannot work, with ErrInvalidConfig.
+// TestConfig: New refuses what cannot work, with ErrInvalidConfig; the
+// Once refuses its own settings.
 func TestConfig(t *testing.T) {
 	store := &struct{ idempotency.Store }{}
-	ok := grpcidem.Config{Store: store, Scope: tenantScope, Methods: []string{methodCharge}}
-	_, err := grpcidem.New(ok, nil)
+	ok := config{OnceConfig: idempotency.OnceConfig{Store: store}, Config: grpcidem.Config{Scope: tenantScope, Methods: []string{methodCharge}}}
+	_, err := build(ok)
 	require.NoError(t, err)
 
-	_, err = grpcidem.New(grpcidem.Config{Scope: tenantScope, Methods: []string{methodCharge}}, nil)
-	assert.ErrorIs(t, err, grpcidem.ErrNilStore)
-	for name, adjust := range map[string]func(*grpcidem.Config){
-		"no scope":          func(c *grpcidem.Config) { c.Scope = nil },
-		"scope and single":  func(c *grpcidem.Config) { c.SingleTenant = true },
-		"no methods":        func(c *grpcidem.Config) { c.Methods = nil },
-		"short method":      func(c *grpcidem.Config) { c.Methods = []string{"Charge"} },
-		"method no slash":   func(c *grpcidem.Config) { c.Methods = []string{"grpcidem.test.v1.Ledger/Charge"} },
-		"metadata grpc-":    func(c *grpcidem.Config) { c.Metadata = []string{"grpc-key"} },
-		"metadata -bin":     func(c *grpcidem.Config) { c.Metadata = []string{"key-bin"} },
-		"metadata upper":    func(c *grpcidem.Config) { c.Metadata = []string{"Idempotency-Key"} },
-		"field name":        func(c *grpcidem.Config) { c.RequestField = "request id" },
-		"negative lease":    func(c *grpcidem.Config) { c.LeaseTTL = -1 },
-		"tiny lease":        func(c *grpcidem.Config) { c.LeaseTTL = 1 },
-		"negative max size": func(c *grpcidem.Config) { c.MaxResponseSize = -1 },
-		"negative key len":  func(c *grpcidem.Config) { c.MaxKeyLength = -1 },
-		"negative retry":    func(c *grpcidem.Config) { c.RetryAfter = -1 },
-		"forever completed": func(c *grpcidem.Config) { c.CompletedTTL = time.Duration(math.MaxInt64) },
-		"forever failed":    func(c *grpcidem.Config) { c.FailedTTL = idempotency.MaxTTL + 1 },
-		"forever lease":     func(c *grpcidem.Config) { c.LeaseTTL = time.Duration(math.MaxInt64) },
-		"prefix separator":  func(c *grpcidem.Config) { c.KeyPrefix = "shop:billing" },
+	_, err = build(config{Config: grpcidem.Config{Scope: tenantScope, Methods: []string{methodCharge}}})
+	assert.ErrorIs(t, err, idempotency.ErrInvalidConfig, "the Once needs a Store")
+	for name, adjust := range map[string]func(*config){
+		"no scope":         func(c *config) { c.Scope = nil },
+		"scope and single": func(c *config) { c.SingleTenant = true },
+		"no methods":       func(c *config) { c.Methods = nil },
+		"short method":     func(c *config) { c.Methods = []string{"Charge"} },
+		"method no slash":  func(c *config) { c.Methods = []string{"grpcidem.test.v1.Ledger/Charge"} },
+		"metadata grpc-":   func(c *config) { c.Metadata = []string{"grpc-key"} },
+		"metadata -bin":    func(c *config) { c.Metadata = []string{"key-bin"} },
+		"metadata upper":   func(c *config) { c.Metadata = []string{"Idempotency-Key"} },
+		"field name":       func(c *config) { c.RequestField = "request id" },
+		"negative retry":   func(c *config) { c.RetryAfter = -1 },
+		"prefix separator": func(c *config) { c.KeyPrefix = "shop:billing" },
 	} {
 		cfg := ok
 		adjust(&cfg)
-		_, err := grpcidem.New(cfg, nil)
+		_, err := build(cfg)
 		assert.ErrorIs(t, err, grpcidem.ErrInvalidConfig, name)
 	}
+	for name, adjust := range map[string]func(*config){
+		"negative lease":    func(c *config) { c.LeaseTTL = -1 },
+		"tiny lease":        func(c *config) { c.LeaseTTL = 1 },
+		"negative max size": func(c *config) { c.MaxOutputSize = -1 },
+		"forever completed": func(c *config) { c.CompletedTTL = time.Duration(math.MaxInt64) },
+		"forever failed":    func(c *config) { c.FailedTTL = idempotency.MaxTTL + 1 },
+		"forever lease":     func(c *config) { c.LeaseTTL = time.Duration(math.MaxInt64) },
+	} {
+		cfg := ok
+		adjust(&cfg)
+		_, err := build(cfg)
+		assert.ErrorIs(t, err, idempotency.ErrInvalidConfig, name)
+	}
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+	require.NoError(t, err)
 	// Every problem at once, in the documented order, each an
 	// ErrInvalidConfig.
-	err = grpcidem.Config{LeaseTTL: -1, Metadata: []string{"grpc-key", "Key"}, RequestField: "request id", MaxResponseSize: -1}.Validate()
-	adaptertest.RequireProblems(t, err, `grpcidem: nil store
-grpcidem: invalid config: Scope is required (the tenant of a call); set SingleTenant instead only when one client calls this service
-grpcidem: invalid config: LeaseTTL is -1ns, must not be negative
+	_, err = grpcidem.New(once, &grpcidem.Config{Metadata: []string{"grpc-key", "Key"}, RequestField: "request id"})
+	adaptertest.RequireProblems(t, err, `grpcidem: invalid config: Scope is required (the tenant of a call); set SingleTenant instead only when one client calls this service
 grpcidem: invalid config: Methods is required: the full names of the unary methods to make idempotent
 grpcidem: invalid config: metadata key "grpc-key" cannot carry a key (empty, reserved grpc- or binary -bin)
 grpcidem: invalid config: metadata key "Key" must be lower-case letters, digits, '-', '_' or '.'
-grpcidem: invalid config: RequestField "request id" is not a protobuf field name
-grpcidem: invalid config: MaxResponseSize is -1, must not be negative`, grpcidem.ErrInvalidConfig, grpcidem.ErrNilStore)
-	_, err = grpcidem.New(grpcidem.Config{}, nil)
-	adaptertest.RequireProblems(t, err, `grpcidem: nil store
-grpcidem: invalid config: Scope is required (the tenant of a call); set SingleTenant instead only when one client calls this service
-grpcidem: invalid config: Methods is required: the full names of the unary methods to make idempotent`, grpcidem.ErrInvalidConfig, grpcidem.ErrNilStore)
-	// Zero fields other than the required ones stand for their defaults.
-	assert.NoError(t, ok.Validate())
-	_, err = grpcidem.NewClient(grpcidem.ClientConfig{Metadata: "Bad", Methods: []string{"Charge", methodCharge, "x"}})
+grpcidem: invalid config: RequestField "request id" is not a protobuf field name`, grpcidem.ErrInvalidConfig, nil)
+	_, err = grpcidem.New(once, nil)
+	adaptertest.RequireProblems(t, err, `grpcidem: invalid config: Scope is required (the tenant of a call); set SingleTenant instead only when one client calls this service
+grpcidem: invalid config: Methods is required: the full names of the unary methods to make idempotent`, grpcidem.ErrInvalidConfig, nil)
+	_, err = grpcidem.New(nil, &ok.Config)
+	assert.ErrorIs(t, err, grpcidem.ErrInvalidConfig, "a nil Once")
+	err = clientErr(&grpcidem.Client{Metadata: "Bad", Methods: []string{"Charge", methodCharge, "x"}})
 	adaptertest.RequireProblems(t, err, `grpcidem: invalid config: metadata key "Bad" must be lower-case letters, digits, '-', '_' or '.'
 grpcidem: invalid config: method "Charge" is not a full method name such as /payments.v1.Payments/CreatePayment
 grpcidem: invalid config: method "x" is not a full method name such as /payments.v1.Payments/CreatePayment`, grpcidem.ErrInvalidConfig, nil)
 
 	single := ok
 	single.Scope, single.SingleTenant = nil, true
-	_, err = grpcidem.New(single, nil)
+	_, err = build(single)
 	assert.NoError(t, err)
 
-	_, err = grpcidem.NewClient(grpcidem.ClientConfig{Metadata: "Bad Name"})
+	err = clientErr(&grpcidem.Client{Metadata: "Bad Name"})
 	assert.ErrorIs(t, err, grpcidem.ErrInvalidConfig)
-	_, err = grpcidem.NewClient(grpcidem.ClientConfig{Methods: []string{"Charge"}})
+	err = clientErr(&grpcidem.Client{Methods: []string{"Charge"}})
 	assert.ErrorIs(t, err, grpcidem.ErrInvalidConfig)
-	_, err = grpcidem.NewClient(grpcidem.ClientConfig{})
+	err = clientErr(&grpcidem.Client{})
 	assert.NoError(t, err)
 }
 
@@ -225,7 +230,7 @@ func (o *recordingObserver) CacheLookup(string, bool) {}
 // with the full method name, never the scope; none for other methods.
 func TestObserver(t *testing.T) {
 	obs := &recordingObserver{}
-	_, c := setup(t, storeKinds[0], func(cfg *grpcidem.Config) { cfg.Observer = obs })
+	_, c := setup(t, storeKinds[0], func(cfg *config) { cfg.Observer = obs })
 	req := &testpb.ChargeRequest{Amount: 1}
 	charge(t, c, "alice", "k1", req)
 	charge(t, c, "alice", "k1", req)
@@ -248,18 +253,18 @@ func TestObserver(t *testing.T) {
 // a service the registry does not know is taken as written.
 func TestConfigRefusesStreamingMethods(t *testing.T) {
 	const methodWatch = "/grpcidem.test.v1.Ledger/Watch"
-	ok := grpcidem.Config{Store: &struct{ idempotency.Store }{}, Scope: tenantScope}
+	ok := config{OnceConfig: idempotency.OnceConfig{Store: &struct{ idempotency.Store }{}}, Config: grpcidem.Config{Scope: tenantScope}}
 
 	cfg := ok
 	cfg.Methods = []string{methodCharge, methodWatch, "/grpcidem.test.v1.Ledger/Chrage", "/unknown.v1.Service/Call"}
-	_, err := grpcidem.New(cfg, nil)
+	_, err := build(cfg)
 	adaptertest.RequireProblems(t, err, `grpcidem: invalid config: method "/grpcidem.test.v1.Ledger/Watch" streams: only unary methods can be made idempotent, and its calls would pass through unprotected
 grpcidem: invalid config: method "/grpcidem.test.v1.Ledger/Chrage" is not a method of its service, as its registered descriptor has it`, grpcidem.ErrInvalidConfig, nil)
 
-	_, err = grpcidem.NewClient(grpcidem.ClientConfig{Methods: []string{methodWatch}})
+	err = clientErr(&grpcidem.Client{Methods: []string{methodWatch}})
 	assert.ErrorIs(t, err, grpcidem.ErrInvalidConfig, "the client's Methods are unary methods too")
 
 	cfg.Methods = []string{methodCharge, "/unknown.v1.Service/Call"}
-	_, err = grpcidem.New(cfg, nil)
+	_, err = build(cfg)
 	assert.NoError(t, err, "a service the registry does not know is taken as written")
 }

@@ -31,7 +31,7 @@ const (
 // storeKind builds a fresh store for one test, and a key prefix unique to it.
 type storeKind = adaptertest.StoreKind
 
-var storeKinds = adaptertest.StoreKinds(grpcidem.DefaultKeyPrefix, "grpcidemtest")
+var storeKinds = adaptertest.StoreKinds("grpcidem", "grpcidemtest")
 
 // eachStore runs f once per store kind, in parallel.
 func eachStore(t *testing.T, f func(t *testing.T, kind storeKind)) {
@@ -63,7 +63,7 @@ func newLedger() *ledger {
 // callKey is the key a handler sees: the metadata's, else the field's.
 func callKey(ctx context.Context, req *testpb.ChargeRequest) string {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(grpcidem.DefaultMetadata); len(v) > 0 {
+	if v := md.Get("idempotency-key"); len(v) > 0 {
 		return v[0]
 	}
 	return req.GetRequestId()
@@ -151,15 +151,31 @@ func tenantScope(ctx context.Context) string {
 	return ""
 }
 
+// config is what a test sets: the Once's settings and the interceptor's.
+type config struct {
+	idempotency.OnceConfig
+	grpcidem.Config
+}
+
+// build returns the interceptor of cfg, on a Once of its own.
+func build(cfg config) (*grpcidem.Middleware, error) {
+	once, err := idempotency.NewOnce(cfg.OnceConfig)
+	if err != nil {
+		return nil, err
+	}
+	return grpcidem.New(once, &cfg.Config)
+}
+
 // newInterceptor builds an interceptor for Charge and Refund on store, with
 // the test's prefix and tenant scope; adjust may change the config first.
-func newInterceptor(t testing.TB, store idempotency.Store, prefix string, adjust func(*grpcidem.Config)) *grpcidem.Middleware {
+func newInterceptor(t testing.TB, store idempotency.Store, prefix string, adjust func(*config)) *grpcidem.Middleware {
 	t.Helper()
-	cfg := grpcidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope, Methods: []string{methodCharge, methodRefund}}
+	cfg := config{OnceConfig: idempotency.OnceConfig{Store: store},
+		Config: grpcidem.Config{KeyPrefix: prefix, Scope: tenantScope, Methods: []string{methodCharge, methodRefund}}}
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	i, err := grpcidem.New(cfg, nil)
+	i, err := build(cfg)
 	require.NoError(t, err)
 	return i
 }
@@ -187,7 +203,7 @@ func dial(t testing.TB, addr string, opts ...grpc.DialOption) testpb.LedgerClien
 }
 
 // setup is a server with the interceptor on a store of kind, and a client.
-func setup(t *testing.T, kind storeKind, adjust func(*grpcidem.Config)) (*ledger, testpb.LedgerClient) {
+func setup(t *testing.T, kind storeKind, adjust func(*config)) (*ledger, testpb.LedgerClient) {
 	t.Helper()
 	store, prefix := kind.New(t)
 	l := newLedger()
@@ -216,16 +232,33 @@ func invoke(t testing.TB, method func(context.Context, *testpb.ChargeRequest, ..
 	t.Helper()
 	ctx := metadata.AppendToOutgoingContext(t.Context(), "tenant", tenant)
 	if key != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, grpcidem.DefaultMetadata, key)
+		ctx = metadata.AppendToOutgoingContext(ctx, "idempotency-key", key)
 	}
 	var a answer
 	a.reply, a.err = method(ctx, req, grpc.Header(&a.header))
 	return a
 }
 
+// reasonKind is an answer of the interceptor that the tests tell apart:
+// its ErrorInfo reason (the outcome in upper case) and a part of its
+// message.
+type reasonKind struct{ reason, msg string }
+
+var (
+	keyMissing        = reasonKind{"MISSING_KEY", "requires an idempotency key"}
+	keyInvalid        = reasonKind{"MISSING_KEY", "The idempotency key in"}
+	keyReused         = reasonKind{"KEY_REUSED", "first used for a different call"}
+	inProgress        = reasonKind{"IN_PROGRESS", "is still running"}
+	tooManyAttempts   = reasonKind{"TOO_MANY_ATTEMPTS", "failed too many times"}
+	recordCorrupt     = reasonKind{"CORRUPT_RECORD", "cannot be read"}
+	responseNotStored = reasonKind{"OUTPUT_NOT_STORED", "too large to store"}
+	storeUnavailable  = reasonKind{"STORE_UNAVAILABLE", "store cannot be reached"}
+	notProtoMessage   = reasonKind{"NOT_PROTO_MESSAGE", "protocol buffers"}
+)
+
 // requireReason checks that err is code with the interceptor's ErrorInfo
-// of reason, and returns its status.
-func requireReason(t testing.TB, err error, code codes.Code, reason string) *status.Status {
+// of kind, and returns its status.
+func requireReason(t testing.TB, err error, code codes.Code, kind reasonKind) *status.Status {
 	t.Helper()
 	require.Error(t, err)
 	st := status.Convert(err)
@@ -233,8 +266,16 @@ func requireReason(t testing.TB, err error, code codes.Code, reason string) *sta
 	info := errorInfo(st)
 	require.NotNil(t, info, "the interceptor's own answers carry an ErrorInfo: %v", st.Details())
 	assert.Equal(t, grpcidem.ErrorDomain, info.Domain)
-	assert.Equal(t, reason, info.Reason)
+	assert.Equal(t, kind.reason, info.Reason)
+	assert.Contains(t, st.Message(), kind.msg)
 	return st
+}
+
+// clientErr returns the error a call through c's interceptor fails with
+// before anything is sent, nil when it would be sent.
+func clientErr(c *grpcidem.Client) error {
+	return c.UnaryClientInterceptor(context.Background(), methodCharge, &testpb.ChargeRequest{}, nil, nil,
+		func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return nil })
 }
 
 func errorInfo(st *status.Status) *errdetails.ErrorInfo {

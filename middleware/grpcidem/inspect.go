@@ -1,20 +1,18 @@
 package grpcidem
 
 import (
-	"math"
-
 	"google.golang.org/grpc/codes"
 
 	"github.com/idempotency/watermill-idempotency/internal/adapterinspect"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
 // idemctl reads this interceptor's keys and stored answers with the code
 // that writes them.
 func init() {
-	adapterinspect.Register(adapterinspect.Adapter{Name: "grpc", DefaultPrefix: DefaultKeyPrefix,
-		ClientKey: func(sent string) (string, error) { return sent, adaptercfg.CheckKey(sent, math.MaxInt) },
-		StoreKey:  adaptercfg.StoreKey, Describe: describeAnswer})
+	adapterinspect.Register(adapterinspect.Adapter{Name: "grpc", DefaultPrefix: defaultKeyPrefix,
+		ClientKey: func(sent string) (string, error) { return sent, adapter.CheckKey(sent) },
+		StoreKey:  storeKey, Describe: describeAnswer})
 }
 
 func describeAnswer(result []byte) (adapterinspect.Answer, error) {
@@ -33,3 +31,6 @@ func describeAnswer(result []byte) (adapterinspect.Answer, error) {
 		return adapterinspect.Answer{Format: "grpc_not_stored", Code: a.Code.String(), Bytes: &n}, nil
 	}
 }
+
+// storeKey is the stored key of (scope, key) under prefix.
+func storeKey(prefix, scope, key string) string { return adapter.StoreKey(prefix, scope, key, true) }

@@ -10,19 +10,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 )
-
-// keyError says which source of the key is wrong, and how.
-type keyError struct {
-	source string // "metadata key-name" or "request field name"
-	err    error
-}
-
-func (e *keyError) Error() string {
-	return fmt.Sprintf("the idempotency key in %s %v", e.source, e.err)
-}
-func (e *keyError) Unwrap() error { return e.err }
 
 // What is wrong with a key beyond adapter.CheckKey's rules.
 var (
@@ -32,41 +20,42 @@ var (
 
 // extractKey returns the call's idempotency key, from md under any of names
 // or from the string field named field of req. It returns "" and nil when
-// neither carries one.
+// neither carries one; a wrong key's error names its source ("metadata
+// idempotency-key", "request field request_id").
 //
 // A metadata key may appear once, with one value; several configured names
 // must agree, and so must the metadata and the request field when both
-// carry a key. The key must be 1 to maxLen bytes of printable ASCII (0x20
-// to 0x7E), as in package httpidem. An empty field is absent (proto3 has no
+// carry a key. The key must be printable ASCII (0x20 to 0x7E), not empty,
+// as in package httpidem; a long one is hashed (adapter.StoreKey). An empty field is absent (proto3 has no
 // other way to leave it out); an empty metadata value is an invalid key.
-func extractKey(md metadata.MD, names []string, req proto.Message, field string, maxLen int) (string, error) {
-	key, from := "", ""
+func extractKey(md metadata.MD, names []string, req proto.Message, field string) (key string, source string, err error) {
+	from := ""
 	for _, name := range names {
 		values := md.Get(name)
 		switch {
 		case len(values) == 0:
 			continue
 		case len(values) > 1:
-			return "", &keyError{"metadata " + name, errKeyRepeated}
+			return "", "metadata " + name, errKeyRepeated
 		}
-		if err := adaptercfg.CheckKey(values[0], maxLen); err != nil {
-			return "", &keyError{"metadata " + name, err}
+		if err := adapter.CheckKey(values[0]); err != nil {
+			return "", "metadata " + name, err
 		}
 		if from != "" && values[0] != key {
-			return "", &keyError{"metadata " + name, fmt.Errorf("differs from the one in %s", from)}
+			return "", "metadata " + name, fmt.Errorf("differs from the one in %s", from)
 		}
 		key, from = values[0], "metadata "+name
 	}
 	if v, ok := fieldKey(req, field); ok && v != "" {
-		if err := adaptercfg.CheckKey(v, maxLen); err != nil {
-			return "", &keyError{"request field " + field, err}
+		if err := adapter.CheckKey(v); err != nil {
+			return "", "request field " + field, err
 		}
 		if from != "" && v != key {
-			return "", &keyError{"request field " + field, errKeyConflict}
+			return "", "request field " + field, errKeyConflict
 		}
 		key = v
 	}
-	return key, nil
+	return key, "", nil
 }
 
 // fieldKey returns the value of req's singular string field named field,
@@ -106,16 +95,12 @@ func fingerprint(method string, req proto.Message) ([]byte, error) {
 // forwardKeyCtx is the context key of the call's forward key.
 type forwardKeyCtx struct{}
 
-// ForwardKey returns the key a handler forwards when it hands its work on,
-// for example as the requestId metadata of a message it publishes: the hex
-// of the first 16 bytes of SHA-256 of the call's scope, a colon, and the
-// call's key, as httpidem.ForwardKey has it. Two tenants that send the
-// same key forward two values, so that they never collide at the consumer;
-// the scope itself (a subject, say) is never in it. It is set in the
-// handler's context of every call whose key the interceptor accepted: as
-// the key's owner, or with FailOpen while the store is down. ok is false
-// elsewhere, for example when KeyOptional let a call without a key through,
-// or for a method not in Methods.
+// ForwardKey returns the key a handler hands on with its work, as the
+// requestId of a message it publishes, say: the scope's hash, a colon and
+// the call's key, as httpidem.ForwardKey has it. Two tenants' same key
+// forward two values; the scope itself never appears. It is in the
+// handler's context, also under FailOpen. ok is false elsewhere: for a
+// method not in Methods, or a call without a key under KeyOptional.
 func ForwardKey(ctx context.Context) (key string, ok bool) {
 	key, ok = ctx.Value(forwardKeyCtx{}).(string)
 	return key, ok

@@ -108,16 +108,16 @@ func containsCode(cs []codes.Code, c codes.Code) bool {
 // once the first call is done, the retry gets its replay.
 func TestInProgress(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
-		l, c := setup(t, kind, func(cfg *grpcidem.Config) { cfg.RetryAfter = 1500 * time.Millisecond })
+		l, c := setup(t, kind, func(cfg *config) { cfg.RetryAfter = 1500 * time.Millisecond })
 		req := &testpb.ChargeRequest{Amount: 1, Block: true}
 		done := make(chan answer, 1)
 		go func() { done <- charge(t, c, "t", "busy", req) }()
 		<-l.started
 
 		var trailer metadata.MD
-		ctx := metadata.AppendToOutgoingContext(t.Context(), "tenant", "t", grpcidem.DefaultMetadata, "busy")
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "tenant", "t", "idempotency-key", "busy")
 		_, err := c.Charge(ctx, req, grpc.Trailer(&trailer))
-		st := requireReason(t, err, codes.Aborted, grpcidem.ReasonInProgress)
+		st := requireReason(t, err, codes.Aborted, inProgress)
 		ri := retryInfo(st)
 		require.NotNil(t, ri, "ABORTED carries a RetryInfo")
 		assert.Equal(t, 1500*time.Millisecond, ri.RetryDelay.AsDuration())
@@ -147,7 +147,7 @@ func TestStoreUnavailable(t *testing.T) {
 				c := dial(t, serve(t, l, newInterceptor(t, ds.New(t), "", nil).UnaryServerInterceptor))
 				for range 2 {
 					a := charge(t, c, "t", "k1", &testpb.ChargeRequest{Amount: 1})
-					st := requireReason(t, a.err, codes.Unavailable, grpcidem.ReasonStoreUnavailable)
+					st := requireReason(t, a.err, codes.Unavailable, storeUnavailable)
 					assert.NotNil(t, retryInfo(st))
 				}
 				assert.Zero(t, l.runs.Load(), "the handler must not run without the store")
@@ -156,7 +156,7 @@ func TestStoreUnavailable(t *testing.T) {
 				t.Parallel()
 				l := newLedger()
 				logger := watermill.NewCaptureLogger()
-				i, err := grpcidem.New(grpcidem.Config{Store: ds.New(t), SingleTenant: true, FailOpen: true, Methods: []string{methodCharge}}, logger)
+				i, err := build(config{OnceConfig: idempotency.OnceConfig{Store: ds.New(t), FailOpen: true, Logger: logger}, Config: grpcidem.Config{SingleTenant: true, Methods: []string{methodCharge}}})
 				require.NoError(t, err)
 				c := dial(t, serve(t, l, i.UnaryServerInterceptor))
 				for n := range 2 {
@@ -190,18 +190,18 @@ func TestCorruptRecord(t *testing.T) {
 
 		l := newLedger()
 		logger := watermill.NewCaptureLogger()
-		i, err := grpcidem.New(grpcidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope, Methods: []string{methodCharge}}, logger)
+		i, err := build(config{OnceConfig: idempotency.OnceConfig{Store: store, Logger: logger}, Config: grpcidem.Config{KeyPrefix: prefix, Scope: tenantScope, Methods: []string{methodCharge}}})
 		require.NoError(t, err)
 		c := dial(t, serve(t, l, i.UnaryServerInterceptor))
 		a := charge(t, c, "t", "k1", &testpb.ChargeRequest{Amount: 1})
-		requireReason(t, a.err, codes.Internal, grpcidem.ReasonRecordCorrupt)
+		requireReason(t, a.err, codes.Internal, recordCorrupt)
 		assert.False(t, a.replayed())
 		assert.Equal(t, `{"state":"completed"}`, client.Get(ctx, skey).Val(), "the foreign value is left as it was")
 		assert.Zero(t, l.runs.Load())
 		errs := logger.Captured()[watermill.ErrorLogLevel]
 		require.Len(t, errs, 1)
 		assert.ErrorIs(t, errs[0].Err, idempotency.ErrCorruptRecord)
-		assert.Equal(t, skey, errs[0].Fields["stored_key"])
+		assert.Equal(t, skey, errs[0].Fields["idempotency_key"], "logged with the stored key")
 	})
 	t.Run("unreadable stored answer", func(t *testing.T) {
 		t.Parallel()
@@ -212,7 +212,7 @@ func TestCorruptRecord(t *testing.T) {
 			"empty":        {},
 		} {
 			store := memstore.New(nil)
-			skey := grpcidem.StoreKey(grpcidem.DefaultKeyPrefix, "t", "k1")
+			skey := grpcidem.StoreKey("grpcidem", "t", "k1")
 			ctx := context.Background()
 			_, err := store.Claim(ctx, skey, idempotency.ClaimRequest{Token: "tok", Lease: time.Minute, TTL: time.Minute})
 			require.NoError(t, err)
@@ -221,7 +221,7 @@ func TestCorruptRecord(t *testing.T) {
 			l := newLedger()
 			c := dial(t, serve(t, l, newInterceptor(t, store, "", nil).UnaryServerInterceptor))
 			a := charge(t, c, "t", "k1", &testpb.ChargeRequest{Amount: 1})
-			requireReason(t, a.err, codes.Internal, grpcidem.ReasonRecordCorrupt)
+			requireReason(t, a.err, codes.Internal, recordCorrupt)
 			assert.Zero(t, l.runs.Load(), name)
 		}
 	})
@@ -242,14 +242,13 @@ func TestCallerGone(t *testing.T) {
 		return handler(ctx, req)
 	}
 	client := func(storeTimeout time.Duration) testpb.LedgerClient {
-		i, err := grpcidem.New(grpcidem.Config{Store: store, SingleTenant: true, Methods: []string{methodCharge},
-			Observer: obs, StoreTimeout: storeTimeout}, logger)
+		i, err := build(config{OnceConfig: idempotency.OnceConfig{Store: store, Observer: obs, StoreTimeout: storeTimeout, Logger: logger}, Config: grpcidem.Config{SingleTenant: true, Methods: []string{methodCharge}}})
 		require.NoError(t, err)
 		return dial(t, serve(t, l, signal, i.UnaryServerInterceptor))
 	}
 
 	// The caller's deadline ends long before StoreTimeout could.
-	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(t.Context(), grpcidem.DefaultMetadata, "gave-up"), 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", "gave-up"), 100*time.Millisecond)
 	defer cancel()
 	_, err := client(2*time.Second).Charge(ctx, &testpb.ChargeRequest{Amount: 1})
 	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%v", err)
@@ -262,7 +261,7 @@ func TestCallerGone(t *testing.T) {
 	// A caller without a deadline waits out StoreTimeout.
 	a := charge(t, client(200*time.Millisecond), "t", "waited", &testpb.ChargeRequest{Amount: 1})
 	<-served
-	requireReason(t, a.err, codes.Unavailable, grpcidem.ReasonStoreUnavailable)
+	requireReason(t, a.err, codes.Unavailable, storeUnavailable)
 	obs.mu.Lock()
 	assert.Equal(t, []string{methodCharge + " caller_gone", methodCharge + " store_unavailable"}, obs.outcomes)
 	obs.mu.Unlock()
@@ -282,11 +281,10 @@ func TestStoreTimeoutBeforeCallerDeadline(t *testing.T) {
 		defer func() { served <- struct{}{} }() // the outcome is counted
 		return handler(ctx, req)
 	}
-	i, err := grpcidem.New(grpcidem.Config{Store: store, SingleTenant: true, Methods: []string{methodCharge},
-		Observer: obs, StoreTimeout: time.Second}, nil)
+	i, err := build(config{OnceConfig: idempotency.OnceConfig{Store: store, Observer: obs, StoreTimeout: time.Second}, Config: grpcidem.Config{SingleTenant: true, Methods: []string{methodCharge}}})
 	require.NoError(t, err)
 	c := dial(t, serve(t, l, signal, i.UnaryServerInterceptor))
-	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(t.Context(), grpcidem.DefaultMetadata, "store-timeout"), 1500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", "store-timeout"), 1500*time.Millisecond)
 	defer cancel()
 	_, _ = c.Charge(ctx, &testpb.ChargeRequest{Amount: 1})
 	<-served

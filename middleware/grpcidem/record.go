@@ -23,7 +23,7 @@ import (
 //	                uvarint length + wire bytes
 //	  kindStatus    a final status: uvarint length + google.rpc.Status
 //	                (code, message, details) in wire format
-//	  kindOmitted   an answer over MaxResponseSize: uvarint code (0 for a
+//	  kindOmitted   an answer over MaxOutputSize: uvarint code (0 for a
 //	                response), uvarint size of what was not stored
 //
 // Decoding is strict: any truncation, overlong length, unknown kind or

@@ -22,7 +22,6 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 )
 
 // ReplayedMetadata is the response header metadata key set to "true" on
@@ -34,46 +33,9 @@ const ReplayedMetadata = "idempotent-replayed"
 const pushbackMetadata = "grpc-retry-pushback-ms"
 
 // ErrorDomain is the Domain of the google.rpc.ErrorInfo detail that every
-// answer of the interceptor itself carries, beside one of the Reason
-// constants, so that a client tells them from the handler's own statuses.
+// answer of the interceptor itself carries. Its Reason is the outcome in
+// upper case, as IN_PROGRESS; the package documentation lists them.
 const ErrorDomain = "grpcidem.watermill-idempotency"
-
-// Reasons of the ErrorInfo detail carried by the interceptor's own answers.
-const (
-	// ReasonKeyMissing (INVALID_ARGUMENT): the method requires an
-	// idempotency key and the call carries none.
-	ReasonKeyMissing = "IDEMPOTENCY_KEY_MISSING"
-	// ReasonKeyInvalid (INVALID_ARGUMENT): the key is empty, longer than
-	// MaxKeyLength, holds a byte outside printable ASCII, is sent more than
-	// once, or differs between two of its sources.
-	ReasonKeyInvalid = "IDEMPOTENCY_KEY_INVALID"
-	// ReasonKeyReused (FAILED_PRECONDITION): the key was first used for a
-	// different call (another method, or another request message). Use a
-	// new key for a new call.
-	ReasonKeyReused = "IDEMPOTENCY_KEY_REUSED"
-	// ReasonInProgress (ABORTED, with RetryInfo): a call with this key is
-	// still running. Retry later with the same key.
-	ReasonInProgress = "IDEMPOTENCY_KEY_IN_PROGRESS"
-	// ReasonStoreUnavailable (UNAVAILABLE, with RetryInfo): the store could
-	// not be reached and FailOpen is off; the handler did not run.
-	ReasonStoreUnavailable = "IDEMPOTENCY_STORE_UNAVAILABLE"
-	// ReasonRecordCorrupt (INTERNAL): the value kept under this key is not
-	// a record of the store's (idempotency.ErrCorruptRecord), or the answer
-	// stored in it cannot be rebuilt: nothing runs. Retrying with the same
-	// key gets the same answer until an operator inspects and deletes the
-	// key, which the server logs.
-	ReasonRecordCorrupt = "IDEMPOTENCY_RECORD_CORRUPT"
-	// ReasonResponseNotStored (ALREADY_EXISTS): the call with this key
-	// completed, but its answer exceeded MaxResponseSize and cannot be
-	// replayed. The effect happened: do not retry with a new key; look the
-	// result up instead. The ErrorInfo's metadata holds "original_code"
-	// and "size".
-	ReasonResponseNotStored = "IDEMPOTENCY_RESPONSE_NOT_STORED"
-	// ReasonNotProtoMessage (INTERNAL): the request is not a protocol
-	// buffers message (a custom codec), so it has no fingerprint; nothing
-	// runs.
-	ReasonNotProtoMessage = "IDEMPOTENCY_NOT_PROTO_MESSAGE"
-)
 
 // retryable are the codes after which the key is FAILED, so that a retry
 // runs the handler again: they say the call may not have had its effect, or
@@ -84,60 +46,56 @@ var retryable = [...]codes.Code{
 	codes.ResourceExhausted, codes.Aborted, codes.Canceled,
 }
 
-// Retryable reports whether a handler's status code leaves the key FAILED,
-// so that a retry runs the handler again (UNAVAILABLE, INTERNAL, UNKNOWN,
-// DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED, CANCELED), rather than
-// COMPLETED and replayed.
-func Retryable(c codes.Code) bool { return slices.Contains(retryable[:], c) }
+// isRetryable reports whether a handler's status code leaves the key
+// FAILED, so that a retry runs the handler again.
+func isRetryable(c codes.Code) bool { return slices.Contains(retryable[:], c) }
 
-// Middleware makes unary gRPC methods idempotent per key. It is safe for
-// concurrent use; build it with New and install UnaryServerInterceptor,
-// which is a grpc.UnaryServerInterceptor. It is named as the adapters of
-// packages idempotency (Watermill) and httpidem (net/http) are: each has a
-// Middleware built by New, plugged in by the method named after what its
-// framework takes.
+// Middleware runs unary gRPC methods once per idempotency key. Build it
+// with [New]; it is safe for concurrent use.
 type Middleware struct {
 	cfg      Config
 	once     *idempotency.Once
 	logger   watermill.LoggerAdapter
-	observer idempotency.Observer
+	maxSize  int  // the Once's MaxOutputSize: the largest answer stored
+	failOpen bool // the Once's FailOpen
 	scope    func(context.Context) string
 	methods  map[string]bool
 }
 
-// New returns an interceptor for cfg, which is copied: later changes to the
-// caller's Config have no effect. A nil logger logs nothing. An invalid
-// Config is refused with every problem that Config.Validate reports, each
-// matching ErrInvalidConfig (and ErrNilStore for a missing Store).
-func New(cfg Config, logger watermill.LoggerAdapter) (*Middleware, error) {
-	cfg.setDefaults()
-	if err := cfg.Validate(); err != nil {
+// New returns the interceptor for cfg on once, whose store, lease, TTLs,
+// FailOpen, Observer, logger and MaxOutputSize it uses; share one Once
+// with the other adapters of the process. New reports every problem at
+// once, each matching [ErrInvalidConfig].
+func New(once *idempotency.Once, cfg *Config) (*Middleware, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c, err := cfg.withDefaults()
+	if once == nil {
+		err = errors.Join(fmt.Errorf("%w: the Once is nil", ErrInvalidConfig), err)
+	}
+	if err != nil {
 		return nil, err
 	}
-	i := &Middleware{cfg: cfg, scope: cfg.Scope, methods: make(map[string]bool, len(cfg.Methods))}
-	for _, m := range cfg.Methods {
+	oc := once.Config()
+	i := &Middleware{cfg: c, once: once, logger: oc.Logger, maxSize: oc.MaxOutputSize, failOpen: oc.FailOpen,
+		scope: c.Scope, methods: make(map[string]bool, len(c.Methods))}
+	for _, m := range c.Methods {
 		i.methods[m] = true
 	}
-	if cfg.SingleTenant {
+	if c.SingleTenant {
 		i.scope = func(context.Context) string { return "" }
 	}
-	// The one owner protocol claims, renews, completes and fails the keys;
-	// the interceptor only decides what each outcome means for gRPC.
-	var err error
-	if i.once, i.logger, err = cfg.common().NewOnce(logger); err != nil {
-		return nil, err
-	}
-	i.observer = cfg.common().ObserverOrNop()
 	return i, nil
 }
 
 // call is what the logs and the Observer say about one call.
 type call struct {
-	ctx      context.Context // the call's, for a ContextObserver's span
-	method   string          // the full method name, the Observer's label
-	key      string          // the stored key, once derived
-	attempts int             // the key's attempts, once claimed
-	fields   watermill.LogFields
+	ctx      context.Context     // the call's, for the Observer (otelgrpc's span)
+	method   string              // the full method name, the Observer's label
+	key      string              // the stored key, once derived
+	attempts int                 // the key's attempts, once claimed
+	fields   watermill.LogFields // for the interceptor's own logs
 }
 
 // UnaryServerInterceptor is the grpc.UnaryServerInterceptor:
@@ -154,33 +112,30 @@ func (i *Middleware) UnaryServerInterceptor(ctx context.Context, req any, info *
 	msg, ok := req.(proto.Message)
 	if !ok {
 		i.logger.Error("Idempotency needs protocol buffers requests", fmt.Errorf("request is a %T", req), c.fields)
-		return nil, i.status(codes.Internal, ReasonNotProtoMessage,
-			"The server cannot make this method idempotent: its request is not a protocol buffers message.", nil, false)
+		return nil, i.refuse(idempotency.Outcome(adapter.NotProtoMessage),
+			"The server cannot make this method idempotent: its request is not a protocol buffers message.", nil)
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	key, err := extractKey(md, i.cfg.Metadata, msg, i.cfg.RequestField, i.cfg.MaxKeyLength)
+	key, source, err := extractKey(md, i.cfg.Metadata, msg, i.cfg.RequestField)
 	switch {
 	case err != nil:
 		i.done(c, idempotency.OutcomeMissingKey, nil)
-		return nil, i.status(codes.InvalidArgument, ReasonKeyInvalid, i.describeKeyError(err), nil, false)
+		return nil, i.refuse(idempotency.OutcomeMissingKey, i.describeKeyError(source, err), nil)
 	case key == "" && i.cfg.KeyOptional:
 		return handler(ctx, req)
 	case key == "":
 		i.done(c, idempotency.OutcomeMissingKey, nil)
-		return nil, i.status(codes.InvalidArgument, ReasonKeyMissing, fmt.Sprintf(
+		return nil, i.refuse(idempotency.OutcomeMissingKey, fmt.Sprintf(
 			"%s requires an idempotency key: send a unique one (a V4 UUID, say) in the metadata %s or the request field %s, and reuse it when you retry.",
-			info.FullMethod, i.cfg.Metadata[0], i.cfg.RequestField), nil, false)
+			info.FullMethod, i.cfg.Metadata[0], i.cfg.RequestField), nil)
 	}
 	fp, err := fingerprint(info.FullMethod, msg)
 	if err != nil {
 		i.logger.Error("Request cannot be fingerprinted", err, c.fields)
-		return nil, i.status(codes.Internal, ReasonNotProtoMessage, "The server cannot encode the request to fingerprint it.", nil, false)
+		return nil, i.refuse(idempotency.Outcome(adapter.NotProtoMessage), "The server cannot encode the request to fingerprint it.", nil)
 	}
-	skey := adaptercfg.StoreKey(i.cfg.KeyPrefix, i.scope(ctx), key)
-	// The stored key names the record for an operator; it holds the scope's
-	// hash, never the scope.
-	c.fields["idempotency_key"] = key
-	c.fields["stored_key"] = skey
+	skey := adapter.StoreKey(i.cfg.KeyPrefix, i.scope(ctx), key, true)
+	c.fields["idempotency_key"] = skey // the scope's hash, never the scope
 	c.key = skey
 
 	lease, claim, err := i.once.Claim(ctx, skey, fp)
@@ -190,10 +145,14 @@ func (i *Middleware) UnaryServerInterceptor(ctx context.Context, req any, info *
 		return i.run(ctx, req, handler, lease, c)
 	case err == nil:
 		return i.answerRepeat(ctx, claim.Record, fp, c)
+	case errors.Is(err, idempotency.ErrTooManyAttempts):
+		i.done(c, idempotency.OutcomeTooManyAttempts, err)
+		return nil, i.refuse(idempotency.OutcomeTooManyAttempts,
+			"The call with this idempotency key failed too many times, and will not run again with it. Use a new key.", nil)
 	case errors.Is(err, idempotency.ErrCorruptRecord):
 		i.done(c, idempotency.OutcomeCorruptRecord, err)
-		return nil, i.status(codes.Internal, ReasonRecordCorrupt,
-			"The idempotency record of this key cannot be read, so the call was not run. Retrying with the same key will not help until the server's operator repairs it.", nil, false)
+		return nil, i.refuse(idempotency.OutcomeCorruptRecord,
+			"The idempotency record of this key cannot be read, so the call was not run. Retrying with the same key will not help until the server's operator repairs it.", nil)
 	default:
 		return i.claimFailed(ctx, req, handler, err, c)
 	}
@@ -206,14 +165,14 @@ func (i *Middleware) claimFailed(ctx context.Context, req any, handler grpc.Unar
 		// The caller left during the claim: no sign of the store, and
 		// nothing runs for it, even with FailOpen.
 		i.done(c, idempotency.OutcomeCallerGone, err)
-	case i.cfg.FailOpen && ctx.Err() == nil:
+	case i.failOpen && ctx.Err() == nil:
 		i.done(c, idempotency.OutcomeFailOpen, err)
 		return handler(withForwardKey(ctx, i.cfg.KeyPrefix, c.key), req)
 	default:
 		i.done(c, idempotency.OutcomeStoreUnavailable, err)
 	}
-	return nil, i.status(codes.Unavailable, ReasonStoreUnavailable,
-		"The idempotency store cannot be reached, so the call was not run. Retry later with the same key.", nil, true)
+	return nil, i.refuse(idempotency.OutcomeStoreUnavailable,
+		"The idempotency store cannot be reached, so the call was not run. Retry later with the same key.", nil)
 }
 
 // answerRepeat answers a call whose claim was refused, from the record that
@@ -221,8 +180,8 @@ func (i *Middleware) claimFailed(ctx context.Context, req any, handler grpc.Unar
 func (i *Middleware) answerRepeat(ctx context.Context, rec idempotency.Record, fp []byte, c call) (any, error) {
 	if len(rec.Fingerprint) > 0 && !slices.Equal(rec.Fingerprint, fp) {
 		i.done(c, idempotency.OutcomeKeyReused, nil)
-		return nil, i.status(codes.FailedPrecondition, ReasonKeyReused,
-			"This idempotency key was first used for a different call (another method or request message). Use a new key for a new call.", nil, false)
+		return nil, i.refuse(idempotency.OutcomeKeyReused,
+			"This idempotency key was first used for a different call (another method or request message). Use a new key for a new call.", nil)
 	}
 	if rec.State == idempotency.StateCompleted {
 		return i.replay(ctx, rec.Result, c)
@@ -232,8 +191,8 @@ func (i *Middleware) answerRepeat(ctx context.Context, rec idempotency.Record, f
 	// is treated the same way: retry later.)
 	i.done(c, idempotency.OutcomeInProgress, nil)
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(pushbackMetadata, strconv.FormatInt(i.cfg.RetryAfter.Milliseconds(), 10)))
-	return nil, i.status(codes.Aborted, ReasonInProgress,
-		"A call with this idempotency key is still running. Retry later with the same key.", nil, true)
+	return nil, i.refuse(idempotency.OutcomeInProgress,
+		"A call with this idempotency key is still running. Retry later with the same key.", nil)
 }
 
 // replay answers with a stored answer, with the header idempotent-replayed:
@@ -241,8 +200,8 @@ func (i *Middleware) answerRepeat(ctx context.Context, rec idempotency.Record, f
 func (i *Middleware) replay(ctx context.Context, result []byte, c call) (any, error) {
 	corrupt := func(err error) (any, error) {
 		i.done(c, idempotency.OutcomeCorruptRecord, fmt.Errorf("stored answer of a completed key: %w", err))
-		return nil, i.status(codes.Internal, ReasonRecordCorrupt,
-			"The call with this key completed, but its stored answer cannot be read.", nil, false)
+		return nil, i.refuse(idempotency.OutcomeCorruptRecord,
+			"The call with this key completed, but its stored answer cannot be read.", nil)
 	}
 	a, err := decodeAnswer(result)
 	if err != nil {
@@ -263,9 +222,9 @@ func (i *Middleware) replay(ctx context.Context, result []byte, c call) (any, er
 		return nil, status.FromProto(a.Status).Err()
 	default: // kindOmitted
 		i.done(c, idempotency.OutcomeDuplicate, nil)
-		return nil, i.status(codes.AlreadyExists, ReasonResponseNotStored, fmt.Sprintf(
+		return nil, i.refuse(idempotency.OutcomeOutputNotStored, fmt.Sprintf(
 			"The call with this key completed with %s, but its answer (%d bytes) was too large to store and cannot be replayed. Do not retry with a new key: look the result up instead.",
-			a.Code, a.Size), map[string]string{"original_code": a.Code.String(), "size": strconv.Itoa(a.Size)}, false)
+			a.Code, a.Size), map[string]string{"original_code": a.Code.String(), "size": strconv.Itoa(a.Size)})
 	}
 }
 
@@ -274,8 +233,6 @@ func (i *Middleware) replay(ctx context.Context, result []byte, c call) (any, er
 // lost lease, COMPLETED with the answer otherwise, also when the caller
 // left before the handler returned (its retry gets the replay).
 func (i *Middleware) run(ctx context.Context, req any, handler grpc.UnaryHandler, lease *idempotency.Lease, c call) (any, error) {
-	// A copy: the lease reads the fields it was given from its renewal timer.
-	c.fields = c.fields.Copy().Add(watermill.LogFields{"attempts": lease.Record().Attempts})
 	lctx := lease.Context()
 
 	var (
@@ -299,18 +256,18 @@ func (i *Middleware) run(ctx context.Context, req any, handler grpc.UnaryHandler
 	)
 	if herr != nil {
 		st := status.Convert(herr)
-		if Retryable(st.Code()) {
+		if isRetryable(st.Code()) {
 			lease.Fail()
 			i.done(c, idempotency.OutcomeHandlerFailed, herr)
 			return resp, herr
 		}
-		result, stored, err = encodeStatus(st, i.cfg.MaxResponseSize)
+		result, stored, err = encodeStatus(st, i.maxSize)
 	} else {
 		m, ok := resp.(proto.Message)
 		if !ok {
 			err = fmt.Errorf("response is a %T, not a protocol buffers message", resp)
 		} else {
-			result, stored, err = encodeResponse(m, i.cfg.MaxResponseSize)
+			result, stored, err = encodeResponse(m, i.maxSize)
 		}
 	}
 	if err != nil {
@@ -322,7 +279,7 @@ func (i *Middleware) run(ctx context.Context, req any, handler grpc.UnaryHandler
 	}
 	if stored.Kind == kindOmitted {
 		i.logger.Info("Answer too large to store; repeats will be answered ALREADY_EXISTS", c.fields.Copy().Add(watermill.LogFields{
-			"code": stored.Code.String(), "size": stored.Size, "max_response_size": i.cfg.MaxResponseSize,
+			"code": stored.Code.String(), "size": stored.Size, "max_output_size": i.maxSize,
 		}))
 	}
 	cerr := lease.Complete(result)
@@ -360,43 +317,36 @@ func lookupMethod(fullMethod string) (protoreflect.MethodDescriptor, bool) {
 	return sd.Methods().ByName(protoreflect.Name(method)), true
 }
 
-// status builds one of the interceptor's own answers: code and message,
-// an ErrorInfo with reason (and meta), and a RetryInfo when retry says that
-// retrying with the same key can help.
-func (i *Middleware) status(code codes.Code, reason, msg string, meta map[string]string, retry bool) error {
-	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain, Metadata: meta}}
-	if retry {
+// refuse builds one of the interceptor's own answers, from the adapters'
+// one table (adapter.Refusals): the outcome's code, msg, an ErrorInfo with
+// the outcome as reason (and meta), and a RetryInfo when retrying with the
+// same key can help.
+func (i *Middleware) refuse(outcome idempotency.Outcome, msg string, meta map[string]string) error {
+	r := adapter.Refusals[string(outcome)]
+	code := codes.Code(r.GRPC)
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: adapter.Reason(string(outcome)), Domain: ErrorDomain, Metadata: meta}}
+	if r.Retry {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(i.cfg.RetryAfter)})
 	}
 	st, err := status.New(code, msg).WithDetails(details...)
-	if err != nil { // only for OK, never passed here
+	if err != nil { // only for OK, never in the table
 		return status.Error(code, msg)
 	}
 	return st.Err()
 }
 
-// describeKeyError says what is wrong with a key, for a status message.
-func (i *Middleware) describeKeyError(err error) string {
-	msg := err.Error() // "the idempotency key in metadata idempotency-key is too long"
+// describeKeyError says what is wrong with the key from source, for a
+// status message.
+func (i *Middleware) describeKeyError(source string, err error) string {
+	msg := fmt.Sprintf("The idempotency key in %s %v", source, err)
 	switch {
-	case errors.Is(err, adaptercfg.ErrKeyTooLong):
-		msg += fmt.Sprintf(" (at most %d bytes)", i.cfg.MaxKeyLength)
 	case errors.Is(err, adapter.ErrKeyNotPrintable):
 		msg += " (0x20 to 0x7E only)"
 	}
-	return strings.ToUpper(msg[:1]) + msg[1:] + ": send one valid key per call."
+	return msg + ": send one valid key per call."
 }
 
-// done counts one outcome and logs it at the level adaptercfg.LogOutcome
-// gives it.
+// done counts and logs one outcome, through the Once.
 func (i *Middleware) done(c call, outcome idempotency.Outcome, err error) {
-	i.report(c, outcome, err)
-	adaptercfg.LogOutcome(i.logger, c.fields, outcome, err)
-}
-
-// report counts one outcome; a ContextObserver also gets the call's context
-// (the span of otelgrpc's server handler, say) and its details.
-func (i *Middleware) report(c call, outcome idempotency.Outcome, err error) {
-	adaptercfg.Report(c.ctx, i.observer, idempotency.OutcomeDetails{Handler: c.method,
-		Key: c.key, Outcome: outcome, Attempt: c.attempts, Err: err})
+	i.once.Report(c.ctx, idempotency.OutcomeDetails{Handler: c.method, Key: c.key, Outcome: outcome, Attempt: c.attempts, Err: err})
 }

@@ -69,7 +69,7 @@ func post(t *testing.T, srv *httptest.Server, path, key, body string) answer {
 	if !assert.NoError(t, err) {
 		return answer{}
 	}
-	req.Header.Set(httpidem.DefaultHeader, key)
+	req.Header.Set("Idempotency-Key", key)
 	resp, err := srv.Client().Do(req)
 	if !assert.NoError(t, err) {
 		return answer{}

@@ -9,235 +9,78 @@ import (
 	"time"
 
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
-	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 )
 
-// Defaults used for the zero value of the corresponding Config fields.
+// The defaults of the fields of Config and Transport.
 const (
-	// DefaultHeader is the request header carrying the key, as named by the
-	// IETF draft "The Idempotency-Key HTTP Header Field".
-	DefaultHeader = "Idempotency-Key"
-	// DefaultMaxKeyLength is the longest key accepted, in bytes: 255,
-	// Stripe's documented bound.
-	DefaultMaxKeyLength = adaptercfg.DefaultMaxKeyLength
-	// DefaultKeyPrefix starts every stored key, followed by a colon that
-	// the middleware adds, as the Watermill middleware does after its
-	// prefix "idem". It differs from that prefix so that HTTP keys and
-	// message keys sharing one store never meet.
-	DefaultKeyPrefix = "httpidem"
-	// DefaultLeaseTTL is how long a claim holds a key while the handler
-	// runs (40 s); it is renewed every third of it
-	// (adaptercfg.DefaultLeaseTTL).
-	DefaultLeaseTTL = adaptercfg.DefaultLeaseTTL
-	// DefaultStoreTimeout bounds each store call, as the Watermill
-	// middleware's adaptercfg.DefaultStoreTimeout does.
-	DefaultStoreTimeout = adaptercfg.DefaultStoreTimeout
-	// DefaultCompletedTTL is how long a completed response is replayed
-	// (24 h, adaptercfg.DefaultCompletedTTL).
-	DefaultCompletedTTL = adaptercfg.DefaultCompletedTTL
-	// DefaultFailedTTL is how long a failed attempt is remembered (24 h,
-	// adaptercfg.DefaultFailedTTL): its fingerprint still binds the key; a
-	// retry may run again.
-	DefaultFailedTTL = adaptercfg.DefaultFailedTTL
-	// DefaultMaxRequestBody bounds the request body read to fingerprint it.
-	DefaultMaxRequestBody = 10 << 20
-	// DefaultMaxResponseBody bounds the response body stored for replay.
-	DefaultMaxResponseBody = 1 << 20
-	// DefaultRetryAfter is the Retry-After sent with 409 and 503 answers:
-	// 1 s.
-	DefaultRetryAfter = adapter.DefaultRetryAfter
-	// DefaultProblemTypeBase starts the "type" member of every problem
-	// body; the ProblemType constant's name follows, so the URI points at
-	// that constant's documentation.
-	DefaultProblemTypeBase = "https://pkg.go.dev/github.com/idempotency/watermill-idempotency/middleware/httpidem#"
-	// DefaultOutcomeLabel labels the outcomes of a request that no
-	// ServeMux pattern matched (see Config.Observer).
-	DefaultOutcomeLabel = "http"
+	defaultHeader          = "Idempotency-Key" // the IETF draft's name
+	defaultKeyPrefix       = "httpidem"        // not the Watermill middleware's "idem"
+	defaultMaxRequestBody  = 10 << 20
+	defaultProblemTypeBase = "https://github.com/idempotency/watermill-idempotency/blob/main/docs/GUARANTEES.md#"
+	defaultOutcomeLabel    = "http" // the Observer's label without a ServeMux pattern
 )
 
-// Errors of an invalid Config, checked with errors.Is.
-var (
-	// ErrInvalidConfig is matched by every problem that Config.Validate and
-	// New report: a negative duration or size, a malformed header name or
-	// method, a Config that sets neither Scope nor SingleTenant, or both,
-	// and a missing Store; and by every problem of a TransportConfig that
-	// NewTransport reports.
-	ErrInvalidConfig = errors.New("httpidem: invalid config")
-	// ErrNilStore is matched, beside ErrInvalidConfig, by the problem of a
-	// Config without a Store.
-	ErrNilStore = errors.New("httpidem: nil store")
-)
+// ErrInvalidConfig is matched by every problem that [New] reports of a
+// [Config], and that a [Transport] with bad fields fails its calls with.
+var ErrInvalidConfig = errors.New("httpidem: invalid config")
 
-// Config configures a Middleware. Store is required, and so is the choice
-// between Scope and SingleTenant; every other field has a usable zero value,
-// documented on the field.
+// Config holds what the middleware adds to its [idempotency.Once]: the
+// store, the lease, the TTLs, FailOpen, the Observer and the stored-output
+// bound (MaxOutputSize, for a response body) are the Once's. Scope or
+// SingleTenant is required; every other field has a default.
 type Config struct {
-	// Store keeps the state of every key. Required: there is no silent
-	// default (use memstore for tests and demos, redisstore in production).
-	Store idempotency.Store
-
-	// Methods lists the request methods the middleware applies to; requests
-	// with any other method pass through untouched. Methods are
-	// case-sensitive, as in HTTP. Nil or empty means POST and PATCH.
-	Methods []string
-
-	// Header is the request header carrying the key. Empty means
-	// DefaultHeader ("Idempotency-Key").
-	Header string
-
-	// KeyOptional lets requests without the header pass through without
-	// idempotency. False (the default) answers them 400: a payment API
-	// should not silently lose the protection because a client forgot it.
-	KeyOptional bool
-
-	// MaxKeyLength is the longest key accepted, in bytes. Zero means
-	// DefaultMaxKeyLength (255); longer keys are answered 400.
-	MaxKeyLength int
-
-	// Scope returns the scope of a request: the namespace part of its
-	// stored key, as Config.Scope of package idempotency is for a message,
-	// so that one key in two scopes is two keys. In HTTP it is derived per
-	// request, from the tenant that sent it (an authenticated subject, an
-	// API key id). Its SHA-256 is part of the stored key, so a client can
-	// never receive the stored response of another scope, two tenants may
-	// use the same key, and no scope (an API key, say) appears in a key
-	// name. The scope of a request is what Scope returns, the empty
-	// string included: put authentication before this middleware, so that
-	// an anonymous request never reaches it. Required unless SingleTenant
-	// is set (there is no safe default: one scope for every client would
-	// let a client's key fetch another client's response); New refuses a
-	// Config with neither, or with both.
+	// Scope returns the tenant of a request (an authenticated subject, an
+	// API key's id). Its hash is part of the stored key, so a client never
+	// gets another tenant's response. The empty string is a scope too: put
+	// authentication first. Required, unless SingleTenant is set.
 	Scope func(r *http.Request) string
 
-	// SingleTenant declares that every request belongs to one client (one
-	// scope), so that no Scope is needed: a service called only by one
-	// other service, say. Never set it for a public API: any client that
-	// sends another client's key would get that client's stored response,
-	// Set-Cookie included.
+	// SingleTenant declares that one client calls this service, so no
+	// Scope is needed. Never set it for a public API.
 	SingleTenant bool
 
-	// KeyPrefix starts every stored key; the middleware adds a colon after
-	// it, as the Watermill middleware does after its Config.KeyPrefix. It
-	// must not hold a colon itself. Empty means DefaultKeyPrefix
-	// ("httpidem").
+	// Methods are the methods the middleware applies to; others pass
+	// through. The default is POST and PATCH.
+	Methods []string
+
+	// Header carries the key. The default is "Idempotency-Key".
+	Header string
+
+	// KeyOptional lets a request without a key through, unprotected.
+	// The default answers it 400.
+	KeyOptional bool
+
+	// KeyPrefix starts every stored key; it holds no colon.
+	// The default is "httpidem".
 	KeyPrefix string
 
-	// LeaseTTL is how long a claim holds a key while the handler runs
-	// (idempotency.OnceConfig.LeaseTTL): the middleware renews it every
-	// LeaseTTL/3, and every LeaseTTL/10 after a renewal failed. When the
-	// store says the lease is lost, or no renewal succeeds for nine tenths
-	// of a LeaseTTL, the handler's context is cancelled with
-	// idempotency.ErrLeaseLost as its cause, before the store can hand the
-	// key to another request. A crashed server stops renewing, and after
-	// LeaseTTL a retry runs the handler again (the lapsed run counts as a
-	// failed attempt). Zero means DefaultLeaseTTL (40 s).
-	LeaseTTL time.Duration
-
-	// StoreTimeout bounds each store call: the claim, each renewal, and
-	// each attempt to record the outcome; every call made while the key is
-	// held is also bounded by what is left of the lease. A claim that times
-	// out is answered 503 (or runs the handler, with FailOpen); a renewal
-	// that times out is retried while the lease lasts; recording COMPLETED
-	// is retried until the lease runs out. Zero means DefaultStoreTimeout
-	// (5 s).
-	StoreTimeout time.Duration
-
-	// CompletedTTL is how long a completed response is kept and replayed.
-	// Zero means DefaultCompletedTTL (24 h).
-	CompletedTTL time.Duration
-
-	// FailedTTL is how long a failed attempt (5xx, panic, lost lease) is
-	// kept, and how long a key whose lease lapsed is kept after its lease
-	// ended. A retry with the same request runs the handler again; one with
-	// a different request is refused with 422 until it expires. Zero means
-	// DefaultFailedTTL (24 h).
-	FailedTTL time.Duration
-
-	// CacheTTL is how long, at most, a key this process saw completed is
-	// replayed from memory, without a store call
-	// (idempotency.OnceConfig.CacheTTL): never past the record's own
-	// CompletedTTL, and an operator's Delete of the key reaches this
-	// process only when the entry ends. Zero means DefaultCacheTTL
-	// (adaptercfg.DefaultCacheTTL, 1 min).
-	CacheTTL time.Duration
-
-	// CacheMaxBytes bounds the memory of that cache (keys, stored responses,
-	// fingerprints and a fixed overhead per entry). Zero means
-	// adaptercfg.DefaultCacheMaxBytes (16 MiB).
-	CacheMaxBytes int
-
-	// DisableCache sends every claim to the store. An in-process store
-	// (memstore) is never cached anyway.
-	DisableCache bool
-
-	// MaxRequestBody bounds the request body, which is read in full to
-	// fingerprint it before the handler runs. Larger bodies are answered
-	// 413 without claiming the key. Zero means DefaultMaxRequestBody
-	// (10 MiB).
+	// MaxRequestBody bounds the body read to fingerprint the request.
+	// A larger one is answered 413. The default is 10 MiB.
 	MaxRequestBody int64
 
-	// MaxResponseBody bounds the response body stored for replay. A larger
-	// response still goes to the first client in full, and the key is
-	// completed without it: repeats are answered 410 (ProblemResponseNotStored).
-	// Zero means DefaultMaxResponseBody (1 MiB).
-	MaxResponseBody int
-
-	// RetryAfter is the Retry-After sent when the key is in progress (409)
-	// or the store is unavailable (503), rounded up to whole seconds. Zero
-	// means DefaultRetryAfter (1 s).
+	// RetryAfter is the Retry-After of 409 and 503, in whole seconds.
+	// The default is 1 s.
 	RetryAfter time.Duration
 
-	// FailOpen runs the handler without idempotency when the store cannot be
-	// reached, and logs it. False (the default) fails closed: 503, the
-	// handler does not run, and the client retries later.
-	FailOpen bool
-
-	// ProblemTypeBase starts the "type" member of problem bodies; the
-	// ProblemType follows. Empty means DefaultProblemTypeBase.
+	// ProblemTypeBase starts the type of every problem; the outcome's
+	// name follows. The default is the URL of docs/GUARANTEES.md.
 	ProblemTypeBase string
-
-	// Observer receives one outcome per request the middleware applies to
-	// (the same idempotency.Observer as the Watermill middleware's, so
-	// idemprom counts both) and the latency of every store call. Its label
-	// is the request's ServeMux pattern (http.Request.Pattern, such as
-	// "POST /payments") when the middleware wraps a handler registered on a
-	// ServeMux, else DefaultOutcomeLabel ("http"): never the scope or the
-	// path, whose values are unbounded. Wrap each route's handler, not the
-	// whole mux, to count per route. Nil means none.
-	Observer idempotency.Observer
 }
 
-func (c *Config) setDefaults() {
-	if len(c.Methods) == 0 {
-		c.Methods = []string{http.MethodPost, http.MethodPatch}
-	} else {
-		c.Methods = slices.Clone(c.Methods)
+// withDefaults returns c with its defaults applied, and every problem of
+// it, each matching ErrInvalidConfig.
+func (c Config) withDefaults() (Config, error) {
+	l := configerr.New(ErrInvalidConfig)
+	switch {
+	case c.Scope == nil && !c.SingleTenant:
+		l.Addf("Scope is required (the tenant of a request); set SingleTenant instead only when one client calls this service")
+	case c.Scope != nil && c.SingleTenant:
+		l.Addf("Scope and SingleTenant are both set; choose one")
 	}
-	c.Header = http.CanonicalHeaderKey(cmp.Or(c.Header, DefaultHeader))
-	c.MaxRequestBody = cmp.Or(c.MaxRequestBody, DefaultMaxRequestBody)
-	c.MaxResponseBody = cmp.Or(c.MaxResponseBody, DefaultMaxResponseBody)
-	c.ProblemTypeBase = cmp.Or(c.ProblemTypeBase, DefaultProblemTypeBase)
-	shared := c.common().WithDefaults(DefaultKeyPrefix)
-	c.KeyPrefix, c.MaxKeyLength, c.RetryAfter = shared.KeyPrefix, shared.MaxKeyLength, shared.RetryAfter
-	c.LeaseTTL, c.StoreTimeout, c.CompletedTTL, c.FailedTTL = shared.LeaseTTL, shared.StoreTimeout, shared.CompletedTTL, shared.FailedTTL
-	c.CacheTTL, c.CacheMaxBytes = shared.CacheTTL, shared.CacheMaxBytes
-}
-
-// Validate reports every problem of the config, not only the first:
-// errors.Join of one error per problem, each matching ErrInvalidConfig (a
-// missing Store matches ErrNilStore as well), in this fixed order: Store;
-// Scope and SingleTenant (one of them, not both); LeaseTTL, StoreTimeout,
-// CompletedTTL, FailedTTL, RetryAfter and CacheTTL (none negative, LeaseTTL
-// at least 3 ms); MaxKeyLength, CacheMaxBytes, MaxRequestBody and
-// MaxResponseBody (none negative); Header (a header name); Methods (each
-// a method name). Zero fields other than Store, Scope and SingleTenant are
-// valid: they stand for their defaults. New calls it after filling the defaults.
-func (c Config) Validate() error {
-	l := c.common().Check()
+	configerr.NotNegative(l, "RetryAfter", c.RetryAfter)
+	configerr.KeyPrefix(l, c.KeyPrefix)
 	configerr.NotNegative(l, "MaxRequestBody", c.MaxRequestBody)
-	configerr.NotNegative(l, "MaxResponseBody", c.MaxResponseBody)
 	if c.Header != "" && !isToken(c.Header) {
 		l.Addf("Header %q is not a header name", c.Header)
 	}
@@ -246,16 +89,17 @@ func (c Config) Validate() error {
 			l.Addf("method %q is not a method name", m)
 		}
 	}
-	return l.Err()
-}
-
-// common is what c shares, field for field, with the Config of package
-// grpcidem.
-func (c Config) common() adaptercfg.Common {
-	return adaptercfg.Common{Invalid: ErrInvalidConfig, NilStore: ErrNilStore, Unit: "request", Store: c.Store, Observer: c.Observer,
-		Scoped: c.Scope != nil, SingleTenant: c.SingleTenant, KeyPrefix: c.KeyPrefix, MaxKeyLength: c.MaxKeyLength, RetryAfter: c.RetryAfter,
-		LeaseTTL: c.LeaseTTL, StoreTimeout: c.StoreTimeout, CompletedTTL: c.CompletedTTL, FailedTTL: c.FailedTTL,
-		CacheTTL: c.CacheTTL, CacheMaxBytes: c.CacheMaxBytes, DisableCache: c.DisableCache}
+	if len(c.Methods) == 0 {
+		c.Methods = []string{http.MethodPost, http.MethodPatch}
+	} else {
+		c.Methods = slices.Clone(c.Methods)
+	}
+	c.Header = http.CanonicalHeaderKey(cmp.Or(c.Header, defaultHeader))
+	c.KeyPrefix = cmp.Or(c.KeyPrefix, defaultKeyPrefix)
+	c.MaxRequestBody = cmp.Or(c.MaxRequestBody, defaultMaxRequestBody)
+	c.RetryAfter = cmp.Or(c.RetryAfter, adapter.DefaultRetryAfter)
+	c.ProblemTypeBase = cmp.Or(c.ProblemTypeBase, defaultProblemTypeBase)
+	return c, l.Err()
 }
 
 // isToken reports whether s is an RFC 9110 token (header names, methods).

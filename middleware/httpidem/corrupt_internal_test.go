@@ -17,7 +17,6 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
@@ -42,7 +41,9 @@ func TestCorruptRedisRecord(t *testing.T) {
 
 	var runs atomic.Int64
 	logger := watermill.NewCaptureLogger()
-	m, err := New(Config{Store: store, KeyPrefix: prefix, Scope: func(r *http.Request) string { return r.Header.Get("X-Tenant") }}, logger)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Logger: logger})
+	require.NoError(t, err)
+	m, err := New(once, &Config{KeyPrefix: prefix, Scope: func(r *http.Request) string { return r.Header.Get("X-Tenant") }})
 	require.NoError(t, err)
 	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
@@ -59,12 +60,12 @@ func TestCorruptRedisRecord(t *testing.T) {
 	for name, put := range foreign {
 		t.Run(name, func(t *testing.T) {
 			k := "k-" + strings.ReplaceAll(name, " ", "-")
-			skey := adaptercfg.StoreKey(prefix, "t", k)
+			skey := storeKey(prefix, "t", k)
 			require.NoError(t, put(skey))
 			dump := client.Dump(ctx, skey).Val()
 
 			req := httptest.NewRequest(http.MethodPost, "/pay", nil)
-			req.Header.Set(DefaultHeader, k)
+			req.Header.Set(defaultHeader, k)
 			req.Header.Set("X-Tenant", "t")
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
@@ -73,7 +74,8 @@ func TestCorruptRedisRecord(t *testing.T) {
 			assert.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"))
 			var p problem
 			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &p))
-			assert.Equal(t, DefaultProblemTypeBase+string(ProblemRecordCorrupt), p.Type)
+			assert.Equal(t, defaultProblemTypeBase+string(idempotency.OutcomeCorruptRecord), p.Type)
+			assert.Contains(t, p.Detail, "idempotency record of this key cannot be read")
 			assert.Empty(t, rec.Header().Get(ReplayedHeader))
 			assert.Equal(t, dump, client.Dump(ctx, skey).Val(), "the foreign value is left as it was")
 		})
@@ -83,6 +85,6 @@ func TestCorruptRedisRecord(t *testing.T) {
 	require.Len(t, errs, len(foreign))
 	for _, e := range errs {
 		assert.ErrorIs(t, e.Err, idempotency.ErrCorruptRecord)
-		assert.True(t, strings.HasPrefix(e.Fields["stored_key"].(string), prefix), "logged with its key")
+		assert.True(t, strings.HasPrefix(e.Fields["idempotency_key"].(string), prefix), "logged with its key")
 	}
 }

@@ -8,17 +8,22 @@ import (
 	"strings"
 
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
 func Example() {
 	store := memstore.New(nil) // redisstore in production
 
-	idem, err := httpidem.New(httpidem.Config{
-		Store: store,
+	// One Once per process: the store, the lease, the TTLs, the cache.
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+	if err != nil {
+		panic(err)
+	}
+	idem, err := httpidem.New(once, &httpidem.Config{
 		// Keep tenants apart: here the API key names the tenant.
 		Scope: func(r *http.Request) string { return r.Header.Get("X-Api-Key") },
-	}, nil)
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -61,7 +66,7 @@ func Example() {
 	// Output:
 	// 201 replayed="" {"id":"pay_1","request":{"amount":1000}}
 	// 201 replayed="true" {"id":"pay_1","request":{"amount":1000}}
-	// 422 replayed="" {"type":"https://pkg.go.dev/github.com/idempotency/watermill-idempotency/middleware/httpidem#ProblemKeyReused","title":"Idempotency-Key reused for a different request","status":422,"detail":"This Idempotency-Key was first used for a different request (method, path, query or body). Use a new key for a new request."}
-	// 400 replayed="" {"type":"https://pkg.go.dev/github.com/idempotency/watermill-idempotency/middleware/httpidem#ProblemKeyMissing","title":"Idempotency-Key is missing","status":400,"detail":"POST /payments requires an Idempotency-Key header: send a unique key (a V4 UUID, say) and reuse it when you retry."}
+	// 422 replayed="" {"type":"https://github.com/idempotency/watermill-idempotency/blob/main/docs/GUARANTEES.md#key_reused","title":"Idempotency key reused for a different request","status":422,"detail":"This Idempotency-Key was first used for a different request (method, path, query or body). Use a new key for a new request."}
+	// 400 replayed="" {"type":"https://github.com/idempotency/watermill-idempotency/blob/main/docs/GUARANTEES.md#missing_key","title":"Idempotency key is missing or invalid","status":400,"detail":"POST /payments requires an Idempotency-Key header: send a unique key (a V4 UUID, say) and reuse it when you retry."}
 	// charges: 1
 }

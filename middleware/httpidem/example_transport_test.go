@@ -10,12 +10,17 @@ import (
 	"time"
 
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
 func ExampleTransport() {
 	store := memstore.New(nil)
-	idem, err := httpidem.New(httpidem.Config{Store: store, SingleTenant: true}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+	if err != nil {
+		panic(err)
+	}
+	idem, err := httpidem.New(once, &httpidem.Config{SingleTenant: true})
 	if err != nil {
 		panic(err)
 	}
@@ -31,14 +36,18 @@ func ExampleTransport() {
 	})))
 	defer srv.Close()
 
-	transport, err := httpidem.NewTransport(httpidem.TransportConfig{
-		BackoffBase: time.Millisecond,
-		OnAttempt: func(a httpidem.Attempt) {
-			fmt.Printf("attempt %d: %d, key sent: %t, then %s\n", a.Number, a.Status, a.Key != "", a.Verdict)
-		},
-	}, nil)
-	if err != nil {
-		panic(err)
+	// Base sees every attempt: wrap it to log, count or trace them.
+	attempts := 0
+	transport := &httpidem.Transport{
+		Backoff: time.Millisecond,
+		Base: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := http.DefaultTransport.RoundTrip(r)
+			attempts++
+			if err == nil {
+				fmt.Printf("attempt %d: %d, key sent: %t\n", attempts, resp.StatusCode, r.Header.Get("Idempotency-Key") != "")
+			}
+			return resp, err
+		}),
 	}
 	client := &http.Client{Transport: transport}
 	resp, err := client.Post(srv.URL+"/payments", "application/json", strings.NewReader(`{"amount":1000}`))
@@ -49,7 +58,11 @@ func ExampleTransport() {
 	body, _ := io.ReadAll(resp.Body)
 	fmt.Printf("%d %s\n", resp.StatusCode, body)
 	// Output:
-	// attempt 1: 503, key sent: true, then retry
-	// attempt 2: 201, key sent: true, then done
+	// attempt 1: 503, key sent: true
+	// attempt 2: 201, key sent: true
 	// 201 paid, run 2
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -39,14 +39,14 @@ func TestStoreUnavailable(t *testing.T) {
 				for range 2 {
 					got := serve(h, newRequest(step{keys: key("k1")}))
 					require.Equal(t, http.StatusServiceUnavailable, got.status)
-					requireProblem(t, got, http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
+					requireProblem(t, got, http.StatusServiceUnavailable, storeUnavailable)
 				}
 				assert.Zero(t, api.runs.Load(), "the handler must not run without the store")
 			})
 			t.Run("fail open", func(t *testing.T) {
 				api := newPayments()
 				logger := watermill.NewCaptureLogger()
-				m, err := httpidem.New(httpidem.Config{Store: ds.New(t), SingleTenant: true, FailOpen: true}, logger)
+				m, err := build(config{OnceConfig: idempotency.OnceConfig{Store: ds.New(t), FailOpen: true, Logger: logger}, Config: httpidem.Config{SingleTenant: true}})
 				require.NoError(t, err)
 				for i := range 2 {
 					got := serve(m.Handler(api), newRequest(step{keys: key("k1")}))
@@ -83,7 +83,7 @@ func TestCompleteRetriedWithinLease(t *testing.T) {
 			store := faultstore.New(inner).On("complete", faultstore.Fail(errBlip))
 			api := newPayments()
 			logger := watermill.NewCaptureLogger()
-			m, err := httpidem.New(httpidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope, LeaseTTL: 150 * time.Millisecond}, logger)
+			m, err := build(config{OnceConfig: idempotency.OnceConfig{Store: store, LeaseTTL: 150 * time.Millisecond, Logger: logger}, Config: httpidem.Config{KeyPrefix: prefix, Scope: tenantScope}})
 			require.NoError(t, err)
 
 			first := serve(m.Handler(api), newRequest(step{keys: key("k1")}))
@@ -103,7 +103,7 @@ func TestLeaseRenewed(t *testing.T) {
 		// Renewals come every third of it: on a loaded machine a 150 ms
 		// lease on a real Redis lapsed between two of them.
 		lease := 500 * time.Millisecond
-		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.LeaseTTL = lease }).Handler(api)
+		h := newMiddleware(t, store, prefix, func(c *config) { c.LeaseTTL = lease }).Handler(api)
 
 		first := make(chan result, 1)
 		go func() { first <- serve(h, newRequest(step{keys: key("k1"), path: "/block"})) }()
@@ -114,7 +114,7 @@ func TestLeaseRenewed(t *testing.T) {
 		go func() { repeat <- serve(h, newRequest(step{keys: key("k1"), path: "/block"})) }()
 		select {
 		case got := <-repeat:
-			requireProblem(t, got, http.StatusConflict, httpidem.ProblemInProgress)
+			requireProblem(t, got, http.StatusConflict, inProgress)
 		case <-api.started:
 			t.Error("a second request took over a live, renewed lease")
 		}
@@ -136,7 +136,7 @@ func TestLeaseLostCancelsHandler(t *testing.T) {
 			cause <- context.Cause(r.Context())
 			w.WriteHeader(http.StatusCreated)
 		})
-		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.LeaseTTL = 60 * time.Millisecond }).Handler(handler)
+		h := newMiddleware(t, store, prefix, func(c *config) { c.LeaseTTL = 60 * time.Millisecond }).Handler(handler)
 
 		done := make(chan result, 1)
 		go func() { done <- serve(h, newRequest(step{keys: key("k1"), tenant: "t"})) }()
@@ -224,7 +224,7 @@ func TestHandlerSeesBody(t *testing.T) {
 	req, err := http.NewRequest(http.MethodPost, srv.URL+"/", io.MultiReader(strings.NewReader(payload)))
 	require.NoError(t, err)
 	req.ContentLength = -1 // unknown: sent chunked
-	req.Header.Set(httpidem.DefaultHeader, "k1")
+	req.Header.Set("Idempotency-Key", "k1")
 	resp, err := srv.Client().Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
@@ -248,7 +248,7 @@ func TestCorruptStoredResponse(t *testing.T) {
 
 		api := newPayments()
 		got := serve(newMiddleware(t, store, prefix, nil).Handler(api), newRequest(step{keys: key("k1")}))
-		requireProblem(t, got, http.StatusInternalServerError, httpidem.ProblemStoredResponseCorrupt)
+		requireProblem(t, got, http.StatusInternalServerError, storedResponseCorrupt)
 		assert.Zero(t, api.runs.Load())
 	})
 }
@@ -296,7 +296,7 @@ func TestClientGoneHandlerReturnsNormally(t *testing.T) {
 				ctx, cancel := context.WithCancel(context.Background())
 				req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/pay", nil)
 				require.NoError(t, err)
-				req.Header.Set(httpidem.DefaultHeader, "k1")
+				req.Header.Set("Idempotency-Key", "k1")
 				gone := make(chan error, 1)
 				go func() {
 					resp, err := srv.Client().Do(req)
@@ -335,11 +335,11 @@ func TestClaimFailsAfterClientLeft(t *testing.T) {
 		t.Run(fmt.Sprintf("FailOpen=%v", failOpen), func(t *testing.T) {
 			store, prefix := storeKinds[0].New(t)
 			api := newPayments()
-			h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.FailOpen = failOpen }).Handler(api)
+			h := newMiddleware(t, store, prefix, func(c *config) { c.FailOpen = failOpen }).Handler(api)
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel() // memstore refuses a claim under a cancelled context
 			got := serve(h, newRequest(step{keys: key("k1")}).WithContext(ctx))
-			requireProblem(t, got, http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
+			requireProblem(t, got, http.StatusServiceUnavailable, storeUnavailable)
 			assert.Zero(t, api.runs.Load(), "nothing runs for a client that is gone")
 		})
 	}
@@ -379,7 +379,7 @@ func TestConnectionCutMidBody(t *testing.T) {
 			defer cancel()
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/download", nil)
 			require.NoError(t, err)
-			req.Header.Set(httpidem.DefaultHeader, "k1")
+			req.Header.Set("Idempotency-Key", "k1")
 			resp, err := srv.Client().Do(req)
 			require.NoError(t, err)
 			require.Equal(t, 2, resp.ProtoMajor)
@@ -475,7 +475,7 @@ func TestHandlerWriteErrorsReachTheHandler(t *testing.T) {
 
 			req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", nil)
 			require.NoError(t, err)
-			req.Header.Set(httpidem.DefaultHeader, "k-over-length")
+			req.Header.Set("Idempotency-Key", "k-over-length")
 			if resp, err := srv.Client().Do(req); err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				_ = resp.Body.Close()

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
@@ -55,10 +55,11 @@ func FuzzMiddleware(f *testing.F) {
 			b2 = b1
 		}
 		store := memstore.New(nil)
-		m, err := New(Config{
-			Store: store, Scope: func(r *http.Request) string { return r.Header.Get("X-Tenant") },
-			MaxRequestBody: 256, MaxResponseBody: 96,
-		}, nil)
+		once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, MaxOutputSize: 96})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := New(once, &Config{Scope: func(r *http.Request) string { return r.Header.Get("X-Tenant") }, MaxRequestBody: 256})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +102,7 @@ func FuzzMiddleware(f *testing.F) {
 				ContentLength: int64(len(fr.body)),
 			}
 			if fr.key != "" {
-				req.Header.Set(DefaultHeader, fr.key)
+				req.Header.Set(defaultHeader, fr.key)
 			}
 			req = req.WithContext(t.Context())
 			before := runs
@@ -121,8 +122,8 @@ func FuzzMiddleware(f *testing.F) {
 			resp := rec.Result()
 			body, _ := io.ReadAll(resp.Body)
 			guarded := slices.Contains([]string{http.MethodPost, http.MethodPatch}, fr.method)
-			parsed, keyErr := parseKey(fr.key, DefaultMaxKeyLength)
-			id := adaptercfg.StoreKey("", fr.tenant, parsed)
+			parsed, keyErr := parseKey(fr.key)
+			id := storeKey("", fr.tenant, parsed)
 
 			if guarded && (fr.key == "" || keyErr != nil) && (resp.StatusCode != http.StatusBadRequest || ran) {
 				t.Fatalf("request %d: key %q (%v) answered %d, handler ran: %v", i, fr.key, keyErr, resp.StatusCode, ran)
@@ -147,7 +148,7 @@ func FuzzMiddleware(f *testing.F) {
 				if match < 0 {
 					t.Fatalf("request %d: replayed %d %q matches no earlier response of this tenant and request", i, resp.StatusCode, body)
 				}
-				if pk, _ := parseKey(history[match].req.key, DefaultMaxKeyLength); pk != parsed {
+				if pk, _ := parseKey(history[match].req.key); pk != parsed {
 					t.Fatalf("request %d: replayed the response of key %q to key %q", i, pk, parsed)
 				}
 			}

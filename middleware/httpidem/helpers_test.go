@@ -21,7 +21,7 @@ import (
 // storeKind builds a fresh store for one test, and a key prefix unique to it.
 type storeKind = adaptertest.StoreKind
 
-var storeKinds = adaptertest.StoreKinds(httpidem.DefaultKeyPrefix, "httpidemtest")
+var storeKinds = adaptertest.StoreKinds("httpidem", "httpidemtest")
 
 // eachStore runs f once per store kind.
 func eachStore(t *testing.T, f func(t *testing.T, kind storeKind)) {
@@ -90,7 +90,7 @@ func (p *payments) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/panic":
 		panic("handler panics")
 	case "/block":
-		p.started <- r.Header.Get(httpidem.DefaultHeader)
+		p.started <- r.Header.Get("Idempotency-Key")
 		select {
 		case <-p.release:
 		case <-r.Context().Done():
@@ -108,15 +108,30 @@ func (p *payments) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // subject would.
 func tenantScope(r *http.Request) string { return r.Header.Get("X-Tenant") }
 
+// config is what a test sets: the Once's settings and the middleware's.
+type config struct {
+	idempotency.OnceConfig
+	httpidem.Config
+}
+
+// build returns the middleware of cfg, on a Once of its own.
+func build(cfg config) (*httpidem.Middleware, error) {
+	once, err := idempotency.NewOnce(cfg.OnceConfig)
+	if err != nil {
+		return nil, err
+	}
+	return httpidem.New(once, &cfg.Config)
+}
+
 // newMiddleware builds a middleware on store with the test's prefix and
 // tenant scope; adjust may change the config first.
-func newMiddleware(t testing.TB, store idempotency.Store, prefix string, adjust func(*httpidem.Config)) *httpidem.Middleware {
+func newMiddleware(t testing.TB, store idempotency.Store, prefix string, adjust func(*config)) *httpidem.Middleware {
 	t.Helper()
-	cfg := httpidem.Config{Store: store, KeyPrefix: prefix, Scope: tenantScope}
+	cfg := config{OnceConfig: idempotency.OnceConfig{Store: store}, Config: httpidem.Config{KeyPrefix: prefix, Scope: tenantScope}}
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	m, err := httpidem.New(cfg, nil)
+	m, err := build(cfg)
 	require.NoError(t, err)
 	return m
 }

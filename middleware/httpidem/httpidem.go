@@ -15,7 +15,6 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 )
 
 // ReplayedHeader is set to "true" on every replayed response.
@@ -28,34 +27,37 @@ const ReplayedHeader = "Idempotent-Replayed"
 // retries, only the end of the response.
 const flushAfter = 100 * time.Millisecond
 
-// Middleware makes POST and PATCH handlers idempotent per Idempotency-Key.
-// It is safe for concurrent use; build it with New.
+// Middleware runs POST and PATCH handlers once per Idempotency-Key. Build
+// it with [New]; it is safe for concurrent use.
 type Middleware struct {
 	cfg      Config
 	once     *idempotency.Once
 	logger   watermill.LoggerAdapter
-	observer idempotency.Observer
+	maxBody  int  // the Once's MaxOutputSize: the largest response stored
+	failOpen bool // the Once's FailOpen
 	scope    func(*http.Request) string
 }
 
-// New returns a middleware for cfg, which is copied: later changes to the
-// caller's Config have no effect. A nil logger logs nothing. An invalid
-// Config is refused with every problem that Config.Validate reports, each
-// matching ErrInvalidConfig (and ErrNilStore for a missing Store).
-func New(cfg Config, logger watermill.LoggerAdapter) (*Middleware, error) {
-	cfg.setDefaults()
-	if err := cfg.Validate(); err != nil {
+// New returns the middleware for cfg on once, whose store, lease, TTLs,
+// FailOpen, Observer, logger and MaxOutputSize it uses; share one Once
+// with the other adapters of the process. A nil cfg has neither Scope nor
+// SingleTenant, so it is refused. New reports every problem at once, each
+// matching [ErrInvalidConfig].
+func New(once *idempotency.Once, cfg *Config) (*Middleware, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c, err := cfg.withDefaults()
+	if once == nil {
+		err = errors.Join(fmt.Errorf("%w: the Once is nil", ErrInvalidConfig), err)
+	}
+	if err != nil {
 		return nil, err
 	}
-	m := &Middleware{cfg: cfg, scope: cfg.Scope, observer: cfg.common().ObserverOrNop()}
-	if cfg.SingleTenant {
+	oc := once.Config()
+	m := &Middleware{cfg: c, once: once, logger: oc.Logger, maxBody: oc.MaxOutputSize, failOpen: oc.FailOpen, scope: c.Scope}
+	if c.SingleTenant {
 		m.scope = func(*http.Request) string { return "" }
-	}
-	// The one owner protocol claims, renews, completes and fails the keys;
-	// the middleware only decides what each outcome means for HTTP.
-	var err error
-	if m.once, m.logger, err = cfg.common().NewOnce(logger); err != nil {
-		return nil, err
 	}
 	return m, nil
 }
@@ -73,10 +75,9 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 
 // request is what the logs and the Observer say about one request.
 type request struct {
-	label  string // the Observer's label: the route pattern, or "http"
-	fields watermill.LogFields
-	// For a idempotency.ContextObserver: the request's context, the stored
-	// key and the attempt count read by the claim.
+	label string // the Observer's label: the route pattern, or "http"
+	// The request's context, the stored key and the attempt count read by
+	// the claim, for the Observer.
 	ctx      context.Context
 	key      string
 	attempts int
@@ -85,9 +86,9 @@ type request struct {
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	rq := request{label: r.Pattern, fields: watermill.LogFields{"method": r.Method, "path": r.URL.Path}, ctx: r.Context()}
+	rq := request{label: r.Pattern, ctx: r.Context()}
 	if rq.label == "" {
-		rq.label = DefaultOutcomeLabel
+		rq.label = defaultOutcomeLabel
 	}
 	values := r.Header.Values(m.cfg.Header)
 	switch {
@@ -96,20 +97,20 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	case len(values) == 0:
 		m.done(rq, idempotency.OutcomeMissingKey, nil)
-		m.writeProblem(w, http.StatusBadRequest, ProblemKeyMissing,
+		m.writeProblem(w, idempotency.OutcomeMissingKey,
 			fmt.Sprintf("%s %s requires an %s header: send a unique key (a V4 UUID, say) and reuse it when you retry.",
 				r.Method, r.URL.Path, m.cfg.Header), nil)
 		return
 	case len(values) > 1:
 		m.done(rq, idempotency.OutcomeMissingKey, nil)
-		m.writeProblem(w, http.StatusBadRequest, ProblemKeyInvalid,
+		m.writeProblem(w, idempotency.OutcomeMissingKey,
 			fmt.Sprintf("The %s header must appear once; it appears %d times.", m.cfg.Header, len(values)), nil)
 		return
 	}
-	key, err := parseKey(values[0], m.cfg.MaxKeyLength)
+	key, err := parseKey(values[0])
 	if err != nil {
 		m.done(rq, idempotency.OutcomeMissingKey, nil)
-		m.writeProblem(w, http.StatusBadRequest, ProblemKeyInvalid, describeKeyError(m.cfg.Header, m.cfg.MaxKeyLength, err), nil)
+		m.writeProblem(w, idempotency.OutcomeMissingKey, describeKeyError(m.cfg.Header, err), nil)
 		return
 	}
 
@@ -118,12 +119,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	fp := fingerprint(r, body)
-	skey := adaptercfg.StoreKey(m.cfg.KeyPrefix, m.scope(r), key)
-	// The stored key names the record for an operator; it holds the
-	// scope's hash, never the scope.
-	rq.fields["idempotency_key"] = key
-	rq.fields["stored_key"] = skey
-
+	skey := adapter.StoreKey(m.cfg.KeyPrefix, m.scope(r), key, true)
 	rq.key = skey
 	rq.parsedKey = key
 	lease, claim, err := m.once.Claim(r.Context(), skey, fp)
@@ -133,9 +129,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.run(w, r, next, lease, rq)
 	case err == nil:
 		m.answerRepeat(w, claim.Record, fp, rq)
+	case errors.Is(err, idempotency.ErrTooManyAttempts):
+		m.done(rq, idempotency.OutcomeTooManyAttempts, err)
+		m.writeProblem(w, idempotency.OutcomeTooManyAttempts,
+			"The request with this key failed too many times, and will not run again with it. Use a new key.", nil)
 	case errors.Is(err, idempotency.ErrCorruptRecord):
 		m.done(rq, idempotency.OutcomeCorruptRecord, err)
-		m.writeProblem(w, http.StatusInternalServerError, ProblemRecordCorrupt,
+		m.writeProblem(w, idempotency.OutcomeCorruptRecord,
 			"The idempotency record of this key cannot be read, so the request was not run. Retrying with the same key will not help until the server's operator repairs it.", nil)
 	default:
 		m.claimFailed(w, r, next, err, rq)
@@ -151,14 +151,14 @@ func (m *Middleware) claimFailed(w http.ResponseWriter, r *http.Request, next ht
 	case idempotency.OutcomeOf(err) == idempotency.OutcomeCallerGone:
 		// The client hung up during the claim: no sign of the store.
 		m.done(rq, idempotency.OutcomeCallerGone, err)
-	case m.cfg.FailOpen && r.Context().Err() == nil:
+	case m.failOpen && r.Context().Err() == nil:
 		m.done(rq, idempotency.OutcomeFailOpen, err)
 		next.ServeHTTP(w, r.WithContext(withRequestKey(r.Context(), m.cfg.KeyPrefix, rq.parsedKey, rq.key)))
 		return
 	default:
 		m.done(rq, idempotency.OutcomeStoreUnavailable, err)
 	}
-	m.writeProblem(w, http.StatusServiceUnavailable, ProblemStoreUnavailable,
+	m.writeProblem(w, idempotency.OutcomeStoreUnavailable,
 		"The idempotency store cannot be reached, so the request was not run. Retry later with the same key.", nil)
 }
 
@@ -166,7 +166,7 @@ func (m *Middleware) claimFailed(w http.ResponseWriter, r *http.Request, next ht
 // handler. It answers the request itself and returns false when it cannot.
 func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	tooLarge := func() ([]byte, bool) {
-		m.writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
+		m.writeProblem(w, idempotency.Outcome(adapter.BodyTooLarge),
 			fmt.Sprintf("The request body exceeds %d bytes.", m.cfg.MaxRequestBody), nil)
 		return nil, false
 	}
@@ -179,7 +179,7 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 		body, err = io.ReadAll(io.LimitReader(r.Body, m.cfg.MaxRequestBody+1))
 		_ = r.Body.Close()
 		if err != nil {
-			m.writeProblem(w, http.StatusBadRequest, ProblemBodyUnreadable, "The request body could not be read in full.", nil)
+			m.writeProblem(w, idempotency.Outcome(adapter.BodyUnreadable), "The request body could not be read in full.", nil)
 			return nil, false
 		}
 		if int64(len(body)) > m.cfg.MaxRequestBody {
@@ -197,7 +197,7 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 func (m *Middleware) answerRepeat(w http.ResponseWriter, rec idempotency.Record, fp []byte, rq request) {
 	if len(rec.Fingerprint) > 0 && !bytes.Equal(rec.Fingerprint, fp) {
 		m.done(rq, idempotency.OutcomeKeyReused, nil)
-		m.writeProblem(w, http.StatusUnprocessableEntity, ProblemKeyReused,
+		m.writeProblem(w, idempotency.OutcomeKeyReused,
 			fmt.Sprintf("This %s was first used for a different request (method, path, query or body). Use a new key for a new request.", m.cfg.Header), nil)
 		return
 	}
@@ -209,7 +209,7 @@ func (m *Middleware) answerRepeat(w http.ResponseWriter, rec idempotency.Record,
 		// unless its fingerprint differs, handled above; a store answering
 		// otherwise is treated the same way: retry later.)
 		m.done(rq, idempotency.OutcomeInProgress, nil)
-		m.writeProblem(w, http.StatusConflict, ProblemInProgress,
+		m.writeProblem(w, idempotency.OutcomeInProgress,
 			fmt.Sprintf("A request with this %s is still being processed. Retry later with the same key.", m.cfg.Header), nil)
 	}
 }
@@ -220,13 +220,13 @@ func (m *Middleware) replay(w http.ResponseWriter, result []byte, rq request) {
 	s, err := decodeResponse(result)
 	if err != nil {
 		m.done(rq, idempotency.OutcomeCorruptRecord, fmt.Errorf("stored response of a completed key: %w", err))
-		m.writeProblem(w, http.StatusInternalServerError, ProblemStoredResponseCorrupt,
+		m.writeProblem(w, idempotency.OutcomeCorruptRecord,
 			"The request with this key completed, but its stored response cannot be read.", nil)
 		return
 	}
 	m.done(rq, idempotency.OutcomeDuplicate, nil)
 	if s.BodyOmitted {
-		m.writeProblem(w, http.StatusGone, ProblemResponseNotStored,
+		m.writeProblem(w, idempotency.OutcomeOutputNotStored,
 			fmt.Sprintf("The request with this key completed with status %d, but its response (%d bytes) was too large to store and cannot be replayed. Do not retry with a new key: look the result up instead.",
 				s.Status, s.BodySize),
 			func(p *problem) { p.OriginalStatus = s.Status })
@@ -250,9 +250,7 @@ func (m *Middleware) replay(w http.ResponseWriter, result []byte, rq request) {
 // COMPLETED with the response otherwise, also when the client left before
 // the handler returned (its retry gets the replay).
 func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease *idempotency.Lease, rq request) {
-	// A copy: the lease reads the fields it was given from its renewal timer.
-	rq.fields = rq.fields.Copy().Add(watermill.LogFields{"attempts": lease.Record().Attempts})
-	rec := newRecorder(w, m.cfg.MaxResponseBody)
+	rec := newRecorder(w, m.maxBody)
 	ctx := lease.Context()
 
 	adapter.RunHandler(lease, func(err error) { m.done(rq, idempotency.OutcomeHandlerFailed, err) },
@@ -272,9 +270,8 @@ func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handl
 		return
 	}
 	if resp.BodyOmitted {
-		m.logger.Info("Response too large to store; repeats will be answered 410", rq.fields.Copy().Add(watermill.LogFields{
-			"status": resp.Status, "body_size": resp.BodySize, "max_response_body": m.cfg.MaxResponseBody,
-		}))
+		m.logger.Info("Response too large to store; repeats will be answered 410", watermill.LogFields{"idempotency_key": rq.key,
+			"status": resp.Status, "body_size": resp.BodySize, "max_output_size": m.maxBody})
 	}
 	cerr := m.complete(rec, lease, resp.encode())
 	m.done(rq, idempotency.OutcomeOf(cerr), cerr)
@@ -305,15 +302,7 @@ func (m *Middleware) complete(rec *recorder, lease *idempotency.Lease, result []
 	return err
 }
 
-// report tells the Observer about one outcome.
-func (m *Middleware) report(rq request, outcome idempotency.Outcome, err error) {
-	adaptercfg.Report(rq.ctx, m.observer, idempotency.OutcomeDetails{Handler: rq.label,
-		Key: rq.key, Outcome: outcome, Attempt: rq.attempts, Err: err})
-}
-
-// done counts one outcome and logs it at the level adaptercfg.LogOutcome
-// gives it.
+// done counts and logs one outcome, through the Once.
 func (m *Middleware) done(rq request, outcome idempotency.Outcome, err error) {
-	m.report(rq, outcome, err)
-	adaptercfg.LogOutcome(m.logger, rq.fields, outcome, err)
+	m.once.Report(rq.ctx, idempotency.OutcomeDetails{Handler: rq.label, Key: rq.key, Outcome: outcome, Attempt: rq.attempts, Err: err})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
 )
 
@@ -27,8 +28,8 @@ type step struct {
 	blocked bool // the handler blocks; the step runs in the background until the scenario ends
 
 	wantStatus  int
-	wantProblem httpidem.ProblemType // the answer is this problem, not the handler's
-	wantReplays string               // the answer replays the response of the named earlier step
+	wantProblem *problemKind // the answer is this problem, not the handler's
+	wantReplays string       // the answer replays the response of the named earlier step
 	wantPanic   bool
 	wantRunsNow int64 // handler runs counted after this step (checked when > 0)
 }
@@ -39,7 +40,7 @@ func TestStatuses(t *testing.T) {
 	long := strings.Repeat("k", 255)
 	cases := []struct {
 		name     string
-		adjust   func(*httpidem.Config)
+		adjust   func(*config)
 		steps    []step
 		wantRuns int64
 	}{
@@ -61,62 +62,76 @@ func TestStatuses(t *testing.T) {
 			{name: "first", method: http.MethodPatch, keys: key("k1"), wantStatus: 201},
 			{method: http.MethodPatch, keys: key("k1"), wantStatus: 201, wantReplays: "first"},
 		}, wantRuns: 1},
-		{name: "configured methods", adjust: func(c *httpidem.Config) { c.Methods = []string{http.MethodPut} }, steps: []step{
+		{name: "configured methods", adjust: func(c *config) { c.Methods = []string{http.MethodPut} }, steps: []step{
 			{name: "put", method: http.MethodPut, keys: key("k1"), wantStatus: 201},
 			{method: http.MethodPut, keys: key("k1"), wantStatus: 201, wantReplays: "put"},
 			{method: http.MethodPost, wantStatus: 201},
 		}, wantRuns: 2},
+		// The Once's MaxAttempts caps the runs of one key: the request
+		// after the last is refused, and nothing runs.
+		{name: "MaxAttempts of the Once", adjust: func(c *config) { c.MaxAttempts = 2 }, steps: []step{
+			{path: "/fail", keys: key("k1"), wantStatus: 503},
+			{path: "/fail", keys: key("k1"), wantStatus: 503},
+			{path: "/fail", keys: key("k1"), wantStatus: 422, wantProblem: tooManyAttempts},
+			{path: "/fail", keys: key("k1"), wantStatus: 422, wantProblem: tooManyAttempts},
+			{path: "/fail", keys: key("k2"), wantStatus: 503},
+		}, wantRuns: 3},
 		{name: "missing key", steps: []step{
-			{wantStatus: 400, wantProblem: httpidem.ProblemKeyMissing},
-			{method: http.MethodPatch, wantStatus: 400, wantProblem: httpidem.ProblemKeyMissing},
+			{wantStatus: 400, wantProblem: keyMissing},
+			{method: http.MethodPatch, wantStatus: 400, wantProblem: keyMissing},
 		}, wantRuns: 0},
-		{name: "missing key allowed when optional", adjust: func(c *httpidem.Config) { c.KeyOptional = true }, steps: []step{
+		{name: "missing key allowed when optional", adjust: func(c *config) { c.KeyOptional = true }, steps: []step{
 			{wantStatus: 201}, {wantStatus: 201},
 		}, wantRuns: 2},
 		{name: "invalid keys", steps: []step{
-			{keys: key(""), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key(long + "k"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key("k\x01"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key("k\x7f"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key("clé"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key(`"unterminated`), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key(`"bad\escape"`), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key(`""`), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: []string{"k1", "k2"}, wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
+			{keys: key(""), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: key("k\x01"), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: key("k\x7f"), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: key("clé"), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: key(`"unterminated`), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: key(`"bad\escape"`), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: key(`""`), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: []string{"k1", "k2"}, wantStatus: 400, wantProblem: keyInvalid},
 		}, wantRuns: 0},
-		{name: "longest key and printable punctuation accepted", steps: []step{
+		{name: "long keys and printable punctuation accepted", steps: []step{
 			{name: "long", keys: key(long), wantStatus: 201},
 			{keys: key(long), wantStatus: 201, wantReplays: "long"},
+			// Keys over 200 bytes are stored hashed: one differing only in
+			// its last byte is another key.
+			{name: "longer", keys: key(long + "k"), wantStatus: 201},
+			{keys: key(long + "k"), wantStatus: 201, wantReplays: "longer"},
+			{name: "longer 2", keys: key(long + "j"), wantStatus: 201},
+			{keys: key(long + "j"), wantStatus: 201, wantReplays: "longer 2"},
 			{keys: key(` ~!"#$%&'()*+-./:;<=>?@[\]^_{|}`), wantStatus: 201},
 			{name: "quoted comma", keys: key(`" ~!\"#$%&'()*+,-./:;<=>?@[\\]^_{|}"`), wantStatus: 201},
 			{keys: key(`" ~!\"#$%&'()*+,-./:;<=>?@[\\]^_{|}"`), wantStatus: 201, wantReplays: "quoted comma"},
-		}, wantRuns: 3},
+		}, wantRuns: 5},
 		// A proxy may merge two Idempotency-Key lines into one, joined by a
 		// comma: such a value is refused rather than taken for one key.
 		{name: "unquoted comma refused", steps: []step{
-			{keys: key("k1, k2"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key("k1,k2"), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
-			{keys: key(`"k1", "k2"`), wantStatus: 400, wantProblem: httpidem.ProblemKeyInvalid},
+			{keys: key("k1, k2"), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: key("k1,k2"), wantStatus: 400, wantProblem: keyInvalid},
+			{keys: key(`"k1", "k2"`), wantStatus: 400, wantProblem: keyInvalid},
 			{name: "quoted", keys: key(`"k1,k2"`), wantStatus: 201},
 			{keys: key(`"k1,k2"`), wantStatus: 201, wantReplays: "quoted"},
 		}, wantRuns: 1},
-		{name: "request body over the bound", adjust: func(c *httpidem.Config) { c.MaxRequestBody = 16 }, steps: []step{
-			{keys: key("k1"), body: strings.Repeat("b", 17), wantStatus: 413, wantProblem: httpidem.ProblemBodyTooLarge},
+		{name: "request body over the bound", adjust: func(c *config) { c.MaxRequestBody = 16 }, steps: []step{
+			{keys: key("k1"), body: strings.Repeat("b", 17), wantStatus: 413, wantProblem: bodyTooLarge},
 			{name: "fits", keys: key("k1"), body: strings.Repeat("b", 16), wantStatus: 201},
 			{keys: key("k1"), body: strings.Repeat("b", 16), wantStatus: 201, wantReplays: "fits"},
 		}, wantRuns: 1},
 		{name: "same key different body", steps: []step{
 			{keys: key("k1"), body: `{"amount":100}`, wantStatus: 201},
-			{keys: key("k1"), body: `{"amount":999}`, wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
+			{keys: key("k1"), body: `{"amount":999}`, wantStatus: 422, wantProblem: keyReused},
 		}, wantRuns: 1},
 		{name: "same key different path", steps: []step{
 			{keys: key("k1"), wantStatus: 201},
-			{keys: key("k1"), path: "/bad", wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
-			{keys: key("k1"), path: "/pay?x=1", wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
+			{keys: key("k1"), path: "/bad", wantStatus: 422, wantProblem: keyReused},
+			{keys: key("k1"), path: "/pay?x=1", wantStatus: 422, wantProblem: keyReused},
 		}, wantRuns: 1},
 		{name: "same key different method", steps: []step{
 			{keys: key("k1"), wantStatus: 201},
-			{keys: key("k1"), method: http.MethodPatch, wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
+			{keys: key("k1"), method: http.MethodPatch, wantStatus: 422, wantProblem: keyReused},
 		}, wantRuns: 1},
 		{name: "handler 4xx is completed and replayed", steps: []step{
 			{name: "bad", keys: key("k1"), path: "/bad", wantStatus: 400},
@@ -125,7 +140,7 @@ func TestStatuses(t *testing.T) {
 		{name: "handler 5xx is failed and runs again", steps: []step{
 			{keys: key("k1"), path: "/fail", wantStatus: 503, wantRunsNow: 1},
 			{keys: key("k1"), path: "/fail", wantStatus: 503, wantRunsNow: 2},
-			{keys: key("k1"), path: "/pay", wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
+			{keys: key("k1"), path: "/pay", wantStatus: 422, wantProblem: keyReused},
 		}, wantRuns: 2},
 		{name: "panic is failed, re-panicked, and runs again", steps: []step{
 			{keys: key("k1"), path: "/panic", wantPanic: true, wantRunsNow: 1},
@@ -133,12 +148,12 @@ func TestStatuses(t *testing.T) {
 		}, wantRuns: 2},
 		{name: "in progress", steps: []step{
 			{keys: key("k1"), path: "/block", blocked: true},
-			{keys: key("k1"), path: "/block", wantStatus: 409, wantProblem: httpidem.ProblemInProgress},
-			{keys: key("k1"), path: "/pay", wantStatus: 422, wantProblem: httpidem.ProblemKeyReused},
+			{keys: key("k1"), path: "/block", wantStatus: 409, wantProblem: inProgress},
+			{keys: key("k1"), path: "/pay", wantStatus: 422, wantProblem: keyReused},
 		}, wantRuns: 1},
-		{name: "response over the bound", adjust: func(c *httpidem.Config) { c.MaxResponseBody = 1024 }, steps: []step{
+		{name: "response over the bound", adjust: func(c *config) { c.MaxOutputSize = 1024 }, steps: []step{
 			{keys: key("k1"), path: "/big", wantStatus: 201},
-			{keys: key("k1"), path: "/big", wantStatus: 410, wantProblem: httpidem.ProblemResponseNotStored},
+			{keys: key("k1"), path: "/big", wantStatus: 410, wantProblem: responseNotStored},
 		}, wantRuns: 1},
 		{name: "tenants are apart", steps: []step{
 			{name: "a", tenant: "a", keys: key("k1"), wantStatus: 201, wantRunsNow: 1},
@@ -177,7 +192,7 @@ func TestStatuses(t *testing.T) {
 					}
 					require.Nil(t, got.panicked, "step %d", i)
 					require.Equal(t, s.wantStatus, got.status, "step %d: body %s", i, got.body)
-					if s.wantProblem != "" {
+					if s.wantProblem != nil {
 						requireProblem(t, got, s.wantStatus, s.wantProblem)
 					} else {
 						assert.NotEqual(t, "application/problem+json", got.header.Get("Content-Type"), "step %d", i)
@@ -215,7 +230,7 @@ func newRequest(s step) *http.Request {
 	}
 	req := httptest.NewRequest(method, path, strings.NewReader(s.body))
 	for _, k := range s.keys {
-		req.Header.Add(httpidem.DefaultHeader, k)
+		req.Header.Add("Idempotency-Key", k)
 	}
 	if s.tenant != "" {
 		req.Header.Set("X-Tenant", s.tenant)
@@ -223,8 +238,29 @@ func newRequest(s step) *http.Request {
 	return req
 }
 
+// problemKind is an answer of the middleware that the tests tell apart:
+// its problem type (the outcome's name) and a part of its detail.
+type problemKind struct{ typ, detail string }
+
+var (
+	keyMissing            = &problemKind{"missing_key", "requires an Idempotency-Key header"}
+	keyInvalid            = &problemKind{"missing_key", "The Idempotency-Key header"}
+	bodyTooLarge          = &problemKind{"body_too_large", "The request body exceeds"}
+	bodyUnreadable        = &problemKind{"body_unreadable", "could not be read in full"}
+	keyReused             = &problemKind{"key_reused", "first used for a different request"}
+	inProgress            = &problemKind{"in_progress", "is still being processed"}
+	tooManyAttempts       = &problemKind{"too_many_attempts", "failed too many times"}
+	responseNotStored     = &problemKind{"output_not_stored", "too large to store"}
+	storeUnavailable      = &problemKind{"store_unavailable", "store cannot be reached"}
+	storedResponseCorrupt = &problemKind{"corrupt_record", "its stored response cannot be read"}
+	recordCorrupt         = &problemKind{"corrupt_record", "idempotency record of this key cannot be read"}
+)
+
+// problemTypeBase is the default Config.ProblemTypeBase.
+const problemTypeBase = "https://github.com/idempotency/watermill-idempotency/blob/main/docs/GUARANTEES.md#"
+
 // requireProblem checks an RFC 9457 answer of the middleware.
-func requireProblem(t *testing.T, got result, status int, pt httpidem.ProblemType) {
+func requireProblem(t *testing.T, got result, status int, pk *problemKind) {
 	t.Helper()
 	require.Equal(t, "application/problem+json", got.header.Get("Content-Type"))
 	var p struct {
@@ -234,15 +270,12 @@ func requireProblem(t *testing.T, got result, status int, pt httpidem.ProblemTyp
 		Detail string `json:"detail"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(got.body), &p), got.body)
-	assert.Equal(t, httpidem.DefaultProblemTypeBase+string(pt), p.Type)
+	assert.Equal(t, problemTypeBase+pk.typ, p.Type)
 	assert.Equal(t, status, p.Status)
 	assert.NotEmpty(t, p.Title)
-	assert.NotEmpty(t, p.Detail)
+	assert.Contains(t, p.Detail, pk.detail)
 	if status == http.StatusConflict || status == http.StatusServiceUnavailable {
 		assert.Equal(t, "1", got.header.Get("Retry-After"))
-	}
-	if pt == httpidem.ProblemKeyMissing {
-		assert.Contains(t, p.Detail, "requires an Idempotency-Key header")
 	}
 }
 
@@ -259,53 +292,61 @@ func requireReplay(t *testing.T, orig, got result) {
 
 func TestNew(t *testing.T) {
 	store, prefix := storeKinds[0].New(t)
-	_, err := httpidem.New(httpidem.Config{SingleTenant: true}, nil)
-	require.ErrorIs(t, err, httpidem.ErrNilStore)
-	for name, cfg := range map[string]httpidem.Config{
-		"negative lease":     {Store: store, SingleTenant: true, LeaseTTL: -time.Second},
-		"tiny lease":         {Store: store, SingleTenant: true, LeaseTTL: time.Millisecond},
-		"negative TTL":       {Store: store, SingleTenant: true, CompletedTTL: -1},
-		"negative failed":    {Store: store, SingleTenant: true, FailedTTL: -1},
-		"negative retry":     {Store: store, SingleTenant: true, RetryAfter: -1},
-		"negative timeout":   {Store: store, SingleTenant: true, StoreTimeout: -1},
-		"negative key len":   {Store: store, SingleTenant: true, MaxKeyLength: -1},
-		"negative req body":  {Store: store, SingleTenant: true, MaxRequestBody: -1},
-		"negative resp body": {Store: store, SingleTenant: true, MaxResponseBody: -1},
-		"forever TTL":        {Store: store, SingleTenant: true, CompletedTTL: time.Duration(math.MaxInt64)},
-		"forever failed":     {Store: store, SingleTenant: true, FailedTTL: time.Duration(math.MaxInt64)},
-		"forever lease":      {Store: store, SingleTenant: true, LeaseTTL: time.Duration(math.MaxInt64)},
-		"prefix separator":   {Store: store, SingleTenant: true, KeyPrefix: "shop:billing"},
-		"bad header":         {Store: store, SingleTenant: true, Header: "Idempotency Key"},
-		"bad method":         {Store: store, SingleTenant: true, Methods: []string{"PO ST"}},
-		"no scope":           {Store: store},
-		"scope and single":   {Store: store, Scope: tenantScope, SingleTenant: true},
+	_, err := build(config{Config: httpidem.Config{SingleTenant: true}})
+	require.ErrorIs(t, err, idempotency.ErrInvalidConfig, "the Once needs a Store")
+	once := func(c idempotency.OnceConfig) idempotency.OnceConfig { c.Store = store; return c }
+	single := httpidem.Config{SingleTenant: true}
+	for name, cfg := range map[string]config{
+		// The Once's settings, checked by the Once.
+		"negative lease":     {OnceConfig: once(idempotency.OnceConfig{LeaseTTL: -time.Second}), Config: single},
+		"tiny lease":         {OnceConfig: once(idempotency.OnceConfig{LeaseTTL: time.Millisecond}), Config: single},
+		"negative TTL":       {OnceConfig: once(idempotency.OnceConfig{CompletedTTL: -1}), Config: single},
+		"negative failed":    {OnceConfig: once(idempotency.OnceConfig{FailedTTL: -1}), Config: single},
+		"negative timeout":   {OnceConfig: once(idempotency.OnceConfig{StoreTimeout: -1}), Config: single},
+		"negative resp body": {OnceConfig: once(idempotency.OnceConfig{MaxOutputSize: -1}), Config: single},
+		"forever TTL":        {OnceConfig: once(idempotency.OnceConfig{CompletedTTL: time.Duration(math.MaxInt64)}), Config: single},
+		"forever failed":     {OnceConfig: once(idempotency.OnceConfig{FailedTTL: time.Duration(math.MaxInt64)}), Config: single},
+		"forever lease":      {OnceConfig: once(idempotency.OnceConfig{LeaseTTL: time.Duration(math.MaxInt64)}), Config: single},
 	} {
-		_, err := httpidem.New(cfg, nil)
+		_, err := build(cfg)
+		assert.ErrorIs(t, err, idempotency.ErrInvalidConfig, name)
+	}
+	o, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
+	require.NoError(t, err)
+	for name, cfg := range map[string]httpidem.Config{
+		"negative retry":    {SingleTenant: true, RetryAfter: -1},
+		"negative req body": {SingleTenant: true, MaxRequestBody: -1},
+		"prefix separator":  {SingleTenant: true, KeyPrefix: "shop:billing"},
+		"bad header":        {SingleTenant: true, Header: "Idempotency Key"},
+		"bad method":        {SingleTenant: true, Methods: []string{"PO ST"}},
+		"no scope":          {},
+		"scope and single":  {Scope: tenantScope, SingleTenant: true},
+	} {
+		_, err := httpidem.New(o, &cfg)
 		assert.ErrorIs(t, err, httpidem.ErrInvalidConfig, name)
 	}
 
 	// Zero fields stand for defaults, but the scope is a choice to make.
-	assert.NoError(t, httpidem.Config{Store: store, Scope: tenantScope}.Validate())
-	assert.NoError(t, httpidem.Config{Store: store, SingleTenant: true}.Validate())
-	assert.ErrorIs(t, httpidem.Config{Store: store}.Validate(), httpidem.ErrInvalidConfig)
-	assert.ErrorIs(t, httpidem.Config{}.Validate(), httpidem.ErrNilStore)
+	_, err = httpidem.New(o, &httpidem.Config{Scope: tenantScope})
+	assert.NoError(t, err)
+	_, err = httpidem.New(o, &httpidem.Config{SingleTenant: true})
+	assert.NoError(t, err)
+	_, err = httpidem.New(o, nil)
+	assert.ErrorIs(t, err, httpidem.ErrInvalidConfig, "a nil Config has no scope")
+	_, err = httpidem.New(nil, &httpidem.Config{SingleTenant: true})
+	assert.ErrorIs(t, err, httpidem.ErrInvalidConfig, "a nil Once")
 
 	// Every problem at once, in the documented order, each an
 	// ErrInvalidConfig.
-	err = httpidem.Config{LeaseTTL: -time.Second, MaxRequestBody: -1, Header: "Idempotency Key", Methods: []string{"PO ST", "GET"}}.Validate()
-	adaptertest.RequireProblems(t, err, `httpidem: nil store
-httpidem: invalid config: Scope is required (the tenant of a request); set SingleTenant instead only when one client calls this service
-httpidem: invalid config: LeaseTTL is -1s, must not be negative
+	_, err = httpidem.New(o, &httpidem.Config{MaxRequestBody: -1, Header: "Idempotency Key", Methods: []string{"PO ST", "GET"}})
+	adaptertest.RequireProblems(t, err, `httpidem: invalid config: Scope is required (the tenant of a request); set SingleTenant instead only when one client calls this service
 httpidem: invalid config: MaxRequestBody is -1, must not be negative
 httpidem: invalid config: Header "Idempotency Key" is not a header name
-httpidem: invalid config: method "PO ST" is not a method name`, httpidem.ErrInvalidConfig, httpidem.ErrNilStore)
-	_, err = httpidem.New(httpidem.Config{}, nil)
-	assert.ErrorIs(t, err, httpidem.ErrNilStore)
-	assert.ErrorIs(t, err, httpidem.ErrInvalidConfig, "a missing Store is an invalid config too")
+httpidem: invalid config: method "PO ST" is not a method name`, httpidem.ErrInvalidConfig, nil)
 
 	// The config is copied: changing the caller's slice later changes nothing.
 	methods := []string{http.MethodPut}
-	m, err := httpidem.New(httpidem.Config{Store: store, KeyPrefix: prefix, SingleTenant: true, Methods: methods}, nil)
+	m, err := httpidem.New(o, &httpidem.Config{KeyPrefix: prefix, SingleTenant: true, Methods: methods})
 	require.NoError(t, err)
 	methods[0] = http.MethodPost
 	api := newPayments()

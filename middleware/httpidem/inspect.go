@@ -1,18 +1,16 @@
 package httpidem
 
 import (
-	"math"
-
 	"github.com/idempotency/watermill-idempotency/internal/adapterinspect"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
 // idemctl reads this middleware's keys and stored responses with the code
 // that writes them.
 func init() {
-	adapterinspect.Register(adapterinspect.Adapter{Name: "http", DefaultPrefix: DefaultKeyPrefix,
-		ClientKey: func(sent string) (string, error) { return parseKey(sent, math.MaxInt) },
-		StoreKey:  adaptercfg.StoreKey, Describe: describeResponse})
+	adapterinspect.Register(adapterinspect.Adapter{Name: "http", DefaultPrefix: defaultKeyPrefix,
+		ClientKey: func(sent string) (string, error) { return parseKey(sent) },
+		StoreKey:  storeKey, Describe: describeResponse})
 }
 
 func describeResponse(result []byte) (adapterinspect.Answer, error) {
@@ -24,3 +22,6 @@ func describeResponse(result []byte) (adapterinspect.Answer, error) {
 	return adapterinspect.Answer{Format: "http_response", Status: s.Status, Headers: s.Header,
 		BodyBytes: &s.BodySize, BodyStored: &stored}, nil
 }
+
+// storeKey is the stored key of (scope, key) under prefix.
+func storeKey(prefix, scope, key string) string { return adapter.StoreKey(prefix, scope, key, true) }

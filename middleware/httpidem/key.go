@@ -8,14 +8,12 @@ import (
 	"strings"
 
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
-	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptercfg"
 )
 
 // What is wrong with a key: the rules every adapter shares, and two of
 // the header's own.
 var (
 	errKeyEmpty    = adapter.ErrKeyEmpty
-	errKeyTooLong  = adaptercfg.ErrKeyTooLong
 	errKeyNotPrint = adapter.ErrKeyNotPrintable
 	errKeyQuote    = errors.New("is not a valid quoted string")
 	errKeyComma    = errors.New("contains a comma outside a quoted string")
@@ -26,13 +24,14 @@ var (
 // The value is taken as sent (Stripe's form), except that a value starting
 // with a double quote is an RFC 8941 sf-string (the IETF draft's form,
 // Idempotency-Key: "8e03978e"), whose quotes and backslash escapes are
-// removed; the two forms of one key are the same key. The key must be 1 to
-// maxLen bytes of printable ASCII (0x20 to 0x7E). An unquoted value must not
+// removed; the two forms of one key are the same key. The key must be
+// printable ASCII (0x20 to 0x7E), not empty; a long one is hashed
+// (adapter.StoreKey). An unquoted value must not
 // hold a comma: proxies may merge repeated header lines into one, joined by
 // commas (RFC 9110, section 5.3), so "k1, k2" may be two keys, and taking it
 // for one would make two different requests share a key. A quoted key may
 // hold commas.
-func parseKey(v string, maxLen int) (string, error) {
+func parseKey(v string) (string, error) {
 	if strings.HasPrefix(v, `"`) {
 		k, ok := unquoteSFString(v)
 		if !ok {
@@ -42,7 +41,7 @@ func parseKey(v string, maxLen int) (string, error) {
 	} else if strings.IndexByte(v, ',') >= 0 {
 		return "", errKeyComma
 	}
-	if err := adaptercfg.CheckKey(v, maxLen); err != nil {
+	if err := adapter.CheckKey(v); err != nil {
 		return "", err
 	}
 	return v, nil
@@ -88,10 +87,8 @@ func fingerprint(r *http.Request, body []byte) []byte {
 }
 
 // describeKeyError says what is wrong with a key, for a problem detail.
-func describeKeyError(header string, maxLen int, err error) string {
+func describeKeyError(header string, err error) string {
 	switch {
-	case errors.Is(err, errKeyTooLong):
-		return fmt.Sprintf("The %s header is longer than %d bytes.", header, maxLen)
 	case errors.Is(err, errKeyNotPrint):
 		return fmt.Sprintf("The %s header must hold printable ASCII characters only (0x20 to 0x7E).", header)
 	case errors.Is(err, errKeyQuote):

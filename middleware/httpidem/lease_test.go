@@ -34,7 +34,7 @@ func TestHungRenewalStillRecordsOutcome(t *testing.T) {
 			return faultstore.Hang(ctx, c)
 		})
 		api := newPayments()
-		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.LeaseTTL = 600 * time.Millisecond })
+		h := newMiddleware(t, store, prefix, func(c *config) { c.LeaseTTL = 600 * time.Millisecond })
 		handler := h.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-renewing: // return while the renewal hangs
@@ -63,7 +63,7 @@ func TestCompleteBoundedByStoreTimeout(t *testing.T) {
 		inner, prefix := kind.New(t)
 		store := faultstore.New(inner).On("complete", faultstore.First(1, faultstore.Hang))
 		api := newPayments()
-		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) {
+		h := newMiddleware(t, store, prefix, func(c *config) {
 			c.LeaseTTL = 5 * time.Second
 			c.StoreTimeout = 100 * time.Millisecond
 		}).Handler(api)
@@ -86,13 +86,13 @@ func TestClaimBoundedByStoreTimeout(t *testing.T) {
 		inner, prefix := storeKinds[0].New(t)
 		store := faultstore.New(inner).On("claim", faultstore.Hang)
 		api := newPayments()
-		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.StoreTimeout = 50 * time.Millisecond }).Handler(api)
+		h := newMiddleware(t, store, prefix, func(c *config) { c.StoreTimeout = 50 * time.Millisecond }).Handler(api)
 
 		done := make(chan result, 1)
 		go func() { done <- serve(h, newRequest(step{keys: key("k1")})) }()
 		select {
 		case got := <-done:
-			requireProblem(t, got, http.StatusServiceUnavailable, httpidem.ProblemStoreUnavailable)
+			requireProblem(t, got, http.StatusServiceUnavailable, storeUnavailable)
 		case <-time.After(10 * time.Second): // a hang guard, not a timing assertion
 			t.Fatal("a hanging claim held the request")
 		}
@@ -123,10 +123,10 @@ func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 			state idempotency.State
 		}
 		seenc := make(chan seen, 1)
-		h := newMiddleware(t, store, httpidem.DefaultKeyPrefix, func(c *httpidem.Config) { c.LeaseTTL = lease }).Handler(
+		h := newMiddleware(t, store, "httpidem", func(c *config) { c.LeaseTTL = lease }).Handler(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				<-r.Context().Done()
-				rec, err := inner.Get(context.Background(), httpidem.StoreKey(httpidem.DefaultKeyPrefix, "", "k1"))
+				rec, err := inner.Get(context.Background(), httpidem.StoreKey("httpidem", "", "k1"))
 				if err != nil {
 					panic(err)
 				}
@@ -145,7 +145,7 @@ func TestLeaseLostBeforeStoreExpires(t *testing.T) {
 		}
 		<-done
 		assert.GreaterOrEqual(t, store.Calls("renew"), int64(3))
-		rec, err := inner.Get(context.Background(), httpidem.StoreKey(httpidem.DefaultKeyPrefix, "", "k1"))
+		rec, err := inner.Get(context.Background(), httpidem.StoreKey("httpidem", "", "k1"))
 		require.NoError(t, err)
 		assert.Equal(t, idempotency.StateFailed, rec.State, "an answer given after the lease was lost is not the key's outcome")
 	})
@@ -165,7 +165,7 @@ func TestLeaseStopRacesRenewal(t *testing.T) {
 		if !inprocess.Is(store) {
 			lease = 100 * time.Millisecond // a claim slower than 9/10 of it is refused (503): room for a loaded machine
 		}
-		h := newMiddleware(t, store, prefix, func(c *httpidem.Config) { c.LeaseTTL = lease }).Handler(
+		h := newMiddleware(t, store, prefix, func(c *config) { c.LeaseTTL = lease }).Handler(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				select {
 				case <-time.After(time.Duration(rand.Int64N(int64(lease * 4 / 3)))):

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/observertest"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
@@ -24,7 +23,7 @@ type requestMark struct{}
 // replayed flag.
 func TestContextObserverGetsRequestDetails(t *testing.T) {
 	obs := &observertest.ContextRecorder{Mark: requestMark{}}
-	m := newMiddleware(t, memstore.New(nil), "p", func(c *httpidem.Config) { c.Observer = obs })
+	m := newMiddleware(t, memstore.New(nil), "p", func(c *config) { c.Observer = obs })
 	status := http.StatusOK
 	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
 	send := func(mark int, key string) {
@@ -61,7 +60,7 @@ func TestContextObserverGetsRequestDetails(t *testing.T) {
 		assert.Equal(t, w.outcome, d.Outcome, "%d", i)
 		assert.Equal(t, w.attempt, d.Attempt, "%s", w.outcome)
 		assert.Equal(t, w.replayed, d.Outcome == idempotency.OutcomeDuplicate, "%s", w.outcome)
-		assert.Equal(t, httpidem.DefaultOutcomeLabel, d.Handler)
+		assert.Equal(t, "http", d.Handler)
 	}
 	assert.True(t, strings.HasPrefix(details[0].Key, "p:"), details[0].Key)
 	assert.NotContains(t, details[0].Key, "acme", "the stored key holds the tenant's hash, never the tenant")

@@ -103,12 +103,12 @@ func TestOutcomesObserved(t *testing.T) {
 		store := faultyStore(inner)
 		obs := newRecordingObserver()
 		api := newPayments()
-		adjust := func(c *httpidem.Config) {
+		adjust := func(c *config) {
 			c.Observer = obs
 			c.LeaseTTL = 150 * time.Millisecond // "nocomplete" retries for a lease
 		}
 		idem := newMiddleware(t, store, prefix, adjust)
-		open := newMiddleware(t, store, prefix, func(c *httpidem.Config) { adjust(c); c.FailOpen = true })
+		open := newMiddleware(t, store, prefix, func(c *config) { adjust(c); c.FailOpen = true })
 		mux := http.NewServeMux()
 		mux.Handle("POST /{path}", idem.Handler(api))
 		mux.Handle("POST /open/{path}", open.Handler(api))
@@ -164,8 +164,8 @@ func TestOutcomesObserved(t *testing.T) {
 				idempotency.OutcomeLeaseLost:        1,
 				idempotency.OutcomeInProgress:       1,
 			},
-			"POST /open/{path}":          {idempotency.OutcomeFailOpen: 1},
-			httpidem.DefaultOutcomeLabel: {idempotency.OutcomeProcessed: 1},
+			"POST /open/{path}": {idempotency.OutcomeFailOpen: 1},
+			"http":              {idempotency.OutcomeProcessed: 1},
 		}, outcomes)
 		assert.Positive(t, ops["claim"], "store latencies reach the observer")
 		assert.Positive(t, ops["complete"])
@@ -179,19 +179,18 @@ func TestCorruptRecord(t *testing.T) {
 	inner, prefix := storeKinds[0].New(t)
 	api := newPayments()
 	logger := watermill.NewCaptureLogger()
-	m, err := httpidem.New(httpidem.Config{Store: faultyStore(inner), KeyPrefix: prefix, Scope: tenantScope}, logger)
+	m, err := build(config{OnceConfig: idempotency.OnceConfig{Store: faultyStore(inner), Logger: logger}, Config: httpidem.Config{KeyPrefix: prefix, Scope: tenantScope}})
 	require.NoError(t, err)
 	h := m.Handler(api)
 	for range 2 {
 		got := serve(h, newRequest(step{keys: key("corrupt"), tenant: "t"}))
-		requireProblem(t, got, http.StatusInternalServerError, httpidem.ProblemRecordCorrupt)
+		requireProblem(t, got, http.StatusInternalServerError, recordCorrupt)
 	}
 	assert.Zero(t, api.runs.Load(), "nothing runs over a record that cannot be read")
 	errs := logger.Captured()[watermill.ErrorLogLevel]
 	require.Len(t, errs, 2)
 	assert.ErrorIs(t, errs[0].Err, idempotency.ErrCorruptRecord)
-	assert.Equal(t, httpidem.StoreKey(prefix, "t", "corrupt"), errs[0].Fields["stored_key"])
-	assert.Equal(t, "corrupt", errs[0].Fields["idempotency_key"])
+	assert.Equal(t, httpidem.StoreKey(prefix, "t", "corrupt"), errs[0].Fields["idempotency_key"], "the stored key, which ends with the client's")
 	assert.Equal(t, string(idempotency.OutcomeCorruptRecord), errs[0].Fields["outcome"])
 }
 
@@ -203,7 +202,7 @@ func TestBodyReachesClientWhileCompleting(t *testing.T) {
 	release := make(chan struct{}) // every Complete waits for it
 	store := faultstore.New(inner).On("complete", faultstore.Hold(release, nil))
 	api := newPayments()
-	h := newMiddleware(t, store, prefix, func(c *httpidem.Config) {
+	h := newMiddleware(t, store, prefix, func(c *config) {
 		c.LeaseTTL = time.Minute
 		c.StoreTimeout = time.Minute
 	}).Handler(api)
@@ -212,7 +211,7 @@ func TestBodyReachesClientWhileCompleting(t *testing.T) {
 
 	req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("p"))
 	require.NoError(t, err)
-	req.Header.Set(httpidem.DefaultHeader, "k1")
+	req.Header.Set("Idempotency-Key", "k1")
 	type read struct {
 		status int
 		body   string
@@ -298,7 +297,7 @@ func TestCallerGone(t *testing.T) {
 	logger := watermill.NewCaptureLogger()
 	served := make(chan struct{}, 1)
 	server := func(storeTimeout time.Duration) *httptest.Server {
-		m, err := httpidem.New(httpidem.Config{Store: store, SingleTenant: true, Observer: obs, StoreTimeout: storeTimeout}, logger)
+		m, err := build(config{OnceConfig: idempotency.OnceConfig{Store: store, Observer: obs, StoreTimeout: storeTimeout, Logger: logger}, Config: httpidem.Config{SingleTenant: true}})
 		require.NoError(t, err)
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			m.Handler(api).ServeHTTP(w, r)
@@ -314,12 +313,12 @@ func TestCallerGone(t *testing.T) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/pay", nil)
 	require.NoError(t, err)
-	req.Header.Set(httpidem.DefaultHeader, "gave-up")
+	req.Header.Set("Idempotency-Key", "gave-up")
 	_, err = srv.Client().Do(req)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	<-served
 	outcomes, _ := obs.snapshot()
-	assert.Equal(t, map[idempotency.Outcome]int{idempotency.OutcomeCallerGone: 1}, outcomes[httpidem.DefaultOutcomeLabel])
+	assert.Equal(t, map[idempotency.Outcome]int{idempotency.OutcomeCallerGone: 1}, outcomes["http"])
 	assert.Empty(t, logger.Captured()[watermill.ErrorLogLevel], "no operator needs to hear of it")
 
 	// A client without a deadline waits out StoreTimeout.
@@ -328,7 +327,7 @@ func TestCallerGone(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, got.status)
 	outcomes, _ = obs.snapshot()
 	assert.Equal(t, map[idempotency.Outcome]int{idempotency.OutcomeCallerGone: 1, idempotency.OutcomeStoreUnavailable: 1},
-		outcomes[httpidem.DefaultOutcomeLabel])
+		outcomes["http"])
 	assert.Len(t, logger.Captured()[watermill.ErrorLogLevel], 1, "store_unavailable is logged at Error")
 	assert.Zero(t, api.runs.Load())
 }
@@ -339,7 +338,7 @@ func TestCallerGone(t *testing.T) {
 func TestStoreTimeoutBeforeClientDeadline(t *testing.T) {
 	store := adaptertest.PartitionedStore(t)
 	obs := newRecordingObserver()
-	m, err := httpidem.New(httpidem.Config{Store: store, SingleTenant: true, Observer: obs, StoreTimeout: time.Second}, nil)
+	m, err := build(config{OnceConfig: idempotency.OnceConfig{Store: store, Observer: obs, StoreTimeout: time.Second}, Config: httpidem.Config{SingleTenant: true}})
 	require.NoError(t, err)
 	api := newPayments()
 	served := make(chan struct{}, 1)
@@ -352,12 +351,12 @@ func TestStoreTimeoutBeforeClientDeadline(t *testing.T) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/pay", nil)
 	require.NoError(t, err)
-	req.Header.Set(httpidem.DefaultHeader, "store-timeout")
+	req.Header.Set("Idempotency-Key", "store-timeout")
 	if resp, err := srv.Client().Do(req); err == nil {
 		_ = resp.Body.Close()
 	}
 	<-served
 	outcomes, _ := obs.snapshot()
-	assert.Equal(t, map[idempotency.Outcome]int{idempotency.OutcomeStoreUnavailable: 1}, outcomes[httpidem.DefaultOutcomeLabel])
+	assert.Equal(t, map[idempotency.Outcome]int{idempotency.OutcomeStoreUnavailable: 1}, outcomes["http"])
 	assert.Zero(t, api.runs.Load())
 }

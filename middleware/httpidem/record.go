@@ -12,7 +12,7 @@ import (
 // A stored response is a small binary record, the Result of a COMPLETED key:
 //
 //	version  1 byte, recordVersion
-//	flags    1 byte, flagBodyOmitted when the body exceeded MaxResponseBody
+//	flags    1 byte, flagBodyOmitted when the body exceeded MaxOutputSize
 //	status   uvarint
 //	headers  uvarint count, then per header name: uvarint length + name,
 //	         uvarint value count, per value: uvarint length + value
@@ -35,7 +35,7 @@ type storedResponse struct {
 	Status int
 	Header http.Header
 	Body   []byte
-	// BodyOmitted is set when the body exceeded MaxResponseBody and was not
+	// BodyOmitted is set when the body exceeded MaxOutputSize and was not
 	// stored; BodySize is then its size.
 	BodyOmitted bool
 	BodySize    int64

@@ -15,31 +15,21 @@ type requestKeys struct {
 	forward string // the scope's hash, a colon and the key
 }
 
-// RequestKey returns the idempotency key of the request being served, as
-// the Middleware parsed it from the key header: a quoted key (the IETF
-// draft's form, "8e03978e") without its quotes and escapes, so that both
-// forms of one key give one value. It is set in the context of every
-// request whose key the Middleware accepted and that it passes to the
-// wrapped handler (r.Context() there): as the key's owner, or with
-// FailOpen while the store is down. ok is false elsewhere, for example
-// when KeyOptional let a request without a key through, or for a method
-// not in Methods.
-//
-// RequestKey is the server side; WithKey and KeyFromContext are the
-// client side, the key a Transport sends.
+// RequestKey returns the key of the request being served, as parsed: a
+// quoted key without its quotes, so both forms of one key give one value.
+// It is in the context the [Middleware] hands the handler, also under
+// FailOpen. ok is false elsewhere: for a method not in Methods, or a request
+// without a key under KeyOptional. [WithKey] is the client side.
 func RequestKey(ctx context.Context) (key string, ok bool) {
 	k, ok := ctx.Value(requestKeyCtx{}).(requestKeys)
 	return k.key, ok
 }
 
-// ForwardKey returns the key a handler forwards when it hands its work on,
-// for example as the requestId metadata of a message it publishes: the hex
-// of the first 16 bytes of SHA-256 of the request's scope, a colon, and
-// the parsed key (RequestKey). A key sent quoted and bare forwards as one
-// value, so that the consumer runs its effect once; two tenants that send
-// the same key forward two values, so that they never collide at the
-// consumer; and the scope itself (an API key, say) is never in it. ok is
-// false where RequestKey's is.
+// ForwardKey returns the key a handler hands on with its work, as the
+// requestId of a message it publishes, say: the scope's hash, a colon and
+// [RequestKey]. Two spellings of one key forward one value; two tenants'
+// same key forward two; the scope itself never appears. ok is as
+// RequestKey's.
 func ForwardKey(ctx context.Context) (key string, ok bool) {
 	k, ok := ctx.Value(requestKeyCtx{}).(requestKeys)
 	return k.forward, ok

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
@@ -19,7 +20,7 @@ import (
 // hash, never the scope; a method the middleware passes has neither.
 func TestRequestKeyAndForwardKey(t *testing.T) {
 	store := memstore.New(nil)
-	idem, err := httpidem.New(httpidem.Config{Store: store, Scope: func(r *http.Request) string { return r.Header.Get("X-Tenant") }}, nil)
+	idem, err := build(config{OnceConfig: idempotency.OnceConfig{Store: store}, Config: httpidem.Config{Scope: func(r *http.Request) string { return r.Header.Get("X-Tenant") }}})
 	require.NoError(t, err)
 	type seen struct {
 		key, forward     string

@@ -17,44 +17,44 @@ import (
 // decide returns what to do after attempt n of c, which got resp or err;
 // reached reports that the attempt asked the base transport for a
 // connection (it passed the request's own checks). The wait is the pause
-// before the next attempt, when the verdict is VerdictRetry.
-func (t *Transport) decide(ctx context.Context, c *call, n int, resp *http.Response, err error, reached bool) (Verdict, time.Duration) {
+// before the next attempt, when the verdict is verdictRetry.
+func (cfg *transportConfig) decide(ctx context.Context, c *call, n int, resp *http.Response, err error, reached bool) (verdict, time.Duration) {
 	var wait time.Duration
 	tooLong := false
 	if err != nil {
 		if !retryableError(ctx, err, reached) {
-			return VerdictDone, 0
+			return verdictDone, 0
 		}
-		wait = t.backoff(n)
+		wait = cfg.pause(n)
 	} else {
 		// A replay is the answer stored for the key: every retry would get
 		// it again, so it is final whatever its status (a handler's own 409
 		// or 429 is stored; 5xx never are).
 		if !retryableStatus(resp) || replayed(resp) {
-			return VerdictDone, 0
+			return verdictDone, 0
 		}
 		ra, hasRA, huge := retryAfter(resp.Header, time.Now())
 		switch {
-		case huge || hasRA && ra > t.cfg.MaxRetryAfter:
+		case huge || hasRA && ra > cfg.maxWait:
 			tooLong = true
 		case hasRA:
 			wait = ra
 		default:
-			wait = t.backoff(n)
+			wait = cfg.pause(n)
 		}
 	}
 	switch {
 	case !c.mayRetry, c.hasBody && c.rewind == nil:
-		return VerdictUnsafe, 0
-	case n >= t.cfg.MaxAttempts:
-		return VerdictExhausted, 0
+		return verdictUnsafe, 0
+	case n >= cfg.maxAttempts:
+		return verdictExhausted, 0
 	case tooLong:
-		return VerdictTooLong, 0
+		return verdictTooLong, 0
 	}
 	if deadline, ok := ctx.Deadline(); ok && !time.Now().Add(wait).Before(deadline) {
-		return VerdictTooLong, 0
+		return verdictTooLong, 0
 	}
-	return VerdictRetry, wait
+	return verdictRetry, wait
 }
 
 // retryableStatus reports whether a response with resp's status asks for
@@ -84,15 +84,15 @@ func idempotentMethod(method string) bool {
 	return false
 }
 
-// backoff returns the pause before retry n (n ≥ 1) when no Retry-After
-// says otherwise: exponential, BackoffBase·2^(n−1) capped at BackoffMax,
+// pause returns the pause before retry n (n ≥ 1) when no Retry-After
+// says otherwise: exponential, Backoff·2^(n−1) capped at MaxWait,
 // with "equal jitter": a random point in its upper half, so that clients
 // that failed together do not retry together, and no pause is shorter than
 // half its step.
-func (t *Transport) backoff(n int) time.Duration {
-	step := t.cfg.BackoffMax
+func (cfg *transportConfig) pause(n int) time.Duration {
+	step := cfg.maxWait
 	if n-1 < 62 {
-		if s := t.cfg.BackoffBase << (n - 1); s > 0 && s>>(n-1) == t.cfg.BackoffBase && s < step {
+		if s := cfg.backoff << (n - 1); s > 0 && s>>(n-1) == cfg.backoff && s < step {
 			step = s
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http/httptrace"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,226 +19,142 @@ import (
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
 )
 
-// Defaults of TransportConfig.
-const (
-	// DefaultMaxAttempts bounds the attempts of one call: the first and
-	// up to four retries.
-	DefaultMaxAttempts = 5
-	// DefaultBackoffBase is the pause before the first retry that has no
-	// Retry-After to follow, before jitter; it doubles with each retry.
-	DefaultBackoffBase = 200 * time.Millisecond
-	// DefaultBackoffMax caps the exponential backoff.
-	DefaultBackoffMax = 10 * time.Second
-	// DefaultMaxRetryAfter is the longest Retry-After a Transport waits
-	// for; a response asking for a longer pause is returned as it is.
-	DefaultMaxRetryAfter = 30 * time.Second
-)
-
-// TransportConfig configures a Transport. The zero TransportConfig is
-// valid: every field has a usable zero value, documented on the field.
-type TransportConfig struct {
-	// Base sends each attempt. Nil means http.DefaultTransport.
+// Transport is an [http.RoundTripper] that sends each POST and PATCH with
+// one idempotency key and retries it safely. Every attempt of a call sends
+// the same key, so a server running the [Middleware] runs the effect once.
+// The zero Transport is ready to use:
+//
+//	client := &http.Client{Transport: &httpidem.Transport{}, Timeout: 30 * time.Second}
+//
+// A Transport is safe for concurrent use. Its fields must not change
+// after its first call. "The client side" in the package documentation
+// lists what is retried.
+type Transport struct {
+	// Base sends each attempt. The default is [http.DefaultTransport].
+	// Wrap it to observe every attempt (otelhttp.NewTransport does).
 	Base http.RoundTripper
 
-	// Header is the request header that carries the key. Empty means
-	// DefaultHeader ("Idempotency-Key"); it must be the server's
-	// Config.Header.
+	// Header carries the key; it must be the server's [Config].Header.
+	// The default is "Idempotency-Key".
 	Header string
 
-	// Methods lists the request methods that get a key when they have
-	// none. Methods are case-sensitive, as in HTTP. Nil or empty means
-	// POST and PATCH, the server's default.
+	// Methods get a key when they have none. The default is POST and PATCH.
 	Methods []string
 
-	// NewKey returns a fresh key for one call. Nil means a random
-	// version 4 UUID (watermill.NewUUID).
-	NewKey func() string
-
-	// MaxAttempts bounds the attempts of one call, the first included: 1
-	// sends each request once. Zero means DefaultMaxAttempts (5).
+	// MaxAttempts bounds the attempts of one call; 1 sends it once.
+	// The default is 5.
 	MaxAttempts int
 
-	// BackoffBase is the pause before the first retry that follows no
-	// Retry-After, before jitter. Zero means DefaultBackoffBase (200 ms).
-	BackoffBase time.Duration
+	// Backoff is the first pause without a Retry-After. It doubles for
+	// each retry, with jitter. The default is 200 ms.
+	Backoff time.Duration
 
-	// BackoffMax caps every backoff pause. Zero means DefaultBackoffMax
-	// (10 s).
-	BackoffMax time.Duration
+	// MaxWait caps every pause. A longer Retry-After returns the response
+	// at once. The default is 30 s.
+	MaxWait time.Duration
 
-	// MaxRetryAfter is the longest Retry-After the Transport waits for: a
-	// response that asks for a longer pause is returned to the caller at
-	// once, rather than retried before the server asked. Zero means
-	// DefaultMaxRetryAfter (30 s).
-	MaxRetryAfter time.Duration
-
-	// OnAttempt, when set, is called after every attempt, with what the
-	// Transport decided to do next (Attempt.Verdict): for logs, metrics or
-	// traces. It runs on the goroutine of the call, concurrently for
-	// concurrent calls, must be fast, and must not read or close a
-	// response body. Nil means none.
-	OnAttempt func(Attempt)
+	init    sync.Once
+	cfg     transportConfig
+	err     error
+	observe func(attempt) // for tests: sees every attempt
 }
 
-// Transport is an http.RoundTripper that sends idempotent calls and
-// retries them safely. Each POST or PATCH (TransportConfig.Methods) that
-// has no Idempotency-Key gets one, a fresh UUID or the key of its context
-// (WithKey), and every retry of that call sends the same key, so a server
-// running the Middleware runs the call's effect once and answers the
-// retries with its stored response.
-//
-//	t, err := httpidem.NewTransport(httpidem.TransportConfig{}, logger)
-//	client := &http.Client{Transport: t}
-//
-// Retried, with the same key: no response (a network error, or the
-// connection broke after the request was sent); 409 with Retry-After; 429;
-// every 5xx but 501 and 505. The pause is the Retry-After (seconds or an
-// HTTP-date), else exponential backoff with jitter, BackoffBase·2^(n−1)
-// capped at BackoffMax, each pause in the upper half of its step. At most
-// MaxAttempts attempts, and never past the request's context.
-//
-// Never retried: 2xx, 3xx, and 4xx other than 409 with Retry-After and 429
-// (400 and 422 are final); a replay (Idempotent-Replayed: true), whatever
-// its status; a request with no key whose method is not idempotent; a request whose body has no GetBody (it is sent once); a
-// Retry-After over MaxRetryAfter, or a pause that would end after the
-// context's deadline (the response is returned at once). The package
-// documentation, "The client side", has the details.
-//
-// A Transport is safe for concurrent use.
-type Transport struct {
-	cfg     TransportConfig
-	methods map[string]bool
-	logger  watermill.LoggerAdapter
+// transportConfig is a Transport's fields with their defaults applied.
+type transportConfig struct {
+	base        http.RoundTripper
+	header      string
+	methods     []string
+	maxAttempts int
+	backoff     time.Duration
+	maxWait     time.Duration
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
 
-// NewTransport returns a Transport for cfg, which is copied; a nil logger
-// means watermill.NopLogger. Retries are logged at Debug. It reports every
-// problem of cfg, joined with errors.Join, each matching ErrInvalidConfig,
-// in this fixed order: MaxAttempts, BackoffBase, BackoffMax and
-// MaxRetryAfter (none negative); Header (a header name); Methods (each a
-// method name).
-func NewTransport(cfg TransportConfig, logger watermill.LoggerAdapter) (*Transport, error) {
-	l := configerr.New(ErrInvalidConfig)
-	configerr.NotNegative(l, "MaxAttempts", cfg.MaxAttempts)
-	configerr.NotNegative(l, "BackoffBase", cfg.BackoffBase)
-	configerr.NotNegative(l, "BackoffMax", cfg.BackoffMax)
-	configerr.NotNegative(l, "MaxRetryAfter", cfg.MaxRetryAfter)
-	if cfg.Header != "" && !isToken(cfg.Header) {
-		l.Addf("Header %q is not a header name", cfg.Header)
-	}
-	for _, m := range cfg.Methods {
-		if !isToken(m) {
-			l.Addf("method %q is not a method name", m)
+// setup applies the defaults and checks the fields, once: every problem,
+// joined, each matching [ErrInvalidConfig].
+func (t *Transport) setup() (*transportConfig, error) {
+	t.init.Do(func() {
+		l := configerr.New(ErrInvalidConfig)
+		configerr.NotNegative(l, "MaxAttempts", t.MaxAttempts)
+		configerr.NotNegative(l, "Backoff", t.Backoff)
+		configerr.NotNegative(l, "MaxWait", t.MaxWait)
+		if t.Header != "" && !isToken(t.Header) {
+			l.Addf("Header %q is not a header name", t.Header)
 		}
-	}
-	if err := l.Err(); err != nil {
-		return nil, err
-	}
-	if cfg.Base == nil {
-		cfg.Base = http.DefaultTransport
-	}
-	cfg.Header = http.CanonicalHeaderKey(cmp.Or(cfg.Header, DefaultHeader))
-	if len(cfg.Methods) == 0 {
-		cfg.Methods = []string{http.MethodPost, http.MethodPatch}
-	}
-	if cfg.NewKey == nil {
-		cfg.NewKey = watermill.NewUUID
-	}
-	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
-	cfg.BackoffBase = cmp.Or(cfg.BackoffBase, DefaultBackoffBase)
-	cfg.BackoffMax = cmp.Or(cfg.BackoffMax, DefaultBackoffMax)
-	cfg.MaxRetryAfter = cmp.Or(cfg.MaxRetryAfter, DefaultMaxRetryAfter)
-	t := &Transport{cfg: cfg, methods: map[string]bool{}, logger: logger}
-	for _, m := range cfg.Methods {
-		t.methods[m] = true
-	}
-	t.cfg.Methods = slices.Clone(cfg.Methods)
-	if t.logger == nil {
-		t.logger = watermill.NopLogger{}
-	}
-	return t, nil
+		for _, m := range t.Methods {
+			if !isToken(m) {
+				l.Addf("method %q is not a method name", m)
+			}
+		}
+		t.err = l.Err()
+		t.cfg = transportConfig{
+			base:        cmp.Or[http.RoundTripper](t.Base, http.DefaultTransport),
+			header:      http.CanonicalHeaderKey(cmp.Or(t.Header, defaultHeader)),
+			methods:     slices.Clone(t.Methods),
+			maxAttempts: cmp.Or(t.MaxAttempts, 5),
+			backoff:     cmp.Or(t.Backoff, 200*time.Millisecond),
+			maxWait:     cmp.Or(t.MaxWait, 30*time.Second),
+		}
+		if len(t.cfg.methods) == 0 {
+			t.cfg.methods = []string{http.MethodPost, http.MethodPatch}
+		}
+	})
+	return &t.cfg, t.err
 }
 
-// Verdict is what a Transport does after one attempt; it is a label for
-// logs and metrics.
-type Verdict string
+// verdict is what a Transport does after one attempt.
+type verdict string
 
-// The verdicts of Attempt.Verdict.
 const (
-	// VerdictDone: the answer is final and goes to the caller: a 2xx, 3xx
-	// or final 4xx response, a replay, or an error that no retry can cure (the
-	// request's context ended, a certificate was refused, the server does
-	// not speak TLS, the request was refused before it reached the
-	// network).
-	VerdictDone Verdict = "done"
-	// VerdictRetry: the attempt failed in a way a retry may cure; another
-	// attempt follows after Attempt.Wait.
-	VerdictRetry Verdict = "retry"
-	// VerdictUnsafe: a retry may cure it, but the request may not be sent
-	// again: it carries no key and its method is not idempotent, or its
-	// body cannot be rewound. The answer goes to the caller.
-	VerdictUnsafe Verdict = "unsafe"
-	// VerdictExhausted: a retry may cure it, but this was attempt
-	// MaxAttempts. The answer goes to the caller.
-	VerdictExhausted Verdict = "exhausted"
-	// VerdictTooLong: a retry may cure it, but the pause before it would
-	// end after the request's context does, or Retry-After asks for more
-	// than MaxRetryAfter. The answer goes to the caller at once.
-	VerdictTooLong Verdict = "too_long"
+	// verdictDone: the answer is final: a 2xx, 3xx or final 4xx, a replay,
+	// or an error no retry cures.
+	verdictDone verdict = "done"
+	// verdictRetry: another attempt follows after attempt.Wait.
+	verdictRetry verdict = "retry"
+	// verdictUnsafe: a retry may cure it, but the request may not be sent
+	// again (no key and a method that is not idempotent, or a body that
+	// cannot be rewound).
+	verdictUnsafe verdict = "unsafe"
+	// verdictExhausted: this was attempt MaxAttempts.
+	verdictExhausted verdict = "exhausted"
+	// verdictTooLong: the pause would end after the request's context, or
+	// Retry-After asks for more than MaxWait.
+	verdictTooLong verdict = "too_long"
 )
 
-// Attempt is one attempt of a call, as TransportConfig.OnAttempt sees it.
-type Attempt struct {
-	// Request is the request the attempt sent, its key in the header. Its
-	// body may still be in use: do not read it.
-	Request *http.Request
-	// Key is the key the request carried, empty when it carried none.
-	Key string
-	// Number counts the attempts of the call, from 1.
-	Number int
-	// Status is the response's status code, 0 when the attempt got no
-	// response (Err).
-	Status int
-	// Replayed reports that the response carries Idempotent-Replayed:
-	// true: the server answered with the stored response of an earlier
-	// attempt.
-	Replayed bool
-	// Err is the attempt's error, nil when it got a response.
-	Err error
-	// Verdict is what the Transport does next.
-	Verdict Verdict
-	// Wait is the pause before the next attempt, when Verdict is
-	// VerdictRetry.
-	Wait time.Duration
+// attempt is one attempt of a call, as the tests observe it.
+type attempt struct {
+	Request  *http.Request // the request sent, its key in the header
+	Key      string        // empty when the request carried none
+	Number   int           // from 1
+	Status   int           // 0 without a response
+	Replayed bool          // the response carries Idempotent-Replayed: true
+	Err      error         // nil with a response
+	Verdict  verdict
+	Wait     time.Duration // the pause before the next attempt
 }
 
-// CallError is the error RoundTrip returns when a call ends without a
-// response. It names the key the call's attempts carried, so that the
-// caller can retry the call itself with WithKey, and how many attempts
-// were made; Err is the last attempt's error, or the request context's
-// cause when it ended during a pause. Under http.Client.Timeout, net/http
-// may return its own timeout error instead: choose the key first (WithKey)
-// to be sure of it.
+// CallError is the error of a call that ended without a response. Key is
+// the key its attempts carried, so the caller can retry it with [WithKey].
+// Under [http.Client].Timeout, net/http may return its own error instead:
+// choose the key first to be sure of it.
 type CallError struct {
-	Key      string
-	Attempts int
-	Err      error
+	Key string // empty when the call carried no key
+	Err error  // the last attempt's error, or the context's cause
 }
 
 func (e *CallError) Error() string {
 	if e.Key == "" {
-		return fmt.Sprintf("httpidem: %d attempt(s), no idempotency key: %v", e.Attempts, e.Err)
+		return fmt.Sprintf("httpidem: call without an idempotency key: %v", e.Err)
 	}
-	return fmt.Sprintf("httpidem: %d attempt(s) with idempotency key %q: %v", e.Attempts, e.Key, e.Err)
+	return fmt.Sprintf("httpidem: call with idempotency key %q: %v", e.Key, e.Err)
 }
 
 func (e *CallError) Unwrap() error { return e.Err }
 
-// Timeout reports whether Err is a timeout (a context deadline, a network
-// timeout), so that url.Error.Timeout and net.Error checks, which do not
-// unwrap, see through a CallError.
+// Timeout reports whether Err is a timeout, for [url.Error].Timeout,
+// which does not unwrap.
 func (e *CallError) Timeout() bool {
 	var t interface{ Timeout() bool }
 	return errors.As(e.Err, &t) && t.Timeout()
@@ -245,12 +162,10 @@ func (e *CallError) Timeout() bool {
 
 type ctxKey struct{}
 
-// WithKey returns ctx carrying key, for a caller that retries a logical call
-// itself: every request made with the returned context, whose method is one
-// of TransportConfig.Methods and that has no key header of its own,
-// carries key. An empty key leaves ctx as it is. A key chosen before the
-// call is known whatever the call returns, also when http.Client.Timeout
-// replaces the *CallError that would name it.
+// WithKey returns ctx carrying key, for a caller that retries a call
+// itself. A request made with it carries key when its method is one of
+// [Transport].Methods and it has no key header. An empty key leaves ctx
+// as it is.
 func WithKey(ctx context.Context, key string) context.Context {
 	if key == "" {
 		return ctx
@@ -258,20 +173,17 @@ func WithKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, ctxKey{}, key)
 }
 
-// KeyFromContext returns the key that WithKey put in ctx.
-func KeyFromContext(ctx context.Context) (string, bool) {
-	key, ok := ctx.Value(ctxKey{}).(string)
-	return key, ok
-}
-
-// RoundTrip sends req, and again while its attempts fail in a way that a
-// retry may cure and that may safely be retried. The response it returns
-// is the last attempt's; its Request is the request that attempt sent, with
-// the key in the header. A call that ends without a response returns a
-// *CallError.
+// RoundTrip sends req, and again while an attempt fails in a way a retry
+// may cure and that may safely be retried. It returns the last attempt's
+// response, whose Request carries the key. A call that ends without a
+// response returns a [*CallError].
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	cfg, err := t.setup()
+	if err != nil {
+		return nil, err
+	}
 	ctx := req.Context()
-	out, key := t.withKey(req)
+	out, key := cfg.withKey(req)
 	c := call{
 		mayRetry: key != "" || idempotentMethod(req.Method),
 		rewind:   req.GetBody,
@@ -281,7 +193,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		var reached atomic.Bool
 		trace := &httptrace.ClientTrace{GetConn: func(string) { reached.Store(true) }}
 		sent := out.WithContext(httptrace.WithClientTrace(ctx, trace))
-		resp, err := t.cfg.Base.RoundTrip(sent)
+		resp, err := cfg.base.RoundTrip(sent)
 		if resp == nil && err == nil { // a RoundTripper's contract forbids it
 			err = errNoResponse
 		}
@@ -292,24 +204,26 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			_ = resp.Body.Close()
 			resp = nil
 		}
-		verdict, wait := t.decide(ctx, &c, n, resp, err, reached.Load())
+		v, wait := cfg.decide(ctx, &c, n, resp, err, reached.Load())
 		var next *http.Request
-		if verdict == VerdictRetry && c.hasBody {
+		if v == verdictRetry && c.hasBody {
 			body, gerr := c.rewind()
 			if gerr != nil {
-				verdict = VerdictUnsafe
+				v = verdictUnsafe
 			} else {
 				next = out.Clone(ctx)
 				next.Body = body
 			}
-		} else if verdict == VerdictRetry {
+		} else if v == verdictRetry {
 			next = out
 		}
-		t.report(Attempt{Request: sent, Key: key, Number: n, Status: status(resp), Replayed: replayed(resp),
-			Err: err, Verdict: verdict, Wait: wait})
-		if verdict != VerdictRetry {
+		if t.observe != nil {
+			t.observe(attempt{Request: sent, Key: key, Number: n, Status: status(resp), Replayed: replayed(resp),
+				Err: err, Verdict: v, Wait: wait})
+		}
+		if v != verdictRetry {
 			if err != nil {
-				return nil, &CallError{Key: key, Attempts: n, Err: err}
+				return nil, &CallError{Key: key, Err: err}
 			}
 			return resp, nil
 		}
@@ -323,17 +237,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if next.Body != nil && next != out {
 				_ = next.Body.Close()
 			}
-			return nil, &CallError{Key: key, Attempts: n, Err: err}
+			return nil, &CallError{Key: key, Err: err}
 		}
 		out = next
 	}
 }
 
-// CloseIdleConnections closes the idle connections of the base transport,
-// when it has such a method (http.Transport does), so that
-// http.Client.CloseIdleConnections reaches them through a Transport.
+// CloseIdleConnections closes the idle connections of Base, when it can,
+// so that [http.Client].CloseIdleConnections reaches them.
 func (t *Transport) CloseIdleConnections() {
-	if c, ok := t.cfg.Base.(interface{ CloseIdleConnections() }); ok {
+	cfg, _ := t.setup()
+	if c, ok := cfg.base.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
 }
@@ -348,22 +262,22 @@ type call struct {
 // withKey returns the request to send and the key it carries: req itself
 // when it has a key of its own or gets none, else a copy with the key of
 // its context or a fresh one.
-func (t *Transport) withKey(req *http.Request) (*http.Request, string) {
-	if key := headerValue(req.Header, t.cfg.Header); key != "" {
+func (cfg *transportConfig) withKey(req *http.Request) (*http.Request, string) {
+	if key := headerValue(req.Header, cfg.header); key != "" {
 		return req, key
 	}
-	if !t.methods[cmp.Or(req.Method, http.MethodGet)] {
+	if !slices.Contains(cfg.methods, cmp.Or(req.Method, http.MethodGet)) {
 		return req, ""
 	}
-	key, ok := KeyFromContext(req.Context())
+	key, ok := req.Context().Value(ctxKey{}).(string)
 	if !ok {
-		key = t.cfg.NewKey()
+		key = watermill.NewUUID()
 	}
 	out := req.Clone(req.Context())
 	if out.Header == nil {
 		out.Header = http.Header{}
 	}
-	out.Header.Set(t.cfg.Header, key)
+	out.Header.Set(cfg.header, key)
 	return out, key
 }
 
@@ -385,16 +299,6 @@ func headerValue(h http.Header, name string) string {
 		}
 	}
 	return ""
-}
-
-func (t *Transport) report(a Attempt) {
-	if a.Verdict == VerdictRetry {
-		t.logger.Debug("httpidem: retrying", watermill.LogFields{"method": a.Request.Method, "url": a.Request.URL.Redacted(),
-			"key": a.Key, "attempt": a.Number, "status": a.Status, "err": a.Err, "wait": a.Wait})
-	}
-	if t.cfg.OnAttempt != nil {
-		t.cfg.OnAttempt(a)
-	}
 }
 
 // sleep waits d, or until ctx ends, and then returns its cause.

@@ -43,7 +43,7 @@ func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
 	n := len(s.keys)
-	s.keys = append(s.keys, r.Header.Get(httpidem.DefaultHeader))
+	s.keys = append(s.keys, r.Header.Get("Idempotency-Key"))
 	s.bodies = append(s.bodies, string(body))
 	s.mu.Unlock()
 	rep := s.replies[min(n, len(s.replies)-1)]
@@ -155,8 +155,8 @@ func TestTransportRetryAfter(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s, url := startScripted(t, c.first, reply{status: 201})
-			tr, rec := newTransport(t, func(cfg *httpidem.TransportConfig) {
-				cfg.BackoffBase, cfg.BackoffMax = 100*time.Millisecond, time.Second
+			tr, rec := newTransport(t, func(cfg *httpidem.Transport) {
+				cfg.Backoff, cfg.MaxWait = 100*time.Millisecond, 30*time.Second
 			})
 			// The pauses are checked, not taken: the context ends as soon
 			// as the Transport has decided.
@@ -222,20 +222,20 @@ func TestTransportMethodsAndKeys(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s, url := startScripted(t, fail)
-			tr, rec := newTransport(t, func(cfg *httpidem.TransportConfig) { cfg.Methods, cfg.MaxAttempts = c.methods, 3 })
+			tr, rec := newTransport(t, func(cfg *httpidem.Transport) { cfg.Methods, cfg.MaxAttempts = c.methods, 3 })
 			ctx := httpidem.WithKey(context.Background(), c.ctxKey)
 			req, err := http.NewRequestWithContext(ctx, c.method, url, strings.NewReader("body"))
 			require.NoError(t, err)
 			if c.key != "" {
-				req.Header.Set(httpidem.DefaultHeader, c.key)
+				req.Header.Set("Idempotency-Key", c.key)
 			}
 			resp, _, err := do(t, tr, req)
 			require.NoError(t, err)
 			assert.Equal(t, 503, resp.StatusCode)
-			assert.Equal(t, c.key, req.Header.Get(httpidem.DefaultHeader), "the caller's request is left as it was")
+			assert.Equal(t, c.key, req.Header.Get("Idempotency-Key"), "the caller's request is left as it was")
 
 			keys, bodies := s.requests()
-			sent := resp.Request.Header.Get(httpidem.DefaultHeader)
+			sent := resp.Request.Header.Get("Idempotency-Key")
 			switch c.wantKey {
 			case "uuid":
 				assert.Len(t, sent, 36)
@@ -259,7 +259,7 @@ func TestTransportMethodsAndKeys(t *testing.T) {
 func TestTransportClosesRetriedBodies(t *testing.T) {
 	_, url := startScripted(t, reply{status: 503}, ra(429, "0"), ra(409, "0"), reply{status: 201})
 	tracker := &closeTracker{base: &http.Transport{}}
-	tr, rec := newTransport(t, func(c *httpidem.TransportConfig) { c.Base = tracker })
+	tr, rec := newTransport(t, func(c *httpidem.Transport) { c.Base = tracker })
 	resp, err := tr.RoundTrip(newPost(t, context.Background(), url, "{}"))
 	require.NoError(t, err)
 	assert.Equal(t, 201, resp.StatusCode)
@@ -305,12 +305,12 @@ func TestTransportBodies(t *testing.T) {
 // TestTransportErrors: what is retried when no response comes.
 func TestTransportErrors(t *testing.T) {
 	t.Run("connection refused", func(t *testing.T) {
-		tr, rec := newTransport(t, func(c *httpidem.TransportConfig) { c.MaxAttempts = 3 })
+		tr, rec := newTransport(t, func(c *httpidem.Transport) { c.MaxAttempts = 3 })
 		url := "http://127.0.0.1:" + strconv.Itoa(testserver.FreePort(t)) + "/pay"
 		_, _, err := do(t, tr, newPost(t, context.Background(), url, "{}"))
 		var ce *httpidem.CallError
 		require.ErrorAs(t, err, &ce)
-		assert.Equal(t, 3, ce.Attempts)
+		assert.Len(t, rec.all(), 3, "attempts")
 		assert.Len(t, ce.Key, 36)
 		assert.Contains(t, err.Error(), ce.Key)
 		assert.Equal(t, []httpidem.Verdict{httpidem.VerdictRetry, httpidem.VerdictRetry, httpidem.VerdictExhausted}, rec.verdicts())
@@ -359,18 +359,25 @@ func TestTransportErrors(t *testing.T) {
 	})
 }
 
-func TestNewTransportRefusesBadConfig(t *testing.T) {
-	_, err := httpidem.NewTransport(httpidem.TransportConfig{MaxAttempts: -1, BackoffBase: -1, BackoffMax: -1, MaxRetryAfter: -1,
-		Header: "Bad Header", Methods: []string{"POST", "NOT A METHOD"}}, nil)
+// TestTransportRefusesBadConfig: every call of a Transport with bad fields
+// fails with all of its problems, before anything is sent.
+func TestTransportRefusesBadConfig(t *testing.T) {
+	tr := &httpidem.Transport{MaxAttempts: -1, Backoff: -1, MaxWait: -1,
+		Header: "Bad Header", Methods: []string{"POST", "NOT A METHOD"}, Base: roundTripperFunc(func(*http.Request) (*http.Response, error) {
+			t.Error("a bad Transport sent a request")
+			return nil, errors.New("sent")
+		})}
 	want := strings.Join([]string{
 		"httpidem: invalid config: MaxAttempts is -1, must not be negative",
-		"httpidem: invalid config: BackoffBase is -1ns, must not be negative",
-		"httpidem: invalid config: BackoffMax is -1ns, must not be negative",
-		"httpidem: invalid config: MaxRetryAfter is -1ns, must not be negative",
+		"httpidem: invalid config: Backoff is -1ns, must not be negative",
+		"httpidem: invalid config: MaxWait is -1ns, must not be negative",
 		`httpidem: invalid config: Header "Bad Header" is not a header name`,
 		`httpidem: invalid config: method "NOT A METHOD" is not a method name`,
 	}, "\n")
-	adaptertest.RequireProblems(t, err, want, httpidem.ErrInvalidConfig, nil)
+	for range 2 {
+		_, err := tr.RoundTrip(httptest.NewRequest(http.MethodPost, "http://127.0.0.1/pay", nil))
+		adaptertest.RequireProblems(t, err, want, httpidem.ErrInvalidConfig, nil)
+	}
 }
 
 // roundTripperFunc is a RoundTripper that breaks its contract on purpose.
@@ -405,7 +412,7 @@ func TestTransportOddRequestsAndBases(t *testing.T) {
 		assert.Equal(t, "mine", rec.all()[0].Key)
 	})
 	t.Run("base returns nothing", func(t *testing.T) {
-		tr, rec := newTransport(t, func(c *httpidem.TransportConfig) {
+		tr, rec := newTransport(t, func(c *httpidem.Transport) {
 			c.Base = roundTripperFunc(func(*http.Request) (*http.Response, error) { return nil, nil })
 		})
 		_, _, err := do(t, tr, newPost(t, context.Background(), "http://127.0.0.1:1/", "{}"))
@@ -414,7 +421,7 @@ func TestTransportOddRequestsAndBases(t *testing.T) {
 	})
 	t.Run("base returns a response and an error", func(t *testing.T) {
 		body := &trackedBody{ReadCloser: io.NopCloser(strings.NewReader("x"))}
-		tr, rec := newTransport(t, func(c *httpidem.TransportConfig) {
+		tr, rec := newTransport(t, func(c *httpidem.Transport) {
 			c.Base = roundTripperFunc(func(*http.Request) (*http.Response, error) {
 				return &http.Response{StatusCode: 200, Body: body, Header: http.Header{}}, errBodyGone
 			})

@@ -21,6 +21,7 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem"
 	"github.com/idempotency/watermill-idempotency/middleware/idemotel"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
@@ -42,8 +43,9 @@ func (health) Check(_ context.Context, req *healthpb.HealthCheckRequest) (*healt
 func TestGRPCServerSpan(t *testing.T) {
 	tel := newTelemetry(t, "")
 	const method = "/grpc.health.v1.Health/Check"
-	idem, err := grpcidem.New(grpcidem.Config{Store: memstore.New(nil), SingleTenant: true,
-		Methods: []string{method}, Observer: tel.obs}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil), Observer: tel.obs})
+	require.NoError(t, err)
+	idem, err := grpcidem.New(once, &grpcidem.Config{SingleTenant: true, Methods: []string{method}})
 	require.NoError(t, err)
 	srv := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tel.tp))),
 		grpc.ChainUnaryInterceptor(idem.UnaryServerInterceptor))

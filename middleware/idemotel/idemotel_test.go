@@ -196,7 +196,9 @@ func TestAttemptsAndMissingKey(t *testing.T) {
 // Behind otelhttp, the attributes land on the request's server span.
 func TestHTTPServerSpan(t *testing.T) {
 	tel := newTelemetry(t, "")
-	mw, err := httpidem.New(httpidem.Config{Store: memstore.New(nil), SingleTenant: true, Observer: tel.obs}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil), Observer: tel.obs})
+	require.NoError(t, err)
+	mw, err := httpidem.New(once, &httpidem.Config{SingleTenant: true})
 	require.NoError(t, err)
 	status := http.StatusCreated
 	app := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
@@ -224,7 +226,7 @@ func TestHTTPServerSpan(t *testing.T) {
 	assert.Len(t, first[idemotel.AttrKeyHash].AsString(), 64)
 	assert.Equal(t, "handler_failed", broken[idemotel.AttrOutcome].AsString())
 	assert.Equal(t, int64(1), broken[idemotel.AttrAttempt].AsInt64())
-	assert.Equal(t, httpidem.DefaultOutcomeLabel, broken[idemotel.AttrScope].AsString())
+	assert.Equal(t, "http", broken[idemotel.AttrScope].AsString())
 	assert.NotEqual(t, first[idemotel.AttrKeyHash], broken[idemotel.AttrKeyHash])
 }
 

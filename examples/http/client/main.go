@@ -51,13 +51,9 @@ func run(ctx context.Context, api, apiKey string, out io.Writer) error {
 	viaLink := *target
 	viaLink.Host = link.Addr()
 
-	transport, err := httpidem.NewTransport(httpidem.TransportConfig{
-		OnAttempt: func(a httpidem.Attempt) { printAttempt(out, a) },
-	}, nil)
-	if err != nil {
-		return err
-	}
-	client := &http.Client{Transport: transport}
+	// The Transport sends every attempt through its Base: here, one that
+	// prints what came back.
+	client := &http.Client{Transport: &httpidem.Transport{Base: printer{out, http.DefaultTransport}}}
 	defer client.CloseIdleConnections()
 
 	// The first call: the Transport gives it a key and keeps it across
@@ -66,7 +62,7 @@ func run(ctx context.Context, api, apiKey string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	key := resp.Request.Header.Get(httpidem.DefaultHeader) // the key the call used
+	key := resp.Request.Header.Get("Idempotency-Key") // the key the call used
 	fmt.Fprintf(out, "paid %s: %d %s, key %s\n", first.ID, first.Amount, first.Currency, key)
 
 	// The application pays again with the key it kept (it crashed before
@@ -99,7 +95,7 @@ func pay(ctx context.Context, client *http.Client, api, apiKey string) (payment,
 func call(ctx context.Context, client *http.Client, method, url, apiKey, body string, v any) (*http.Response, error) {
 	// strings.NewReader gives the request a GetBody, so that the
 	// Transport can send the body again.
-	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	req, err := http.NewRequestWithContext(context.WithValue(ctx, attemptsKey{}, new(int)), method, url, strings.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -120,19 +116,29 @@ func call(ctx context.Context, client *http.Client, method, url, apiKey, body st
 	return resp, json.Unmarshal(raw, v)
 }
 
-// printAttempt prints one attempt: what came back, and what the Transport
-// does next.
-func printAttempt(out io.Writer, a httpidem.Attempt) {
+// attemptsKey is the context key of a call's attempt count.
+type attemptsKey struct{}
+
+// printer is a RoundTripper that prints each attempt: what came back.
+type printer struct {
+	out  io.Writer
+	base http.RoundTripper
+}
+
+func (p printer) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := p.base.RoundTrip(r)
+	n, _ := r.Context().Value(attemptsKey{}).(*int)
+	if n == nil {
+		n = new(int)
+	}
+	*n++
 	what := "no answer (the connection broke)"
-	if a.Err == nil {
-		what = fmt.Sprintf("%d %s", a.Status, http.StatusText(a.Status))
-		if a.Replayed {
+	if err == nil {
+		what = fmt.Sprintf("%d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
+		if resp.Header.Get("Idempotent-Replayed") == "true" {
 			what += ", Idempotent-Replayed: true"
 		}
 	}
-	next := ""
-	if a.Verdict == httpidem.VerdictRetry {
-		next = "; retrying with the same key"
-	}
-	fmt.Fprintf(out, "%s %s, attempt %d: %s%s\n", a.Request.Method, a.Request.URL.Path, a.Number, what, next)
+	fmt.Fprintf(p.out, "%s %s, attempt %d: %s\n", r.Method, r.URL.Path, *n, what)
+	return resp, err
 }
