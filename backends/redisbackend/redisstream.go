@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"sync"
 	"time"
 
@@ -88,7 +89,7 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 			return nil, fmt.Errorf("%w: go-redis cannot parse it", brokerkit.ErrInvalidConfig)
 		}
 		if opts.ClientName == "" {
-			opts.ClientName = cfg.Consumer
+			opts.ClientName = redisClientName(cfg.Consumer)
 		}
 		cfg.TuneClient(opts)
 		c := redis.NewClient(opts)
@@ -155,6 +156,15 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 		return brokerkit.Clients{}, errors.Join(err, pub.Close())
 	}
 	return brokerkit.Clients{Publisher: pub, Subscriber: sub, NewSubscriber: newSubscriber}, nil
+}
+
+var invalidClientNameChars = regexp.MustCompile(`[^!-~]`)
+
+// redisClientName turns a consumer name into a client name: Redis refuses
+// one with a space or a byte outside printable ASCII, and with it every
+// connection. The consumer name in the group stays as it is.
+func redisClientName(consumer string) string {
+	return invalidClientNameChars.ReplaceAllString(consumer, "_")
 }
 
 // redisNackRefresh keeps a nacked message with the consumer that holds it.
