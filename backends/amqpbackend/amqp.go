@@ -125,6 +125,9 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 	// tapped reads the handshake of c's connection (handshakeTap).
 	tapped := func(c amqp.Config) (amqp.Config, *handshakeTap) {
 		tap := &handshakeTap{dial: c.Connection.AmqpConfig.Dial}
+		if tap.dial == nil { // Tune cleared it
+			tap.dial = amqp091.DefaultDial(cfg.DialTimeout)
+		}
 		c.Connection.AmqpConfig.Dial = tap.Dial
 		return c, tap
 	}
