@@ -135,6 +135,11 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 		Marshaler:             kafka.DefaultMarshaler{},
 		OverwriteSaramaConfig: pubConf,
 	}, logger)
+	if _, bad := errors.AsType[sarama.ConfigurationError](err); bad {
+		// Tune left pubConf unusable: sarama checks the producer's
+		// settings only here, not in Validate.
+		return brokerkit.Clients{}, fmt.Errorf("%w: Kafka: %v", brokerkit.ErrInvalidConfig, err)
+	}
 	if err != nil {
 		return brokerkit.Clients{}, ep.Unreachable(cfg.DialTimeout, err)
 	}
