@@ -145,3 +145,21 @@ func TestOddNames(t *testing.T) {
 		})
 	}
 }
+
+// A client library option that the server refuses for good is an
+// ErrInvalidConfig too, as a Kafka version too old for consumer groups.
+func TestNew_LibraryOptionRefused(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{
+		"redis://" + testserver.RedisAddr(t) + "/0?client_name=billing%20worker",
+		"kafka://" + strings.Join(testserver.KafkaBrokers(t), ",") + "?version=0.8.2.0",
+	} {
+		b, err := backends.New(backends.Config{URL: raw, Group: "refused-" + backendtest.RunID}, nil)
+		if err == nil {
+			_, err = b.Subscriber.Subscribe(t.Context(), backendtest.UniqueTopic("refused"))
+			_ = b.Close()
+		}
+		assert.ErrorIs(t, err, backends.ErrInvalidConfig, raw)
+		assert.NotErrorIs(t, err, backends.ErrUnreachable, raw)
+	}
+}
