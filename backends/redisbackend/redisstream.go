@@ -319,10 +319,10 @@ func refused(err error) bool {
 	if redis.IsAuthError(err) || redis.IsPermissionError(err) {
 		return true
 	}
-	// HasErrorPrefix reads past a leading "ERR ". The last two are Redis 5's
-	// (no HELLO, so go-redis sends AUTH).
+	// HasErrorPrefix reads past a leading "ERR ". Then the client_name URL
+	// option. The last two are Redis 5's (no HELLO, so go-redis sends AUTH).
 	for _, prefix := range []string{"DB index is out of range", "SELECT is not allowed in cluster mode",
-		"invalid password", "Client sent AUTH, but no password is set"} {
+		"Client names cannot contain", "invalid password", "Client sent AUTH, but no password is set"} {
 		if redis.HasErrorPrefix(err, prefix) {
 			return true
 		}
