@@ -1,8 +1,11 @@
 package backends_test
 
 import (
+	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -161,5 +164,43 @@ func TestNew_LibraryOptionRefused(t *testing.T) {
 		}
 		assert.ErrorIs(t, err, backends.ErrInvalidConfig, raw)
 		assert.NotErrorIs(t, err, backends.ErrUnreachable, raw)
+	}
+}
+
+// hangingAddr is a loopback address whose dial hangs: a listener that never
+// accepts, with a full accept queue, drops every further SYN.
+func hangingAddr(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	require.NoError(t, syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	require.NoError(t, syscall.Listen(fd, 0))
+	sa, err := syscall.Getsockname(fd)
+	require.NoError(t, err)
+	addr := "127.0.0.1:" + strconv.Itoa(sa.(*syscall.SockaddrInet4).Port)
+	for i := 0; ; i++ {
+		require.Less(t, i, 16, "the accept queue never filled")
+		c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
+		if err != nil {
+			return addr
+		}
+		t.Cleanup(func() { _ = c.Close() })
+	}
+}
+
+// A host list answers when one of its hosts does, even if the one before
+// it hangs until DialTimeout.
+func TestNew_HostListWithAHangingHost(t *testing.T) {
+	t.Parallel()
+	hang := hangingAddr(t)
+	for _, tc := range []struct{ name, url string }{
+		{"kafka", "kafka://" + hang + "," + strings.Join(testserver.KafkaBrokers(t), ",")},
+		{"nats", "nats://" + hang + "," + strings.TrimPrefix(testserver.NATSURL(t), "nats://")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			backendtest.NewBackend(t, backends.Config{URL: tc.url, Group: "hang-" + backendtest.RunID, DialTimeout: 3 * time.Second})
+		})
 	}
 }
