@@ -77,7 +77,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	st := statementsFor(parts)
 	s := &Store{pool: pool, table: table, sql: st}
 	s.d = sqlstore.Dialect{Pkg: "pgstore", Table: table,
-		GetSQL: st.get, DeleteSQL: st.del, PurgeSQL: st.purge, PageSQL: s.inspectSQL().page,
+		GetSQL: st.get, DeleteSQL: st.del, PageSQL: s.inspectSQL().page,
 		PageArgs: func(after []byte, prefix string, batch int) []any { return []any{after, []byte(prefix), batch} },
 		Dest:     dest,
 		QueryRow: func(ctx context.Context, q string, args ...any) interface{ Scan(...any) error } {
@@ -97,6 +97,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		},
 		QueryError: s.queryError,
 	}
+	s.d.DeleteExpired = func(ctx context.Context, batch int) (int64, error) { return s.d.Exec(ctx, st.purge, batch) }
 	return s, nil
 }
 
