@@ -249,3 +249,29 @@ func TestLongKeyInErrors(t *testing.T) {
 	assert.Contains(t, err.Error(), `"long:kkkk`, "it quotes the key's start")
 	assert.Contains(t, err.Error(), "(1048581 bytes)", "and says how long the key is")
 }
+
+// Migrate creates the expiry index or says why it cannot: a relation of
+// the index's name that is not the table's index (a table named
+// <table>_expires_at) makes it fail rather than leave the table without
+// it.
+func TestMigrateWhenTheIndexNameIsTaken(t *testing.T) {
+	pool := testPool(t)
+	ctx := context.Background()
+	table := uniqueName("pgstore_test_")
+	other, err := pgstore.New(pool, pgstore.Config{Table: table + "_expires_at"})
+	require.NoError(t, err)
+	t.Cleanup(func() { dropTable(t, pool, table+"_expires_at") })
+	require.NoError(t, other.Migrate(ctx))
+
+	s, err := pgstore.New(pool, pgstore.Config{Table: table})
+	require.NoError(t, err)
+	t.Cleanup(func() { dropTable(t, pool, table) })
+	err = s.Migrate(ctx)
+	var indexed bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_indexes WHERE tablename = $1 AND indexdef LIKE '%(expires_at)')`,
+		table).Scan(&indexed))
+	if !indexed {
+		require.Error(t, err, "Migrate left the table without its expiry index")
+		assert.Contains(t, err.Error(), table+"_expires_at")
+	}
+}
