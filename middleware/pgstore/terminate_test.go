@@ -24,7 +24,9 @@ func TestSessionKilledBeforeTheCommit(t *testing.T) {
 	ctx := context.Background()
 	store, _ := newTable(t, pool)
 	effects := effectsTable(t, pool)
-	idem, err := idempotency.New(idempotency.Config{Store: store, NackDelay: -1, LeaseTTL: 900 * time.Millisecond}, nil)
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, LeaseTTL: 900 * time.Millisecond})
+	require.NoError(t, err)
+	idem, err := idempotency.New(once, &idempotency.Config{NackDelay: -1})
 	require.NoError(t, err)
 	kill := true
 	var key string // as stored: prefix, scope and the message's key
