@@ -1,0 +1,123 @@
+package redisstore_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
+)
+
+// Records' prefix is literal whatever its bytes: a backslash, and bytes
+// that are not UTF-8 (keys may hold any bytes).
+func TestRecordsPrefixOfAnyBytes(t *testing.T) {
+	t.Parallel()
+	s, client, prefix := newStore(t)
+	ctx := context.Background()
+	for _, p := range []string{prefix + `a\b:`, prefix + "\xff\xc0\x00:", prefix + `\*:`} {
+		_, err := s.Claim(ctx, p+"k", claimReq(time.Minute, nil))
+		require.NoError(t, err)
+		require.NoError(t, client.Set(ctx, prefix+"other", "x", time.Minute).Err())
+		var got []string
+		for e, err := range s.Records(ctx, p) {
+			require.NoError(t, err)
+			require.NoError(t, e.Err)
+			got = append(got, e.Key)
+		}
+		assert.Equal(t, []string{p + "k"}, got, "prefix %q", p)
+	}
+}
+
+// Complete racing Fail, or Release, of the same owner from two clients:
+// exactly one transition wins, and the record is the winner's.
+func TestCompleteRacingFailAndRelease(t *testing.T) {
+	t.Parallel()
+	s1, _, prefix := newStore(t)
+	s2, _, _ := newStore(t)
+	ctx := context.Background()
+	for i := range 100 {
+		key := prefix + "race"
+		req := claimReq(time.Minute, nil)
+		if i%4 == 3 { // a later attempt, which Release sets back to FAILED
+			first := claimReq(time.Minute, nil)
+			_, err := s1.Claim(ctx, key, first)
+			require.NoError(t, err)
+			require.NoError(t, s1.Fail(ctx, key, first.Token, time.Minute))
+		}
+		res, err := s1.Claim(ctx, key, req)
+		require.NoError(t, err)
+		require.True(t, res.Acquired)
+		var wg sync.WaitGroup
+		var completeErr, otherErr error
+		release := i%2 == 1
+		wg.Add(2)
+		go func() { defer wg.Done(); completeErr = s1.Complete(ctx, key, req.Token, []byte("out"), time.Minute) }()
+		go func() {
+			defer wg.Done()
+			if release {
+				otherErr = s2.Release(ctx, key, req.Token)
+			} else {
+				otherErr = s2.Fail(ctx, key, req.Token, time.Minute)
+			}
+		}()
+		wg.Wait()
+		rec, err := s1.Get(ctx, key)
+		require.NoError(t, err)
+		switch {
+		case completeErr == nil:
+			assert.Equal(t, idempotency.StateCompleted, rec.State, i)
+			assert.Equal(t, []byte("out"), rec.Result, i)
+			if !release {
+				assert.ErrorIs(t, otherErr, idempotency.ErrLeaseLost, i)
+			}
+		default:
+			require.ErrorIs(t, completeErr, idempotency.ErrLeaseLost, i)
+			require.NoError(t, otherErr, i)
+			if release && i%4 != 3 {
+				assert.Equal(t, idempotency.StateAbsent, rec.State, i)
+			} else {
+				assert.Equal(t, idempotency.StateFailed, rec.State, i)
+			}
+		}
+		require.NoError(t, s1.Delete(ctx, key))
+	}
+}
+
+// Concurrent IsDuplicate calls of one key from many clients: exactly one
+// sees it fresh.
+func TestExpiringKeyRepositoryConcurrent(t *testing.T) {
+	t.Parallel()
+	_, client, prefix := newStore(t)
+	repo, err := redisstore.NewExpiringKeyRepository(client, prefix, time.Minute)
+	require.NoError(t, err)
+	ctx := context.Background()
+	for round := range 20 {
+		key := string(rune('a' + round))
+		var fresh, dup atomic.Int32
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d, err := repo.IsDuplicate(ctx, key)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if d {
+					dup.Add(1)
+				} else {
+					fresh.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		assert.Equal(t, int32(1), fresh.Load(), "round %d", round)
+		assert.Equal(t, int32(31), dup.Load(), "round %d", round)
+	}
+}
