@@ -142,15 +142,15 @@ func (s *Store) scan(ctx context.Context, prefix string) iter.Seq2[string, error
 }
 
 // globEscape quotes the characters that SCAN's MATCH pattern gives a
-// meaning.
+// meaning. It works on bytes: a key need not be UTF-8.
 func globEscape(s string) string {
 	var b strings.Builder
-	for _, r := range s {
-		switch r {
+	for i := range len(s) {
+		switch s[i] {
 		case '*', '?', '[', ']', '\\':
 			b.WriteByte('\\')
 		}
-		b.WriteRune(r)
+		b.WriteByte(s[i])
 	}
 	return b.String()
 }
