@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
@@ -119,5 +121,70 @@ func TestExpiringKeyRepositoryConcurrent(t *testing.T) {
 		wg.Wait()
 		assert.Equal(t, int32(1), fresh.Load(), "round %d", round)
 		assert.Equal(t, int32(31), dup.Load(), "round %d", round)
+	}
+}
+
+// A slot moved while its keys are held, without replica acknowledgement
+// (the cluster client follows ASK and MOVED itself): during the migration
+// (ASK, to a node that never loaded a script) and after it (MOVED), the
+// owner renews and completes, fresh keys are claimed where they now live,
+// duplicates are answered, and no call fails.
+func TestClusterSlotMovedMidRun(t *testing.T) {
+	addrs := testserver.StartRedisCluster(t)
+	client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs, ClusterStateReloadInterval: time.Hour})
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := redisstore.New(client, nil)
+	require.NoError(t, err)
+	m := newSlotMover(t, addrs)
+	ctx := context.Background()
+	const tag = "{moved-mid-run}"
+	slot, err := m.admins[addrs[0]].ClusterKeySlot(ctx, tag).Result()
+	require.NoError(t, err)
+	node, err := client.MasterForKey(ctx, tag)
+	require.NoError(t, err)
+	src, dst := node.Options().Addr, ""
+	for _, a := range addrs {
+		if a != src {
+			dst = a
+			break
+		}
+	}
+	claim := func(key string) idempotency.ClaimRequest {
+		req := claimReq(time.Minute, nil)
+		res, err := s.Claim(ctx, key, req)
+		require.NoError(t, err, key)
+		require.True(t, res.Acquired, key)
+		return req
+	}
+	done := func(key string) {
+		res, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
+		require.NoError(t, err, key)
+		assert.False(t, res.Acquired, key)
+		assert.Equal(t, idempotency.StateCompleted, res.Record.State, key)
+		assert.Equal(t, []byte(key), res.Record.Result, key)
+	}
+	a, b, c, d := tag+"a", tag+"b", tag+"c", tag+"d"
+	ra, rb, rc := claim(a), claim(b), claim(c)
+	require.NoError(t, s.Complete(ctx, c, rc.Token, []byte(c), time.Hour))
+
+	m.begin(slot, src, dst)
+	m.migrate(src, dst, a, c) // b stays on src for now
+	require.NoError(t, s.Renew(ctx, a, ra.Token, time.Minute), "ASK to a node without the script")
+	require.NoError(t, s.Renew(ctx, b, rb.Token, time.Minute), "still on src")
+	done(c)
+	rd := claim(d) // absent on src: ASK, written on dst
+	rec, err := s.Get(ctx, a)
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.StateInProgress, rec.State)
+	require.NoError(t, s.Complete(ctx, a, ra.Token, []byte(a), time.Hour))
+
+	m.finish(slot, src, dst)
+	require.NoError(t, s.Complete(ctx, b, rb.Token, []byte(b), time.Hour), "MOVED")
+	require.NoError(t, s.Complete(ctx, d, rd.Token, []byte(d), time.Hour))
+	for _, k := range []string{a, b, c, d} {
+		done(k)
+		n, err := m.admins[dst].Exists(ctx, k).Result()
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n, "%s lives on the slot's new node", k)
 	}
 }
