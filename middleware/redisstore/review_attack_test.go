@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -187,4 +188,54 @@ func TestClusterSlotMovedMidRun(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(1), n, "%s lives on the slot's new node", k)
 	}
+}
+
+// deleteAfterScan deletes a key the moment a SCAN has listed it, as if it
+// expired between the SCAN and the read of its record.
+type deleteAfterScan struct {
+	admin *redis.Client
+	key   string
+}
+
+func (h deleteAfterScan) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h deleteAfterScan) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h deleteAfterScan) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if sc, ok := cmd.(*redis.ScanCmd); ok {
+			if keys, _ := sc.Val(); slices.Contains(keys, h.key) {
+				_ = h.admin.Unlink(ctx, h.key).Err()
+			}
+		}
+		return err
+	}
+}
+
+// A key listed by Records that is gone before its record is read is an
+// Entry of StateAbsent, without TTL or size, and the walk goes on.
+func TestRecordsKeyGoneDuringTheWalk(t *testing.T) {
+	t.Parallel()
+	_, admin, prefix := newStore(t)
+	ctx := context.Background()
+	client := testserver.RedisClient(t)
+	client.AddHook(deleteAfterScan{admin: admin, key: prefix + "gone"})
+	s, err := redisstore.New(client, nil)
+	require.NoError(t, err)
+	for _, k := range []string{"gone", "kept"} {
+		_, err := s.Claim(ctx, prefix+k, claimReq(time.Minute, nil))
+		require.NoError(t, err)
+	}
+	got := map[string]idempotency.Entry{}
+	for e, err := range s.Records(ctx, prefix) {
+		require.NoError(t, err)
+		require.NoError(t, e.Err)
+		got[e.Key] = e
+	}
+	require.Len(t, got, 2, "%v", got)
+	assert.Equal(t, idempotency.Entry{Key: prefix + "gone", Record: idempotency.Record{State: idempotency.StateAbsent}}, got[prefix+"gone"])
+	assert.Equal(t, idempotency.StateInProgress, got[prefix+"kept"].Record.State)
+	assert.Greater(t, got[prefix+"kept"].TTL, time.Minute)
+	assert.Greater(t, got[prefix+"kept"].Bytes, int64(0))
 }
