@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"sync"
@@ -238,4 +239,51 @@ func TestRecordsKeyGoneDuringTheWalk(t *testing.T) {
 	assert.Equal(t, idempotency.StateInProgress, got[prefix+"kept"].Record.State)
 	assert.Greater(t, got[prefix+"kept"].TTL, time.Minute)
 	assert.Greater(t, got[prefix+"kept"].Bytes, int64(0))
+}
+
+// A Complete of a 1 MiB result that a full Redis refuses writes nothing:
+// the key stays IN_PROGRESS under its owner, and once memory is freed the
+// same Complete stores the whole result, over a fresh claim's N record and
+// over the P record a renewal wrote.
+func TestFullRedisRefusesABigCompleteWhole(t *testing.T) {
+	srv := testserver.StartRedis(t, "--maxmemory", "8mb", "--maxmemory-policy", "noeviction")
+	admin := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true, Addr: srv.Addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	s, err := redisstore.New(admin, nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	result := make([]byte, 1<<20)
+	for i := range result {
+		result[i] = byte(i * 7)
+	}
+	reqs := map[string]idempotency.ClaimRequest{"fresh": claimReq(time.Minute, []byte("fp")), "renewed": claimReq(time.Minute, nil)}
+	for key, req := range reqs {
+		_, err := s.Claim(ctx, key, req)
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.Renew(ctx, "renewed", reqs["renewed"].Token, time.Minute))
+	fillRedis(t, admin)
+	for key, req := range reqs {
+		err := s.Complete(ctx, key, req.Token, result, time.Hour)
+		require.Error(t, err, key)
+		assert.Contains(t, err.Error(), "Redis is full", key)
+		rec, err := s.Get(ctx, key)
+		require.NoError(t, err)
+		assert.Equal(t, idempotency.StateInProgress, rec.State, key)
+		assert.Equal(t, req.Token, rec.Token, key)
+	}
+	require.NoError(t, admin.FlushAll(ctx).Err()) // the records too: claim again
+	for key, req := range reqs {
+		_, err := s.Claim(ctx, key, req)
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.Renew(ctx, "renewed", reqs["renewed"].Token, time.Minute))
+	for key, req := range reqs {
+		require.NoError(t, s.Complete(ctx, key, req.Token, result, time.Hour), key)
+		dup, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
+		require.NoError(t, err)
+		assert.Equal(t, idempotency.StateCompleted, dup.Record.State, key)
+		assert.True(t, bytes.Equal(result, dup.Record.Result), key)
+		assert.Equal(t, req.Fingerprint, dup.Record.Fingerprint, key)
+	}
 }
