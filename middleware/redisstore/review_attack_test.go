@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -130,7 +131,8 @@ func TestExpiringKeyRepositoryConcurrent(t *testing.T) {
 // (the cluster client follows ASK and MOVED itself): during the migration
 // (ASK, to a node that never loaded a script) and after it (MOVED), the
 // owner renews and completes, fresh keys are claimed where they now live,
-// duplicates are answered, and no call fails.
+// duplicates are answered, and no call fails. Then keys of odd bytes and
+// hash tags go through every step on the Cluster.
 func TestClusterSlotMovedMidRun(t *testing.T) {
 	addrs := testserver.StartRedisCluster(t)
 	client := redis.NewClusterClient(&redis.ClusterOptions{ContextTimeoutEnabled: true, Addrs: addrs, ClusterStateReloadInterval: time.Hour})
@@ -189,6 +191,41 @@ func TestClusterSlotMovedMidRun(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(1), n, "%s lives on the slot's new node", k)
 	}
+
+	// Keys of odd bytes, hash tags among them (an empty one hashes the
+	// whole key), and a 64 KiB key: each lives in the slot Redis computes
+	// for it, and Records finds it under a prefix of odd bytes.
+	odd := "odd\x00{\xff*"
+	keys := []string{odd + "\x00", odd + "{}x", odd + "}{x}", odd + "{t}a", odd + "{t}b", odd + strings.Repeat("\xc0{", 1<<15)}
+	for _, key := range keys {
+		req := claim(key)
+		require.NoError(t, s.Renew(ctx, key, req.Token, time.Minute))
+		require.NoError(t, s.Complete(ctx, key, req.Token, []byte(key), time.Hour))
+		done(key)
+		slot, err := client.ClusterKeySlot(ctx, key).Result()
+		require.NoError(t, err)
+		owner, err := client.MasterForKey(ctx, key)
+		require.NoError(t, err)
+		slots, err := owner.ClusterSlots(ctx).Result()
+		require.NoError(t, err)
+		self := owner.Options().Addr
+		in := false
+		for _, r := range slots {
+			in = in || (int64(r.Start) <= slot && slot <= int64(r.End) && r.Nodes[0].Addr == self)
+		}
+		assert.True(t, in, "the key's master serves its slot %d", slot)
+		n, err := owner.Exists(ctx, key).Result()
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n)
+	}
+	var got []string
+	for e, err := range s.Records(ctx, odd) {
+		require.NoError(t, err)
+		require.NoError(t, e.Err)
+		assert.Equal(t, idempotency.StateCompleted, e.Record.State)
+		got = append(got, e.Key)
+	}
+	assert.ElementsMatch(t, keys, got)
 }
 
 // deleteAfterScan deletes a key the moment a SCAN has listed it, as if it
