@@ -324,3 +324,46 @@ func TestFullRedisRefusesABigCompleteWhole(t *testing.T) {
 		assert.Equal(t, req.Fingerprint, dup.Record.Fingerprint, key)
 	}
 }
+
+// Options at their edges on a Redis without replicas: a ReplicaTimeout of
+// 1 ns (WAIT's timeout is never 0, which would block for ever), more
+// replicas than a server could have, and a context without deadline.
+// Every transition that wrote is one shortfall, every other none, and no
+// call waits long.
+func TestReplicaOptionsAtTheirEdges(t *testing.T) {
+	t.Parallel()
+	for _, replicas := range []int{1, 1 << 30} {
+		_, client, prefix := newStore(t)
+		var (
+			mu   sync.Mutex
+			seen []string
+		)
+		s, err := redisstore.New(client, &redisstore.Options{Replicas: replicas, ReplicaTimeout: time.Nanosecond,
+			OnReplicaShortfall: func(op, key string, acked int) {
+				mu.Lock()
+				seen = append(seen, op+" "+key[len(prefix):])
+				mu.Unlock()
+				assert.Zero(t, acked)
+			}})
+		require.NoError(t, err)
+		ctx := context.Background()
+		start := time.Now()
+		req := claimReq(time.Minute, nil)
+		_, err = s.Claim(ctx, prefix+"k", req)
+		require.NoError(t, err)
+		_, err = s.Claim(ctx, prefix+"k", claimReq(time.Minute, nil)) // held: writes nothing
+		require.NoError(t, err)
+		require.NoError(t, s.Renew(ctx, prefix+"k", req.Token, time.Minute))
+		require.NoError(t, s.Complete(ctx, prefix+"k", req.Token, nil, time.Minute))
+		_, err = s.Claim(ctx, prefix+"k", claimReq(time.Minute, nil)) // duplicate
+		require.NoError(t, err)
+		f := claimReq(time.Minute, nil)
+		_, err = s.Claim(ctx, prefix+"f", f)
+		require.NoError(t, err)
+		require.NoError(t, s.Fail(ctx, prefix+"f", f.Token, time.Minute))
+		assert.Less(t, time.Since(start), 2*time.Second, "replicas %d", replicas)
+		mu.Lock()
+		assert.Equal(t, []string{"claim k", "renew k", "complete k", "claim f"}, seen, "replicas %d", replicas)
+		mu.Unlock()
+	}
+}
