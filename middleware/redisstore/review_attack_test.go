@@ -367,3 +367,36 @@ func TestReplicaOptionsAtTheirEdges(t *testing.T) {
 		mu.Unlock()
 	}
 }
+
+// On a ring, which New takes, Records walks every shard, as it walks
+// every master of a Cluster.
+func TestRecordsOnRing(t *testing.T) {
+	t.Parallel()
+	a, b := testserver.StartRedis(t), testserver.StartRedis(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr, "b": b.Addr}, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = ring.Close() })
+	s, err := redisstore.New(ring, nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	want := map[string]bool{}
+	for i := range 20 {
+		key := "ring:" + string(rune('a'+i))
+		_, err := s.Claim(ctx, key, claimReq(time.Minute, nil))
+		require.NoError(t, err)
+		want[key] = true
+	}
+	for _, addr := range []string{a.Addr, b.Addr} {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		n, err := c.DBSize(ctx).Result()
+		_ = c.Close()
+		require.NoError(t, err)
+		require.NotZero(t, n, "both shards hold keys")
+	}
+	got := map[string]bool{}
+	for e, err := range s.Records(ctx, "ring:") {
+		require.NoError(t, err)
+		require.NoError(t, e.Err)
+		got[e.Key] = true
+	}
+	assert.Equal(t, want, got)
+}
