@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter/serve"
 )
 
 // What is wrong with a key beyond adapter.CheckKey's rules.
@@ -81,17 +82,8 @@ func fingerprint(method string, req proto.Message) ([]byte, error) {
 	return adapter.Fingerprint(fingerprintVersion, []byte(method), body), nil
 }
 
-type forwardKeyCtx struct{}
-
 // ForwardKey returns the key a handler hands on with its work, as the
 // requestId of a message it publishes: the scope's hash, a colon and the
 // key. The scope never appears. ok is false outside a handler the
 // [Middleware] protects (also under FailOpen).
-func ForwardKey(ctx context.Context) (key string, ok bool) {
-	key, ok = ctx.Value(forwardKeyCtx{}).(string)
-	return key, ok
-}
-
-func withForwardKey(ctx context.Context, prefix, skey string) context.Context {
-	return context.WithValue(ctx, forwardKeyCtx{}, adapter.ForwardKey(prefix, skey))
-}
+func ForwardKey(ctx context.Context) (key string, ok bool) { return serve.ForwardKey(ctx) }

@@ -135,7 +135,7 @@ func (i *Middleware) UnaryServerInterceptor(ctx context.Context, req any, info *
 	case idempotency.OutcomeDuplicate:
 		return i.replay(ctx, rec.Result, c)
 	case idempotency.OutcomeFailOpen:
-		return handler(withForwardKey(ctx, i.cfg.KeyPrefix, c.Key), req)
+		return handler(serve.WithForwardKey(ctx, i.cfg.KeyPrefix, c.Key), req)
 	case idempotency.OutcomeInProgress:
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(pushbackMetadata, strconv.FormatInt(i.cfg.RetryAfter.Milliseconds(), 10)))
 	}
@@ -182,7 +182,7 @@ func (i *Middleware) run(req any, handler grpc.UnaryHandler, lease *idempotency.
 		herr error
 	)
 	if !c.Run(lease, func(ctx context.Context) string {
-		resp, herr = handler(withForwardKey(ctx, i.cfg.KeyPrefix, c.Key), req)
+		resp, herr = handler(serve.WithForwardKey(ctx, i.cfg.KeyPrefix, c.Key), req)
 		return ""
 	}) {
 		return resp, herr

@@ -126,10 +126,8 @@ func (r *recorder) response() storedResponse {
 func handlerHeader(h, outer http.Header) http.Header {
 	out := make(http.Header, len(h))
 	for name, values := range h {
-		if ov, ok := outer[name]; ok && slices.Equal(ov, values) {
-			continue
-		}
-		if hopByHop[name] || strings.HasPrefix(name, http.TrailerPrefix) {
+		ov, isOuter := outer[name]
+		if isOuter && slices.Equal(ov, values) || hopByHop[name] || strings.HasPrefix(name, http.TrailerPrefix) {
 			continue
 		}
 		out[name] = slices.Clone(values)
@@ -137,12 +135,5 @@ func handlerHeader(h, outer http.Header) http.Header {
 	return out
 }
 
-var hopByHop = map[string]bool{
-	"Connection":        true,
-	"Keep-Alive":        true,
-	"Proxy-Connection":  true,
-	"Transfer-Encoding": true,
-	"Upgrade":           true,
-	"Te":                true,
-	"Trailer":           true,
-}
+var hopByHop = map[string]bool{"Connection": true, "Keep-Alive": true, "Proxy-Connection": true,
+	"Transfer-Encoding": true, "Upgrade": true, "Te": true, "Trailer": true}

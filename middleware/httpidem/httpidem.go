@@ -64,13 +64,7 @@ func New(once *idempotency.Once, cfg *Config) (*Middleware, error) {
 
 // Handler wraps next, as a func(http.Handler) http.Handler.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !slices.Contains(m.cfg.Methods, r.Method) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		m.serve(w, r, next)
-	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 }
 
 // details are the problem details of the refusals after a claim.
@@ -83,6 +77,10 @@ var details = map[idempotency.Outcome]string{
 }
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if !slices.Contains(m.cfg.Methods, r.Method) {
+		next.ServeHTTP(w, r)
+		return
+	}
 	rq := &serve.Request{Once: m.once, FailOpen: m.failOpen, Ctx: r.Context(), Label: cmp.Or(r.Pattern, defaultOutcomeLabel)}
 	values := r.Header.Values(m.cfg.Header)
 	if len(values) == 0 && m.cfg.KeyOptional {
@@ -92,7 +90,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	key, detail := m.key(r, values)
 	if detail != "" {
 		rq.Done(idempotency.OutcomeMissingKey, nil)
-		m.writeProblem(w, idempotency.OutcomeMissingKey, detail, nil)
+		m.writeProblem(w, idempotency.OutcomeMissingKey, detail, 0)
 		return
 	}
 
@@ -109,9 +107,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	case idempotency.OutcomeDuplicate:
 		m.replay(w, rec.Result, rq)
 	case idempotency.OutcomeFailOpen:
-		next.ServeHTTP(w, r.WithContext(withForwardKey(r.Context(), m.cfg.KeyPrefix, rq.Key)))
+		next.ServeHTTP(w, r.WithContext(serve.WithForwardKey(r.Context(), m.cfg.KeyPrefix, rq.Key)))
 	default:
-		m.writeProblem(w, outcome, strings.ReplaceAll(details[outcome], "{header}", m.cfg.Header), nil)
+		m.writeProblem(w, outcome, strings.ReplaceAll(details[outcome], "{header}", m.cfg.Header), 0)
 	}
 }
 
@@ -136,7 +134,7 @@ func (m *Middleware) key(r *http.Request, values []string) (key, detail string) 
 func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	tooLarge := func() ([]byte, bool) {
 		m.writeProblem(w, idempotency.Outcome(adapter.BodyTooLarge),
-			fmt.Sprintf("The request body exceeds %d bytes.", m.cfg.MaxRequestBody), nil)
+			fmt.Sprintf("The request body exceeds %d bytes.", m.cfg.MaxRequestBody), 0)
 		return nil, false
 	}
 	if r.ContentLength > m.cfg.MaxRequestBody {
@@ -148,7 +146,7 @@ func (m *Middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 		body, err = io.ReadAll(io.LimitReader(r.Body, m.cfg.MaxRequestBody+1))
 		_ = r.Body.Close()
 		if err != nil {
-			m.writeProblem(w, idempotency.Outcome(adapter.BodyUnreadable), "The request body could not be read in full.", nil)
+			m.writeProblem(w, idempotency.Outcome(adapter.BodyUnreadable), "The request body could not be read in full.", 0)
 			return nil, false
 		}
 		if int64(len(body)) > m.cfg.MaxRequestBody {
@@ -167,15 +165,14 @@ func (m *Middleware) replay(w http.ResponseWriter, result []byte, rq *serve.Requ
 	if err != nil {
 		rq.Done(idempotency.OutcomeCorruptRecord, fmt.Errorf("stored response of a completed key: %w", err))
 		m.writeProblem(w, idempotency.OutcomeCorruptRecord,
-			"The request with this key completed, but its stored response cannot be read.", nil)
+			"The request with this key completed, but its stored response cannot be read.", 0)
 		return
 	}
 	rq.Done(idempotency.OutcomeDuplicate, nil)
 	if s.BodyOmitted {
 		m.writeProblem(w, idempotency.OutcomeOutputNotStored,
 			fmt.Sprintf("The request with this key completed with status %d, but its response (%d bytes) was too large to store and cannot be replayed. Do not retry with a new key: look the result up instead.",
-				s.Status, s.BodySize),
-			func(p *problem) { p.OriginalStatus = s.Status })
+				s.Status, s.BodySize), s.Status)
 		return
 	}
 	h := w.Header()
@@ -196,7 +193,7 @@ func (m *Middleware) replay(w http.ResponseWriter, result []byte, rq *serve.Requ
 func (m *Middleware) run(w http.ResponseWriter, r *http.Request, next http.Handler, lease *idempotency.Lease, rq *serve.Request) {
 	rec := newRecorder(w, m.maxBody)
 	if !rq.Run(lease, func(ctx context.Context) string {
-		next.ServeHTTP(rec, r.WithContext(withForwardKey(ctx, m.cfg.KeyPrefix, rq.Key)))
+		next.ServeHTTP(rec, r.WithContext(serve.WithForwardKey(ctx, m.cfg.KeyPrefix, rq.Key)))
 		return strconv.Itoa(cmp.Or(rec.status, http.StatusOK))
 	}) {
 		return

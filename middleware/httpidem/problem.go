@@ -19,12 +19,9 @@ type problem struct {
 }
 
 // writeProblem answers with the problem of outcome, from adapter.Refusals.
-func (m *Middleware) writeProblem(w http.ResponseWriter, outcome idempotency.Outcome, detail string, extra func(*problem)) {
+func (m *Middleware) writeProblem(w http.ResponseWriter, outcome idempotency.Outcome, detail string, originalStatus int) {
 	r := adapter.Refusals[string(outcome)]
-	p := problem{Type: problemTypeBase + string(outcome), Title: r.Title, Status: r.HTTP, Detail: detail}
-	if extra != nil {
-		extra(&p)
-	}
+	p := problem{Type: problemTypeBase + string(outcome), Title: r.Title, Status: r.HTTP, Detail: detail, OriginalStatus: originalStatus}
 	body, _ := json.Marshal(p) // a struct of strings and ints always marshals
 	body = append(body, '\n')
 	h := w.Header()

@@ -92,3 +92,17 @@ func (r *Request) Fail(lease *idempotency.Lease, err error) {
 	lease.Fail()
 	r.Done(idempotency.OutcomeHandlerFailed, err)
 }
+
+type forwardKeyCtx struct{}
+
+// WithForwardKey returns ctx carrying the forward key of the stored key
+// skey under prefix, for the adapters' ForwardKey.
+func WithForwardKey(ctx context.Context, prefix, skey string) context.Context {
+	return context.WithValue(ctx, forwardKeyCtx{}, adapter.ForwardKey(prefix, skey))
+}
+
+// ForwardKey returns the forward key of ctx, if it carries one.
+func ForwardKey(ctx context.Context) (key string, ok bool) {
+	key, ok = ctx.Value(forwardKeyCtx{}).(string)
+	return key, ok
+}
