@@ -80,6 +80,12 @@ func StoreKey(prefix, scope, key string, hashScope bool) string {
 
 var scopeEscaper = strings.NewReplacer("%", "%25", ":", "%3A")
 
+// UsePrefix, set by package idempotency, records that an adapter of once
+// (an *idempotency.Once) stores keys under prefix with its scope hashed or
+// escaped. It refuses a prefix the other layout uses: an escaped scope may
+// read as a hash, so two (scope, key) pairs would share a stored key.
+var UsePrefix func(once any, prefix string, hashScope bool) error
+
 // ForwardKey returns the key a handler forwards when it hands its work on:
 // the stored key skey without its prefix, so the scope's hash, a colon and
 // the key.
