@@ -12,8 +12,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -24,6 +26,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
+	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
 // threeAdapters is one Once, with its one cache, shared by the Watermill
@@ -55,10 +58,16 @@ func newThreeAdapters(t *testing.T, kind storeKind, wmCfg idempotency.Config, ht
 		})
 	}
 	wmCfg.KeyPrefix = cmp.Or(wmCfg.KeyPrefix, kp+"w")
-	httpPrefix, grpcPrefix := kp+httpSuffix, kp+grpcSuffix
 	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store})
 	require.NoError(t, err)
+	return threeAdaptersOn(t, once, wmCfg, kp+httpSuffix, kp+grpcSuffix)
+}
+
+// threeAdaptersOn builds the three adapters on once, with these prefixes.
+func threeAdaptersOn(t *testing.T, once *idempotency.Once, wmCfg idempotency.Config, httpPrefix, grpcPrefix string) *threeAdapters {
+	t.Helper()
 	a := &threeAdapters{ledger: newLedger()}
+	var err error
 	a.wm, err = idempotency.New(once, &wmCfg)
 	require.NoError(t, err)
 	a.wmHandler = a.wm.Middleware(func(msg *message.Message) ([]*message.Message, error) {
@@ -227,4 +236,79 @@ func TestKeyLengthBoundOnEveryAdapter(t *testing.T) {
 		assert.EqualValues(t, 3, a.wmRuns.Load())
 		assert.EqualValues(t, 3, a.ledger.runs.Load())
 	})
+}
+
+// TestStoreStoppedUnderOneOnce: a redis-server killed under one Once shared
+// by every adapter. A key each adapter saw COMPLETED is still answered from
+// the cache, never run again; a new key runs nothing (503, UNAVAILABLE, a
+// nack, ErrStoreUnavailable), unless FailOpen runs it unguarded.
+func TestStoreStoppedUnderOneOnce(t *testing.T) {
+	for _, failOpen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("FailOpen=%v", failOpen), func(t *testing.T) {
+			srv := testserver.StartRedis(t)
+			client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1, DialTimeout: 200 * time.Millisecond})
+			t.Cleanup(func() { _ = client.Close() })
+			store, err := redisstore.New(client, nil)
+			require.NoError(t, err)
+			once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, FailOpen: failOpen, StoreTimeout: time.Second})
+			require.NoError(t, err)
+			a := threeAdaptersOn(t, once, idempotency.Config{Scope: func(*message.Message) string { return "s" }, NackDelay: -1}, "h", "g")
+			var doRuns atomic.Int64
+			do := func(key string) (idempotency.Result, error) {
+				return once.Do(t.Context(), "do:"+key, func(context.Context) ([]byte, error) {
+					return []byte(fmt.Sprintf("do run %d", doRuns.Add(1))), nil
+				})
+			}
+			// Completed while the store is up.
+			status, _ := a.post(t, "s", "old")
+			require.Equal(t, http.StatusCreated, status)
+			require.NoError(t, charge(t, a.grpc, "s", "old", &testpb.ChargeRequest{Amount: 1}).err)
+			a.message(t, "old")
+			_, err = do("old")
+			require.NoError(t, err)
+
+			srv.Stop()
+
+			status, body := a.post(t, "s", "old")
+			assert.Equal(t, http.StatusCreated, status)
+			assert.Equal(t, "http run 1", body, "from the cache")
+			ans := charge(t, a.grpc, "s", "old", &testpb.ChargeRequest{Amount: 1})
+			require.NoError(t, ans.err)
+			assert.True(t, ans.replayed())
+			out := a.message(t, "old")
+			require.Len(t, out, 1)
+			assert.Equal(t, "out-1", out[0].UUID)
+			res, err := do("old")
+			require.NoError(t, err)
+			assert.Equal(t, idempotency.Result{Value: []byte("do run 1"), Outcome: idempotency.OutcomeDuplicate}, res)
+
+			status, body = a.post(t, "s", "new")
+			ans = charge(t, a.grpc, "s", "new", &testpb.ChargeRequest{Amount: 1})
+			msg := message.NewMessage("uuid-new", []byte("payload"))
+			msg.Metadata.Set("requestId", "new")
+			_, wmErr := a.wmHandler(msg)
+			res, doErr := do("new")
+			if failOpen {
+				assert.Equal(t, http.StatusCreated, status, body)
+				require.NoError(t, ans.err)
+				assert.False(t, ans.replayed())
+				require.NoError(t, wmErr)
+				require.NoError(t, doErr)
+				assert.Equal(t, idempotency.OutcomeFailOpen, res.Outcome)
+				assert.EqualValues(t, 2, a.httpRuns.Load())
+				assert.EqualValues(t, 2, a.ledger.runs.Load())
+				assert.EqualValues(t, 2, a.wmRuns.Load())
+				assert.EqualValues(t, 2, doRuns.Load())
+				return
+			}
+			assert.Equal(t, http.StatusServiceUnavailable, status, body)
+			requireReason(t, ans.err, codes.Unavailable, storeUnavailable)
+			require.ErrorIs(t, wmErr, idempotency.ErrStoreUnavailable)
+			require.ErrorIs(t, doErr, idempotency.ErrStoreUnavailable)
+			assert.EqualValues(t, 1, a.httpRuns.Load())
+			assert.EqualValues(t, 1, a.ledger.runs.Load())
+			assert.EqualValues(t, 1, a.wmRuns.Load())
+			assert.EqualValues(t, 1, doRuns.Load())
+		})
+	}
 }
