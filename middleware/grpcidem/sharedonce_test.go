@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -311,4 +312,52 @@ func TestStoreStoppedUnderOneOnce(t *testing.T) {
 			assert.EqualValues(t, 1, doRuns.Load())
 		})
 	}
+}
+
+// cacheLabels records the labels of an Observer's outcomes and cache
+// lookups.
+type cacheLabels struct {
+	mu                sync.Mutex
+	outcomes, lookups []string
+}
+
+func (o *cacheLabels) Outcome(_ context.Context, d idempotency.OutcomeDetails) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.outcomes = append(o.outcomes, d.Handler)
+}
+func (*cacheLabels) StoreLatency(string, time.Duration, error) {}
+func (o *cacheLabels) CacheLookup(handler string, _ bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.lookups = append(o.lookups, handler)
+}
+
+// TestCacheLookupLabels: the Observer's cache lookups of each adapter of
+// one Once carry the label of that adapter's outcomes (the route, the
+// method, the handler's name, "once" for Do), so a hit ratio per handler
+// reads right.
+func TestCacheLookupLabels(t *testing.T) {
+	store, kp := storeKinds[1].New(t) // redisstore: an in-process store has no cache
+	obs := &cacheLabels{}
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: store, Observer: obs})
+	require.NoError(t, err)
+	a := threeAdaptersOn(t, once, idempotency.Config{KeyPrefix: kp + "w", Scope: func(*message.Message) string { return "orders" }}, kp+"h", kp+"g")
+	t.Cleanup(func() {
+		client := testserver.RedisClient(t)
+		iter := client.Scan(context.Background(), 0, kp+"*", 100).Iterator()
+		for iter.Next(context.Background()) {
+			_ = client.Del(context.Background(), iter.Val()).Err()
+		}
+	})
+	a.post(t, "s", "k")
+	require.NoError(t, charge(t, a.grpc, "s", "k", &testpb.ChargeRequest{Amount: 1}).err)
+	a.message(t, "k")
+	_, err = once.Do(t.Context(), kp+"do", func(context.Context) ([]byte, error) { return nil, nil })
+	require.NoError(t, err)
+
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	assert.Equal(t, []string{"http", methodCharge, "orders", "once"}, obs.outcomes)
+	assert.Equal(t, obs.outcomes, obs.lookups)
 }
