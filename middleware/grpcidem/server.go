@@ -141,7 +141,7 @@ func (i *Middleware) UnaryServerInterceptor(ctx context.Context, req any, info *
 	c.fields["idempotency_key"] = skey // the scope's hash, never the scope
 	c.key = skey
 
-	lease, claim, err := i.once.Claim(ctx, skey, fp)
+	lease, claim, err := i.once.Claim(adapter.WithLabel(ctx, info.FullMethod), skey, fp)
 	c.attempts = claim.Record.Attempts
 	switch {
 	case err == nil && lease != nil:

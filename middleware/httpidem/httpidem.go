@@ -125,7 +125,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	skey := adapter.StoreKey(m.cfg.KeyPrefix, m.scope(r), key, true)
 	rq.key = skey
 	rq.parsedKey = key
-	lease, claim, err := m.once.Claim(r.Context(), skey, fp)
+	lease, claim, err := m.once.Claim(adapter.WithLabel(r.Context(), rq.label), skey, fp)
 	rq.attempts = claim.Record.Attempts
 	switch {
 	case err == nil && lease != nil:

@@ -252,7 +252,7 @@ func (o *Once) Do(ctx context.Context, key string, work func(ctx context.Context
 //
 // ctx bounds the claim and is the parent of the lease's context.
 func (o *Once) Claim(ctx context.Context, key string, fingerprint []byte) (*Lease, ClaimResult, error) {
-	lease, res, cached, err := o.claim(ctx, key, fingerprint, 0, delivery{key: key})
+	lease, res, cached, err := o.claim(ctx, key, fingerprint, 0, delivery{key: key, scope: adapter.Label(ctx)})
 	if cached {
 		res.Record = cloneRecord(res.Record)
 	}
