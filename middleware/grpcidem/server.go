@@ -71,6 +71,9 @@ func New(once *idempotency.Once, cfg *Config) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := adapter.UsePrefix(once, c.KeyPrefix, true); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	oc := once.Config()
 	i := &Middleware{cfg: c, once: once, logger: oc.Logger, maxSize: oc.MaxOutputSize, failOpen: oc.FailOpen,
 		scope: c.Scope, methods: make(map[string]bool, len(c.Methods))}

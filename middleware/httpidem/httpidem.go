@@ -54,6 +54,9 @@ func New(once *idempotency.Once, cfg *Config) (*Middleware, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := adapter.UsePrefix(once, c.KeyPrefix, true); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	oc := once.Config()
 	m := &Middleware{cfg: c, once: once, logger: oc.Logger, maxBody: oc.MaxOutputSize, failOpen: oc.FailOpen, scope: c.Scope}
 	if c.SingleTenant {

@@ -39,6 +39,9 @@ func New(once *Once, cfg *Config) (*Middleware, error) {
 		return nil, err
 	}
 	c.setDefaults()
+	if err := once.usePrefix(c.KeyPrefix, false); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	return &Middleware{cfg: c, once: once}, nil
 }
 

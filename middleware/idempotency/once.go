@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/inprocess"
 )
 
@@ -105,6 +107,30 @@ type Once struct {
 	quiet bool
 	// cache holds the COMPLETED records this process saw; nil when off.
 	cache *completedCache
+	// prefixes maps each KeyPrefix of o's adapters to whether they hash
+	// the scope (httpidem, grpcidem) or escape it (Watermill).
+	prefixMu sync.Mutex
+	prefixes map[string]bool
+}
+
+func init() {
+	adapter.UsePrefix = func(once any, prefix string, hashScope bool) error {
+		return once.(*Once).usePrefix(prefix, hashScope)
+	}
+}
+
+// usePrefix is adapter.UsePrefix: one prefix, one layout of stored keys.
+func (o *Once) usePrefix(prefix string, hashScope bool) error {
+	o.prefixMu.Lock()
+	defer o.prefixMu.Unlock()
+	if hashed, ok := o.prefixes[prefix]; ok && hashed != hashScope {
+		return fmt.Errorf("KeyPrefix %q is another adapter's on this Once (the Watermill middleware's stores its scope as text, httpidem's and grpcidem's as a hash): give each its own", prefix)
+	}
+	if o.prefixes == nil {
+		o.prefixes = map[string]bool{}
+	}
+	o.prefixes[prefix] = hashScope
+	return nil
 }
 
 // NewOnce returns the protocol for cfg. It fills the defaults of the zero
@@ -226,7 +252,7 @@ func (o *Once) Do(ctx context.Context, key string, work func(ctx context.Context
 //
 // ctx bounds the claim and is the parent of the lease's context.
 func (o *Once) Claim(ctx context.Context, key string, fingerprint []byte) (*Lease, ClaimResult, error) {
-	lease, res, cached, err := o.claim(ctx, key, fingerprint, 0, delivery{key: key})
+	lease, res, cached, err := o.claim(ctx, key, fingerprint, 0, delivery{key: key, scope: adapter.Label(ctx)})
 	if cached {
 		res.Record = cloneRecord(res.Record)
 	}

@@ -1,6 +1,7 @@
 package adapter
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"time"
@@ -44,4 +45,18 @@ func RunHandler(lease interface{ Fail() }, panicked func(err error), handler fun
 	}()
 	handler()
 	finished = true
+}
+
+type labelKey struct{}
+
+// WithLabel returns ctx carrying label, the Observer's label of the
+// adapter's outcomes, for the cache lookup of a claim made under ctx.
+func WithLabel(ctx context.Context, label string) context.Context {
+	return context.WithValue(ctx, labelKey{}, label)
+}
+
+// Label returns the label of WithLabel in ctx, or "".
+func Label(ctx context.Context) string {
+	l, _ := ctx.Value(labelKey{}).(string)
+	return l
 }

@@ -74,6 +74,12 @@ func StoreKey(prefix, scope, key string, hashScope bool) string {
 
 var scopeEscaper = strings.NewReplacer("%", "%25", ":", "%3A")
 
+// UsePrefix, set by package idempotency, records that an adapter of once
+// (an *idempotency.Once) stores keys under prefix with its scope hashed or
+// escaped. It refuses a prefix the other layout uses: an escaped scope may
+// read as a hash, so two (scope, key) pairs would share a stored key.
+var UsePrefix func(once any, prefix string, hashScope bool) error
+
 // ForwardKey returns the stored key skey without its prefix: the key a
 // handler forwards with its work.
 func ForwardKey(prefix, skey string) string { return strings.TrimPrefix(skey, prefix+":") }

@@ -38,7 +38,7 @@ func (r *Request) Done(outcome idempotency.Outcome, err error) {
 // claim is reported so and refused as store_unavailable: nothing runs for
 // it, even with FailOpen.
 func (r *Request) Claim(fp []byte) (_ *idempotency.Lease, rec idempotency.Record, _ idempotency.Outcome) {
-	lease, claim, err := r.Once.Claim(r.Ctx, r.Key, fp)
+	lease, claim, err := r.Once.Claim(adapter.WithLabel(r.Ctx, r.Label), r.Key, fp)
 	r.Attempts, rec = claim.Record.Attempts, claim.Record
 	var outcome idempotency.Outcome
 	switch {
