@@ -21,6 +21,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idempotency/watermill-idempotency/internal/commalist"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
@@ -120,14 +121,14 @@ func parseFlags() (o options, cpuProfile string) {
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	flag.Parse()
 
-	for _, s := range splitList(*sections) {
+	for _, s := range commalist.Split(*sections) {
 		if !slices.Contains(allSections, s) {
 			log.Fatalf("-sections: unknown section %q (want %s)", s, strings.Join(allSections, ", "))
 		}
 	}
-	o.sections = slices.DeleteFunc(slices.Clone(allSections), func(s string) bool { return !slices.Contains(splitList(*sections), s) })
-	o.brokers = splitList(*brokers)
-	for _, s := range splitList(*conc) {
+	o.sections = slices.DeleteFunc(slices.Clone(allSections), func(s string) bool { return !slices.Contains(commalist.Split(*sections), s) })
+	o.brokers = commalist.Split(*brokers)
+	for _, s := range commalist.Split(*conc) {
 		c, err := strconv.Atoi(s)
 		if err != nil || c < 1 {
 			log.Fatalf("-c: %q is not a positive number", s)
@@ -139,17 +140,6 @@ func parseFlags() (o options, cpuProfile string) {
 	}
 	o.prefix = "idembench-" + watermill.NewShortUUID()
 	return o, cpuProfile
-}
-
-// splitList splits a comma-separated list, items trimmed, empty ones left out.
-func splitList(s string) []string {
-	var out []string
-	for item := range strings.SplitSeq(s, ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			out = append(out, item)
-		}
-	}
-	return out
 }
 
 func (o options) logf(format string, args ...any) {

@@ -379,12 +379,22 @@ type filter struct {
 	limit       int
 }
 
-func (f *filter) register(fs *flag.FlagSet, limit int) {
+// filtered registers the filter's flags on fs, --limit defaulting to
+// limit, and returns a command's run that calls run with the filter once
+// it is valid.
+func filtered(fs *flag.FlagSet, limit int, run func(ctx context.Context, c *cli, f filter) error) func(context.Context, *cli, []string) error {
+	var f filter
 	fs.StringVar(&f.prefix, "prefix", "", "only keys that start with this (e.g. idem:orders:); empty: every key of the store")
 	fs.StringVar(&f.state, "state", "", "only keys in this state: in_progress, failed (a lapsed lease is failed), completed or corrupt")
 	fs.IntVar(&f.minAttempts, "min-attempts", 0, "only keys with at least this many attempts")
 	fs.DurationVar(&f.age, "age", 0, "only keys whose last transition (for in_progress: the claim) is at least this old")
 	fs.IntVar(&f.limit, "limit", limit, "stop after this many matching keys")
+	return func(ctx context.Context, c *cli, _ []string) error {
+		if err := f.validate(); err != nil {
+			return err
+		}
+		return run(ctx, c, f)
+	}
 }
 
 func (f *filter) validate() error {
@@ -454,12 +464,7 @@ var listCommand = command{
 		"With --json, one JSON object per line; a summary goes to stderr.",
 	args: 0,
 	flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
-		var f filter
-		f.register(fs, 1000)
-		return func(ctx context.Context, c *cli, _ []string) error {
-			if err := f.validate(); err != nil {
-				return err
-			}
+		return filtered(fs, 1000, func(ctx context.Context, c *cli, f filter) error {
 			now, err := c.be.now(ctx)
 			if err != nil {
 				return err
@@ -499,7 +504,7 @@ var listCommand = command{
 			}
 			fmt.Fprintf(c.stderr, "idemctl: %d of %d scanned keys listed%s\n", matched, scanned, more)
 			return nil
-		}
+		})
 	},
 }
 
@@ -576,14 +581,9 @@ var purgeCommand = command{
 		"again; deleting an IN_PROGRESS one cancels its owner (see release).",
 	args: 0,
 	flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
-		var f filter
-		f.register(fs, 100000)
 		apply := fs.Bool("apply", false, "delete (without it: a dry run)")
 		yes := fs.Bool("yes", false, "with --apply: do not ask for confirmation")
-		return func(ctx context.Context, c *cli, _ []string) error {
-			if err := f.validate(); err != nil {
-				return err
-			}
+		return filtered(fs, 100000, func(ctx context.Context, c *cli, f filter) error {
 			if f.prefix == "" && f.state == "" {
 				return fmt.Errorf("%w: purge needs --prefix or --state (it never deletes every key of a store)", errUsage)
 			}
@@ -631,7 +631,7 @@ var purgeCommand = command{
 				fmt.Fprintf(c.stdout, "deleted %d key(s); %d skipped (their state changed)\n", len(deleted), len(skipped))
 			}
 			return nil
-		}
+		})
 	},
 }
 

@@ -1,6 +1,7 @@
 package testserver
 
 import (
+	"context"
 	"net"
 	"net/url"
 	"os"
@@ -24,17 +25,32 @@ func requireService(t testing.TB, what, envVar, addr string) {
 	if testing.Short() {
 		t.Skipf("%s-backed test left out by -short", what)
 	}
-	var err error
-	for range 10 {
-		var c net.Conn
-		c, err = net.DialTimeout("tcp", addr, time.Second)
+	err := awaitPing(func(ctx context.Context) error {
+		c, err := new(net.Dialer).DialContext(ctx, "tcp", addr)
 		if err == nil {
 			_ = c.Close()
-			return
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%s is required at %s (set %s to change it): %v", what, addr, envVar, err)
+	}
+}
+
+// awaitPing calls ping, with a timeout of a second, up to ten times 300 ms
+// apart until it succeeds, and returns its last error.
+func awaitPing(ping func(context.Context) error) error {
+	var err error
+	for range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err = ping(ctx)
+		cancel()
+		if err == nil {
+			return nil
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	t.Fatalf("%s is required at %s (set %s to change it): %v", what, addr, envVar, err)
+	return err
 }
 
 // serviceURL returns the URL of a shared server from envVar, or def when

@@ -1,10 +1,8 @@
 package testserver
 
 import (
-	"context"
 	"database/sql"
 	"testing"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -39,15 +37,8 @@ func MySQLDB(t testing.TB) *sql.DB {
 	db.SetMaxOpenConns(32)
 	db.SetMaxIdleConns(32)
 	t.Cleanup(func() { _ = db.Close() })
-	for range 10 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err = db.PingContext(ctx)
-		cancel()
-		if err == nil {
-			return db
-		}
-		time.Sleep(300 * time.Millisecond)
+	if err := awaitPing(db.PingContext); err != nil {
+		t.Fatalf("MySQL or MariaDB is required at %s (database %q; set MYSQL_DSN to change it): %v", cfg.Addr, cfg.DBName, err)
 	}
-	t.Fatalf("MySQL or MariaDB is required at %s (database %q; set MYSQL_DSN to change it): %v", cfg.Addr, cfg.DBName, err)
-	return nil
+	return db
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -37,17 +36,10 @@ func PostgresPool(t testing.TB) *pgxpool.Pool {
 		t.Fatalf("PostgreSQL pool: %v", err)
 	}
 	t.Cleanup(pool.Close)
-	for range 10 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err = pool.Ping(ctx)
-		cancel()
-		if err == nil {
-			return pool
-		}
-		time.Sleep(300 * time.Millisecond)
+	if err := awaitPing(pool.Ping); err != nil {
+		t.Fatalf("PostgreSQL is required at %s:%d (set PG_URL to change it): %v", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 	}
-	t.Fatalf("PostgreSQL is required at %s:%d (set PG_URL to change it): %v", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
-	return nil
+	return pool
 }
 
 // UniqueName returns prefix plus a random suffix, so that every test run

@@ -180,6 +180,27 @@ func RetryBesideSecond(t *testing.T, second Consumer, h message.HandlerFunc, key
 	return ranB, err
 }
 
+// retryInside runs key's message through idem over Watermill's Retry (one
+// retry, 10 ms later) over a handler inside ov: its first attempt runs
+// first, its retry runs retry, and second's copy of the key contends with
+// the retry (RetryBesideSecond), whose results it returns.
+func (c Commit) retryInside(t *testing.T, idem *idempotency.Middleware, key string, ov *Overlap, first, retry func(ctx context.Context) error) (ranB *atomic.Int32, err error) {
+	t.Helper()
+	var attempts atomic.Int32
+	retrying := make(chan struct{})
+	h := idem.Middleware(middleware.Retry{MaxRetries: 1, InitialInterval: 10 * time.Millisecond}.Middleware(
+		func(msg *message.Message) ([]*message.Message, error) {
+			defer ov.Enter()()
+			ctx := msg.Context()
+			if attempts.Add(1) == 1 {
+				return nil, first(ctx)
+			}
+			close(retrying)
+			return nil, retry(ctx)
+		}))
+	return RetryBesideSecond(t, c.Second, h, key, ov, retrying)
+}
+
 // FailedCommitWithRetryInsideKeepsTheLease: a COMMIT that fails after
 // CompleteInTx, with Watermill's Retry inside the middleware: the retry
 // still holds the key, so a second consumer's copy is refused until the
@@ -192,29 +213,22 @@ func FailedCommitWithRetryInsideKeepsTheLease(t *testing.T, c Commit) {
 	const key = "order-retry"
 
 	ov := &Overlap{}
-	var attempts atomic.Int32
 	var firstErr error
-	retrying := make(chan struct{})
-	h := idem.Middleware(middleware.Retry{MaxRetries: 1, InitialInterval: 10 * time.Millisecond}.Middleware(
-		func(msg *message.Message) ([]*message.Message, error) {
-			defer ov.Enter()()
-			ctx := msg.Context()
-			if attempts.Add(1) == 1 {
-				firstErr = c.First.Book(ctx, key, true)
-				return nil, firstErr
-			}
-			close(retrying)
+	ranB, aErr := c.retryInside(t, idem, key, ov,
+		func(ctx context.Context) error {
+			firstErr = c.First.Book(ctx, key, true)
+			return firstErr
+		},
+		func(ctx context.Context) error {
 			// The retry outlasts the lease twice over: only renewals keep
 			// the key.
 			select {
 			case <-time.After(2 * CommitLease):
 			case <-ctx.Done():
-				return nil, context.Cause(ctx)
+				return context.Cause(ctx)
 			}
-			return nil, c.First.Book(ctx, key, false)
-		}))
-
-	ranB, aErr := RetryBesideSecond(t, c.Second, h, key, ov, retrying)
+			return c.First.Book(ctx, key, false)
+		})
 
 	c.RequireCommitFailed(t, firstErr)
 	assert.False(t, ov.Seen(), "the second consumer's handler ran beside the first one's retry")
@@ -349,20 +363,15 @@ func LostCommitAnswerWithRetryInside(t *testing.T, c Commit) {
 	idem := c.first(t, obs)
 
 	ov := &Overlap{}
-	var attempts atomic.Int32
 	var secondErr, ctxErr error
-	retrying := make(chan struct{})
-	h := idem.Middleware(middleware.Retry{MaxRetries: 1, InitialInterval: 10 * time.Millisecond}.Middleware(
-		func(msg *message.Message) ([]*message.Message, error) {
-			defer ov.Enter()()
-			ctx := msg.Context()
-			if attempts.Add(1) == 1 {
-				if err := c.First.Book(ctx, key, false); err != nil {
-					return nil, err
-				}
-				return nil, errors.New("the COMMIT's answer was lost")
+	ranB, aErr := c.retryInside(t, idem, key, ov,
+		func(ctx context.Context) error {
+			if err := c.First.Book(ctx, key, false); err != nil {
+				return err
 			}
-			close(retrying)
+			return errors.New("the COMMIT's answer was lost")
+		},
+		func(ctx context.Context) error {
 			select {
 			case <-time.After(2 * CommitLease):
 			case <-ctx.Done():
@@ -370,12 +379,10 @@ func LostCommitAnswerWithRetryInside(t *testing.T, c Commit) {
 			secondErr = c.First.Book(ctx, key, false)
 			ctxErr = ctx.Err()
 			if errors.Is(secondErr, c.ErrAlreadyCompleted) {
-				return nil, nil // the first transaction's effect stands
+				return nil // the first transaction's effect stands
 			}
-			return nil, secondErr
-		}))
-
-	ranB, aErr := RetryBesideSecond(t, c.Second, h, key, ov, retrying)
+			return secondErr
+		})
 
 	require.NoError(t, aErr)
 	require.ErrorIs(t, secondErr, c.ErrAlreadyCompleted)
