@@ -14,18 +14,12 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// Records and DeleteIf are what an operator's tool (cmd/idemctl) needs.
-// Neither is on the path of a message.
+const scanCount = 1000 // SCAN's COUNT hint
 
-// scanCount is the COUNT hint of Records' SCAN calls.
-const scanCount = 1000
-
-// Records yields every key that starts with prefix (every key when it is
-// empty), by SCAN, with its record, TTL and MEMORY USAGE. On a Cluster it
-// walks every master. Like SCAN it may yield a key twice and miss one made
-// or deleted meanwhile. Each key costs one Get and one pipeline of PTTL and
-// MEMORY USAGE. The iterator's error ends the walk; a corrupt record is its
-// Entry's Err, wrapping [idempotency.ErrCorruptRecord], and the walk goes on.
+// Records yields every key starting with prefix, by SCAN on every master,
+// with its record, TTL and MEMORY USAGE. Like SCAN it may yield a key twice
+// or miss one changed meanwhile. The iterator's error ends the walk; a
+// corrupt record is its Entry's Err ([idempotency.ErrCorruptRecord]).
 func (s *Store) Records(ctx context.Context, prefix string) iter.Seq2[idempotency.Entry, error] {
 	return func(yield func(idempotency.Entry, error) bool) {
 		for key, err := range s.scan(ctx, prefix) {
@@ -61,11 +55,10 @@ func (s *Store) ttlAndBytes(ctx context.Context, key string) (time.Duration, int
 	return max(ttl.Val(), 0), mem.Val(), nil
 }
 
-// DeleteIf deletes key, in one script, only when its record is in one of
-// states, and reports the state it found (StateAbsent for no key). A live
-// lease is StateInProgress; a lapsed one is StateFailed. An owner whose
-// record was deleted gets [idempotency.ErrLeaseLost] next. A corrupt value
-// is [idempotency.ErrCorruptRecord] and stays: Delete removes it.
+// DeleteIf deletes key in one script only when its record is in one of
+// states, and reports the state found (StateAbsent for none). A lapsed
+// lease is StateFailed. A corrupt value is [idempotency.ErrCorruptRecord]
+// and stays: Delete removes it.
 func (s *Store) DeleteIf(ctx context.Context, key string, states ...idempotency.State) (found idempotency.State, deleted bool, err error) {
 	if key == "" {
 		return 0, false, wrap("delete if", key, idempotency.ErrEmptyKey)
@@ -141,8 +134,7 @@ func (s *Store) scan(ctx context.Context, prefix string) iter.Seq2[string, error
 	}
 }
 
-// globEscape quotes the characters that SCAN's MATCH pattern gives a
-// meaning.
+// globEscape quotes SCAN MATCH's special characters.
 func globEscape(s string) string {
 	var b strings.Builder
 	for _, r := range s {

@@ -14,15 +14,12 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// corruptPrefix starts the error reply of a script that found a value which
-// is not a record (codec.lua). Redis passes it through EVALSHA as the
-// error's code, and go-redis neither retries such a reply nor drops the
-// connection over it.
+// corruptPrefix starts a script's error reply for a value that is not a
+// record; go-redis neither retries it nor drops the connection.
 const corruptPrefix = "IDEMPOTENCY_CORRUPT "
 
-// scriptError translates an error of a script call: a corrupt record becomes
-// idempotency.ErrCorruptRecord with the script's reason; anything else (a
-// network error, a cancelled context) is wrapped as callError wraps it.
+// scriptError turns a corrupt reply into idempotency.ErrCorruptRecord, and
+// wraps anything else as callError does.
 func scriptError(ctx context.Context, op, key string, err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
@@ -33,19 +30,11 @@ func scriptError(ctx context.Context, op, key string, err error) error {
 	return callError(ctx, op, key, err)
 }
 
-// errFull is the error of a call that a full Redis refused: its used
-// memory is above maxmemory, and under noeviction (see the package
-// documentation) it writes nothing until memory is freed or added.
 var errFull = errors.New("the Redis is full (used memory above maxmemory), nothing was written")
 
-// callError wraps an error of a client call made under ctx. go-redis bounds
-// a call's socket I/O by ctx's deadline (ContextTimeoutEnabled, which New
-// requires) but reports that deadline as the socket's "i/o timeout", which
-// errors.Is does not match with context.DeadlineExceeded; the context's
-// error is added to it, so that the caller sees a call its own deadline cut
-// short as such. A timeout of the client's ReadTimeout or WriteTimeout,
-// before ctx's deadline, stays a plain network error. A full Redis's
-// refusal (OOM) says so (errFull).
+// callError wraps a client call's error. go-redis reports ctx's deadline as
+// the socket's "i/o timeout"; callError adds context.DeadlineExceeded to it.
+// A ReadTimeout or WriteTimeout before the deadline stays a network error.
 func callError(ctx context.Context, op, key string, err error) error {
 	if isFull(err) {
 		return wrap(op, key, fmt.Errorf("%w: %w", errFull, err))
@@ -61,8 +50,7 @@ func callError(ctx context.Context, op, key string, err error) error {
 	return wrap(op, key, err)
 }
 
-// malformed reports a script reply that does not have the documented
-// layout: a bug or a version mismatch, never a state of the record.
+// malformed reports a reply off its layout: a bug, never a record's state.
 func malformed(what string) error {
 	return fmt.Errorf("malformed script reply: %s", what)
 }
@@ -86,9 +74,8 @@ func parseClaim(v []any) (idempotency.ClaimResult, error) {
 	return idempotency.ClaimResult{Acquired: acquired == 1, Record: rec}, nil
 }
 
-// parseRecord reads a record as codec.lua's reply() lays it out:
-// {state, attempts, created, updated, lease, fingerprint, result, token}.
-// Every field must have its type and range; nothing defaults to zero.
+// parseRecord reads codec.lua's reply() layout, {state, attempts, created,
+// updated, lease, fingerprint, result, token}, strictly: nothing defaults.
 func parseRecord(v []any) (idempotency.Record, error) {
 	var rec idempotency.Record
 	if len(v) != 8 {
@@ -174,9 +161,8 @@ func replyString(v []any, i int) (string, error) {
 	return s, nil
 }
 
-// acquiredFresh is the result of a plain claim that installed attempt 1 of
-// a new record on an absent key, sent at this host's time at (ms
-// precision): the SET cannot read the server's clock.
+// acquiredFresh is a plain claim's attempt 1, timed by this host's clock
+// at the send: the SET cannot read the server's.
 func acquiredFresh(at time.Time, leaseMillis int64, req idempotency.ClaimRequest) idempotency.ClaimResult {
 	at = at.Truncate(time.Millisecond)
 	rec := idempotency.Record{State: idempotency.StateInProgress, Token: req.Token, Attempts: 1,

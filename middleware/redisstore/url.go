@@ -9,18 +9,14 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// ErrInvalidURL is returned by NewFromURL for a URL that redis.ParseURL
-// refuses.
+// ErrInvalidURL is returned by NewFromURL for a URL redis.ParseURL refuses.
 var ErrInvalidURL = errors.New("redisstore: invalid Redis URL")
 
 // NewFromURL returns a store on a new *redis.Client for rawURL, as
-// [redis.ParseURL] reads it (redis://, rediss://, unix://, with go-redis's
-// query parameters). The client has ContextTimeoutEnabled set and
-// maintenance notifications off (see Auto-pipelining in the package doc).
-// Close the client when the store is no longer used. opts are New's.
-//
-// An invalid URL is an [ErrInvalidURL] that does not repeat the URL, so no
-// password reaches a log. NewFromURL does not contact Redis.
+// [redis.ParseURL] reads it, with ContextTimeoutEnabled set and maintenance
+// notifications off. The caller closes the client. opts are New's. An
+// [ErrInvalidURL] does not repeat the URL and its password. NewFromURL
+// does not contact Redis.
 func NewFromURL(rawURL string, opts *Options) (*Store, *redis.Client, error) {
 	ro, err := redis.ParseURL(rawURL)
 	if err != nil {
