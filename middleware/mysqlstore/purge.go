@@ -13,14 +13,10 @@ import (
 //	go func() { _ = store.PurgeEvery(ctx, 5*time.Minute, 1000, logger) }()
 //
 // Expired records already read as absent; purging reclaims their space.
-// Each round deletes batch rows per statement, oldest expiry first, again
-// while a batch comes back full. InnoDB re-tests the expiry of each row it
-// locks, so a row a claim revived is kept; any number of processes may
-// purge at once. A failed round is logged at Error (a nil logger logs
-// nothing) and retried at the next. It returns an error at once for a
-// batch below 1 or an interval below 1 ns. Under REPEATABLE READ the
-// DELETE also locks the gaps of the expires_at index it scans; a batch of
-// a few thousand keeps each statement well under a second.
+// Each round deletes batch rows per statement, oldest first, while batches
+// come back full. Any number of processes may purge at once. A failed round
+// is logged at Error (a nil logger logs nothing) and retried at the next.
+// A batch below 1 or an interval below 1 ns is an error at once.
 func (s *Store) PurgeEvery(ctx context.Context, interval time.Duration, batch int, logger watermill.LoggerAdapter) error {
 	return s.d.PurgeEvery(ctx, interval, batch, logger)
 }

@@ -6,8 +6,7 @@ import (
 	"time"
 )
 
-// runner runs the store's statements: on the pool, each in its own
-// (autocommit) transaction, or inside a caller's transaction.
+// runner runs statements on the pool (autocommit) or in a caller's transaction.
 type runner interface {
 	exec(ctx context.Context, query string, args ...any) (sql.Result, error)
 	queryRow(ctx context.Context, query string, args ...any) *sql.Row
@@ -15,11 +14,8 @@ type runner interface {
 	fallback() string
 }
 
-// stmt returns the store's prepared statement of query, preparing it on
-// first use. database/sql prepares it again on each connection that runs
-// it, once: a statement then costs one round trip, where a query with
-// arguments costs two (prepare, execute) unless the DSN sets
-// interpolateParams.
+// stmt returns query's prepared statement, preparing it on first use: one
+// round trip per statement, where a query with arguments costs two.
 func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	if st := s.preparedStmt(query); st != nil {
 		return st, nil
@@ -38,17 +34,14 @@ func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	return st, nil
 }
 
-// preparedStmt returns the prepared statement of query, or nil when it was
-// not prepared yet.
+// preparedStmt returns query's prepared statement, or nil.
 func (s *Store) preparedStmt(query string) *sql.Stmt {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.prepared[query]
 }
 
-// dbRunner runs each statement on its own, in autocommit. A statement that
-// InnoDB chose as a deadlock's victim was rolled back whole, so it is run
-// again.
+// dbRunner runs each statement in autocommit; a deadlock's victim is run again.
 type dbRunner struct{ s *Store }
 
 func (d dbRunner) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
@@ -70,8 +63,7 @@ func (d dbRunner) exec(ctx context.Context, query string, args ...any) (sql.Resu
 func (d dbRunner) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
 	st, err := d.s.stmt(ctx, query)
 	if err != nil {
-		// A *sql.Row cannot be made with an error; the same query unprepared
-		// reports the same error through Scan.
+		// The unprepared query reports the same error through Scan.
 		return d.s.db.QueryRowContext(ctx, query, args...)
 	}
 	return st.QueryRowContext(ctx, args...)
@@ -79,17 +71,11 @@ func (d dbRunner) queryRow(ctx context.Context, query string, args ...any) *sql.
 
 func (d dbRunner) fallback() string { return d.s.sql.fallback }
 
-// txRunner runs the statements in the caller's transaction, on its
-// connection only: through the store's prepared statement when there is one
-// (database/sql reuses it when it was prepared on that connection, and
-// prepares it there otherwise), else as a plain query. It never takes a
-// second connection from the pool, which a pool whose every connection
-// holds a handler's transaction could not give. Nothing is retried: a
+// txRunner runs in the caller's transaction, on its connection only:
+// through the store's prepared statement when database/sql accepts it, else
+// as a plain query. It never takes a second pool connection, which a pool
+// full of handlers' transactions could not give. Nothing is retried: a
 // deadlock rolled the whole transaction back.
-//
-// A transaction of another *sql.DB (a second pool on the same server)
-// cannot use the store's statements: database/sql refuses them before
-// sending anything, and the statement then runs as a plain query.
 type txRunner struct {
 	s  *Store
 	tx *sql.Tx
@@ -116,9 +102,8 @@ func (t txRunner) queryRow(ctx context.Context, query string, args ...any) *sql.
 	return t.tx.QueryRowContext(ctx, query, args...)
 }
 
-// refused reports whether err is the error that database/sql gave st in
-// place of a statement (one of another pool, say), so nothing was sent:
-// such a Stmt answers every call, Close too, with that one error.
+// refused reports that database/sql gave st err in place of a statement
+// (one of another pool): nothing was sent.
 func refused(st *sql.Stmt, err error) bool { return err != nil && st.Close() == err }
 
 func (t txRunner) fallback() string { return t.s.sql.fallbackLocked }

@@ -15,13 +15,10 @@ import (
 )
 
 // ErrAlreadyCompleted is CompleteInTx's error when an earlier transaction
-// of the same run committed its COMPLETED record: its COMMIT succeeded
-// though the caller saw an error, and the work was tried again. Roll back:
-// the effect is already in. It is the same value as
-// pgstore.ErrAlreadyCompleted.
+// of the run committed COMPLETED though the caller saw an error. Roll back:
+// the effect is in. It is pgstore.ErrAlreadyCompleted.
 var ErrAlreadyCompleted = sqlstore.ErrAlreadyCompleted
 
-// errNilTx is CompleteInTx's error for a nil transaction.
 var errNilTx = errors.New("mysqlstore: nil *sql.Tx")
 
 // CompleteInTx writes COMPLETED for the Watermill handler whose context is
@@ -45,10 +42,8 @@ var errNilTx = errors.New("mysqlstore: nil *sql.Tx")
 // The effect and COMPLETED commit together or not at all. On an error, roll
 // back: it matches [idempotency.ErrLeaseLost] when another consumer took
 // the key over, [ErrAlreadyCompleted] for a second transaction of the run,
-// and names the mistake for a context of no run or a run claimed in another
-// store (this store must be the middleware's Config.Store). The middleware
-// writes no second COMPLETED: a failed commit must be the handler's error.
-// docs/GUARANTEES.md tells what happens after a failed commit.
+// and names the mistake for a context of no run or of another store. A
+// failed commit must be the handler's error. See docs/GUARANTEES.md.
 func (s *Store) CompleteInTx(ctx context.Context, tx *sql.Tx, out ...*message.Message) error {
 	return s.completeRun(ctx, tx, func(run *idempotency.Run) []byte { return run.Result(out...) })
 }
@@ -69,29 +64,19 @@ func (s *Store) completeRun(ctx context.Context, tx *sql.Tx, result func(*idempo
 	return err
 }
 
-// completeTx is Complete run in tx, the transaction of the effect. The
-// fence is stricter than Complete's: ErrLeaseLost unless token holds a
-// lease that has not lapsed, and ErrAlreadyCompleted when token's own
-// COMPLETED was committed before. Once applied, the row stays locked (an
-// exclusive record lock) until the transaction ends, so no claim can take
-// the key over in between; a claim of the key waits for the commit and then
-// finds it COMPLETED.
-//
-// It is one UPDATE, a locking read in InnoDB: at every isolation level it
-// judges the fence on the latest committed version of the row, never on
-// the transaction's snapshot. Under REPEATABLE READ with MariaDB's
-// innodb_snapshot_isolation=ON (MariaDB 11.8's default), a row changed since
-// the transaction's snapshot (the owner's own renewals do that) makes it
-// fail with error 1020 "Record has changed since last read".
+// completeTx is Complete in tx, with a stricter fence: ErrLeaseLost unless
+// token holds a live lease, ErrAlreadyCompleted after its own committed
+// COMPLETED. The UPDATE judges the latest committed row and keeps it locked
+// until the transaction ends. Under REPEATABLE READ with MariaDB's
+// innodb_snapshot_isolation=ON, a row changed since the snapshot (by the
+// owner's renewals) fails with error 1020.
 func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, key, token string, result []byte, ttl time.Duration) error {
 	if tx == nil {
 		return wrap(sqlstore.OpCompleteTx, key, errNilTx)
 	}
 	err := s.complete(ctx, txRunner{s: s, tx: tx}, sqlstore.OpCompleteTx, key, token, result, ttl)
 	if err != nil && (errors.Is(err, idempotency.ErrLeaseLost) || isNoSuchTable(err)) && !strings.Contains(s.table, ".") {
-		// The fence found no row of ours, or no table: the transaction may
-		// be on another database, which has no such table or one of its
-		// own, not this store's.
+		// No row of ours, or no table: tx may be on another database.
 		if txDB, storeDB, ok := s.databases(ctx, tx); ok && txDB != storeDB {
 			return wrap(sqlstore.OpCompleteTx, key, fmt.Errorf("%w: the transaction is on database %q, the table %s on %q", errOtherDatabase, txDB, s.table, storeDB))
 		}
@@ -99,11 +84,9 @@ func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, key, token string, r
 	return err
 }
 
-// errOtherDatabase is completeTx's error for a transaction on another
-// database than the store's unqualified table.
 var errOtherDatabase = errors.New("mysqlstore: the transaction is not on the store's database: begin it on a pool of that database, or qualify Config.Table with it")
 
-// databases returns the current database of tx and of the store's pool.
+// databases returns the current database of tx and of the pool.
 func (s *Store) databases(ctx context.Context, tx *sql.Tx) (txDB, storeDB string, ok bool) {
 	var a, b sql.NullString
 	if tx.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&a) != nil || s.db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&b) != nil {
@@ -112,7 +95,7 @@ func (s *Store) databases(ctx context.Context, tx *sql.Tx) (txDB, storeDB string
 	return a.String, b.String, true
 }
 
-// complete is Complete (op "complete": a resend by the owner succeeds) and
+// complete is Complete (op "complete": an owner's resend succeeds) and
 // completeTx (OpCompleteTx: it does not).
 func (s *Store) complete(ctx context.Context, q runner, op, key, token string, result []byte, ttl time.Duration) error {
 	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
