@@ -14,19 +14,13 @@
 //
 // # Isolation: what to set
 //
-// Run the handler's transaction at READ COMMITTED:
-// db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}). The
-// store's own statements need autocommit, the server's default.
-//
-//   - The fence holds at every level: the completion is an UPDATE, which
-//     reads the row's latest committed version.
-//   - REPEATABLE READ leaves gap locks behind a refused completion.
-//   - With MariaDB's innodb_snapshot_isolation=ON (11.8's default) it fails
-//     every completion whose row a renewal changed (error 1020).
-//
-// A consumer stalled before its COMMIT holds the key's row lock. Set, below
-// the lease: idle_write_transaction_timeout (MariaDB; MySQL 8 has only
-// wait_timeout) and innodb_lock_wait_timeout.
+// Run the handler's transaction at READ COMMITTED; the store's own
+// statements need autocommit, the default. The fence holds at every level,
+// but REPEATABLE READ leaves gap locks behind a refused completion, and
+// with MariaDB's innodb_snapshot_isolation=ON (11.8's default) fails every
+// completion whose row a renewal changed (error 1020). Set
+// idle_write_transaction_timeout (MariaDB) and innodb_lock_wait_timeout
+// below the lease: a consumer stalled before COMMIT holds the row lock.
 //
 // # Records
 //
@@ -61,20 +55,13 @@
 //
 // [Store.CompleteInTx] (a Watermill handler) and [Store.CompleteValueInTx]
 // ([idempotency.Once.Do]) write the run's fenced COMPLETED in the caller's
-// transaction, as pgstore does:
-//
-//   - The effect and COMPLETED commit together or not at all
-//     (TestKillConsumerProcess, TestConnectionCuts).
-//   - A lost lease fails the fence; a second transaction of the run gets
-//     [ErrAlreadyCompleted]: roll back.
-//   - The handler must return its COMMIT's error. Until a renewal learns
-//     of the commit, the run keeps its lease.
-//   - The middleware's Config.Store must be this Store; a transaction on
-//     another database is an error unless Config.Table names it.
-//
-// Make it the last statement before COMMIT: the row stays locked until
-// then. The next renewal finds the key COMPLETED under the run's token, or
-// still the run's after a rollback.
+// transaction, as pgstore does. The effect and COMPLETED commit together or
+// not at all (TestKillConsumerProcess, TestConnectionCuts). A lost lease
+// fails the fence; a second transaction of the run gets
+// [ErrAlreadyCompleted]. The handler must return its COMMIT's error; until
+// a renewal learns of the commit, the run keeps its lease. The middleware's
+// Config.Store must be this Store; another database is an error unless
+// Config.Table names it. The row stays locked until COMMIT: complete last.
 //
 // Errors name the operation and the key. A call cut short by its context
 // matches the context's error.

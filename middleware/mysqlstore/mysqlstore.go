@@ -28,10 +28,9 @@ const (
 
 // Config configures a Store. The zero Config is valid.
 type Config struct {
-	// Table holds the records: lower-case ASCII letters, digits and
-	// underscores, not starting with a digit, at most 51 bytes, optionally
-	// qualified by a database ("idempotency.keys"). The default is
-	// idempotency_keys in the connection's database.
+	// Table holds the records: at most 51 bytes of [a-z0-9_], not starting
+	// with a digit, maybe qualified by a database ("idempotency.keys").
+	// The default is idempotency_keys in the connection's database.
 	Table string
 }
 
@@ -75,9 +74,8 @@ type Store struct {
 
 var _ idempotency.Store = (*Store)(nil)
 
-// New returns a store on db, which must use github.com/go-sql-driver/mysql;
-// no DSN option is required. New does not contact the server: create the
-// table with Migrate or [Schema].
+// New returns a store on db, of github.com/go-sql-driver/mysql, any DSN.
+// It does not contact the server: create the table with Migrate or [Schema].
 func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errNilDB
@@ -129,10 +127,8 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// Migrate creates the table, its index and CHECK constraint unless it
-// exists: one CREATE TABLE IF NOT EXISTS, safe from any number of processes
-// at once. It never alters a table. It commits implicitly: run it outside
-// a transaction.
+// Migrate creates the table unless it exists, safe from many processes at
+// once; it never alters one. It commits implicitly: run it outside a transaction.
 func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, s.sql.schema); err != nil {
 		return fmt.Errorf("mysqlstore: migrate %s: %w", s.table, withContext(ctx, err))
@@ -142,12 +138,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 
 const maxClaimReads = 4 // writes of one Claim whose row moved on meanwhile
 
-// Claim implements idempotency.Store with two statements: an INSERT … ON
-// DUPLICATE KEY UPDATE that decides and writes under the row's lock, and a
-// SELECT. The claim acquired iff the row is IN_PROGRESS under its token
-// (unique to the claim) with no other fingerprint, even with a lease that
-// lapsed in between: the owner then finds it lost. A row that moved on to
-// one this claim would acquire is claimed again.
+// Claim implements idempotency.Store with an INSERT … ON DUPLICATE KEY
+// UPDATE, then a SELECT: acquired iff the row is IN_PROGRESS under the
+// token (unique to the claim) with no other fingerprint, even if the lease
+// lapsed since. A row that moved on to a claimable one is claimed again.
 func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	if err := idempotency.CheckClaim(key, req); err != nil {
 		return idempotency.ClaimResult{}, wrap("claim", key, err)
@@ -210,11 +204,9 @@ func (s *Store) prepareCompletion(ctx context.Context) {
 	}
 }
 
-// Renew implements idempotency.Store with one UPDATE. It answers
-// idempotency.ErrCompletedByOwner for a key COMPLETED by token: how a run
-// learns its CompleteInTx committed. The UPDATE waits on the completion's
-// row lock; the refusal's read locks too (LOCK IN SHARE MODE), so it sees
-// the latest committed row at any isolation level.
+// Renew implements idempotency.Store with one UPDATE. Its
+// idempotency.ErrCompletedByOwner tells a run its CompleteInTx committed:
+// the UPDATE waits on the row lock, and the refusal's read locks too.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
 	if err := idempotency.CheckOwner(key, token, lease); err != nil {
 		return wrap("renew", key, err)

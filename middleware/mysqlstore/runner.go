@@ -71,11 +71,9 @@ func (d dbRunner) queryRow(ctx context.Context, query string, args ...any) *sql.
 
 func (d dbRunner) fallback() string { return d.s.sql.fallback }
 
-// txRunner runs in the caller's transaction, on its connection only:
-// through the store's prepared statement when database/sql accepts it, else
-// as a plain query. It never takes a second pool connection, which a pool
-// full of handlers' transactions could not give. Nothing is retried: a
-// deadlock rolled the whole transaction back.
+// txRunner runs on the caller's transaction's connection only (a full pool
+// could give no other): by the prepared statement if database/sql accepts
+// it, else a plain query. A deadlock rolled it all back: nothing is retried.
 type txRunner struct {
 	s  *Store
 	tx *sql.Tx

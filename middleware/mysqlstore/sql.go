@@ -6,14 +6,11 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
-// The statements of a store, built once by New. Values travel only as
-// parameters; the only spliced names, the table's and its constraint's,
-// are validated and quoted. Durations are BIGINT microseconds (INTERVAL ?
-// MICROSECOND). Every time is UTC_TIMESTAMP(6), the server's clock, once
-// per statement, in DATETIME(6) columns, read as BIGINT microseconds so no
-// driver setting changes it. Each UPDATE's value depends only on columns
-// assigned after it: MySQL evaluates SET left to right, MariaDB's
-// SIMULTANEOUS_ASSIGNMENT on the old row, and both read it alike.
+// The statements, built once by New; values travel only as parameters.
+// Durations are BIGINT µs; times are UTC_TIMESTAMP(6), read back as BIGINT
+// µs so no driver setting changes them. Each UPDATE value reads only
+// columns assigned after it: MySQL's left-to-right SET and MariaDB's
+// SIMULTANEOUS_ASSIGNMENT then agree.
 type statements struct {
 	claim, get, renew, complete, fail, releaseDelete, releaseUpdate string
 	fallback, fallbackLocked, del, purge                            string
@@ -25,8 +22,7 @@ func micros(expr string) string {
 	return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + expr + ")"
 }
 
-// columns is the record in the order of dest, for alias r; the last is the
-// statement's clock.
+// columns is the record in dest's order, for alias r, and the clock.
 var columns = `r.state, r.token, r.attempts, r.fingerprint, r.result, ` +
 	micros("r.created_at") + `, ` + micros("r.updated_at") + `, ` + micros("r.lease_until") +
 	`, r.claim_ttl_us, ` + micros("r.expires_at") + `, ` + micros("UTC_TIMESTAMP(6)")
@@ -47,9 +43,8 @@ func valid(prefix string) string {
 	return strings.ReplaceAll(validSQL, "{r}", prefix)
 }
 
-// heldSQL is an owner's condition, parameters key_hash then token: a valid
-// IN_PROGRESS record whose live lease the token holds; a lapsed lease is
-// nobody's. TIMESTAMPDIFF keeps MariaDB from scanning the expires_at index,
+// heldSQL: a valid IN_PROGRESS record whose live lease the token holds
+// (key_hash, token). TIMESTAMPDIFF keeps MariaDB from scanning expires_at,
 // which under REPEATABLE READ locked its last gap and made every claim wait
 // for an in-transaction completion (TestCompletionLocks).
 const heldSQL = `key_hash = ? AND state = 'in_progress' AND token = ?
@@ -110,14 +105,11 @@ const schemaSQL = "CREATE TABLE IF NOT EXISTS {t} (" + `
 //	2 again  the token's live lease (a resend): the lease counts from now
 //	3 next   FAILED, or a lapsed lease: attempt n+1 under the token
 //
-// Parameters: 1 key_hash, 2 key, 3 token, 4 fingerprint (NULL for none),
-// 5 lease µs, 6 TTL µs, 7 lease+TTL µs, then 8, 9 fingerprint, 10, 11
-// token, 12, 13 fingerprint, 14 lease µs, 15 TTL µs, 16 lease+TTL µs.
-//
-// The update runs under the row's exclusive lock, at any isolation level.
-// The first assignment computes the decision before any column changes;
-// later ones read the variable, since they cannot name the old values. Each
-// update sets it before reading it. No RETURNING: Claim reads the row next.
+// Parameters: 1 key_hash, 2 key, 3 token, 4 fingerprint (or NULL), 5 lease,
+// 6 TTL, 7 lease+TTL (µs), then 8, 9 fingerprint, 10, 11 token, 12, 13
+// fingerprint, 14 lease, 15 TTL, 16 lease+TTL. The update runs under the
+// row's exclusive lock; its first assignment sets the decision before any
+// column changes, and later ones read it. Claim then reads the row.
 const claimSQL = `INSERT INTO {t} (key_hash, ` + "`key`" + `, state, token, attempts, fingerprint, result,
 	created_at, updated_at, lease_until, claim_ttl_us, expires_at)
 VALUES (?, ?, 'in_progress', ?, 1, ?, NULL,

@@ -21,29 +21,23 @@ var ErrAlreadyCompleted = sqlstore.ErrAlreadyCompleted
 
 var errNilTx = errors.New("mysqlstore: nil *sql.Tx")
 
-// CompleteInTx writes COMPLETED for the Watermill handler whose context is
-// ctx (msg.Context()), inside tx, the transaction of the handler's effect.
-// out, the messages the handler returns, is stored for replay. Call it
-// last, right before the commit:
+// CompleteInTx writes COMPLETED, with out for replay, for the Watermill
+// handler whose context is ctx (msg.Context()), inside tx, the transaction
+// of its effect. Call it last, right before the commit:
 //
 //	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-//	if err != nil {
-//		return nil, err
-//	}
+//	…
 //	defer tx.Rollback()
-//	if _, err := tx.ExecContext(ctx, "INSERT INTO ledger …", …); err != nil {
-//		return nil, err
-//	}
+//	_, err = tx.ExecContext(ctx, "INSERT INTO ledger …", …)
+//	…
 //	if err := store.CompleteInTx(ctx, tx, out...); err != nil {
 //		return nil, err
 //	}
 //	return out, tx.Commit()
 //
-// The effect and COMPLETED commit together or not at all. On an error, roll
-// back: it matches [idempotency.ErrLeaseLost] when another consumer took
-// the key over, [ErrAlreadyCompleted] for a second transaction of the run,
-// and names the mistake for a context of no run or of another store. A
-// failed commit must be the handler's error. See docs/GUARANTEES.md.
+// On an error, roll back: it matches [idempotency.ErrLeaseLost] when another
+// consumer took the key over, [ErrAlreadyCompleted] for a second
+// transaction of the run, and names a context of no run or of another store.
 func (s *Store) CompleteInTx(ctx context.Context, tx *sql.Tx, out ...*message.Message) error {
 	return s.completeRun(ctx, tx, func(run *idempotency.Run) []byte { return run.Result(out...) })
 }
@@ -55,13 +49,9 @@ func (s *Store) CompleteValueInTx(ctx context.Context, tx *sql.Tx, value []byte)
 }
 
 func (s *Store) completeRun(ctx context.Context, tx *sql.Tx, result func(*idempotency.Run) []byte) error {
-	err := sqlstore.CompleteInTx(ctx, s, result, func(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
+	return sqlstore.CompleteInTx(ctx, "mysqlstore", s, result, func(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
 		return s.completeTx(ctx, tx, key, token, result, ttl)
 	})
-	if errors.Is(err, sqlstore.ErrNoRun) || errors.Is(err, sqlstore.ErrForeignRun) {
-		return fmt.Errorf("mysqlstore: %w", err)
-	}
-	return err
 }
 
 // completeTx is Complete in tx, with a stricter fence: ErrLeaseLost unless

@@ -60,13 +60,9 @@ func (s *Store) CompleteValueInTx(ctx context.Context, tx Querier, value []byte)
 }
 
 func (s *Store) completeRun(ctx context.Context, tx Querier, result func(*idempotency.Run) []byte) error {
-	err := sqlstore.CompleteInTx(ctx, s, result, func(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
+	return sqlstore.CompleteInTx(ctx, "pgstore", s, result, func(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
 		return s.completeTx(ctx, tx, key, token, result, ttl)
 	})
-	if errors.Is(err, sqlstore.ErrNoRun) || errors.Is(err, sqlstore.ErrForeignRun) {
-		return fmt.Errorf("pgstore: %w", err)
-	}
-	return err
 }
 
 // completeTx is Complete in q, with a stricter fence: ErrLeaseLost unless
