@@ -4,8 +4,7 @@
 //
 //	import _ "github.com/idempotency/watermill-idempotency/backends/natsbackend"
 //
-// It links watermill-nats and nats.go. A program that does not import it
-// links neither.
+// It links watermill-nats and nats.go.
 //
 // # Parameters
 //
@@ -32,21 +31,16 @@
 // message. The durable survives every shutdown, with the group's position.
 // Delete it (nats consumer rm) when a group is retired.
 //
-// Subscribing goes through the package's own subscriber: watermill-nats's
-// closes its output channel while a callback may still send on it.
-//
 // # Failures
 //
 // A nacked message is redelivered by the server after NackResendSleep
 // (NakWithDelay). The messages behind it go on.
 //
-// The subscriber sends a progress ack when a handler receives a message
-// and every ack_wait/3 while it runs. A slow handler is never redelivered.
-// Only a dead consumer's message, or one that waited in the client longer
-// than ack_wait, comes back after ack_wait. Reconnects never give up.
+// A progress ack on receipt and every ack_wait/3 keeps a slow handler's
+// message. Only a dead consumer's message, or one that waited in the client
+// longer than ack_wait, comes back. Reconnects never give up.
 //
-// A header with several values reaches the handler as one, joined with
-// ", ". watermill-nats rejected the message.
+// A header with several values reaches the handler joined with ", ".
 //
 // A running subscriber checks every 5 s that its durable exists. When the
 // stream or the durable was deleted, it creates them again and subscribes

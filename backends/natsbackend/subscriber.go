@@ -18,21 +18,11 @@ import (
 )
 
 // natsSubscriber consumes a topic through the group's durable consumer,
-// which it creates (with the topic's stream) before subscribing, so that
-// nats.go binds to it instead of creating, and on close deleting, it; and
-// again when it finds the durable gone (its stream deleted) while it runs.
-//
-// It replaces watermill-nats's Subscriber, which closes its output channel
-// while a message callback may still be sending on it (a data race, and a
-// "send on closed channel" panic when the timing is unlucky). Messages are
-// handled as there: one at a time per subscription, acked with AckSync after
-// the handler acks, NakWithDelay(NackResendSleep) after it nacks, with
-// progress acks (InProgress) when the handler receives it and every
-// AckWait/3 while the handler runs, so the server redelivers only what a
-// dead consumer held, or what waited in the client longer than AckWait.
-// Headers are read by natsUnmarshal, which never fails. A message held when the
-// subscriber closes is nacked without delay, so another member of the group
-// gets it at once.
+// which it creates first, so nats.go binds to it rather than owning it. It
+// replaces watermill-nats's Subscriber, whose close races its callbacks.
+// Messages go one at a time per subscription: AckSync after an ack,
+// NakWithDelay(NackResendSleep) after a nack, InProgress on receipt and
+// every AckWait/3. A message held at close is nacked at once.
 type natsSubscriber struct {
 	conn          *nats.Conn
 	js            nats.JetStreamContext
@@ -47,11 +37,10 @@ type natsSubscriber struct {
 	consumers        map[string]bool
 	subs             sync.WaitGroup
 
-	// epochs counts, per topic, the group's durables seen created again:
-	// a message delivered in an earlier epoch came from a deleted stream,
-	// whose sequence numbers the new one uses again, so its ack, nack or
-	// progress ack would settle another message. settling guards epochs,
-	// and is held while one is sent.
+	// epochs counts, per topic, the durables seen created again: a message
+	// of an earlier epoch came from a deleted stream, whose sequence numbers
+	// the new one reuses, so settling it would settle another. settling
+	// guards epochs and is held while one is sent.
 	settling sync.RWMutex
 	epochs   map[string]uint64
 }
@@ -61,16 +50,12 @@ var (
 	_ message.SubscribeInitializer = (*natsSubscriber)(nil)
 )
 
-// durableCheckInterval is how often a subscription checks that its durable
-// still exists. JetStream tells a push consumer's subscribers nothing when
-// the consumer or its stream is deleted, and nats.go allows no idle
-// heartbeats on a queue subscription, so the subscription asks.
+// durableCheckInterval is how often a subscription checks its durable
+// exists: JetStream tells a push queue subscription nothing of its deletion.
 const durableCheckInterval = 5 * time.Second
 
-// Subscribe joins the group's durable consumer of topic. The returned
-// channel closes when ctx ends or the subscriber closes. While it runs, it
-// checks every durableCheckInterval that the durable exists, and creates it
-// (and the stream) again and subscribes anew when it does not.
+// Subscribe joins the group's durable consumer of topic until ctx ends or
+// the subscriber closes, and subscribes anew if the durable disappears.
 func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	stream, durable, err := s.initialize(topic)
 	if err != nil {
@@ -84,8 +69,7 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 
 	out := make(chan *message.Message)
 	stop := make(chan struct{})
-	// inflight is held (read-locked) by the message callbacks while they may
-	// send on out; teardown takes it write-locked before closing out.
+	// inflight is read-held by callbacks that may send on out.
 	var inflight sync.RWMutex
 	subscribe := func(stream string) (*nats.Subscription, watermill.LogFields, error) {
 		logFields := watermill.LogFields{"topic": topic, "nats_stream": stream, "nats_durable": durable}
@@ -110,8 +94,7 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 		return nil, err
 	}
 	_, created := s.durableGone(ctx, stream, durable)
-	// The durable was created by us, not by a subscription, so Unsubscribe
-	// leaves it on the server.
+	// We created the durable, so Unsubscribe leaves it on the server.
 	unsubscribe := func(sub *nats.Subscription, logFields watermill.LogFields) {
 		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			s.logger.Error("Cannot unsubscribe", err, logFields)
@@ -149,14 +132,10 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 					}
 					continue
 				}
-				// Gone, or created again by another process: what the old
-				// subscription holds or buffers came from the deleted
-				// stream, whose sequence numbers the new one uses again.
+				// Gone, or created again elsewhere: the old subscription's
+				// messages came from a deleted stream. Unsubscribe first, or
+				// two subscriptions would share the new durable's messages.
 				s.logger.Info("The group's durable is gone or new (its stream deleted?); subscribing anew", logFields)
-				// Before the durable is back: two subscriptions on its deliver
-				// subject would share its messages, and those buffered for the
-				// old one would be dropped with it, to come back only after
-				// AckWait.
 				unsubscribe(sub, logFields)
 				sub = nil
 			}
@@ -183,9 +162,8 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 	return out, nil
 }
 
-// durableGone reports whether durable or its stream is missing on the
-// server, and else when the durable was created (zero if unknown). Any
-// other answer, or none, counts as present: the next check asks again.
+// durableGone reports whether durable or its stream is missing, and else
+// its creation time (zero if unknown). No answer counts as present.
 func (s *natsSubscriber) durableGone(ctx context.Context, stream, durable string) (bool, time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, durableCheckInterval)
 	defer cancel()
@@ -196,8 +174,7 @@ func (s *natsSubscriber) durableGone(ctx context.Context, stream, durable string
 	return false, info.Created
 }
 
-// newEpoch starts a new epoch of topic's durable: what was delivered
-// before is settled no more.
+// newEpoch stops the settling of what topic's durable delivered before.
 func (s *natsSubscriber) newEpoch(topic string) {
 	s.settling.Lock()
 	defer s.settling.Unlock()
@@ -205,8 +182,7 @@ func (s *natsSubscriber) newEpoch(topic string) {
 }
 
 // settler returns how a message of topic delivered now is settled: send
-// runs unless the durable was created again since, and reports whether it
-// ran.
+// runs, and it reports true, unless the durable was created again since.
 func (s *natsSubscriber) settler(topic string) func(send func()) bool {
 	s.settling.RLock()
 	epoch := s.epochs[topic]
@@ -222,9 +198,8 @@ func (s *natsSubscriber) settler(topic string) func(send func()) bool {
 	}
 }
 
-// recreate forgets what this process knew of topic's stream and durable and
-// sets both up again, as Subscribe does: the stream that captures topic
-// now, or a new one, and the group's durable on it. It returns the stream.
+// recreate forgets topic's stream and durable and sets both up again; it
+// returns the stream.
 func (s *natsSubscriber) recreate(topic string) (string, error) {
 	s.newEpoch(topic)
 	s.streams.Forget(topic)
@@ -235,10 +210,8 @@ func (s *natsSubscriber) recreate(topic string) (string, error) {
 	return stream, err
 }
 
-// handle hands one message to out and settles it on the server as the
-// handler settles it.
-// settle sends what settles m unless its durable was created again since
-// it was delivered.
+// handle hands m to out and settles it as the handler does, by settle,
+// unless its durable was created again since.
 func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *message.Message, stop <-chan struct{}, settle func(func()) bool, logFields watermill.LogFields) {
 	msg, joined := natsUnmarshal(m)
 	if len(joined) > 0 {
@@ -262,13 +235,11 @@ func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *me
 		_ = m.Nak()
 		return
 	case <-timeout.C:
-		// Nobody took it within AckWait; the server redelivers it already.
+		// The server redelivers it already.
 		return
 	}
-	// The handler has it now, but its AckWait has run since the server sent
-	// it, while it waited in the client behind a slow predecessor: restart
-	// the clock, or a message that waited longer than two thirds of AckWait
-	// would be redelivered before the first progress ack below.
+	// It may have waited in the client behind a slow predecessor: restart
+	// its AckWait before the first progress ack.
 	stale := func() {
 		s.logger.Info("The group's durable was created again since this message came: not settled, "+
 			"its stream sequence names another message now", logFields)
@@ -285,10 +256,8 @@ func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *me
 	send("Cannot extend AckWait of a message handed to its handler", func() error { return m.InProgress() })
 	ack := func() { send("Cannot ack message", func() error { return m.AckSync() }) }
 	nack := func() { send("Cannot nack message", func() error { return m.NakWithDelay(s.nakDelay) }) }
-	// The handler has it: tell the server it is still being worked on, every
-	// third of AckWait, so that a slow handler is neither redelivered nor
-	// interrupted (its context stays live until it answers). A consumer that
-	// dies stops these progress acks, and the server redelivers after AckWait.
+	// A progress ack every third of AckWait keeps a slow handler's message;
+	// a dead consumer's is redelivered after AckWait.
 	progress := time.NewTicker(max(s.ackWait/3, time.Millisecond))
 	defer progress.Stop()
 	for {
@@ -311,9 +280,8 @@ func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *me
 	}
 }
 
-// SubscribeInitialize creates the topic's stream and the group's durable
-// consumer, if missing, and brings the durable's AckWait and MaxAckPending
-// in line with the config.
+// SubscribeInitialize creates the topic's stream and the group's durable if
+// missing, and sets the durable's AckWait and MaxAckPending.
 func (s *natsSubscriber) SubscribeInitialize(topic string) error {
 	_, _, err := s.initialize(topic)
 	return err
@@ -370,14 +338,9 @@ func (s *natsSubscriber) Close() error {
 	return nil
 }
 
-// natsUnmarshal reads a JetStream message as watermill-nats's NATSMarshaler
-// does (the UUID from its header, every other header as metadata, the
-// headers JetStream uses for deduplication and expectations left out), but
-// never fails: a header with several values, which JetStream carries and
-// NATSMarshaler rejects, becomes one metadata value with the values joined
-// by ", " in order (as HTTP joins a repeated field), where NATSMarshaler's
-// error would leave the message nowhere to go but terminated. joined names
-// such headers.
+// natsUnmarshal reads a message as watermill-nats's NATSMarshaler does,
+// JetStream's own headers left out, but never fails: a header of several
+// values is joined by ", " (as HTTP does), and named in joined.
 func natsUnmarshal(m *nats.Msg) (msg *message.Message, joined []string) {
 	md := make(message.Metadata, len(m.Header))
 	for k, v := range m.Header {
@@ -392,7 +355,7 @@ func natsUnmarshal(m *nats.Msg) (msg *message.Message, joined []string) {
 		md.Set(k, strings.Join(v, ", "))
 	}
 	slices.Sort(joined)
-	// A repeated UUID header keeps its first value, as nats.Header.Get reads.
+	// A repeated UUID header keeps its first value.
 	msg = message.NewMessage(m.Header.Get(wmnats.WatermillUUIDHdr), m.Data)
 	msg.Metadata = md
 	return msg, joined
