@@ -21,14 +21,13 @@ func init() {
 	brokerkit.Register(brokerkit.Driver{Broker: brokerkit.AMQP, ParseURL: parseURL, Open: open})
 }
 
-// options are the backend's URL parameters of an amqp:// URL.
+// options are an amqp:// URL's backend parameters.
 type options struct {
 	prefetch      int
 	publishGroups []string
 }
 
-// parseURL reads amqp:// and amqps:// URLs as amqp091 does, after taking
-// out the backend's parameters.
+// parseURL reads amqp:// and amqps:// as amqp091 does, less the backend's parameters.
 func parseURL(raw string) (brokerkit.Endpoint, error) {
 	rest, p, err := brokerkit.TakeParams(raw, "prefetch", "publish_groups")
 	if err != nil {
@@ -44,28 +43,11 @@ func parseURL(raw string) (brokerkit.Endpoint, error) {
 }
 
 // open builds an AMQP (RabbitMQ) publisher and subscriber on Watermill's
-// durable pub/sub topology: one durable fanout exchange per topic, and one
-// durable queue per topic and group, named by package amqpname. Subscribers
-// of one group compete for the messages of its queue; every group's queue
-// receives every message. Messages are published persistent.
-//
-// Choices over watermill-amqp's durable pub/sub config:
-//   - the publisher is the backend's own (amqpPublisher), on a
-//     watermill-amqp connection: every publish is mandatory and confirmed,
-//     and a message RabbitMQ returns as unroutable (no queue bound to the
-//     exchange) is a brokerkit.ErrUnroutable, where watermill-amqp's publisher
-//     returned nil for a message the exchange discarded;
-//   - at every publish the publisher declares and binds the queues of
-//     publish_groups (none by default), and declares them again and
-//     retries once when a publish comes back unroutable;
-//   - prefetch as configured (1 by default);
-//   - a nack is held for NackResendSleep before RabbitMQ requeues the
-//     message, since RabbitMQ would otherwise hand it straight back;
-//   - the dial and handshake are bounded by DialTimeout (30 s in amqp091);
-//     a 403 before it passed is a refusal (brokerkit.ErrInvalidConfig).
-//
-// Each side owns its connection; a dropped connection is redialled with
-// Watermill's exponential backoff.
+// durable pub/sub topology: a fanout exchange per topic, a queue per topic
+// and group (package amqpname), persistent messages. The publisher is
+// amqpPublisher. A nack is held NackResendSleep before the requeue. The
+// dial and handshake are bounded by DialTimeout; each side redials a
+// dropped connection with Watermill's backoff.
 func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.LoggerAdapter) (brokerkit.Clients, error) {
 	o := ep.Options.(options)
 	amqpConfig := func(group string) amqp.Config {
@@ -87,18 +69,14 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 		return c
 	}
 
-	// tapped reads the handshake of c's connection (handshakeTap).
 	tapped := func(c amqp.Config) (amqp.Config, *handshakeTap) {
 		tap := &handshakeTap{dial: c.Connection.AmqpConfig.Dial}
 		c.Connection.AmqpConfig.Dial = tap.Dial
 		return c, tap
 	}
-	// dialError tells RabbitMQ's refusal from no answer. amqp091 turns any
-	// failure of the handshake after connection.start into a 403
-	// (ACCESS_REFUSED), the DialTimeout deadline's too; one that comes
-	// before the deadline is RabbitMQ closing the connection on the
-	// credentials (about 3 s after them) or the virtual host, but for a
-	// virtual host or user at its connection limit.
+	// dialError tells a refusal from no answer. amqp091 makes any handshake
+	// failure a 403, the deadline's too; one before the deadline is
+	// RabbitMQ refusing the credentials or the virtual host.
 	dialError := func(start time.Time, tap *handshakeTap, err error) error {
 		if _, plain := errors.AsType[tls.RecordHeaderError](err); plain {
 			return ep.Refused(err) // amqps:// to a port that does not speak TLS
@@ -142,13 +120,9 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 	return brokerkit.Clients{Publisher: pub, Subscriber: sub, NewSubscriber: newSubscriber}, nil
 }
 
-// amqpPublisher publishes each message mandatory and with a publisher
-// confirm, and reads RabbitMQ's returns: a fanout exchange with no queue
-// bound confirms a message and discards it, which without mandatory looks
-// like a success. Before the first publish to a topic it declares the
-// topic's exchange and the queues of the configured groups, so that
-// messages published before those groups first subscribe wait in their
-// queues.
+// amqpPublisher publishes mandatory and confirmed, and reads returns: a
+// fanout exchange without a queue confirms and discards a message. It
+// declares the topic's exchange and the publish_groups' queues first.
 type amqpPublisher struct {
 	conn     *amqp.ConnectionWrapper
 	config   amqp.Config
@@ -159,13 +133,10 @@ type amqpPublisher struct {
 
 var _ message.Publisher = (*amqpPublisher)(nil)
 
-// Publish publishes msgs to topic's exchange one after another, each
-// confirmed before the next, and returns at the first that RabbitMQ did not
-// take: an error, or a brokerkit.ErrUnroutable for one that no queue was bound to
-// receive. When PublishGroups lists groups, their queues are declared and
-// bound at every Publish (so a listed group's deleted queue is back before
-// the message goes out), and an unroutable message is retried once after
-// declaring them again.
+// Publish publishes msgs to topic's exchange in order, each confirmed, and
+// stops at the first RabbitMQ did not take: an error, or
+// brokerkit.ErrUnroutable. With publish_groups, their queues are declared
+// at every Publish, and again before one retry of an unroutable message.
 func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) (err error) {
 	if p.conn.Closed() {
 		return errors.New("backends: amqp: publisher closed")
@@ -183,11 +154,8 @@ func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) (err err
 		}
 	}()
 	if len(p.groups) > 0 {
-		// Every Publish, not once per process: mandatory catches a message
-		// that no queue receives, not one that misses a listed group's
-		// deleted queue while another group's queue receives it. The
-		// declarations cost about 8% of a confirmed publish here (0.8 ms
-		// against 9.6 ms, RabbitMQ on the same host).
+		// Every Publish: mandatory misses a listed group's deleted queue when
+		// another queue receives the message. It costs about 8% of a publish.
 		if err := p.declare(ch, topic); err != nil {
 			return err
 		}
@@ -197,8 +165,7 @@ func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) (err err
 	if err := ch.Confirm(false); err != nil {
 		return fmt.Errorf("backends: amqp: confirm mode: %w", err)
 	}
-	// One return at most per message, drained after each: the buffer never
-	// fills, so the connection's reader never blocks on it.
+	// At most one return per message, drained after each: the reader never blocks.
 	returns := ch.NotifyReturn(make(chan amqp091.Return, 1))
 	for _, msg := range msgs {
 		err := p.publish(ch, returns, topic, msg)
@@ -212,8 +179,7 @@ func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) (err err
 		}
 		if err != nil {
 			if !errors.Is(err, brokerkit.ErrUnroutable) {
-				// The exchange may be gone (RabbitMQ closes the channel
-				// with 404): declare it again on the next publish.
+				// The exchange may be gone (404): declare it on the next publish.
 				p.declared.Forget(topic)
 			}
 			return err
@@ -241,9 +207,7 @@ func (p *amqpPublisher) publish(ch *amqp091.Channel, returns <-chan amqp091.Retu
 	if !acked {
 		return fmt.Errorf("backends: amqp: RabbitMQ did not confirm message %s", msg.UUID)
 	}
-	// RabbitMQ sends basic.return before the confirm, and amqp091 hands
-	// both on from one goroutine in that order: a return of this message
-	// is in the buffer by now.
+	// amqp091 hands on basic.return before the confirm: a return is buffered by now.
 	select {
 	case r := <-returns:
 		return fmt.Errorf("%w: RabbitMQ returned message %s published to exchange %q (%d %s): no queue is bound to it; "+
@@ -254,8 +218,7 @@ func (p *amqpPublisher) publish(ch *amqp091.Channel, returns <-chan amqp091.Retu
 	}
 }
 
-// ensure declares the topic's exchange and the groups' queues once per
-// process (again after forget).
+// ensure declares the topic's exchange and the groups' queues once per process.
 func (p *amqpPublisher) ensure(ch *amqp091.Channel, topic string) error {
 	_, err := p.declared.Ensure(topic, func(topic string) (struct{}, error) { return struct{}{}, p.declare(ch, topic) })
 	return err

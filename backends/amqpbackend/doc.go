@@ -4,8 +4,7 @@
 //
 //	import _ "github.com/idempotency/watermill-idempotency/backends/amqpbackend"
 //
-// It links watermill-amqp and amqp091-go. A program that does not import it
-// links neither.
+// It links watermill-amqp and amqp091-go.
 //
 // # Parameters
 //
@@ -35,11 +34,9 @@
 // topic is backends.ErrUnroutable: outputs and poison topics too. List the
 // consuming groups in publish_groups, or call SubscribeInitialize once.
 //
-// publish_groups belongs to the publishing process, not to a topic. It
-// declares each listed group's queue on every topic the process publishes
-// to, and re-creates a deleted one before the next message. That costs
-// about 8% of a publish. A listed group's queue of a topic it never consumes
-// fills without bound.
+// publish_groups declares each listed group's queue on every topic the
+// process publishes to, at about 8% of a publish. A listed group's queue of
+// a topic it never consumes fills without bound.
 //
 // # Failures
 //
@@ -48,8 +45,7 @@
 // connection drops. A dropped connection is redialled with backoff. A
 // running consumer whose queue is deleted subscribes again and declares it.
 //
-// A header that is not a string reaches the handler formatted with %v. The
-// library nacked such a message in an endless loop.
+// A header that is not a string reaches the handler formatted with %v.
 //
 // A wrong password, a virtual host the user cannot open, or amqps:// to a
 // port without TLS is backends.ErrInvalidConfig. A virtual host or user at
