@@ -4,8 +4,7 @@
 //
 //	import _ "github.com/idempotency/watermill-idempotency/backends/redisbackend"
 //
-// It links watermill-redisstream and go-redis. A program that does not
-// import it links neither.
+// It links watermill-redisstream and go-redis.
 //
 // # Parameters
 //
@@ -24,9 +23,8 @@
 // created at "0": nothing written before is skipped. The publisher and
 // every subscriber have a client of their own; the library closes it.
 //
-// The consumer name is backends.Config.Consumer, the host name by default.
-// The library picks a random name per process, which leaves a dead
-// consumer behind at every restart.
+// The consumer name is backends.Config.Consumer, the host name by default,
+// not the library's random name that left a dead consumer at each restart.
 //
 // # Failures
 //
@@ -37,15 +35,14 @@
 // from a dead consumer finds the lease expired and runs.
 // backends.Config.CheckLease checks the lease against it.
 //
-// A nacked message is resent by the subscriber after NackResendSleep; the
-// library resends at once, in a loop. It holds back the stream for this
-// consumer. Each nack refreshes the entry's idle time (XCLAIM JUSTID), and
-// so does every third of max_idle_time while it waits. A failing message
-// therefore stays with its consumer instead of stalling the whole group.
+// A nacked message is resent after NackResendSleep, holding back the stream
+// for this consumer. Its idle time is refreshed (XCLAIM JUSTID) at the nack
+// and every third of max_idle_time: it stays with its consumer instead of
+// stalling the whole group.
 //
 // An entry that does not decode reaches the handler. Without a UUID it
 // comes with an empty one; with unreadable metadata, with
-// backends.MetadataUndecodable. The library stopped reading the stream.
+// backends.MetadataUndecodable.
 //
 // A stream or group deleted under a running subscriber comes back. The
 // next read is refused with NOGROUP, and the subscriber creates the group
