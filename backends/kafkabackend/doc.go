@@ -3,8 +3,7 @@
 //
 //	import _ "github.com/idempotency/watermill-idempotency/backends/kafkabackend"
 //
-// It links watermill-kafka and sarama (with gokrb5). A program that does
-// not import it links neither.
+// It links watermill-kafka and sarama (with gokrb5).
 //
 // # Parameters
 //

@@ -19,31 +19,23 @@ func init() {
 	brokerkit.Register(brokerkit.Driver{Broker: brokerkit.Kafka, ParseURL: parseURL, Open: open})
 }
 
-// options are the URL parameters of a kafka:// URL.
+// options are a kafka:// URL's parameters.
 type options struct {
 	partitions  int32
 	replication int16 // zero: min(defaultMaxReplicas, brokers)
 	version     sarama.KafkaVersion
 }
 
-// Defaults of the URL parameters. Why 12 partitions: see the package
-// documentation.
 const (
-	defaultPartitions = 12
-	defaultVersion    = "2.1.0"
+	defaultPartitions  = 12
+	defaultVersion     = "2.1.0"
+	defaultMaxReplicas = 3 // replication cap when replication_factor is absent
 )
 
-// defaultMaxReplicas caps the replication factor of a created topic when
-// replication_factor is absent.
-const defaultMaxReplicas = 3
-
-// The consumer group's timeouts. A JoinGroup or SyncGroup request waits up
-// to the rebalance timeout for the other members, so the read timeout must
-// be longer: a member whose read gives up first rejoins, on kfake that
-// starts the wait again, and the group never settles. The rebalance timeout
-// is half the session timeout: kfake (not Kafka) drops, unanswered, a member
-// that has waited in a rebalance longer than its session timeout, and starts
-// the wait again at each member that joins meanwhile.
+// The consumer group's timeouts. A JoinGroup waits up to the rebalance
+// timeout, so the read timeout must be longer, or the group never settles.
+// The rebalance timeout is half the session timeout: kfake drops a member
+// that waited in a rebalance longer than that.
 const (
 	sessionTimeout    = 10 * time.Second // sarama's default: a dead member is noticed after it
 	heartbeatInterval = 3 * time.Second  // sarama's default, under a third of the session
@@ -74,26 +66,12 @@ func parseURL(raw string) (brokerkit.Endpoint, error) {
 	return brokerkit.Endpoint{URL: urls, Addrs: addrs, Options: o}, p.Err()
 }
 
-// open builds a Kafka publisher and consumer-group subscriber.
-//
-// Choices over watermill-kafka's defaults:
-//   - protocol version from the version parameter (2.1.0), where watermill pins 1.0.0,
-//     which Kafka 4 no longer accepts;
-//   - the subscriber joins Group and a new group starts at the oldest
-//     offset, so nothing published before its first start is skipped
-//     (sarama's default is the newest);
-//   - producer acks from all in-sync replicas (sarama's default is the
-//     leader alone, which loses acked messages on leader failover);
-//   - topics are created, with partitions (12 by default, where the
-//     broker's own default is 1) and replication_factor, before the
-//     first publish or subscribe to them, so nothing depends on the broker's
-//     auto.create.topics.enable, and one failing message holds back its
-//     partition rather than the whole topic;
-//   - NackResendSleep as configured (redelivered in-process: a nacked
-//     message holds back its partition until it is acked);
-//   - a rebalance timeout of 5 s, where sarama's 60 s outlasts its own read
-//     timeout (30 s); a Config.Tune that leaves the read timeout no longer than
-//     the rebalance timeout is refused.
+// open builds a Kafka publisher and consumer-group subscriber. Over
+// watermill-kafka's defaults: the version parameter (watermill's 1.0.0
+// is refused by Kafka 4), new groups at the oldest offset, acks from all
+// in-sync replicas, topics created before first use with partitions and
+// replication_factor, NackResendSleep, and a 5 s rebalance timeout (sarama's
+// 60 s outlasts its 30 s read timeout).
 func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.LoggerAdapter) (brokerkit.Clients, error) {
 	o := ep.Options.(options)
 	base := func(c *sarama.Config) {
@@ -139,9 +117,7 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 		return brokerkit.Clients{}, ep.Unreachable(cfg.DialTimeout, err)
 	}
 	newSubscriber := func(group string) (message.Subscriber, error) {
-		// A copy of the config per subscriber: nothing is shared but the
-		// values.
-		conf := *subConf
+		conf := *subConf // a copy per subscriber
 		sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
 			Brokers:               ep.Addrs,
 			Unmarshaler:           kafka.DefaultMarshaler{},
@@ -168,8 +144,7 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 
 var invalidClientIDChars = regexp.MustCompile(`[^A-Za-z0-9._-]`)
 
-// kafkaClientID turns a consumer name into a client.id that every protocol
-// version accepts.
+// kafkaClientID makes a consumer name a client.id every version accepts.
 func kafkaClientID(consumer string) string {
 	return invalidClientIDChars.ReplaceAllString(consumer, "_")
 }
