@@ -84,21 +84,19 @@ func (b *Backend) Close() error {
 	others := b.others
 	b.closed = true
 	b.mu.Unlock()
+	closeOne := func(what string, c interface{ Close() error }) {
+		if c == nil {
+			return
+		}
+		if err := c.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("backends: close %s %s: %w", b.broker, what, err))
+		}
+	}
 	for _, sub := range others {
-		if err := sub.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("backends: close %s subscriber: %w", b.broker, err))
-		}
+		closeOne("subscriber", sub)
 	}
-	if b.Subscriber != nil {
-		if err := b.Subscriber.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("backends: close %s subscriber: %w", b.broker, err))
-		}
-	}
-	if b.Publisher != nil {
-		if err := b.Publisher.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("backends: close %s publisher: %w", b.broker, err))
-		}
-	}
+	closeOne("subscriber", b.Subscriber)
+	closeOne("publisher", b.Publisher)
 	return errors.Join(errs...)
 }
 
