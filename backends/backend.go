@@ -101,10 +101,8 @@ func (b *Backend) Close() error {
 }
 
 // New builds the Publisher and Subscriber of the broker cfg.URL names,
-// after [Config.Validate]. A nil logger means [watermill.NopLogger]. New
-// connects before it returns, and leaves nothing open on error:
-// [ErrUnreachable] without an answer within DialTimeout, [ErrInvalidConfig]
-// for a refusal.
+// after [Config.Validate]; a nil logger means [watermill.NopLogger]. It
+// connects first, and leaves nothing open on error.
 func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}

@@ -13,22 +13,19 @@ import (
 // Config selects a broker and tells [New] how to use it. A zero field means
 // its default. URL is required, and Group on every broker but gochannel.
 type Config struct {
-	// URL names the broker by its scheme, with the broker's parameters in
-	// its query (see the package doc).
+	// URL names the broker by its scheme; its query holds the parameters.
 	URL string
 	// Group is the consumer group: its subscribers share a topic's messages.
 	Group string
-	// Consumer names this process within Group, stable and unique. The
-	// default is the host name.
+	// Consumer names this process in Group, stable. The default is the host name.
 	Consumer string
 	// NackResendSleep is how long a nacked message waits before it comes
 	// again. The default is 1 s.
 	NackResendSleep time.Duration
 	// DialTimeout bounds how long New waits for the broker. The default is 10 s.
 	DialTimeout time.Duration
-	// Tune, when set, is called last on each client configuration: a
-	// *sarama.Config, *redis.Options, *amqp091.Config or *nats.Options. Set
-	// SASL, TLS and credentials there.
+	// Tune is called last on each client configuration (*sarama.Config,
+	// *redis.Options, *amqp091.Config, *nats.Options): set SASL, TLS there.
 	Tune func(clientConfig any)
 }
 
@@ -106,8 +103,7 @@ const (
 //	BROKER_NACK_RESEND_SLEEP  Config.NackResendSleep, e.g. 500ms
 //	BROKER_DIAL_TIMEOUT       Config.DialTimeout, e.g. 5s
 //
-// An unset variable leaves its field zero, its default. A duration that does
-// not parse is an [ErrInvalidConfig]. [New] validates the rest.
+// An unset variable is the default. A bad duration is an [ErrInvalidConfig].
 func FromEnv() (Config, error) {
 	c := Config{
 		URL:      strings.TrimSpace(os.Getenv(envURL)),

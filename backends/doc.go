@@ -36,32 +36,20 @@
 //
 // # Linking brokers
 //
-// Each broker but gochannel is a package of its own that registers it when
-// imported, as database/sql drivers do; a program links only the clients
-// it imports:
-//
-//	Kafka          backends/kafkabackend   watermill-kafka, sarama, gokrb5
-//	Redis Streams  backends/redisbackend   watermill-redisstream, go-redis
-//	AMQP           backends/amqpbackend    watermill-amqp, amqp091-go
-//	NATS           backends/natsbackend    watermill-nats, nats.go
-//	every broker   backends/all
-//
-// A URL of a broker not linked is an [ErrInvalidConfig] naming the import.
-// [Config.Tune] takes any client configuration for that reason.
+// Each broker but gochannel is a package that registers it when imported,
+// as database/sql drivers do: kafkabackend, redisbackend, amqpbackend,
+// natsbackend, or all of them in backends/all. A program links only the
+// clients it imports. A URL of a broker not linked is an [ErrInvalidConfig]
+// naming the import; [Config.Tune] takes any client configuration.
 //
 // # Guarantees
 //
 // Every backend delivers at least once: a message is acked only after the
-// handler acked it, and one never settled comes back. The idempotency
-// middleware makes a redelivered message's effect happen once.
-//
-// Subscribers that share [Config.Group] divide a topic's messages; each
-// group gets every message. Give each further handler of a topic its own
-// group with [Backend.SubscriberForGroup]. A new group starts at the
-// oldest message the broker holds (on AMQP, when its queue is declared).
-//
-// A nacked message comes back after [Config.NackResendSleep] (1 s), not at
-// once, so a key in progress elsewhere does not spin.
+// handler acked it, and one never settled comes back. Subscribers sharing
+// [Config.Group] divide a topic's messages; each group gets every message
+// ([Backend.SubscriberForGroup] for a further handler). A new group starts
+// at the oldest message held (on AMQP, when its queue is declared). A
+// nacked message comes back after [Config.NackResendSleep], not at once.
 //
 // [New] connects before it returns: no answer within [Config.DialTimeout]
 // is an [ErrUnreachable]; a refusal (a wrong password, a missing virtual

@@ -93,8 +93,7 @@ var (
 	portChars   = regexp.MustCompile(`^[0-9]{1,5}$`)
 )
 
-// safeScheme quotes a scheme that reads as one: other text before "://"
-// may be a password.
+// safeScheme quotes a scheme that reads as one, not a password, say.
 func safeScheme(s string) string {
 	if schemeChars.MatchString(s) {
 		return strconv.Quote(s)
@@ -102,9 +101,8 @@ func safeScheme(s string) string {
 	return "(not a scheme)"
 }
 
-// where shows a broker URL as its scheme and host:port pairs only: never
-// the user information (up to the last '@'), path or query. A host or port
-// that does not read as one (a password, maybe) is "…".
+// where shows a URL's scheme and host:port pairs only; a host or port that
+// does not read as one (a password, maybe) is "…".
 func where(raw string) string {
 	scheme, _, ok := strings.Cut(strings.TrimSpace(raw), "://")
 	if !ok || !schemeChars.MatchString(scheme) {
@@ -128,8 +126,7 @@ func where(raw string) string {
 	return strconv.Quote(strings.ToLower(scheme) + "://" + strings.Join(shown, ","))
 }
 
-// hosts returns the trimmed host[:port] items between the user information
-// (up to the last '@') and a path, query or fragment.
+// hosts returns the host[:port] items after the last '@', before any '/?#'.
 func hosts(raw string) []string {
 	_, rest, _ := strings.Cut(strings.TrimSpace(raw), "://")
 	if i := strings.LastIndex(rest, "@"); i >= 0 {

@@ -42,12 +42,8 @@ func parseURL(raw string) (brokerkit.Endpoint, error) {
 	return brokerkit.Endpoint{URL: rest, Addrs: []string{net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))}, Options: o}, p.Err()
 }
 
-// open builds an AMQP (RabbitMQ) publisher and subscriber on Watermill's
-// durable pub/sub topology: a fanout exchange per topic, a queue per topic
-// and group (package amqpname), persistent messages. The publisher is
-// amqpPublisher. A nack is held NackResendSleep before the requeue. The
-// dial and handshake are bounded by DialTimeout; each side redials a
-// dropped connection with Watermill's backoff.
+// open builds a RabbitMQ publisher and subscriber on Watermill's durable
+// pub/sub topology (see the package doc), dialled within DialTimeout.
 func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.LoggerAdapter) (brokerkit.Clients, error) {
 	o := ep.Options.(options)
 	amqpConfig := func(group string) amqp.Config {
@@ -74,9 +70,8 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 		c.Connection.AmqpConfig.Dial = tap.Dial
 		return c, tap
 	}
-	// dialError tells a refusal from no answer. amqp091 makes any handshake
-	// failure a 403, the deadline's too; one before the deadline is
-	// RabbitMQ refusing the credentials or the virtual host.
+	// dialError: amqp091 makes any handshake failure a 403; one before the
+	// deadline is RabbitMQ's refusal.
 	dialError := func(start time.Time, tap *handshakeTap, err error) error {
 		if _, plain := errors.AsType[tls.RecordHeaderError](err); plain {
 			return ep.Refused(err) // amqps:// to a port that does not speak TLS
@@ -121,8 +116,7 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 }
 
 // amqpPublisher publishes mandatory and confirmed, and reads returns: a
-// fanout exchange without a queue confirms and discards a message. It
-// declares the topic's exchange and the publish_groups' queues first.
+// fanout exchange without a queue confirms and discards a message.
 type amqpPublisher struct {
 	conn     *amqp.ConnectionWrapper
 	config   amqp.Config
@@ -133,10 +127,9 @@ type amqpPublisher struct {
 
 var _ message.Publisher = (*amqpPublisher)(nil)
 
-// Publish publishes msgs to topic's exchange in order, each confirmed, and
-// stops at the first RabbitMQ did not take: an error, or
-// brokerkit.ErrUnroutable. With publish_groups, their queues are declared
-// at every Publish, and again before one retry of an unroutable message.
+// Publish publishes msgs in order, each confirmed, and stops at the first
+// RabbitMQ did not take (ErrUnroutable too). publish_groups' queues are
+// declared at every Publish, and before one retry of an unroutable message.
 func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) (err error) {
 	if p.conn.Closed() {
 		return errors.New("backends: amqp: publisher closed")

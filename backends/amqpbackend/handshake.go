@@ -12,10 +12,8 @@ import (
 // handshakeTapLimit covers the handshake's frames, a few hundred bytes.
 const handshakeTapLimit = 4096
 
-// handshakeTap keeps a connection's first bytes, to read the
-// connection.close that amqp091 turns into a 403: a connection limit,
-// which a retry may mend, then differs from a missing virtual host. Over
-// TLS it reads nothing.
+// handshakeTap keeps a connection's first bytes: amqp091 turns the
+// connection.close of a connection limit into a 403. TLS hides them.
 type handshakeTap struct {
 	dial func(network, addr string) (net.Conn, error)
 

@@ -43,8 +43,7 @@ const (
 	readTimeout       = 30 * time.Second // sarama's default
 )
 
-// parseURL reads kafka://host:9092[,host2:9092][?parameters]; credentials
-// belong in Config.Tune (SASL), never in the URL.
+// parseURL reads kafka://host:9092[,host2:9092][?parameters], without credentials.
 func parseURL(raw string) (brokerkit.Endpoint, error) {
 	rest, p, err := brokerkit.TakeParams(raw, "partitions", "replication_factor", "version")
 	if err != nil {
@@ -66,12 +65,7 @@ func parseURL(raw string) (brokerkit.Endpoint, error) {
 	return brokerkit.Endpoint{URL: urls, Addrs: addrs, Options: o}, p.Err()
 }
 
-// open builds a Kafka publisher and consumer-group subscriber. Over
-// watermill-kafka's defaults: the version parameter (watermill's 1.0.0
-// is refused by Kafka 4), new groups at the oldest offset, acks from all
-// in-sync replicas, topics created before first use with partitions and
-// replication_factor, NackResendSleep, and a 5 s rebalance timeout (sarama's
-// 60 s outlasts its 30 s read timeout).
+// open builds a Kafka publisher and group subscriber, as the package doc says.
 func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.LoggerAdapter) (brokerkit.Clients, error) {
 	o := ep.Options.(options)
 	base := func(c *sarama.Config) {

@@ -26,12 +26,10 @@ type options struct {
 	maxAckPending int
 }
 
-// defaultAckWait stays above the idempotency lease (40 s): a dead
-// consumer's key is then free when its message comes back.
+// defaultAckWait stays above the idempotency lease (40 s).
 const defaultAckWait = 60 * time.Second
 
-// parseURL reads nats://[user:pass@]host:4222[,host2:4222][?parameters]
-// into nats.Connect's comma-separated URLs.
+// parseURL reads nats://[user:pass@]host:4222[,host2:4222][?parameters].
 func parseURL(raw string) (brokerkit.Endpoint, error) {
 	rest, p, err := brokerkit.TakeParams(raw, "ack_wait", "max_ack_pending")
 	if err != nil {
@@ -45,12 +43,9 @@ func parseURL(raw string) (brokerkit.Endpoint, error) {
 	return brokerkit.Endpoint{URL: urls, Addrs: addrs, Options: o, Redelivery: o.ackWait, RedeliveryParam: "ack_wait"}, p.Err()
 }
 
-// open builds a NATS JetStream publisher and subscriber; the package doc
-// says what it sets. Each group reads a topic through a durable push
-// consumer group_topic with a deliver group of that name. The backend
-// creates it: nats.go deletes a durable its subscription created on
-// Unsubscribe, and the group would replay the stream from the start.
-// Reconnects never give up (nats.go stops after 60).
+// open builds a JetStream publisher and subscriber (see the package doc).
+// The backend creates the durables: nats.go deletes one its subscription
+// created, and the group would replay the stream from the start.
 func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.LoggerAdapter) (brokerkit.Clients, error) {
 	o := ep.Options.(options)
 	connect := func(role string) (*nats.Conn, nats.JetStreamContext, error) {
@@ -116,8 +111,7 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 
 var invalidNATSNameChars = regexp.MustCompile(`[^A-Za-z0-9_-]`)
 
-// natsName makes s a stream or consumer name (no '.', '*', '>', spaces);
-// a changed or long name gets a hash of s, to keep names apart.
+// natsName makes s a stream or consumer name, hashed when changed or long.
 func natsName(s string) string {
 	clean := invalidNATSNameChars.ReplaceAllString(s, "_")
 	if clean == s && len(s) <= 64 {
@@ -136,8 +130,7 @@ func natsDurable(group, topic string) string {
 	return natsName(group + "_" + topic)
 }
 
-// ensureStream returns the stream capturing topic, creating one if none
-// does; streams remembers it per process.
+// ensureStream returns the stream capturing topic, creating one if none does.
 func ensureStream(streams *brokerkit.TopicSet[string], js nats.JetStreamContext, topic string) (string, error) {
 	return streams.Ensure(topic, func(topic string) (string, error) {
 		name, err := js.StreamNameBySubject(topic)
@@ -166,9 +159,8 @@ type natsPublisher struct {
 
 var _ message.Publisher = (*natsPublisher)(nil)
 
-// Publish publishes msgs to topic in order, creating its stream if none
-// captures it, and stops at the first not stored: an error, or
-// brokerkit.ErrDuplicatePublish for a duplicate Nats-Msg-Id.
+// Publish publishes msgs in order, creating the stream if none captures
+// topic, and stops at the first not stored (ErrDuplicatePublish too).
 func (p *natsPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if _, err := ensureStream(p.streams, p.js, topic); err != nil {
 		return err

@@ -17,12 +17,8 @@ import (
 	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
 
-// natsSubscriber consumes a topic through the group's durable consumer,
-// which it creates first, so nats.go binds to it rather than owning it. It
-// replaces watermill-nats's Subscriber, whose close races its callbacks.
-// Messages go one at a time per subscription: AckSync after an ack,
-// NakWithDelay(NackResendSleep) after a nack, InProgress on receipt and
-// every AckWait/3. A message held at close is nacked at once.
+// natsSubscriber replaces watermill-nats's, whose close races its
+// callbacks. It binds to the group's durable, which it creates first.
 type natsSubscriber struct {
 	conn          *nats.Conn
 	js            nats.JetStreamContext
@@ -37,10 +33,9 @@ type natsSubscriber struct {
 	consumers        map[string]bool
 	subs             sync.WaitGroup
 
-	// epochs counts, per topic, the durables seen created again: a message
-	// of an earlier epoch came from a deleted stream, whose sequence numbers
-	// the new one reuses, so settling it would settle another. settling
-	// guards epochs and is held while one is sent.
+	// epochs counts each topic's durables created again: settling a message
+	// of a deleted stream would settle another with its sequence number.
+	// settling guards epochs, held while one is sent.
 	settling sync.RWMutex
 	epochs   map[string]uint64
 }
@@ -50,8 +45,7 @@ var (
 	_ message.SubscribeInitializer = (*natsSubscriber)(nil)
 )
 
-// durableCheckInterval is how often a subscription checks its durable
-// exists: JetStream tells a push queue subscription nothing of its deletion.
+// durableCheckInterval: JetStream tells a queue subscription nothing of a deletion.
 const durableCheckInterval = 5 * time.Second
 
 // Subscribe joins the group's durable consumer of topic until ctx ends or
@@ -132,9 +126,7 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 					}
 					continue
 				}
-				// Gone, or created again elsewhere: the old subscription's
-				// messages came from a deleted stream. Unsubscribe first, or
-				// two subscriptions would share the new durable's messages.
+				// Unsubscribe first: two subscriptions would share the new durable.
 				s.logger.Info("The group's durable is gone or new (its stream deleted?); subscribing anew", logFields)
 				unsubscribe(sub, logFields)
 				sub = nil
@@ -162,8 +154,7 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 	return out, nil
 }
 
-// durableGone reports whether durable or its stream is missing, and else
-// its creation time (zero if unknown). No answer counts as present.
+// durableGone reports durable or its stream missing, else its creation time.
 func (s *natsSubscriber) durableGone(ctx context.Context, stream, durable string) (bool, time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, durableCheckInterval)
 	defer cancel()
@@ -181,8 +172,7 @@ func (s *natsSubscriber) newEpoch(topic string) {
 	s.epochs[topic]++
 }
 
-// settler returns how a message of topic delivered now is settled: send
-// runs, and it reports true, unless the durable was created again since.
+// settler runs send, and reports true, unless topic's durable is new since.
 func (s *natsSubscriber) settler(topic string) func(send func()) bool {
 	s.settling.RLock()
 	epoch := s.epochs[topic]
@@ -198,8 +188,7 @@ func (s *natsSubscriber) settler(topic string) func(send func()) bool {
 	}
 }
 
-// recreate forgets topic's stream and durable and sets both up again; it
-// returns the stream.
+// recreate forgets topic's stream and durable and sets both up again.
 func (s *natsSubscriber) recreate(topic string) (string, error) {
 	s.newEpoch(topic)
 	s.streams.Forget(topic)
@@ -210,8 +199,7 @@ func (s *natsSubscriber) recreate(topic string) (string, error) {
 	return stream, err
 }
 
-// handle hands m to out and settles it as the handler does, by settle,
-// unless its durable was created again since.
+// handle hands m to out and settles it, by settle, as the handler does.
 func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *message.Message, stop <-chan struct{}, settle func(func()) bool, logFields watermill.LogFields) {
 	msg, joined := natsUnmarshal(m)
 	if len(joined) > 0 {
@@ -238,8 +226,7 @@ func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *me
 		// The server redelivers it already.
 		return
 	}
-	// It may have waited in the client behind a slow predecessor: restart
-	// its AckWait before the first progress ack.
+	// Restart AckWait: it may have waited in the client behind another.
 	stale := func() {
 		s.logger.Info("The group's durable was created again since this message came: not settled, "+
 			"its stream sequence names another message now", logFields)
@@ -256,8 +243,7 @@ func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *me
 	send("Cannot extend AckWait of a message handed to its handler", func() error { return m.InProgress() })
 	ack := func() { send("Cannot ack message", func() error { return m.AckSync() }) }
 	nack := func() { send("Cannot nack message", func() error { return m.NakWithDelay(s.nakDelay) }) }
-	// A progress ack every third of AckWait keeps a slow handler's message;
-	// a dead consumer's is redelivered after AckWait.
+	// A progress ack every AckWait/3 keeps a slow handler's message.
 	progress := time.NewTicker(max(s.ackWait/3, time.Millisecond))
 	defer progress.Stop()
 	for {
@@ -280,8 +266,7 @@ func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *me
 	}
 }
 
-// SubscribeInitialize creates the topic's stream and the group's durable if
-// missing, and sets the durable's AckWait and MaxAckPending.
+// SubscribeInitialize creates the topic's stream and the group's durable.
 func (s *natsSubscriber) SubscribeInitialize(topic string) error {
 	_, _, err := s.initialize(topic)
 	return err
@@ -325,8 +310,8 @@ func (s *natsSubscriber) initialize(topic string) (stream, durable string, err e
 	return stream, durable, nil
 }
 
-// Close ends every subscription, nacking held messages, waits until their
-// channels are closed, and drains the connection. It is idempotent.
+// Close ends the subscriptions, nacking held messages, and drains the
+// connection. It is idempotent.
 func (s *natsSubscriber) Close() error {
 	if !s.MarkClosed() {
 		return nil
@@ -338,9 +323,8 @@ func (s *natsSubscriber) Close() error {
 	return nil
 }
 
-// natsUnmarshal reads a message as watermill-nats's NATSMarshaler does,
-// JetStream's own headers left out, but never fails: a header of several
-// values is joined by ", " (as HTTP does), and named in joined.
+// natsUnmarshal is watermill-nats's NATSMarshaler that never fails: a
+// header of several values is joined by ", " and named in joined.
 func natsUnmarshal(m *nats.Msg) (msg *message.Message, joined []string) {
 	md := make(message.Metadata, len(m.Header))
 	for k, v := range m.Header {

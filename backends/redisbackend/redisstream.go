@@ -53,12 +53,9 @@ func parseURL(raw string) (brokerkit.Endpoint, error) {
 		Redelivery: o.maxIdleTime, RedeliveryParam: "max_idle_time"}, p.Err()
 }
 
-// open builds a Redis Streams publisher and consumer-group subscriber, each
-// with its own client (the library closes it). Over the library's defaults:
-// a stable Consumer (the host name), NackResendSleep with the idle time
-// refreshed (redisNackRefresh), a first read that blocks for the block time
-// only (so Close never waits), new groups at "0", and a group created
-// again on NOGROUP (redisGroups).
+// open builds a Redis Streams publisher and group subscriber, each with its
+// own client (the library closes it), as the package doc says. The first
+// read blocks for the block time only, so Close never waits.
 func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.LoggerAdapter) (brokerkit.Clients, error) {
 	o := ep.Options.(options)
 	newClient := func() (*redis.Client, error) {
@@ -134,12 +131,9 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 	return brokerkit.Clients{Publisher: pub, Subscriber: sub, NewSubscriber: newSubscriber}, nil
 }
 
-// redisNackRefresh keeps a nacked message with the consumer that holds it.
-// watermill-redisstream resends a nack in process: without refresh, after
-// MaxIdleTime another consumer claims it and loops on it too, and the
-// group stalls. refresh XCLAIMs the entry with JUSTID (idle time reset,
-// delivery count kept), only if this consumer still holds it and it is as
-// idle as XPENDING said.
+// redisNackRefresh keeps a nacked message with its consumer, or another
+// would claim it after MaxIdleTime and loop on it too. refresh XCLAIMs it
+// JUSTID, only if this consumer holds it as idle as XPENDING said.
 type redisNackRefresh struct {
 	client   redis.UniversalClient
 	group    string
@@ -190,10 +184,8 @@ func (r *redisNackRefresh) refresh(stream string, msg *message.Message) {
 // redisGroupStart is where a created group starts: nothing is skipped.
 const redisGroupStart = "0"
 
-// redisGroups creates the group again, on NOGROUP, on every stream its
-// subscriber reads: a deleted stream takes its groups with it, and the
-// library retried the read for ever. The read error hook names no stream;
-// where the group exists, BUSYGROUP changes nothing.
+// redisGroups creates the group again on NOGROUP on every stream read: the
+// error hook names none, and BUSYGROUP changes nothing where it exists.
 type redisGroups struct {
 	message.Subscriber // the library's, set once it is built
 
@@ -256,8 +248,7 @@ func (g *redisGroups) onReadError(err error) bool {
 	return false
 }
 
-// refused reports Redis refusing the URL for good: its credentials or its
-// database number. Other answers may change (LOADING, BUSY, limits).
+// refused reports Redis refusing the URL's credentials or database for good.
 func refused(err error) bool {
 	if redis.IsAuthError(err) || redis.IsPermissionError(err) {
 		return true
