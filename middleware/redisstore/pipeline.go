@@ -46,9 +46,7 @@ func (s *Store) autoPipelined(ctx context.Context, op string, keys []string, scr
 		return cmd
 	}
 	if err := s.scripts.load(ctx, s.client, script, loads); err != nil {
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(err)
-		return cmd
+		return errCmd(ctx, err)
 	}
 	cmd = s.submit(ctx, track, keys, script, args)
 	if isNoScript(cmd.Err()) { // flushed again meanwhile
@@ -78,9 +76,7 @@ func (s *Store) submit(ctx context.Context, track bool, keys []string, script *r
 // token it is recorded in s.pending until its batch is answered.
 func (s *Store) submitArgs(ctx context.Context, key, token string, cmdArgs []any) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(err)
-		return cmd
+		return errCmd(ctx, err)
 	}
 	cmd := redis.NewCmd(ctx, cmdArgs...)
 	fut := s.ap.Submit(ctx, cmd)
@@ -89,10 +85,15 @@ func (s *Store) submitArgs(ctx context.Context, key, token string, cmdArgs []any
 		if token != "" {
 			s.pending.add(claimID(key, token), fut)
 		}
-		given := redis.NewCmd(ctx)
-		given.SetErr(err)
-		return given
+		return errCmd(ctx, err)
 	}
+	return cmd
+}
+
+// errCmd is a command that was never sent, answering err.
+func errCmd(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
 	return cmd
 }
 

@@ -139,9 +139,7 @@ func (s *Store) waited(ctx context.Context, op, key string, send func(p redis.Pi
 	if cluster != nil {
 		node, err := cluster.MasterForKey(ctx, key)
 		if err != nil {
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(err)
-			return cmd
+			return errCmd(ctx, err)
 		}
 		primary = node
 	}

@@ -81,29 +81,24 @@ func parseRecord(v []any) (idempotency.Record, error) {
 	if len(v) != 8 {
 		return rec, malformed(fmt.Sprintf("record of %d fields, want 8", len(v)))
 	}
-	state, err := replyString(v, 0)
+	state, err := replyField[string](v, 0, "a string")
 	if err != nil {
 		return rec, err
 	}
-	ints := make([]int64, 4) // attempts, created, updated, lease
+	var ints [4]int64 // attempts, created, updated, lease
 	for i := range ints {
-		if ints[i], err = replyInt(v, 1+i); err != nil {
+		if ints[i], err = replyField[int64](v, 1+i, "an integer"); err != nil {
+			return rec, err
+		}
+	}
+	var strs [3]string // fingerprint, result, token
+	for i := range strs {
+		if strs[i], err = replyField[string](v, 5+i, "a string"); err != nil {
 			return rec, err
 		}
 	}
 	attempts, created, updated, lease := ints[0], ints[1], ints[2], ints[3]
-	fp, err := replyString(v, 5)
-	if err != nil {
-		return rec, err
-	}
-	result, err := replyString(v, 6)
-	if err != nil {
-		return rec, err
-	}
-	token, err := replyString(v, 7)
-	if err != nil {
-		return rec, err
-	}
+	fp, result, token := strs[0], strs[1], strs[2]
 	switch {
 	case attempts < 1:
 		return rec, malformed(fmt.Sprintf("attempts %d", attempts))
@@ -145,20 +140,13 @@ func parseRecord(v []any) (idempotency.Record, error) {
 	return rec, nil
 }
 
-func replyInt(v []any, i int) (int64, error) {
-	n, ok := v[i].(int64)
+// replyField is field i of v as a T, which the error names as what.
+func replyField[T any](v []any, i int, what string) (T, error) {
+	x, ok := v[i].(T)
 	if !ok {
-		return 0, malformed(fmt.Sprintf("field %d: %#v is not an integer", i, v[i]))
+		return x, malformed(fmt.Sprintf("field %d: %#v is not %s", i, v[i], what))
 	}
-	return n, nil
-}
-
-func replyString(v []any, i int) (string, error) {
-	s, ok := v[i].(string)
-	if !ok {
-		return "", malformed(fmt.Sprintf("field %d: %#v is not a string", i, v[i]))
-	}
-	return s, nil
+	return x, nil
 }
 
 // acquiredFresh is a plain claim's attempt 1, timed by this host's clock
