@@ -11,8 +11,8 @@ import (
 
 // codec.lua lays out the records byte by byte; this is its Go half.
 
-// encodeNew is a fresh claim's N record: P's layout, attempt 1, times 0,
-// the lease's length where P holds its deadline, retention, owner, fingerprint.
+// encodeNew is a fresh claim's N record: P's layout with times 0 and the
+// lease's length where P holds its deadline.
 func encodeNew(req idempotency.ClaimRequest, lease, retain int64) []byte {
 	b := make([]byte, 0, pfHeader+len(req.Token)+len(req.Fingerprint))
 	b = append(b, pfTag, 'N')
@@ -45,8 +45,7 @@ const (
 	pfHeader        = 38
 )
 
-// decodeCompleted reads the COMPLETED string SET returned, with the checks
-// and reasons of codec.lua's load_string.
+// decodeCompleted reads a COMPLETED string as codec.lua's load_string does.
 func decodeCompleted(v string) (idempotency.Record, error) {
 	corrupt := func(reason string) (idempotency.Record, error) {
 		return idempotency.Record{}, fmt.Errorf("%w: string: %s", idempotency.ErrCorruptRecord, reason)

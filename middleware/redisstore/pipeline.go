@@ -8,9 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// maxBatches is how many batches may be on the wire at once: up to
-// maxBatches-1 stalled connections leave the store working
-// (TestAutoPipeliningFlowsPastStalledConnections).
+// maxBatches on the wire: maxBatches-1 stalled connections leave the store working.
 const maxBatches = 8
 
 func autoPipelineOptions() *redis.AutoPipelineOptions {
@@ -20,10 +18,9 @@ func autoPipelineOptions() *redis.AutoPipelineOptions {
 	return o
 }
 
-// newAutoPipeliner returns the client's deferred auto-pipeliner, or nil when
-// it keeps one batch on the wire (ordered), where one stalled connection
-// would hold every call. Its futures wait under each caller's context.
-// Unordered is safe: an owner never has two commands of one key in flight.
+// newAutoPipeliner returns the client's deferred auto-pipeliner, or nil for
+// an ordered one, where one stalled connection would hold every call.
+// Unordered is safe: an owner never has two commands of a key in flight.
 func newAutoPipeliner(client *redis.Client) (*redis.AutoPipeliner, error) {
 	ap, err := client.AsyncAutoPipelineWithOptions(autoPipelineOptions())
 	if err != nil {
@@ -35,9 +32,8 @@ func newAutoPipeliner(client *redis.Client) (*redis.AutoPipeliner, error) {
 	return ap, nil
 }
 
-// autoPipelined sends one EVALSHA through the auto-pipeliner. After
-// NOSCRIPT the callers share one SCRIPT LOAD and send again. A given-up
-// claim is tracked in pendingClaims, so Release cannot overtake it.
+// autoPipelined sends one EVALSHA through the auto-pipeliner; after
+// NOSCRIPT the callers share one SCRIPT LOAD and send again.
 func (s *Store) autoPipelined(ctx context.Context, op string, keys []string, script *redis.Script, args []any) *redis.Cmd {
 	track := op == "claim"
 	loads := s.scripts.loaded(script)
@@ -55,8 +51,7 @@ func (s *Store) autoPipelined(ctx context.Context, op string, keys []string, scr
 	return cmd
 }
 
-// submit hands one EVALSHA to the auto-pipeliner; with track set (a claim,
-// whose first argument is its token) a command given up is tracked.
+// submit hands one EVALSHA over; track a claim's, whose first argument is its token.
 func (s *Store) submit(ctx context.Context, track bool, keys []string, script *redis.Script, args []any) *redis.Cmd {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, "evalsha", script.Hash(), len(keys))
@@ -71,9 +66,8 @@ func (s *Store) submit(ctx context.Context, track bool, keys []string, script *r
 	return s.submitArgs(ctx, keys[0], token, cmdArgs)
 }
 
-// submitArgs hands one command to the auto-pipeliner and waits until ctx
-// ends. A command given up stays with go-redis and may still run; with a
-// token it is recorded in s.pending until its batch is answered.
+// submitArgs hands one command over and waits until ctx ends. One given
+// up may still run; with a token it stays in s.pending until answered.
 func (s *Store) submitArgs(ctx context.Context, key, token string, cmdArgs []any) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
 		return errCmd(ctx, err)
@@ -81,7 +75,7 @@ func (s *Store) submitArgs(ctx context.Context, key, token string, cmdArgs []any
 	cmd := redis.NewCmd(ctx, cmdArgs...)
 	fut := s.ap.Submit(ctx, cmd)
 	if err := fut.WaitContext(ctx); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		// The batch may still be writing cmd: answer with a command of our own.
+		// The batch may still be writing cmd: answer with another.
 		if token != "" {
 			s.pending.add(claimID(key, token), fut)
 		}
@@ -118,9 +112,8 @@ type scriptLoad struct {
 	err  error
 }
 
-// load sends SCRIPT LOAD, or joins the one in flight, and waits until ctx
-// ends. The load runs under the client's ReadTimeout, not ctx. since is
-// what loaded answered before the EVALSHA: a load succeeded since returns at once.
+// load sends SCRIPT LOAD (under ReadTimeout, not ctx) or joins the one in
+// flight. since is loaded's answer before the EVALSHA: a load since is enough.
 func (l *scriptLoads) load(ctx context.Context, client redis.UniversalClient, script *redis.Script, since uint64) error {
 	l.mu.Lock()
 	if l.done[script.Hash()] > since {
@@ -164,16 +157,14 @@ func isNoScript(err error) bool {
 
 func claimID(key, token string) string { return token + "\x00" + key }
 
-// pendingClaims are the given-up claims still with the auto-pipeliner, by
-// claimID. Batches are unordered: without it a Release could reach Redis
-// first and leave the claim IN_PROGRESS under a token nobody holds
-// (TestAutoPipeliningReleaseAfterGivenUpClaim).
+// pendingClaims are given-up claims still with go-redis, by claimID: an
+// unordered Release could overtake one and leave it IN_PROGRESS.
 type pendingClaims struct {
 	mu sync.Mutex
 	m  map[string]*pendingClaim
 }
 
-// pendingClaim counts given-up claims of one key and token; done closes after the last.
+// pendingClaim counts given-up claims of one key and token.
 type pendingClaim struct {
 	n    int
 	done chan struct{}

@@ -22,8 +22,8 @@ var (
 	ErrContextTimeoutDisabled = errors.New("redisstore: the redis client ignores context deadlines; set ContextTimeoutEnabled in its options, and no ReadTimeout or WriteTimeout of -2")
 )
 
-// Store is an [idempotency.Store] on Redis. It is safe for concurrent use.
-// It does not own the client: closing the client is the caller's business.
+// Store is an [idempotency.Store] on Redis, safe for concurrent use. It
+// does not own the client.
 type Store struct {
 	client  redis.UniversalClient
 	ack     *replicaAck          // nil: no WAIT
@@ -66,8 +66,7 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	return s, nil
 }
 
-// honoursDeadlines reports whether client bounds socket I/O by the
-// context's deadline; true for a client whose options it cannot read.
+// honoursDeadlines reports whether client bounds I/O by ctx's deadline.
 func honoursDeadlines(client redis.UniversalClient) bool {
 	honours := func(enabled bool, read, write time.Duration) bool { return enabled && read >= 0 && write >= 0 }
 	switch c := client.(type) {
@@ -84,9 +83,8 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 	return true
 }
 
-// boundsSocketIO reports whether c has a ReadTimeout and a WriteTimeout.
-// A batch runs on go-redis's context, bounded by them alone; without them
-// stalled batches could hold every slot (TestAutoPipeliningNoReadTimeout).
+// boundsSocketIO reports a ReadTimeout and a WriteTimeout, which alone
+// bound a batch: without them stalled batches could hold every slot.
 func boundsSocketIO(c *redis.Client) bool {
 	o := c.Options() // -1 is stored as 0, -2 as -1
 	return o.ReadTimeout > 0 && o.WriteTimeout > 0
@@ -131,8 +129,7 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	return res, nil
 }
 
-// freshClaim sends SET key <N record> NX PX lease+ttl GET. done reports an
-// absent key acquired or a COMPLETED one refused; else nothing was written.
+// freshClaim sends SET NX PX GET; done is false when it wrote nothing.
 func (s *Store) freshClaim(ctx context.Context, key string, req idempotency.ClaimRequest, lease, ttl int64) (_ idempotency.ClaimResult, done bool, _ error) {
 	args := append(make([]any, 0, 8+len(s.freshClaimArgs)), "set", key, encodeNew(req, lease, ttl), "nx", "px", lease+ttl, "get")
 	args = append(args, s.freshClaimArgs...)
@@ -144,8 +141,7 @@ func (s *Store) freshClaim(ctx context.Context, key string, req idempotency.Clai
 	case err != nil && isSyntaxError(err):
 		return idempotency.ClaimResult{}, false, wrap("claim", key, fmt.Errorf("%w: %w", errBefore7, err))
 	case err != nil && (isWrongType(err) || isFull(err)):
-		// A full Redis refuses even a SET that writes nothing: claim.lua
-		// still answers duplicates and held keys.
+		// A full Redis refuses even SETs that write nothing: ask claim.lua.
 		return idempotency.ClaimResult{}, false, nil
 	case err != nil:
 		return idempotency.ClaimResult{}, false, callError(ctx, "claim", key, err)
@@ -161,19 +157,17 @@ func (s *Store) freshClaim(ctx context.Context, key string, req idempotency.Clai
 
 var errBefore7 = errors.New("the server must be Redis 7.0 or newer (SET with NX and GET)")
 
-// isSyntaxError reports a server that does not know SET NX GET (before 7.0).
+// isSyntaxError reports a server before 7.0.
 func isSyntaxError(err error) bool {
 	var rerr redis.Error
 	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "ERR syntax error")
 }
 
-// isWrongType reports the error reply of a command on a key of another type.
 func isWrongType(err error) bool {
 	var rerr redis.Error
 	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "WRONGTYPE")
 }
 
-// isFull reports Redis's OOM refusal of a write above maxmemory.
 func isFull(err error) bool {
 	return err != nil && redis.HasErrorPrefix(err, "OOM")
 }
@@ -222,8 +216,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return nil
 }
 
-// owned runs a script answering 1 (owned, or already applied), 0 (not
-// owned) or, from renew.lua, 2 (completed by this token).
+// owned runs a script answering 1 (owned or applied), 0 (not) or 2 (renew.lua: completed).
 func (s *Store) owned(ctx context.Context, op, key string, script *redis.Script, args ...any) error {
 	v, err := s.runScript(ctx, op, key, script, args...).Result()
 	if err != nil {
@@ -270,7 +263,6 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// maxKeyInError bounds how much of a key an error message quotes.
 const maxKeyInError = 64
 
 func wrap(op, key string, err error) error {
@@ -280,8 +272,7 @@ func wrap(op, key string, err error) error {
 	return fmt.Errorf("redisstore: %s %q: %w", op, key, err)
 }
 
-// millis clamps d to idempotency.MaxTTL and rounds it up to whole
-// milliseconds, so PX never overflows.
+// millis clamps d to idempotency.MaxTTL, then rounds it up to milliseconds.
 func millis(d time.Duration) int64 {
 	d = idempotency.ClampTTL(d)
 	ms := d / time.Millisecond

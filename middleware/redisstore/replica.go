@@ -35,7 +35,6 @@ type Options struct {
 	DisableAutoPipelining bool
 }
 
-// replicaAck is the store's replica acknowledgement, nil when Replicas is 0.
 type replicaAck struct {
 	replicas    int
 	timeout     time.Duration
@@ -82,8 +81,7 @@ func readTimeout(client redis.UniversalClient) time.Duration {
 }
 
 // runScript runs a script on key. Under Replicas a claim, renewal or
-// completion goes out on its own with WAIT (waited): WAIT counts only its
-// connection's writes. Other calls use the auto-pipeliner unless it is off.
+// completion goes out alone with WAIT, which counts its connection's writes.
 func (s *Store) runScript(ctx context.Context, op, key string, script *redis.Script, args ...any) *redis.Cmd {
 	keys := []string{key}
 	if s.ack == nil || (op != "claim" && op != "renew" && op != "complete") {
@@ -100,8 +98,7 @@ func (s *Store) runScript(ctx context.Context, op, key string, script *redis.Scr
 	}, func(cmd *redis.Cmd) bool { return scriptWrote(op, cmd) })
 }
 
-// scriptWrote reports a claim acquired, a lease renewed or a record
-// completed (a resent Complete too: its reply cannot tell).
+// scriptWrote reports a claim acquired, a lease renewed or a record completed.
 func scriptWrote(op string, cmd *redis.Cmd) bool {
 	v, err := cmd.Result()
 	switch r := v.(type) {
@@ -113,8 +110,7 @@ func scriptWrote(op string, cmd *redis.Cmd) bool {
 	return false
 }
 
-// runPlain runs one plain command (the fresh claim's SET) as runScript
-// runs a claim; under Replicas it waits when it wrote (redis.Nil).
+// runPlain runs the fresh claim's SET as runScript runs a claim.
 func (s *Store) runPlain(ctx context.Context, op, key, token string, args []any) *redis.Cmd {
 	if s.ack == nil {
 		if s.ap != nil && !s.ap.IsClosed() {
@@ -128,11 +124,9 @@ func (s *Store) runPlain(ctx context.Context, op, key, token string, args []any)
 		func(cmd *redis.Cmd) bool { return cmd.Err() == redis.Nil })
 }
 
-// waited sends the command (by script text if byText) to the primary of
-// key's slot, with WAIT on the same connection: one pipeline while the
-// replicas keep up; once a WAIT fell short, WAIT follows only a command
-// that wrote. NOSCRIPT resends by EVAL. A cluster's MOVED or ASK is
-// followed at once, up to the client's MaxRedirects.
+// waited sends the command to key's primary with WAIT on its connection:
+// one pipeline while the replicas keep up, else WAIT only after a write.
+// NOSCRIPT resends by text; MOVED and ASK are followed at once.
 func (s *Store) waited(ctx context.Context, op, key string, send func(p redis.Pipeliner, byText bool) *redis.Cmd, wrote func(*redis.Cmd) bool) *redis.Cmd {
 	primary := s.client
 	cluster, _ := s.client.(*redis.ClusterClient)
@@ -167,9 +161,8 @@ func (s *Store) waited(ctx context.Context, op, key string, send func(p redis.Pi
 	}
 }
 
-// sendWaited sends one attempt to primary (after ASKING if asking) with
-// WAIT as waited says; wait is nil when none was sent. A client whose
-// connection cannot be held, or one that broke, has WAIT in the pipeline.
+// sendWaited sends one attempt to primary; wait is nil when none was sent.
+// Without a held connection, WAIT goes in the pipeline.
 func (s *Store) sendWaited(ctx context.Context, primary redis.UniversalClient, asking bool, send func(p redis.Pipeliner, byText bool) *redis.Cmd, wrote func(*redis.Cmd) bool) (cmd, wait *redis.Cmd) {
 	behind := s.ack.behind(primary)
 	exec := func(p func() redis.Pipeliner, withWait bool) {
@@ -193,8 +186,7 @@ func (s *Store) sendWaited(ctx context.Context, primary redis.UniversalClient, a
 		conn := c.Conn()
 		defer func() { _ = conn.Close() }()
 		exec(conn.Pipeline, false)
-		// go-redis does not resend on a held connection that broke: the
-		// pipeline below with WAIT is resent on another.
+		// go-redis does not resend on a held connection: the pipeline below is.
 		var reply redis.Error
 		if err := cmd.Err(); err == nil || errors.As(err, &reply) || ctx.Err() != nil {
 			if !wrote(cmd) {
@@ -243,7 +235,6 @@ func nodeAddr(addr string) string {
 	return net.JoinHostPort(addr[:i], addr[i+1:])
 }
 
-// behind is primary's flag in lagging.
 func (a *replicaAck) behind(primary redis.UniversalClient) *atomic.Bool {
 	addr := ""
 	if c, ok := primary.(*redis.Client); ok {
@@ -256,8 +247,7 @@ func (a *replicaAck) behind(primary redis.UniversalClient) *atomic.Bool {
 	return v.(*atomic.Bool)
 }
 
-// waitTimeout is the configured timeout, at most half of ctx's time left,
-// and never 0 (which would block for ever).
+// waitTimeout is at most half of ctx's time left, and never 0 (for ever).
 func (a *replicaAck) waitTimeout(ctx context.Context) time.Duration {
 	d := a.timeout
 	if deadline, ok := ctx.Deadline(); ok {

@@ -18,8 +18,7 @@ import (
 // record; go-redis neither retries it nor drops the connection.
 const corruptPrefix = "IDEMPOTENCY_CORRUPT "
 
-// scriptError turns a corrupt reply into idempotency.ErrCorruptRecord, and
-// wraps anything else as callError does.
+// scriptError makes a corrupt reply idempotency.ErrCorruptRecord.
 func scriptError(ctx context.Context, op, key string, err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
@@ -32,9 +31,8 @@ func scriptError(ctx context.Context, op, key string, err error) error {
 
 var errFull = errors.New("the Redis is full (used memory above maxmemory), nothing was written")
 
-// callError wraps a client call's error. go-redis reports ctx's deadline as
-// the socket's "i/o timeout"; callError adds context.DeadlineExceeded to it.
-// A ReadTimeout or WriteTimeout before the deadline stays a network error.
+// callError adds context.DeadlineExceeded to go-redis's "i/o timeout" of
+// ctx's deadline; a ReadTimeout before it stays a network error.
 func callError(ctx context.Context, op, key string, err error) error {
 	if isFull(err) {
 		return wrap(op, key, fmt.Errorf("%w: %w", errFull, err))
@@ -42,8 +40,7 @@ func callError(ctx context.Context, op, key string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || !errors.Is(err, os.ErrDeadlineExceeded) {
 		return wrap(op, key, err)
 	}
-	// The socket's deadline was ctx's; ctx's own timer may fire a moment
-	// after the socket's, so the deadline is compared as well as Err read.
+	// ctx's timer may fire a moment after the socket's: compare the deadline.
 	if deadline, ok := ctx.Deadline(); ok && (ctx.Err() != nil || !time.Now().Before(deadline)) {
 		return wrap(op, key, fmt.Errorf("%w: %w", context.DeadlineExceeded, err))
 	}
@@ -149,8 +146,7 @@ func replyField[T any](v []any, i int, what string) (T, error) {
 	return x, nil
 }
 
-// acquiredFresh is a plain claim's attempt 1, timed by this host's clock
-// at the send: the SET cannot read the server's.
+// acquiredFresh is a plain claim's attempt 1, timed by this host's clock.
 func acquiredFresh(at time.Time, leaseMillis int64, req idempotency.ClaimRequest) idempotency.ClaimResult {
 	at = at.Truncate(time.Millisecond)
 	rec := idempotency.Record{State: idempotency.StateInProgress, Token: req.Token, Attempts: 1,

@@ -33,7 +33,6 @@ func NewExpiringKeyRepository(client redis.UniversalClient, prefix string, windo
 	return &repository{client: client, prefix: prefix, window: window}, nil
 }
 
-// repository is NewExpiringKeyRepository's.
 type repository struct {
 	client redis.UniversalClient
 	prefix string
@@ -41,9 +40,8 @@ type repository struct {
 }
 
 // IsDuplicate reports whether key was seen within the window, and marks it
-// otherwise: one SET NX GET PX. Each call writes its own value, so a resent
-// SET finds it and is not taken for a duplicate of itself. A full Redis
-// still answers a held key as a duplicate; a new key is an error.
+// otherwise: one SET NX GET PX of a value of its own, so a resent SET is
+// not its own duplicate.
 func (r *repository) IsDuplicate(ctx context.Context, key string) (bool, error) {
 	mark := idempotency.NewToken()
 	old, err := r.client.Do(ctx, "set", r.prefix+key, mark, "nx", "get", "px", millis(r.window)).Text()
@@ -58,8 +56,7 @@ func (r *repository) IsDuplicate(ctx context.Context, key string) (bool, error) 
 		}
 		return false, callError(ctx, "is-duplicate", key, err)
 	case err != nil:
-		// The SET may have been applied: remove this call's mark, or the
-		// redelivery would be dropped as a duplicate of itself.
+		// The SET may have been applied: remove the mark for the redelivery.
 		r.unmark(ctx, key, mark)
 		return false, wrap("is-duplicate", key, err)
 	}

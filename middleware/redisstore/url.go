@@ -14,9 +14,8 @@ var ErrInvalidURL = errors.New("redisstore: invalid Redis URL")
 
 // NewFromURL returns a store on a new *redis.Client for rawURL, as
 // [redis.ParseURL] reads it, with ContextTimeoutEnabled set and maintenance
-// notifications off. The caller closes the client. opts are New's. An
-// [ErrInvalidURL] does not repeat the URL and its password. NewFromURL
-// does not contact Redis.
+// notifications off; the caller closes it. opts are New's. An
+// [ErrInvalidURL] does not repeat the URL. It does not contact Redis.
 func NewFromURL(rawURL string, opts *Options) (*Store, *redis.Client, error) {
 	ro, err := redis.ParseURL(rawURL)
 	if err != nil {
