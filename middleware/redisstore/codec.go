@@ -9,10 +9,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// codec.lua lays out the records byte by byte; this is its Go half.
-
-// encodeNew is a fresh claim's N record: P's layout with times 0 and the
-// lease's length where P holds its deadline.
+// encodeNew is an N record: P's layout, times 0, the lease's length as deadline.
 func encodeNew(req idempotency.ClaimRequest, lease, retain int64) []byte {
 	b := make([]byte, 0, pfHeader+len(req.Token)+len(req.Fingerprint))
 	b = append(b, pfTag, 'N')
@@ -26,7 +23,6 @@ func encodeNew(req idempotency.ClaimRequest, lease, retain int64) []byte {
 	return append(b, req.Fingerprint...)
 }
 
-// appendUint48 appends v's low 6 bytes, big-endian.
 func appendUint48(b []byte, v uint64) []byte {
 	return append(b, byte(v>>40), byte(v>>32), byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
 }
@@ -90,7 +86,6 @@ func decodeCompleted(v string) (idempotency.Record, error) {
 	return rec, nil
 }
 
-// uint48 reads a 6-byte big-endian integer.
 func uint48(b []byte) uint64 {
 	return uint64(b[0])<<40 | uint64(b[1])<<32 | uint64(binary.BigEndian.Uint32(b[2:6]))
 }

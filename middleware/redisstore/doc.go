@@ -9,14 +9,11 @@
 //
 // # Records and scripts
 //
-// Each record is one Redis string under its own key: N (a fresh claim),
-// IN_PROGRESS or FAILED, or COMPLETED. codec.lua lays them out, codec.go
-// is its Go half. A COMPLETED 48-byte key takes 136 bytes (MEMORY USAGE).
-//
-// Each operation is one atomic command on its key alone, so the store is
-// Cluster-safe: a Lua script by EVALSHA, or the plain claim. After
-// NOSCRIPT a script is loaded once and sent again. A fresh message costs
-// two commands, a duplicate one. Delete is one UNLINK.
+// Each record is one string under its key, laid out by codec.lua: N (a
+// fresh claim), IN_PROGRESS or FAILED, or COMPLETED. A COMPLETED 48-byte
+// key takes 136 bytes. Each operation is one atomic command on its key
+// alone (Cluster-safe): a Lua script by EVALSHA, or the plain claim. A
+// fresh message costs two commands, a duplicate one.
 //
 // Claim and Complete have a common case beside the full script:
 //   - Claim sends SET key <N record> NX PX lease+TTL GET. It acquires an
@@ -36,24 +33,15 @@
 //
 // Expiry is Redis's own, and every stored time is the server's. A claim's
 // key expires its TTL after the lease deadline; Renew moves both. A lapsed
-// lease reads as FAILED with its attempts kept, so a crash loop reaches
-// MaxAttempts. The lapsed owner gets [idempotency.ErrLeaseLost]; the
-// completing owner's Renew gets [idempotency.ErrCompletedByOwner].
-// Durations round up to whole milliseconds. An acquired plain claim reports
-// its times from this host's clock.
-//
-// Release undoes a claim while its lease is live: a first attempt's key is
-// deleted, a later one goes back to FAILED, one attempt fewer.
-//
-// Every transition is safe to resend, as go-redis does after a broken
-// connection: a resent Claim, Complete or Fail of the token changes nothing.
+// lease reads as FAILED with its attempts kept. The lapsed owner gets
+// [idempotency.ErrLeaseLost]; the completing owner's Renew gets
+// [idempotency.ErrCompletedByOwner]. Durations round up to milliseconds.
+// Release undoes a live claim. Every transition is safe to resend.
 //
 // A value that is not a record of this store is
 // [idempotency.ErrCorruptRecord]: never a duplicate, never overwritten.
-// Delete removes it. Redis counts it in errorstat_IDEMPOTENCY_CORRUPT.
-//
-// Errors are wrapped with the operation and key; [redis.Nil] is never
-// returned. A full Redis's refusal says so.
+// Delete removes it. Errors name the operation and key; [redis.Nil] is
+// never returned.
 //
 // Every call is bounded by its context's deadline, so a Renew never
 // outlives its lease: [New] returns [ErrContextTimeoutDisabled] for a
@@ -69,18 +57,16 @@
 //   - A clock that does not jump forward, which ends leases early.
 //
 // Replication is asynchronous: a failover may lose the last transitions.
-// With [Options].Replicas set to N, a Claim, Renew or Complete that wrote
-// waits for WAIT N on its own connection, in one round trip while the
-// replicas keep up. A shortfall goes to [Options].OnReplicaShortfall; the
-// call still succeeds. Fail and Release never wait. A ring is refused.
+// With [Options].Replicas, a Claim, Renew or Complete that wrote waits for
+// WAIT on its own connection; a shortfall goes to
+// [Options].OnReplicaShortfall, and the call still succeeds.
 //
 // # Auto-pipelining
 //
-// On a *redis.Client, calls go through go-redis's deferred auto-pipeliner
-// ([redis.Client.AsyncAutoPipeline]), 8 batches on the wire, unordered.
-// Each call keeps its own command and deadline. Cluster clients, rings,
-// calls under Replicas and clients without ReadTimeout send each call on
-// its own. [Options].DisableAutoPipelining turns it off.
+// On a *redis.Client with a ReadTimeout, calls go through go-redis's
+// deferred auto-pipeliner ([redis.Client.AsyncAutoPipeline]), 8 batches on
+// the wire, each call with its own deadline. [Options].DisableAutoPipelining
+// turns it off.
 //
 // [NewExpiringKeyRepository] gives Watermill's [middleware.Deduplicator] a
 // repository shared by every consumer: one SET NX GET PX per message.

@@ -17,9 +17,8 @@ import (
 const scanCount = 1000 // SCAN's COUNT hint
 
 // Records yields every key starting with prefix, by SCAN on every master,
-// with its record, TTL and MEMORY USAGE. Like SCAN it may yield a key twice
-// or miss one changed meanwhile. The iterator's error ends the walk; a
-// corrupt record is its Entry's Err ([idempotency.ErrCorruptRecord]).
+// with its record, TTL and MEMORY USAGE; it may yield a key twice. A
+// corrupt record is its Entry's Err; the iterator's error ends the walk.
 func (s *Store) Records(ctx context.Context, prefix string) iter.Seq2[idempotency.Entry, error] {
 	return func(yield func(idempotency.Entry, error) bool) {
 		for key, err := range s.scan(ctx, prefix) {
@@ -43,8 +42,6 @@ func (s *Store) Records(ctx context.Context, prefix string) iter.Seq2[idempotenc
 	}
 }
 
-// ttlAndBytes reads key's PTTL and MEMORY USAGE in one pipeline: zero
-// for a key without expiry, or gone.
 func (s *Store) ttlAndBytes(ctx context.Context, key string) (time.Duration, int64, error) {
 	pipe := s.client.Pipeline()
 	ttl := pipe.PTTL(ctx, key)
@@ -56,9 +53,8 @@ func (s *Store) ttlAndBytes(ctx context.Context, key string) (time.Duration, int
 }
 
 // DeleteIf deletes key in one script only when its record is in one of
-// states, and reports the state found (StateAbsent for none). A lapsed
-// lease is StateFailed. A corrupt value is [idempotency.ErrCorruptRecord]
-// and stays: Delete removes it.
+// states (a lapsed lease is StateFailed), and reports the state found. A
+// corrupt value is [idempotency.ErrCorruptRecord] and stays.
 func (s *Store) DeleteIf(ctx context.Context, key string, states ...idempotency.State) (found idempotency.State, deleted bool, err error) {
 	if key == "" {
 		return 0, false, wrap("delete if", key, idempotency.ErrEmptyKey)
@@ -93,7 +89,6 @@ func (s *Store) DeleteIf(ctx context.Context, key string, states ...idempotency.
 	return found, n == 1, nil
 }
 
-// scan yields the keys under prefix, from every master of a Cluster.
 func (s *Store) scan(ctx context.Context, prefix string) iter.Seq2[string, error] {
 	match := globEscape(prefix) + "*"
 	return func(yield func(string, error) bool) {
@@ -134,7 +129,6 @@ func (s *Store) scan(ctx context.Context, prefix string) iter.Seq2[string, error
 	}
 }
 
-// globEscape quotes SCAN MATCH's special characters.
 func globEscape(s string) string {
 	var b strings.Builder
 	for _, r := range s {

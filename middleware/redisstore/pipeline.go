@@ -18,9 +18,8 @@ func autoPipelineOptions() *redis.AutoPipelineOptions {
 	return o
 }
 
-// newAutoPipeliner returns the client's deferred auto-pipeliner, or nil for
-// an ordered one, where one stalled connection would hold every call.
-// Unordered is safe: an owner never has two commands of a key in flight.
+// newAutoPipeliner returns nil for an ordered pipeliner, which one stalled
+// connection stops; an owner never has two commands of a key in flight.
 func newAutoPipeliner(client *redis.Client) (*redis.AutoPipeliner, error) {
 	ap, err := client.AsyncAutoPipelineWithOptions(autoPipelineOptions())
 	if err != nil {
@@ -32,42 +31,34 @@ func newAutoPipeliner(client *redis.Client) (*redis.AutoPipeliner, error) {
 	return ap, nil
 }
 
-// autoPipelined sends one EVALSHA through the auto-pipeliner; after
-// NOSCRIPT the callers share one SCRIPT LOAD and send again.
-func (s *Store) autoPipelined(ctx context.Context, op string, keys []string, script *redis.Script, args []any) *redis.Cmd {
+// autoPipelined sends an EVALSHA; after NOSCRIPT, callers share one SCRIPT LOAD.
+func (s *Store) autoPipelined(ctx context.Context, op, key string, script *redis.Script, args []any) *redis.Cmd {
 	track := op == "claim"
 	loads := s.scripts.loaded(script)
-	cmd := s.submit(ctx, track, keys, script, args)
+	cmd := s.submit(ctx, track, key, script, args)
 	if !isNoScript(cmd.Err()) {
 		return cmd
 	}
 	if err := s.scripts.load(ctx, s.client, script, loads); err != nil {
 		return errCmd(ctx, err)
 	}
-	cmd = s.submit(ctx, track, keys, script, args)
+	cmd = s.submit(ctx, track, key, script, args)
 	if isNoScript(cmd.Err()) { // flushed again meanwhile
-		cmd = script.Eval(ctx, s.client, keys, args...)
+		cmd = script.Eval(ctx, s.client, []string{key}, args...)
 	}
 	return cmd
 }
 
 // submit hands one EVALSHA over; track a claim's, whose first argument is its token.
-func (s *Store) submit(ctx context.Context, track bool, keys []string, script *redis.Script, args []any) *redis.Cmd {
-	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
-	cmdArgs = append(cmdArgs, "evalsha", script.Hash(), len(keys))
-	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
-	}
-	cmdArgs = append(cmdArgs, args...)
+func (s *Store) submit(ctx context.Context, track bool, key string, script *redis.Script, args []any) *redis.Cmd {
 	token := ""
 	if track {
 		token = args[0].(string)
 	}
-	return s.submitArgs(ctx, keys[0], token, cmdArgs)
+	return s.submitArgs(ctx, key, token, append([]any{"evalsha", script.Hash(), 1, key}, args...))
 }
 
-// submitArgs hands one command over and waits until ctx ends. One given
-// up may still run; with a token it stays in s.pending until answered.
+// submitArgs waits until ctx ends; a given-up claim stays in s.pending.
 func (s *Store) submitArgs(ctx context.Context, key, token string, cmdArgs []any) *redis.Cmd {
 	if err := ctx.Err(); err != nil {
 		return errCmd(ctx, err)
@@ -99,21 +90,18 @@ type scriptLoads struct {
 	done map[string]uint64
 }
 
-// loaded returns how many loads of script have succeeded.
 func (l *scriptLoads) loaded(script *redis.Script) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.done[script.Hash()]
 }
 
-// scriptLoad is one SCRIPT LOAD in flight; err is set before done closes.
 type scriptLoad struct {
 	done chan struct{}
 	err  error
 }
 
-// load sends SCRIPT LOAD (under ReadTimeout, not ctx) or joins the one in
-// flight. since is loaded's answer before the EVALSHA: a load since is enough.
+// load joins or sends a SCRIPT LOAD (not under ctx) unless one succeeded since.
 func (l *scriptLoads) load(ctx context.Context, client redis.UniversalClient, script *redis.Script, since uint64) error {
 	l.mu.Lock()
 	if l.done[script.Hash()] > since {
@@ -150,27 +138,23 @@ func (l *scriptLoads) load(ctx context.Context, client redis.UniversalClient, sc
 	}
 }
 
-// isNoScript reports whether err is NOSCRIPT; nil is checked first, without allocating.
 func isNoScript(err error) bool {
 	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
 func claimID(key, token string) string { return token + "\x00" + key }
 
-// pendingClaims are given-up claims still with go-redis, by claimID: an
-// unordered Release could overtake one and leave it IN_PROGRESS.
+// pendingClaims are given-up claims still with go-redis, for Release to wait for.
 type pendingClaims struct {
 	mu sync.Mutex
 	m  map[string]*pendingClaim
 }
 
-// pendingClaim counts given-up claims of one key and token.
 type pendingClaim struct {
 	n    int
 	done chan struct{}
 }
 
-// add records a given-up claim until fut's batch is answered.
 func (p *pendingClaims) add(id string, fut redis.AutoFuture) {
 	p.mu.Lock()
 	if p.m == nil {
@@ -194,7 +178,6 @@ func (p *pendingClaims) add(id string, fut redis.AutoFuture) {
 	}()
 }
 
-// wait waits until no given-up claim of id is with go-redis, or ctx ends.
 func (p *pendingClaims) wait(ctx context.Context, id string) error {
 	p.mu.Lock()
 	c := p.m[id]

@@ -17,31 +17,27 @@ var (
 	// ErrNilClient is returned by New and NewExpiringKeyRepository for a nil client.
 	ErrNilClient = errors.New("redisstore: nil redis client")
 	// ErrContextTimeoutDisabled is returned by New for a client that ignores
-	// context deadlines: set ContextTimeoutEnabled in its options, and no
-	// ReadTimeout or WriteTimeout of -2.
+	// context deadlines.
 	ErrContextTimeoutDisabled = errors.New("redisstore: the redis client ignores context deadlines; set ContextTimeoutEnabled in its options, and no ReadTimeout or WriteTimeout of -2")
 )
 
 // Store is an [idempotency.Store] on Redis, safe for concurrent use. It
 // does not own the client.
 type Store struct {
-	client  redis.UniversalClient
-	ack     *replicaAck          // nil: no WAIT
-	ap      *redis.AutoPipeliner // nil: every call on its own
-	scripts scriptLoads          // one SCRIPT LOAD for the calls that met NOSCRIPT
-	pending pendingClaims        // given-up claims Release waits for
-	// Set by tests alone: every claim runs claim.lua; extra SET arguments.
-	scriptClaims   bool
-	freshClaimArgs []any
+	client         redis.UniversalClient
+	ack            *replicaAck          // nil: no WAIT
+	ap             *redis.AutoPipeliner // nil: every call on its own
+	scripts        scriptLoads          // one SCRIPT LOAD for the calls that met NOSCRIPT
+	pending        pendingClaims        // given-up claims Release waits for
+	scriptClaims   bool                 // tests: every claim runs claim.lua
+	freshClaimArgs []any                // tests: extra SET arguments
 }
 
 var _ idempotency.Store = (*Store)(nil)
 
-// New returns a store on client: a *redis.Client (standalone or Sentinel),
-// a *redis.ClusterClient or a *redis.Ring (which must not reshard while
-// keys are live). A nil opts means the defaults. New does not contact Redis.
-// It returns [ErrContextTimeoutDisabled] for a go-redis client without
-// ContextTimeoutEnabled; another [redis.UniversalClient] is taken as it is.
+// New returns a store on client, any [redis.UniversalClient] (a ring must
+// not reshard while keys are live). A nil opts means the defaults. It does
+// not contact Redis.
 func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	if isNil(client) {
 		return nil, ErrNilClient
@@ -83,8 +79,7 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 	return true
 }
 
-// boundsSocketIO reports a ReadTimeout and a WriteTimeout, which alone
-// bound a batch: without them stalled batches could hold every slot.
+// boundsSocketIO: only ReadTimeout and WriteTimeout bound a stalled batch.
 func boundsSocketIO(c *redis.Client) bool {
 	o := c.Options() // -1 is stored as 0, -2 as -1
 	return o.ReadTimeout > 0 && o.WriteTimeout > 0
@@ -98,8 +93,7 @@ func isNil(c redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// Claim implements [idempotency.Store]: a plain SET NX PX GET settles an
-// absent or COMPLETED key; any other key takes claim.lua.
+// Claim implements [idempotency.Store] with SET NX PX GET, else claim.lua.
 func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	if err := idempotency.CheckClaim(key, req); err != nil {
 		return idempotency.ClaimResult{}, wrap("claim", key, err)
@@ -157,7 +151,6 @@ func (s *Store) freshClaim(ctx context.Context, key string, req idempotency.Clai
 
 var errBefore7 = errors.New("the server must be Redis 7.0 or newer (SET with NX and GET)")
 
-// isSyntaxError reports a server before 7.0.
 func isSyntaxError(err error) bool {
 	var rerr redis.Error
 	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "ERR syntax error")

@@ -20,18 +20,16 @@ var errReplicaAckUnsupported = errors.New("redisstore: replica acknowledgement n
 
 // Options configure a [Store]. A nil *Options means the defaults.
 type Options struct {
-	// Replicas is how many replicas must acknowledge each Claim, Renew and
-	// Complete that wrote, by WAIT. The default is 0: no WAIT.
+	// Replicas must acknowledge each write of Claim, Renew and Complete, by
+	// WAIT. The default is 0: no WAIT.
 	Replicas int
 	// ReplicaTimeout bounds each WAIT, as does half the call's time left.
 	// It must be shorter than the client's ReadTimeout. The default is 500 ms.
 	ReplicaTimeout time.Duration
-	// OnReplicaShortfall is called on the caller's goroutine when only acked
-	// replicas acknowledged in time; op is "claim", "renew" or "complete".
-	// It must not block. The default logs with [slog.Warn].
+	// OnReplicaShortfall is called, without blocking, when only acked
+	// replicas acknowledged in time. The default logs with [slog.Warn].
 	OnReplicaShortfall func(op, key string, acked int)
-	// DisableAutoPipelining sends every call on its own. The default is
-	// false: a *redis.Client's calls use go-redis's auto-pipeliner.
+	// DisableAutoPipelining sends every call on its own. The default is false.
 	DisableAutoPipelining bool
 }
 
@@ -69,7 +67,6 @@ func newReplicaAck(client redis.UniversalClient, o Options) (*replicaAck, error)
 	return a, nil
 }
 
-// readTimeout is client's ReadTimeout; 0 when unknown or none.
 func readTimeout(client redis.UniversalClient) time.Duration {
 	switch c := client.(type) {
 	case *redis.Client:
@@ -80,13 +77,12 @@ func readTimeout(client redis.UniversalClient) time.Duration {
 	return 0
 }
 
-// runScript runs a script on key. Under Replicas a claim, renewal or
-// completion goes out alone with WAIT, which counts its connection's writes.
+// runScript runs a script; under Replicas a write goes out alone with WAIT.
 func (s *Store) runScript(ctx context.Context, op, key string, script *redis.Script, args ...any) *redis.Cmd {
 	keys := []string{key}
 	if s.ack == nil || (op != "claim" && op != "renew" && op != "complete") {
 		if s.ap != nil && !s.ap.IsClosed() {
-			return s.autoPipelined(ctx, op, keys, script, args)
+			return s.autoPipelined(ctx, op, key, script, args)
 		}
 		return script.Run(ctx, s.client, keys, args...)
 	}
@@ -124,9 +120,8 @@ func (s *Store) runPlain(ctx context.Context, op, key, token string, args []any)
 		func(cmd *redis.Cmd) bool { return cmd.Err() == redis.Nil })
 }
 
-// waited sends the command to key's primary with WAIT on its connection:
-// one pipeline while the replicas keep up, else WAIT only after a write.
-// NOSCRIPT resends by text; MOVED and ASK are followed at once.
+// waited sends the command to key's primary with WAIT on its connection (in
+// one pipeline while replicas keep up); MOVED and ASK are followed at once.
 func (s *Store) waited(ctx context.Context, op, key string, send func(p redis.Pipeliner, byText bool) *redis.Cmd, wrote func(*redis.Cmd) bool) *redis.Cmd {
 	primary := s.client
 	cluster, _ := s.client.(*redis.ClusterClient)
@@ -162,7 +157,6 @@ func (s *Store) waited(ctx context.Context, op, key string, send func(p redis.Pi
 }
 
 // sendWaited sends one attempt to primary; wait is nil when none was sent.
-// Without a held connection, WAIT goes in the pipeline.
 func (s *Store) sendWaited(ctx context.Context, primary redis.UniversalClient, asking bool, send func(p redis.Pipeliner, byText bool) *redis.Cmd, wrote func(*redis.Cmd) bool) (cmd, wait *redis.Cmd) {
 	behind := s.ack.behind(primary)
 	exec := func(p func() redis.Pipeliner, withWait bool) {
@@ -270,7 +264,6 @@ func (a *replicaAck) count(op, key string, cmd, wait *redis.Cmd, wrote func(*red
 	a.onShortfall(op, key, int(acked))
 }
 
-// logShortfall is Options.OnReplicaShortfall's default.
 func logShortfall(op, key string, acked int) {
 	slog.Warn("redisstore: Redis replicas did not acknowledge a transition in time; a failover now may lose it",
 		"op", op, "idempotency_key", key, "replicas_acked", acked)

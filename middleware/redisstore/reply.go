@@ -14,8 +14,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// corruptPrefix starts a script's error reply for a value that is not a
-// record; go-redis neither retries it nor drops the connection.
+// corruptPrefix starts a script's error reply for a value that is no record.
 const corruptPrefix = "IDEMPOTENCY_CORRUPT "
 
 // scriptError makes a corrupt reply idempotency.ErrCorruptRecord.
@@ -31,8 +30,7 @@ func scriptError(ctx context.Context, op, key string, err error) error {
 
 var errFull = errors.New("the Redis is full (used memory above maxmemory), nothing was written")
 
-// callError adds context.DeadlineExceeded to go-redis's "i/o timeout" of
-// ctx's deadline; a ReadTimeout before it stays a network error.
+// callError adds context.DeadlineExceeded to an "i/o timeout" at ctx's deadline.
 func callError(ctx context.Context, op, key string, err error) error {
 	if isFull(err) {
 		return wrap(op, key, fmt.Errorf("%w: %w", errFull, err))
@@ -71,8 +69,7 @@ func parseClaim(v []any) (idempotency.ClaimResult, error) {
 	return idempotency.ClaimResult{Acquired: acquired == 1, Record: rec}, nil
 }
 
-// parseRecord reads codec.lua's reply() layout, {state, attempts, created,
-// updated, lease, fingerprint, result, token}, strictly: nothing defaults.
+// parseRecord reads codec.lua's reply() strictly: nothing defaults.
 func parseRecord(v []any) (idempotency.Record, error) {
 	var rec idempotency.Record
 	if len(v) != 8 {
@@ -137,7 +134,6 @@ func parseRecord(v []any) (idempotency.Record, error) {
 	return rec, nil
 }
 
-// replyField is field i of v as a T, which the error names as what.
 func replyField[T any](v []any, i int, what string) (T, error) {
 	x, ok := v[i].(T)
 	if !ok {

@@ -12,17 +12,15 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// NewExpiringKeyRepository returns Watermill's
-// [middleware.ExpiringKeyRepository] on Redis for the
-// [middleware.Deduplicator]: a key is a duplicate when any process saw it
-// within window, which must be positive. prefix is prepended to each key.
+// NewExpiringKeyRepository returns a [middleware.ExpiringKeyRepository]
+// for the [middleware.Deduplicator]: a key is a duplicate when any process
+// saw it within window (positive). prefix is prepended to each key.
 //
 //	repo, _ := redisstore.NewExpiringKeyRepository(client, "dedup:", time.Hour)
 //	d := &middleware.Deduplicator{Repository: repo, Timeout: 5 * time.Second}
 //
-// Set the Timeout: a zero one becomes 5 ms. The Deduplicator marks a key
-// before its handler runs, so a failed first attempt is dropped on
-// redelivery; [Store] is not. It takes a client that ignores deadlines.
+// Set the Timeout: a zero one becomes 5 ms. The Deduplicator drops the
+// redelivery of a failed first attempt; [Store] does not.
 func NewExpiringKeyRepository(client redis.UniversalClient, prefix string, window time.Duration) (middleware.ExpiringKeyRepository, error) {
 	if isNil(client) {
 		return nil, ErrNilClient
@@ -40,8 +38,7 @@ type repository struct {
 }
 
 // IsDuplicate reports whether key was seen within the window, and marks it
-// otherwise: one SET NX GET PX of a value of its own, so a resent SET is
-// not its own duplicate.
+// otherwise with a value of its own: a resent SET is not its own duplicate.
 func (r *repository) IsDuplicate(ctx context.Context, key string) (bool, error) {
 	mark := idempotency.NewToken()
 	old, err := r.client.Do(ctx, "set", r.prefix+key, mark, "nx", "get", "px", millis(r.window)).Text()
@@ -66,7 +63,6 @@ func (r *repository) IsDuplicate(ctx context.Context, key string) (bool, error) 
 // unmarkTimeout bounds unmark; the caller's context may already be over.
 const unmarkTimeout = time.Second
 
-// unmark removes key's mark if it is still the one this call wrote.
 func (r *repository) unmark(ctx context.Context, key, mark string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unmarkTimeout)
 	defer cancel()

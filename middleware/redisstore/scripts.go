@@ -6,8 +6,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Each script starts with codec.lua, touches only KEYS[1] (Cluster-safe),
-// and documents its KEYS, ARGV and reply in its header.
+// Each script starts with codec.lua and documents its KEYS, ARGV and reply.
 
 //go:embed codec.lua
 var codec string
