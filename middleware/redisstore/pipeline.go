@@ -55,7 +55,8 @@ func (s *Store) submit(ctx context.Context, track bool, key string, script *redi
 	if track {
 		token = args[0].(string)
 	}
-	return s.submitArgs(ctx, key, token, append([]any{"evalsha", script.Hash(), 1, key}, args...))
+	cmdArgs := append(make([]any, 0, 4+len(args)), "evalsha", script.Hash(), 1, key)
+	return s.submitArgs(ctx, key, token, append(cmdArgs, args...))
 }
 
 // submitArgs waits until ctx ends; a given-up claim stays in s.pending.
