@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -136,19 +137,30 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 }
 
 // dialAny returns nil once one of addrs accepts a TCP connection, else an
-// ErrUnreachable naming each, within timeout: client libraries retry for minutes.
+// ErrUnreachable naming each, within timeout: client libraries retry for
+// minutes. It dials every address at once.
 func dialAny(ep brokerkit.Endpoint, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var d net.Dialer
-	var errs []string
-	for _, addr := range ep.Addrs {
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err == nil {
+	errs := make([]string, len(ep.Addrs))
+	var answered atomic.Bool
+	var wg sync.WaitGroup
+	for i, addr := range ep.Addrs {
+		wg.Go(func() {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				errs[i] = err.Error()
+				return
+			}
 			_ = c.Close()
-			return nil
-		}
-		errs = append(errs, err.Error())
+			answered.Store(true)
+			cancel() // the others need not go on
+		})
+	}
+	wg.Wait()
+	if answered.Load() {
+		return nil
 	}
 	return ep.Unreachable(timeout, errors.New(strings.Join(errs, "; ")))
 }

@@ -8,8 +8,9 @@
 //
 //	amqp://guest:guest@localhost:5672/?prefetch=1&publish_groups=billing,audit
 //
-// Package backends lists the parameters. amqp091 URI options pass through;
-// backends.Config.Tune receives each *amqp091.Config.
+// Package backends lists the parameters. amqp091 URI options pass through
+// but connection_timeout (backends.Config.DialTimeout bounds the dial); any
+// other is refused. backends.Config.Tune receives each *amqp091.Config.
 //
 // # What it sets
 //

@@ -8,8 +8,9 @@
 //
 //	kafka://k1:9092,k2:9092?partitions=24&replication_factor=3&version=3.6.0
 //
-// Package backends lists the parameters. Credentials never go in the URL:
-// set SASL and TLS in backends.Config.Tune, which receives *sarama.Config.
+// Package backends lists the parameters; version is 0.10.2.0 at least.
+// Credentials never go in the URL: set SASL and TLS in backends.Config.Tune,
+// which receives each *sarama.Config.
 //
 // # What it sets
 //

@@ -17,7 +17,8 @@
 // Each topic is a stream, and backends.Config.Group a consumer group on it,
 // created at "0": nothing written before is skipped. The publisher and each
 // subscriber have their own client. The consumer name is
-// backends.Config.Consumer (the host name), stable across restarts.
+// backends.Config.Consumer (the host name), stable across restarts; the
+// client name is the same, with '_' for what Redis refuses in one.
 //
 // # Failures
 //

@@ -45,11 +45,12 @@
 //     changes nothing, a read tells a resend, a corrupt row and a lost
 //     lease apart.
 //   - Release: a DELETE, else an UPDATE, else the read.
-//   - Get, Delete, a purge: one statement.
+//   - Get, Delete: one statement. A purge: a short transaction.
 //
 // A fresh message costs 3 round trips, a duplicate 2; completed in the
 // handler's transaction, 2 outside it and 1 inside. A deadlock's victim is
-// run again, up to five times, except in the caller's transaction.
+// run again, up to five times, except in the caller's transaction. A purge
+// waits for no lock.
 //
 // # Transactional completion
 //

@@ -16,9 +16,9 @@ import (
 
 const scanCount = 1000 // SCAN's COUNT hint
 
-// Records yields every key starting with prefix, by SCAN on every master,
-// with its record, TTL and MEMORY USAGE; it may yield a key twice. A
-// corrupt record is its Entry's Err; the iterator's error ends the walk.
+// Records yields every key starting with prefix, by SCAN on every master
+// or ring shard, with its record, TTL and MEMORY USAGE; it may yield a key
+// twice. A corrupt record is its Entry's Err; the iterator's error ends the walk.
 func (s *Store) Records(ctx context.Context, prefix string) iter.Seq2[idempotency.Entry, error] {
 	return func(yield func(idempotency.Entry, error) bool) {
 		for key, err := range s.scan(ctx, prefix) {
@@ -93,10 +93,17 @@ func (s *Store) scan(ctx context.Context, prefix string) iter.Seq2[string, error
 	match := globEscape(prefix) + "*"
 	return func(yield func(string, error) bool) {
 		nodes := []redis.UniversalClient{s.client}
-		if cc, ok := s.client.(*redis.ClusterClient); ok {
+		var each func(context.Context, func(context.Context, *redis.Client) error) error
+		switch c := s.client.(type) {
+		case *redis.ClusterClient:
+			each = c.ForEachMaster
+		case *redis.Ring:
+			each = c.ForEachShard
+		}
+		if each != nil {
 			var mu sync.Mutex
 			nodes = nodes[:0]
-			err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+			err := each(ctx, func(_ context.Context, c *redis.Client) error {
 				mu.Lock()
 				defer mu.Unlock()
 				nodes = append(nodes, c)
@@ -129,14 +136,15 @@ func (s *Store) scan(ctx context.Context, prefix string) iter.Seq2[string, error
 	}
 }
 
+// globEscape quotes SCAN MATCH's special characters, byte by byte.
 func globEscape(s string) string {
 	var b strings.Builder
-	for _, r := range s {
-		switch r {
+	for i := range len(s) {
+		switch s[i] {
 		case '*', '?', '[', ']', '\\':
 			b.WriteByte('\\')
 		}
-		b.WriteRune(r)
+		b.WriteByte(s[i])
 	}
 	return b.String()
 }
