@@ -110,8 +110,7 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 		OverwriteSaramaConfig: pubConf,
 	}, logger)
 	if _, bad := errors.AsType[sarama.ConfigurationError](err); bad {
-		// Tune left pubConf unusable: sarama checks the producer's
-		// settings only here, not in Validate.
+		// sarama checks the producer's settings here, not in Validate.
 		return brokerkit.Clients{}, fmt.Errorf("%w: Kafka: %v", brokerkit.ErrInvalidConfig, err)
 	}
 	if err != nil {

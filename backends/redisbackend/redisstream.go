@@ -262,8 +262,7 @@ func refused(err error) bool {
 	if redis.IsAuthError(err) || redis.IsPermissionError(err) {
 		return true
 	}
-	// HasErrorPrefix reads past "ERR ". Then the client_name URL option.
-	// The last two are Redis 5's.
+	// HasErrorPrefix reads past "ERR ". Then client_name; the last two are Redis 5's.
 	for _, prefix := range []string{"DB index is out of range", "SELECT is not allowed in cluster mode",
 		"Client names cannot contain", "invalid password", "Client sent AUTH, but no password is set"} {
 		if redis.HasErrorPrefix(err, prefix) {

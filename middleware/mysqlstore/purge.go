@@ -24,11 +24,8 @@ func (s *Store) PurgeEvery(ctx context.Context, interval time.Duration, batch in
 	return s.d.PurgeEvery(ctx, interval, batch, logger)
 }
 
-// deleteExpired is one purge of up to batch expired rows (see purgeSQL): it
-// returns how many it deleted. It deletes the rows one by one, by primary
-// key: a DELETE of many keys may be run as a scan of the table (the
-// optimizer's choice when they are most of it), which waits for every row
-// that others hold locked.
+// deleteExpired purges up to batch expired rows (see purgeSQL) one by one
+// by primary key: a DELETE of many keys may scan the table, waiting on locks.
 func (s *Store) deleteExpired(ctx context.Context, batch int) (int64, error) {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {

@@ -178,9 +178,7 @@ const fallbackSQL = `SELECT {fallback} FROM {t} AS r WHERE r.key_hash = ?`
 // deleteSQL is Delete: 1 key_hash. It removes any row, corrupt ones too.
 const deleteSQL = `DELETE FROM {t} WHERE key_hash = ?`
 
-// purgeSQL is a purge's first statement, in a READ COMMITTED transaction
-// (1 batch size): it locks expired rows, skipping those others hold, and
-// deleteSQL deletes each. The locking read skips a row a claim revived. A
-// plain DELETE … LIMIT would wait for a row an open transaction holds, and
-// every claim of the rows and gaps it locked would queue behind it.
+// purgeSQL (1 batch size) locks expired rows, skipping those others hold,
+// for deleteSQL. A plain DELETE … LIMIT would wait for an open transaction's
+// row, and claims would queue behind the rows and gaps it locked.
 const purgeSQL = `SELECT key_hash FROM {t} WHERE expires_at <= UTC_TIMESTAMP(6) ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED`

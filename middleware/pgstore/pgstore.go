@@ -106,8 +106,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, s.sql.schema); err != nil {
 			return err
 		}
-		// CREATE INDEX IF NOT EXISTS skips silently when any relation of
-		// the schema has the index's name (a table named so, say).
+		// CREATE INDEX IF NOT EXISTS skips when any relation has the index's name.
 		parts := strings.Split(s.table, ".")
 		index := parts[len(parts)-1] + indexSuffix
 		var indexed bool

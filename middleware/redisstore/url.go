@@ -42,9 +42,7 @@ func NewFromURL(rawURL string, opts *Options) (*Store, *redis.Client, error) {
 	return s, client, nil
 }
 
-// newClient is redis.NewClient(ro), which panics on some values that
-// redis.ParseURL takes (a negative pool_size, a count beyond 32 bits): such
-// a panic is an ErrInvalidURL.
+// newClient is redis.NewClient(ro), its panic on a value ParseURL took an ErrInvalidURL.
 func newClient(ro *redis.Options) (c *redis.Client, err error) {
 	defer func() {
 		if r := recover(); r != nil {
