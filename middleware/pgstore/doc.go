@@ -12,22 +12,14 @@
 //
 // # Records
 //
-// One row per key ([Config.Table]), found by the key's SHA-256: keys may be
-// any bytes of any length. A CHECK constraint states the invariants.
-// [Store.Migrate] creates the table and its expiry index; [Schema] returns
-// the DDL. The semantics are those of [idempotency.Store], checked by
-// storetest. A lapsed lease reads as FAILED and keeps its attempts. A
-// holder's resent claim, Complete or Fail changes nothing and succeeds.
-// Durations are whole microseconds, rounded up, clamped to
-// [idempotency.MaxTTL].
-//
-// Every time is the server's statement_timestamp(): in a longer
-// transaction, the statement's arrival. So the fence of [Store.CompleteInTx]
-// holds at the time of the completion.
-//
-// A row that breaks the invariants is [idempotency.ErrCorruptRecord]: never
-// overwritten, never a duplicate. Delete removes it. Expired rows read as
-// absent and stay until [Store.PurgeEvery] deletes them.
+// One row per key ([Config.Table]), found by the key's SHA-256, with a
+// CHECK constraint; [Store.Migrate] or [Schema] creates it. A lapsed lease
+// reads as FAILED and keeps its attempts; a holder's resend changes
+// nothing. Durations are whole microseconds, rounded up. Every time is the
+// server's statement_timestamp(), so the fence of [Store.CompleteInTx]
+// holds at the completion. A row that breaks the invariants is
+// [idempotency.ErrCorruptRecord]: never overwritten, never a duplicate.
+// Expired rows read as absent until [Store.PurgeEvery] deletes them.
 //
 // # One statement per transition
 //

@@ -160,11 +160,9 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	return idempotency.ClaimResult{Record: r.Record(false)}, nil
 }
 
-// Renew implements idempotency.Store with one UPDATE. It answers
-// idempotency.ErrCompletedByOwner for a key COMPLETED by token: how a run
-// learns its CompleteInTx committed. Only the UPDATE sees that commit, not
-// the fallback row of the statement's snapshot: when the UPDATE refused a
-// row the snapshot shows as the token's, the statement runs once more.
+// Renew implements idempotency.Store with one UPDATE. Its
+// idempotency.ErrCompletedByOwner tells a run its CompleteInTx committed.
+// When the UPDATE refused a row its snapshot shows as the token's, it runs again.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
 	if err := idempotency.CheckOwner(key, token, lease); err != nil {
 		return wrap("renew", key, err)
@@ -201,8 +199,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return s.owned(ctx, s.pool, "release", key, token, s.sql.release)
 }
 
-// owned runs an owner statement: nil when applied, else [sqlstore.Refused]
-// of the row it returns (ErrRenewRaced unwrapped, for Renew to retry).
+// owned runs an owner statement: nil when applied, else [sqlstore.Refused].
 func (s *Store) owned(ctx context.Context, q Querier, op, key, token, stmt string, args ...any) error {
 	if err := ctx.Err(); err != nil {
 		return wrap(op, key, sqlstore.WithContext(ctx, err))

@@ -38,14 +38,11 @@
 // [idempotency.ErrCompletedByOwner]. Durations round up to milliseconds.
 // Release undoes a live claim. Every transition is safe to resend.
 //
-// A value that is not a record of this store is
-// [idempotency.ErrCorruptRecord]: never a duplicate, never overwritten.
-// Delete removes it. Errors name the operation and key; [redis.Nil] is
-// never returned.
+// A value that is no record of this store is [idempotency.ErrCorruptRecord]:
+// never a duplicate, never overwritten. [redis.Nil] is never returned.
 //
-// Every call is bounded by its context's deadline, so a Renew never
-// outlives its lease: [New] returns [ErrContextTimeoutDisabled] for a
-// go-redis client without ContextTimeoutEnabled. A call cut short matches
+// Every call is bounded by its context's deadline ([New] refuses a client
+// without ContextTimeoutEnabled). A call cut short matches
 // [context.DeadlineExceeded]; its command may still run.
 //
 // # What the Redis must provide
@@ -57,16 +54,12 @@
 //   - A clock that does not jump forward, which ends leases early.
 //
 // Replication is asynchronous: a failover may lose the last transitions.
-// With [Options].Replicas, a Claim, Renew or Complete that wrote waits for
-// WAIT on its own connection; a shortfall goes to
-// [Options].OnReplicaShortfall, and the call still succeeds.
-//
-// # Auto-pipelining
+// With [Options].Replicas, a write of Claim, Renew or Complete waits for
+// WAIT; a shortfall goes to [Options].OnReplicaShortfall.
 //
 // On a *redis.Client with a ReadTimeout, calls go through go-redis's
-// deferred auto-pipeliner ([redis.Client.AsyncAutoPipeline]), 8 batches on
-// the wire, each call with its own deadline. [Options].DisableAutoPipelining
-// turns it off.
+// auto-pipeliner ([redis.Client.AsyncAutoPipeline]), 8 batches on the wire,
+// each call with its own deadline, unless [Options].DisableAutoPipelining.
 //
 // [NewExpiringKeyRepository] gives Watermill's [middleware.Deduplicator] a
 // repository shared by every consumer: one SET NX GET PX per message.

@@ -16,13 +16,11 @@ import (
 var (
 	// ErrNilClient is returned by New and NewExpiringKeyRepository for a nil client.
 	ErrNilClient = errors.New("redisstore: nil redis client")
-	// ErrContextTimeoutDisabled is returned by New for a client that ignores
-	// context deadlines.
+	// ErrContextTimeoutDisabled is New's error for a client that ignores context deadlines.
 	ErrContextTimeoutDisabled = errors.New("redisstore: the redis client ignores context deadlines; set ContextTimeoutEnabled in its options, and no ReadTimeout or WriteTimeout of -2")
 )
 
-// Store is an [idempotency.Store] on Redis, safe for concurrent use. It
-// does not own the client.
+// Store is an [idempotency.Store] on Redis, safe for concurrent use; it does not own the client.
 type Store struct {
 	client         redis.UniversalClient
 	ack            *replicaAck          // nil: no WAIT
@@ -35,9 +33,8 @@ type Store struct {
 
 var _ idempotency.Store = (*Store)(nil)
 
-// New returns a store on client, any [redis.UniversalClient] (a ring must
-// not reshard while keys are live). A nil opts means the defaults. It does
-// not contact Redis.
+// New returns a store on client (a ring must not reshard while keys are
+// live). A nil opts means the defaults. It does not contact Redis.
 func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	if isNil(client) {
 		return nil, ErrNilClient
@@ -62,7 +59,6 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	return s, nil
 }
 
-// honoursDeadlines reports whether client bounds I/O by ctx's deadline.
 func honoursDeadlines(client redis.UniversalClient) bool {
 	honours := func(enabled bool, read, write time.Duration) bool { return enabled && read >= 0 && write >= 0 }
 	switch c := client.(type) {

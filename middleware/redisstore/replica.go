@@ -20,11 +20,9 @@ var errReplicaAckUnsupported = errors.New("redisstore: replica acknowledgement n
 
 // Options configure a [Store]. A nil *Options means the defaults.
 type Options struct {
-	// Replicas must acknowledge each write of Claim, Renew and Complete, by
-	// WAIT. The default is 0: no WAIT.
+	// Replicas must acknowledge each write of Claim, Renew and Complete. The default is 0.
 	Replicas int
-	// ReplicaTimeout bounds each WAIT, as does half the call's time left.
-	// It must be shorter than the client's ReadTimeout. The default is 500 ms.
+	// ReplicaTimeout bounds each WAIT, below the client's ReadTimeout. The default is 500 ms.
 	ReplicaTimeout time.Duration
 	// OnReplicaShortfall is called, without blocking, when only acked
 	// replicas acknowledged in time. The default logs with [slog.Warn].

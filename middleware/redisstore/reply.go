@@ -50,7 +50,6 @@ func malformed(what string) error {
 	return fmt.Errorf("malformed script reply: %s", what)
 }
 
-// parseClaim reads claim.lua's reply: {acquired} followed by a record.
 func parseClaim(v []any) (idempotency.ClaimResult, error) {
 	if len(v) == 0 {
 		return idempotency.ClaimResult{}, malformed("empty claim reply")
