@@ -38,19 +38,14 @@
 // # Statements and round trips
 //
 // Each statement is prepared once per connection: one round trip each.
-//
-//   - Claim: an INSERT … ON DUPLICATE KEY UPDATE decides under the row's
-//     lock, then a SELECT reads the row (MySQL has no RETURNING).
-//   - Renew, Complete, Fail: one UPDATE whose WHERE is the fence; when it
-//     changes nothing, a read tells a resend, a corrupt row and a lost
-//     lease apart.
-//   - Release: a DELETE, else an UPDATE, else the read.
-//   - Get, Delete: one statement. A purge: a short transaction.
+// Claim is an INSERT … ON DUPLICATE KEY UPDATE that decides under the row's
+// lock, then a SELECT (MySQL has no RETURNING). Renew, Complete and Fail
+// are an UPDATE whose WHERE is the fence, then a read when it changed
+// nothing. Release is a DELETE, else an UPDATE. A purge waits for no lock.
 //
 // A fresh message costs 3 round trips, a duplicate 2; completed in the
 // handler's transaction, 2 outside it and 1 inside. A deadlock's victim is
-// run again, up to five times, except in the caller's transaction. A purge
-// waits for no lock.
+// run again, up to five times, except in the caller's transaction.
 //
 // # Transactional completion
 //
@@ -64,6 +59,5 @@
 // Config.Store must be this Store; another database is an error unless
 // Config.Table names it. The row stays locked until COMMIT: complete last.
 //
-// Errors name the operation and the key. A call cut short by its context
-// matches the context's error.
+// Errors name the operation and the key; a call cut short matches ctx's error.
 package mysqlstore

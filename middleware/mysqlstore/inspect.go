@@ -25,7 +25,6 @@ const rowBytes = "(32 + COALESCE(LENGTH(r.`key`), 0) + COALESCE(LENGTH(r.state),
 // prefixSQL: the key starts with the parameter's bytes (given twice).
 const prefixSQL = "LEFT(r.`key`, LENGTH(?)) = ?"
 
-// inspectStatements are the operator's statements for the store's table.
 type inspectStatements struct{ page, lock, del string }
 
 func (s *Store) inspectSQL() inspectStatements {
@@ -42,19 +41,16 @@ func (s *Store) inspectSQL() inspectStatements {
 	}
 }
 
-// Records yields the live records whose key starts with prefix, in
-// key_hash order, by pages of 500 rows without a lock across pages.
-// Entry.Bytes sums the column lengths. A corrupt row has Entry.Err; a
-// failed query is the iterator's error and ends the walk.
+// Records yields the live records whose key starts with prefix, by pages
+// of 500 without a lock across pages; Entry.Bytes sums the column lengths.
+// A corrupt row has Entry.Err; a failed query ends the walk.
 func (s *Store) Records(ctx context.Context, prefix string) iter.Seq2[idempotency.Entry, error] {
 	return s.d.Records(ctx, prefix, sqlstore.PageSize)
 }
 
 // DeleteIf deletes key's row only when its record is in one of states (a
-// lapsed lease is StateFailed), and reports the state found: StateAbsent
-// for none. One READ COMMITTED transaction (SELECT … FOR UPDATE, DELETE)
-// deletes the state it reports. The owner then gets ErrLeaseLost. A corrupt
-// row is ErrCorruptRecord and stays: Delete removes it.
+// lapsed lease is StateFailed), in one READ COMMITTED transaction, and
+// reports the state found. A corrupt row is ErrCorruptRecord and stays.
 func (s *Store) DeleteIf(ctx context.Context, key string, states ...idempotency.State) (found idempotency.State, deleted bool, err error) {
 	names, err := sqlstore.StateNames(key, states)
 	if err != nil {

@@ -28,14 +28,12 @@ const (
 
 // Config configures a Store. The zero Config is valid.
 type Config struct {
-	// Table holds the records: at most 51 bytes of [a-z0-9_], not starting
-	// with a digit, maybe qualified by a database ("idempotency.keys").
-	// The default is idempotency_keys in the connection's database.
+	// Table holds the records: at most 51 bytes of [a-z0-9_], no leading digit,
+	// maybe qualified ("idempotency.keys"). The default is idempotency_keys.
 	Table string
 }
 
-// constraintSuffix names the CHECK constraint: MySQL names constraints per
-// database, so each table needs its own.
+// constraintSuffix: MySQL names constraints per database, so per table here.
 const constraintSuffix = "_record_valid"
 
 const maxIdentifier = 64 // bytes of an identifier (ASCII only)
@@ -60,8 +58,7 @@ func quoteTable(table string) string {
 }
 
 // Store is an [idempotency.Store] on a MySQL or MariaDB (InnoDB) table, safe
-// for concurrent use. It does not own the *sql.DB. It prepares each
-// statement on first use; Close releases them.
+// for concurrent use. It does not own the *sql.DB.
 type Store struct {
 	db    *sql.DB
 	table string // as configured, for messages
@@ -74,8 +71,8 @@ type Store struct {
 
 var _ idempotency.Store = (*Store)(nil)
 
-// New returns a store on db, of github.com/go-sql-driver/mysql, any DSN.
-// It does not contact the server: create the table with Migrate or [Schema].
+// New returns a store on db (github.com/go-sql-driver/mysql). It does not
+// contact the server.
 func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errNilDB
@@ -141,8 +138,7 @@ const maxClaimReads = 4 // writes of one Claim whose row moved on meanwhile
 
 // Claim implements idempotency.Store with an INSERT … ON DUPLICATE KEY
 // UPDATE, then a SELECT: acquired iff the row is IN_PROGRESS under the
-// token (unique to the claim) with no other fingerprint, even if the lease
-// lapsed since. A row that moved on to a claimable one is claimed again.
+// token with no other fingerprint. A row moved on to a claimable one is claimed again.
 func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	if err := idempotency.CheckClaim(key, req); err != nil {
 		return idempotency.ClaimResult{}, wrap("claim", key, err)
@@ -196,9 +192,7 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	}
 }
 
-// prepareCompletion prepares the completion on the pool before a run needs
-// it: CompleteInTx can prepare on its connection only from the pool's
-// statement. A failure is left for the next claim.
+// prepareCompletion prepares the completion on the pool, for CompleteInTx.
 func (s *Store) prepareCompletion(ctx context.Context) {
 	if s.preparedStmt(s.sql.complete) == nil {
 		_, _ = s.stmt(ctx, s.sql.complete)
@@ -229,8 +223,7 @@ func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) 
 	return s.owned(ctx, dbRunner{s}, "fail", key, token, s.sql.fail, durationMicros(ttl))
 }
 
-// Release implements idempotency.Store with a DELETE (a first attempt), and
-// an UPDATE (a later one) when that deleted nothing.
+// Release implements idempotency.Store with a DELETE, else an UPDATE.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := idempotency.CheckRelease(key, token); err != nil {
 		return wrap("release", key, err)
@@ -248,8 +241,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return s.owned(ctx, dbRunner{s}, "release", key, token, s.sql.releaseUpdate)
 }
 
-// owned runs an owner statement whose last parameters are the key's hash
-// and token: nil when it changed the row, else [sqlstore.Refused] of a read.
+// owned runs an owner statement (hash and token last): nil, or [sqlstore.Refused].
 func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string, args ...any) error {
 	if err := ctx.Err(); err != nil {
 		return wrap(op, key, err)
@@ -259,8 +251,7 @@ func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string
 	if err != nil {
 		return s.queryError(ctx, op, key, err)
 	}
-	// RowsAffected counts changed rows (matched with clientFoundRows); only
-	// a renewal within the microsecond of the last changes nothing.
+	// Only a renewal within the microsecond of the last changes nothing.
 	if n, err := res.RowsAffected(); err == nil && n > 0 {
 		return nil
 	}
@@ -289,7 +280,6 @@ func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error)
 // Delete implements idempotency.Store with one DELETE; it removes a corrupt row too.
 func (s *Store) Delete(ctx context.Context, key string) error { return s.d.Delete(ctx, key) }
 
-// checkLengths refuses a token or fingerprint longer than its column.
 func checkLengths(token string, fingerprint []byte) error {
 	if len(token) > maxTokenBytes {
 		return fmt.Errorf("%w: the token has %d bytes, at most %d fit", errTooLong, len(token), maxTokenBytes)
@@ -302,7 +292,6 @@ func checkLengths(token string, fingerprint []byte) error {
 
 func durationMicros(d time.Duration) int64 { return sqlstore.DurationMicros(d) }
 
-// MySQL and MariaDB error numbers the store translates or retries.
 const (
 	errNoSuchTable         = 1146 // ER_NO_SUCH_TABLE
 	errDeadlock            = 1213 // ER_LOCK_DEADLOCK
@@ -312,8 +301,7 @@ const (
 	deadlockRetryBaseDelay = time.Millisecond
 )
 
-// queryError translates a driver error: a CHECK violation is a corrupt
-// record, a missing table says how to create it, a context's end matches it.
+// queryError makes a CHECK violation a corrupt record, and names a missing table.
 func (s *Store) queryError(ctx context.Context, op, key string, err error) error {
 	var myErr *mysql.MySQLError
 	if errors.As(err, &myErr) {

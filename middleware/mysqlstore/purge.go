@@ -13,13 +13,10 @@ import (
 //
 //	go func() { _ = store.PurgeEvery(ctx, 5*time.Minute, 1000, logger) }()
 //
-// Expired records already read as absent; purging reclaims their space.
-// Each round deletes batch rows per statement, oldest first, while batches
-// come back full: a short READ COMMITTED transaction that skips rows others
-// lock, so no claim queues behind it. Any number of processes may purge at
-// once. A failed round is logged at Error (a nil logger logs nothing) and
-// retried at the next. A batch below 1 or an interval below 1 ns is an
-// error at once.
+// Each round deletes batch rows per short transaction, oldest first, while
+// batches come back full, skipping locked rows: no claim waits for it. A
+// failed round is logged at Error (a nil logger logs nothing) and retried
+// at the next. A batch below 1 or an interval below 1 ns is an error.
 func (s *Store) PurgeEvery(ctx context.Context, interval time.Duration, batch int, logger watermill.LoggerAdapter) error {
 	return s.d.PurgeEvery(ctx, interval, batch, logger)
 }

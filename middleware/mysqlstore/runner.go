@@ -14,8 +14,7 @@ type runner interface {
 	fallback() string
 }
 
-// stmt returns query's prepared statement, preparing it on first use: one
-// round trip per statement, where a query with arguments costs two.
+// stmt returns query's statement, prepared on first use: one round trip, not two.
 func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	if st := s.preparedStmt(query); st != nil {
 		return st, nil
@@ -34,7 +33,6 @@ func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	return st, nil
 }
 
-// preparedStmt returns query's prepared statement, or nil.
 func (s *Store) preparedStmt(query string) *sql.Stmt {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -71,9 +69,8 @@ func (d dbRunner) queryRow(ctx context.Context, query string, args ...any) *sql.
 
 func (d dbRunner) fallback() string { return d.s.sql.fallback }
 
-// txRunner runs on the caller's transaction's connection only (a full pool
-// could give no other): by the prepared statement if database/sql accepts
-// it, else a plain query. A deadlock rolled it all back: nothing is retried.
+// txRunner runs on the transaction's connection only (a full pool has no
+// other), by the prepared statement if accepted. Nothing is retried.
 type txRunner struct {
 	s  *Store
 	tx *sql.Tx
@@ -100,13 +97,11 @@ func (t txRunner) queryRow(ctx context.Context, query string, args ...any) *sql.
 	return t.tx.QueryRowContext(ctx, query, args...)
 }
 
-// refused reports that database/sql gave st err in place of a statement
-// (one of another pool): nothing was sent.
+// refused reports that database/sql refused st (another pool's): nothing was sent.
 func refused(st *sql.Stmt, err error) bool { return err != nil && st.Close() == err }
 
 func (t txRunner) fallback() string { return t.s.sql.fallbackLocked }
 
-// sleepCtx sleeps for d, or until ctx ends; it reports whether it slept.
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -17,7 +17,6 @@ type statements struct {
 	schema                                                          string
 }
 
-// micros is a DATETIME(6) (UTC) as BIGINT microseconds since the epoch.
 func micros(expr string) string {
 	return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + expr + ")"
 }
@@ -77,9 +76,8 @@ func buildStatements(table, constraint string) statements {
 	}
 }
 
-// schemaSQL is the table. The primary key is key_hash, the key's SHA-256:
-// an InnoDB index entry holds at most 3072 bytes. Strings are binary,
-// compared byte for byte, states included.
+// schemaSQL is the table, keyed by the key's SHA-256 (an InnoDB key holds
+// 3072 bytes at most); strings are binary, compared byte for byte.
 const schemaSQL = "CREATE TABLE IF NOT EXISTS {t} (" + `
 	key_hash     BINARY(32)     NOT NULL,
 	` + "`key`" + `        LONGBLOB       NOT NULL,
@@ -147,8 +145,7 @@ const renewSQL = `UPDATE {t} SET lease_until = UTC_TIMESTAMP(6) + INTERVAL ? MIC
 	expires_at = UTC_TIMESTAMP(6) + INTERVAL (? + claim_ttl_us) MICROSECOND
 WHERE {held}`
 
-// completeSQL is Complete: 1 result (never NULL), 2 TTL µs, 3 key_hash,
-// 4 token. The token stays to recognise a resent Complete.
+// completeSQL is Complete: 1 result (not NULL), 2 TTL µs, 3 key_hash, 4 token.
 const completeSQL = `UPDATE {t} SET state = 'completed', result = ?,
 	updated_at = GREATEST(UTC_TIMESTAMP(6), updated_at),
 	lease_until = NULL, claim_ttl_us = NULL, expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
@@ -171,8 +168,7 @@ const releaseUpdateSQL = `UPDATE {t} SET state = 'failed', token = NULL, attempt
 WHERE {held} AND attempts > 1`
 
 // fallbackSQL reads a refused owner statement's row: 1 key_hash. In a
-// transaction, and for a renewal, it locks (LOCK IN SHARE MODE) to read the
-// latest committed row, as the UPDATE did.
+// transaction, and for a renewal, it locks, to read what the UPDATE did.
 const fallbackSQL = `SELECT {fallback} FROM {t} AS r WHERE r.key_hash = ?`
 
 // deleteSQL is Delete: 1 key_hash. It removes any row, corrupt ones too.

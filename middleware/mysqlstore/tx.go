@@ -14,9 +14,8 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
-// ErrAlreadyCompleted is CompleteInTx's error when an earlier transaction
-// of the run committed COMPLETED though the caller saw an error. Roll back:
-// the effect is in. It is pgstore.ErrAlreadyCompleted.
+// ErrAlreadyCompleted is CompleteInTx's error after an earlier transaction
+// of the run committed. Roll back: the effect is in. It is pgstore's too.
 var ErrAlreadyCompleted = sqlstore.ErrAlreadyCompleted
 
 var errNilTx = errors.New("mysqlstore: nil *sql.Tx")
@@ -42,8 +41,7 @@ func (s *Store) CompleteInTx(ctx context.Context, tx *sql.Tx, out ...*message.Me
 	return s.completeRun(ctx, tx, func(run *idempotency.Run) []byte { return run.Result(out...) })
 }
 
-// CompleteValueInTx is [Store.CompleteInTx] for the work of
-// [idempotency.Once.Do]: value is the result replayed to later callers.
+// CompleteValueInTx is [Store.CompleteInTx] for [idempotency.Once.Do]'s value.
 func (s *Store) CompleteValueInTx(ctx context.Context, tx *sql.Tx, value []byte) error {
 	return s.completeRun(ctx, tx, func(*idempotency.Run) []byte { return value })
 }
@@ -54,12 +52,9 @@ func (s *Store) completeRun(ctx context.Context, tx *sql.Tx, result func(*idempo
 	})
 }
 
-// completeTx is Complete in tx, with a stricter fence: ErrLeaseLost unless
-// token holds a live lease, ErrAlreadyCompleted after its own committed
-// COMPLETED. The UPDATE judges the latest committed row and keeps it locked
-// until the transaction ends. Under REPEATABLE READ with MariaDB's
-// innodb_snapshot_isolation=ON, a row changed since the snapshot (by the
-// owner's renewals) fails with error 1020.
+// completeTx is Complete in tx, with a stricter fence (no resend). The row
+// stays locked until the transaction ends. MariaDB's REPEATABLE READ with
+// innodb_snapshot_isolation=ON fails on a row renewed since (error 1020).
 func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, key, token string, result []byte, ttl time.Duration) error {
 	if tx == nil {
 		return wrap(sqlstore.OpCompleteTx, key, errNilTx)
@@ -76,7 +71,6 @@ func (s *Store) completeTx(ctx context.Context, tx *sql.Tx, key, token string, r
 
 var errOtherDatabase = errors.New("mysqlstore: the transaction is not on the store's database: begin it on a pool of that database, or qualify Config.Table with it")
 
-// databases returns the current database of tx and of the pool.
 func (s *Store) databases(ctx context.Context, tx *sql.Tx) (txDB, storeDB string, ok bool) {
 	var a, b sql.NullString
 	if tx.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&a) != nil || s.db.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&b) != nil {
@@ -85,8 +79,7 @@ func (s *Store) databases(ctx context.Context, tx *sql.Tx) (txDB, storeDB string
 	return a.String, b.String, true
 }
 
-// complete is Complete (op "complete": an owner's resend succeeds) and
-// completeTx (OpCompleteTx: it does not).
+// complete is Complete and completeTx (OpCompleteTx: a resend fails).
 func (s *Store) complete(ctx context.Context, q runner, op, key, token string, result []byte, ttl time.Duration) error {
 	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
 		return wrap(op, key, err)
