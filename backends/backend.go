@@ -136,9 +136,8 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 	}, nil
 }
 
-// dialAny returns nil once one of addrs accepts a TCP connection, else an
-// ErrUnreachable naming each, within timeout: client libraries retry for
-// minutes. It dials every address at once.
+// dialAny dials every address at once, within timeout (libraries retry for
+// minutes): nil once one accepts, else an ErrUnreachable naming each.
 func dialAny(ep brokerkit.Endpoint, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

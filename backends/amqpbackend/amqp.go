@@ -25,7 +25,6 @@ func init() {
 	brokerkit.Register(brokerkit.Driver{Broker: brokerkit.AMQP, ParseURL: parseURL, Open: open})
 }
 
-// options are an amqp:// URL's backend parameters.
 type options struct {
 	prefetch      int
 	publishGroups []string
@@ -107,8 +106,7 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 		c.Connection.AmqpConfig.Dial = tap.Dial
 		return c, tap
 	}
-	// dialError: amqp091 makes any handshake failure a 403; one before the
-	// deadline is RabbitMQ's refusal.
+	// dialError: amqp091's 403 before the deadline is RabbitMQ's refusal.
 	dialError := func(start time.Time, tap *handshakeTap, err error) error {
 		if _, plain := errors.AsType[tls.RecordHeaderError](err); plain {
 			return ep.Refused(err) // amqps:// to a port that does not speak TLS
@@ -165,8 +163,7 @@ type amqpPublisher struct {
 var _ message.Publisher = (*amqpPublisher)(nil)
 
 // Publish publishes msgs in order, each confirmed, and stops at the first
-// RabbitMQ did not take (ErrUnroutable too). publish_groups' queues are
-// declared at every Publish, and before one retry of an unroutable message.
+// RabbitMQ did not take (ErrUnroutable too, after one retry with publish_groups).
 func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) (err error) {
 	if p.conn.Closed() {
 		return errors.New("backends: amqp: publisher closed")
@@ -184,8 +181,7 @@ func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) (err err
 		}
 	}()
 	if len(p.groups) > 0 {
-		// Every Publish: mandatory misses a listed group's deleted queue when
-		// another queue receives the message. It costs about 8% of a publish.
+		// Every Publish, for a listed group's deleted queue: about 8% of a publish.
 		if err := p.declare(ch, topic); err != nil {
 			return err
 		}

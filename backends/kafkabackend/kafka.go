@@ -19,7 +19,6 @@ func init() {
 	brokerkit.Register(brokerkit.Driver{Broker: brokerkit.Kafka, ParseURL: parseURL, Open: open})
 }
 
-// options are a kafka:// URL's parameters.
 type options struct {
 	partitions  int32
 	replication int16 // zero: min(defaultMaxReplicas, brokers)
@@ -32,10 +31,8 @@ const (
 	defaultMaxReplicas = 3 // replication cap when replication_factor is absent
 )
 
-// The consumer group's timeouts. A JoinGroup waits up to the rebalance
-// timeout, so the read timeout must be longer, or the group never settles.
-// The rebalance timeout is half the session timeout: kfake drops a member
-// that waited in a rebalance longer than that.
+// The group's timeouts: the read timeout outlasts a JoinGroup's wait (the
+// rebalance timeout), which stays under the session timeout kfake enforces.
 const (
 	sessionTimeout    = 10 * time.Second // sarama's default: a dead member is noticed after it
 	heartbeatInterval = 3 * time.Second  // sarama's default, under a third of the session
@@ -149,7 +146,6 @@ func kafkaClientID(consumer string) string {
 	return invalidClientIDChars.ReplaceAllString(consumer, "_")
 }
 
-// kafkaTopics creates topics once per process.
 type kafkaTopics struct {
 	brokers     []string
 	conf        *sarama.Config
@@ -158,7 +154,6 @@ type kafkaTopics struct {
 	created     *brokerkit.TopicSet[struct{}]
 }
 
-// ensure creates topic unless this process already did, or it exists.
 func (k *kafkaTopics) ensure(topic string) error {
 	_, err := k.created.Ensure(topic, k.create)
 	return err
@@ -186,7 +181,6 @@ func (k *kafkaTopics) create(topic string) (struct{}, error) {
 	return struct{}{}, nil
 }
 
-// kafkaSubscriber creates a topic before its first subscribe.
 type kafkaSubscriber struct {
 	sub    *kafka.Subscriber
 	topics *kafkaTopics

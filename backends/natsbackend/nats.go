@@ -20,7 +20,6 @@ func init() {
 	brokerkit.Register(brokerkit.Driver{Broker: brokerkit.NATS, ParseURL: parseURL, Open: open})
 }
 
-// options are a nats:// URL's backend parameters.
 type options struct {
 	ackWait       time.Duration
 	maxAckPending int

@@ -20,7 +20,6 @@ func init() {
 	brokerkit.Register(brokerkit.Driver{Broker: brokerkit.RedisStreams, ParseURL: parseURL, Open: open})
 }
 
-// options are a redis:// URL's backend parameters.
 type options struct {
 	maxIdleTime   time.Duration
 	claimInterval time.Duration
