@@ -17,40 +17,33 @@ import (
 )
 
 // Backend is a Publisher and a Subscriber of one broker, built by [New].
-// Each owns its connection, so closing one never breaks the other (but on
-// gochannel, where both are one instance).
+// Each owns its connection (but on gochannel, where both are one).
 type Backend struct {
 	// Publisher publishes to the broker.
 	Publisher message.Publisher
-	// Subscriber consumes as Config.Group. Two handlers of one topic on
-	// it divide the messages: see SubscriberForGroup.
+	// Subscriber consumes as Config.Group; see SubscriberForGroup.
 	Subscriber message.Subscriber
 
-	broker brokerkit.Broker
-	// newSubscriber builds a Subscriber of the broker for a group.
+	broker        brokerkit.Broker
 	newSubscriber func(group string) (message.Subscriber, error)
-	// group is Config.Group, which SubscriberForGroup refuses.
-	group string
+	group         string // Config.Group, which SubscriberForGroup refuses
 
 	mu     sync.Mutex
 	others []message.Subscriber // built by SubscriberForGroup, closed by Close
 	closed bool                 // Close ran: SubscriberForGroup refuses
 }
 
-// SubscriberForGroup returns a Subscriber of the same broker and settings
-// in another consumer group. That group receives every message of a topic,
-// whatever the other groups do. Use one for each handler of a topic beyond
-// the first:
+// SubscriberForGroup returns a Subscriber of the broker in another consumer
+// group, which receives every message of a topic. Use one for each handler
+// of a topic beyond the first:
 //
 //	router.AddConsumerHandler("charge", "orders", b.Subscriber, charge)
 //	notify, err := b.SubscriberForGroup(cfg.Group + ".notify")
-//	if err != nil { ... }
 //	router.AddConsumerHandler("notify", "orders", notify, sendMail)
 //
-// Keep the name stable across restarts: a group's position lives under it.
-// An empty group, or Config.Group itself, is an error. gochannel has no
-// groups and ignores the name. The Subscriber owns its connection; a
-// router or [Backend.Close] closes it. After Close it is an error.
+// Keep the name stable: a group's position lives under it. An empty group,
+// Config.Group, or a closed Backend is an error; gochannel ignores the
+// name. A router or [Backend.Close] closes the Subscriber.
 func (b *Backend) SubscriberForGroup(group string) (message.Subscriber, error) {
 	group = strings.TrimSpace(group)
 	if group == "" && b.broker != brokerkit.GoChannel {
@@ -77,45 +70,40 @@ func (b *Backend) SubscriberForGroup(group string) (message.Subscriber, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		// Close ran meanwhile and will not see this one.
+		// Close ran meanwhile without this one.
 		return nil, errors.Join(errClosed, sub.Close())
 	}
 	b.others = append(b.others, sub)
 	return sub, nil
 }
 
-// Close closes the Subscribers, those of SubscriberForGroup too, then the
-// Publisher, and joins their errors. Closing what a router closed is
-// harmless.
+// Close closes the Subscribers, SubscriberForGroup's too, then the
+// Publisher, and joins their errors. Closing twice is harmless.
 func (b *Backend) Close() error {
 	var errs []error
 	b.mu.Lock()
 	others := b.others
 	b.closed = true
 	b.mu.Unlock()
+	closeOne := func(what string, c interface{ Close() error }) {
+		if c == nil {
+			return
+		}
+		if err := c.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("backends: close %s %s: %w", b.broker, what, err))
+		}
+	}
 	for _, sub := range others {
-		if err := sub.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("backends: close %s subscriber: %w", b.broker, err))
-		}
+		closeOne("subscriber", sub)
 	}
-	if b.Subscriber != nil {
-		if err := b.Subscriber.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("backends: close %s subscriber: %w", b.broker, err))
-		}
-	}
-	if b.Publisher != nil {
-		if err := b.Publisher.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("backends: close %s publisher: %w", b.broker, err))
-		}
-	}
+	closeOne("subscriber", b.Subscriber)
+	closeOne("publisher", b.Publisher)
 	return errors.Join(errs...)
 }
 
-// New builds the Publisher and Subscriber of the broker that cfg.URL names.
-// It validates cfg first (see [Config.Validate]). A nil logger means
-// [watermill.NopLogger]. New connects before it returns, and leaves nothing
-// open on error: [ErrUnreachable] when the broker does not answer within
-// cfg.DialTimeout, [ErrInvalidConfig] when it refuses the connection.
+// New builds the Publisher and Subscriber of the broker cfg.URL names,
+// after [Config.Validate]; a nil logger means [watermill.NopLogger]. It
+// connects first, and leaves nothing open on error.
 func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}
@@ -148,11 +136,8 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 	}, nil
 }
 
-// dialAny returns nil as soon as one of addrs accepts a TCP connection, and
-// otherwise an ErrUnreachable naming every address, after at most timeout.
-// Client libraries retry and back off on their own, some for minutes; this
-// check lets New fail fast and say where it looked. It dials every address
-// at once: one that hangs would spend the whole timeout before the next.
+// dialAny dials every address at once, within timeout (libraries retry for
+// minutes): nil once one accepts, else an ErrUnreachable naming each.
 func dialAny(ep brokerkit.Endpoint, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

@@ -11,29 +11,21 @@ import (
 )
 
 // Config selects a broker and tells [New] how to use it. A zero field means
-// its default. Only URL is required, and Group on every broker but
-// gochannel.
+// its default. URL is required, and Group on every broker but gochannel.
 type Config struct {
-	// URL names the broker by its scheme and says where it is. Its query
-	// may hold the broker's parameters (see the package documentation);
-	// the client library's own URL options pass through.
+	// URL names the broker by its scheme; its query holds the parameters.
 	URL string
-	// Group is the consumer group. Subscribers of one group share a
-	// topic's messages; each group gets every message.
+	// Group is the consumer group: its subscribers share a topic's messages.
 	Group string
-	// Consumer names this process within Group. Keep it stable across
-	// restarts and unique in the group. The default is the host name.
+	// Consumer names this process in Group, stable. The default is the host name.
 	Consumer string
 	// NackResendSleep is how long a nacked message waits before it comes
 	// again. The default is 1 s.
 	NackResendSleep time.Duration
-	// DialTimeout bounds how long New waits for the broker. The default is
-	// 10 s.
+	// DialTimeout bounds how long New waits for the broker. The default is 10 s.
 	DialTimeout time.Duration
-	// Tune, when set, is called last on each client configuration the
-	// backend builds: a *sarama.Config (Kafka), *redis.Options (Redis
-	// Streams), *amqp091.Config (AMQP) or *nats.Options (NATS). It is the
-	// place for SASL, TLS certificates and credentials files.
+	// Tune is called last on each client configuration (*sarama.Config,
+	// *redis.Options, *amqp091.Config, *nats.Options): set SASL, TLS there.
 	Tune func(clientConfig any)
 }
 
@@ -42,8 +34,8 @@ const (
 	defaultNackResendSleep = time.Second
 )
 
-// Validate reports every problem that keeps [New] from using c, joined. Each
-// matches [ErrInvalidConfig]. Validate does not contact the broker.
+// Validate reports every problem that keeps [New] from using c, joined,
+// each an [ErrInvalidConfig]. It does not contact the broker.
 func (c Config) Validate() error {
 	l := configerr.New(ErrInvalidConfig)
 	broker, err := brokerOf(c.URL)
@@ -53,8 +45,7 @@ func (c Config) Validate() error {
 	if err != nil {
 		l.Add(err)
 	}
-	// A broker that is known, linked or not, still says whether it needs a
-	// group, so that one run names both fixes.
+	// A known broker, linked or not, still says it needs a group.
 	if broker != "" && broker != brokerkit.GoChannel && strings.TrimSpace(c.Group) == "" {
 		l.Addf("missing consumer group: %s needs one (set %s)", broker, envGroup)
 	}
@@ -67,7 +58,7 @@ func (c Config) Validate() error {
 	return l.Err()
 }
 
-// settings returns c's common fields with their defaults filled.
+// settings returns c's common fields with the defaults filled in.
 func (c Config) settings() brokerkit.Settings {
 	s := brokerkit.Settings{
 		Group:           strings.TrimSpace(c.Group),
@@ -92,8 +83,7 @@ func defaultConsumerName() string {
 	if h, err := os.Hostname(); err == nil && h != "" {
 		return h
 	}
-	// Without a host name there is nothing stable to use; a fixed name at
-	// least keeps a restarted process from leaving a dead consumer behind.
+	// No host name: a fixed name still leaves no dead consumer at restarts.
 	return "watermill"
 }
 
@@ -113,8 +103,7 @@ const (
 //	BROKER_NACK_RESEND_SLEEP  Config.NackResendSleep, e.g. 500ms
 //	BROKER_DIAL_TIMEOUT       Config.DialTimeout, e.g. 5s
 //
-// An unset variable leaves its field zero, its default. A duration that does
-// not parse is an [ErrInvalidConfig]. [New] validates the rest.
+// An unset variable is the default. A bad duration is an [ErrInvalidConfig].
 func FromEnv() (Config, error) {
 	c := Config{
 		URL:      strings.TrimSpace(os.Getenv(envURL)),

@@ -5,14 +5,10 @@
 //	import _ "github.com/idempotency/watermill-idempotency/backends/all" // or only the brokers used
 //
 //	cfg, err := backends.FromEnv() // BROKER_URL, BROKER_GROUP, ...
-//	if err != nil { ... }
-//	b, err := backends.New(cfg, logger)
-//	if err != nil { ... } // ErrInvalidConfig: fix it; ErrUnreachable: retry
+//	b, err := backends.New(cfg, logger) // ErrInvalidConfig: fix it; ErrUnreachable: retry
 //	router.AddHandler("bill", "orders", b.Subscriber, "invoices", b.Publisher, bill)
 //
 // # Broker URLs
-//
-// The scheme picks the broker:
 //
 //	kafka://host:9092[,host2:9092]
 //	redis://[user:pass@]host:6379/0      rediss:// for TLS
@@ -20,10 +16,8 @@
 //	nats://[user:pass@]host:4222[,host2:4222]
 //	gochannel://
 //
-// The query holds the broker's own parameters, as pgxpool reads
-// pool_max_conns from a connection string. The backend takes them out; the
-// client library's URL options (go-redis, amqp091) pass through. A zero
-// value means the default.
+// The query holds the broker's parameters, which the backend takes out; the
+// client library's URL options pass through. A zero value is the default.
 //
 //	broker  parameter           default    meaning
 //	kafka   partitions          12         partitions of the topics it creates
@@ -37,75 +31,45 @@
 //	nats    ack_wait            60s        redeliver a message unacked this long
 //	nats    max_ack_pending     100        unacked messages per group and topic
 //
-// Keep max_idle_time and ack_wait above the idempotency lease (40 s).
-// [Config.CheckLease] checks it. Each broker package explains its
-// parameters: kafkabackend, redisbackend, amqpbackend, natsbackend.
+// Keep max_idle_time and ack_wait above the idempotency lease (40 s);
+// [Config.CheckLease] checks it.
 //
 // # Linking brokers
 //
-// Each broker but gochannel lives in a package of its own. Imported for its
-// side effect, it registers the broker, as database/sql drivers do. A
-// program links only the client libraries of the brokers it imports:
-//
-//	Kafka          backends/kafkabackend   watermill-kafka, sarama, gokrb5
-//	Redis Streams  backends/redisbackend   watermill-redisstream, go-redis
-//	AMQP           backends/amqpbackend    watermill-amqp, amqp091-go
-//	NATS           backends/natsbackend    watermill-nats, nats.go
-//	every broker   backends/all
-//	gochannel      built in
-//
-// A URL of a broker that is not linked is an [ErrInvalidConfig]. Its
-// message names the import to add. This package imports no broker client:
-// [Config.Tune] takes any client configuration for that reason.
+// Each broker but gochannel is a package that registers it when imported,
+// as database/sql drivers do: kafkabackend, redisbackend, amqpbackend,
+// natsbackend, or all of them in backends/all. A program links only the
+// clients it imports. A URL of a broker not linked is an [ErrInvalidConfig]
+// naming the import; [Config.Tune] takes any client configuration.
 //
 // # Guarantees
 //
-// Every backend delivers at least once. A message is acked only after the
-// handler acked it. A message delivered but never settled comes back, to
-// this or another member of the group. Nothing here is exactly-once: the
-// idempotency middleware makes a redelivered message's effect happen once.
+// Every backend delivers at least once: a message is acked only after the
+// handler acked it, and one never settled comes back. Subscribers sharing
+// [Config.Group] divide a topic's messages; each group gets every message
+// ([Backend.SubscriberForGroup] for a further handler). A new group starts
+// at the oldest message held (on AMQP, when its queue is declared). A
+// nacked message comes back after [Config.NackResendSleep], not at once.
 //
-// Subscribers that share [Config.Group] divide a topic's messages. Each
-// group gets every message. Two handlers of one topic on one
-// [Backend.Subscriber] are one group: each sees part of the messages. Give
-// every further handler a group of its own with [Backend.SubscriberForGroup].
-//
-// A new group starts at the oldest message the broker holds, never at
-// "now". On AMQP it starts when its queue is declared (see amqpbackend).
-//
-// A nacked message comes back after [Config.NackResendSleep] (1 s), not at
-// once. The middleware nacks a key in progress elsewhere; an instant
-// redelivery would spin on it.
-//
-// [New] connects before it returns. A broker that does not answer within
-// [Config.DialTimeout] is an [ErrUnreachable]. One that refuses the
-// connection (a wrong password, a missing database or virtual host) is an
-// [ErrInvalidConfig]: a retry does not mend it. A malformed URL or a missing
-// group fails before any network traffic.
-//
-// Errors name a broker URL by its scheme and host alone. They never show
-// its user information, path or query, nor a library's parse error.
+// [New] connects before it returns: no answer within [Config.DialTimeout]
+// is an [ErrUnreachable]; a refusal (a wrong password, a missing virtual
+// host) is an [ErrInvalidConfig]. Errors show a URL's scheme and host
+// alone, never its user information, path or query.
 //
 // Every backend replaces the library defaults that lose or duplicate
-// messages. docs/GUARANTEES.md ("Brokers") has what each sets, and how the
-// brokers differ on a requeued, unroutable, undecodable, slow or failing
-// message. A failing message is retried for ever unless the middleware's
-// MaxAttempts and Watermill's PoisonQueue stop it.
+// messages; docs/GUARANTEES.md ("Brokers") has each, and how brokers treat
+// a requeued, unroutable, undecodable, slow or failing message. An AMQP
+// publish no queue receives is an [ErrUnroutable]; a NATS publish dropped
+// as a duplicate an [ErrDuplicatePublish]; a Redis Streams entry whose
+// metadata does not decode has [MetadataUndecodable] set. A failing message
+// comes back for ever unless MaxAttempts or a PoisonQueue stops it.
 //
-// An AMQP publish that no queue receives is an [ErrUnroutable], never a
-// silent drop. A NATS publish that JetStream drops as a duplicate is an
-// [ErrDuplicatePublish]. A Redis Streams entry whose metadata does not
-// decode reaches the handler with [MetadataUndecodable] set.
-//
-// The Publisher and each Subscriber own their connection. A Watermill
-// router closes them when it stops; [Backend.Close] does it without one.
-// Close is idempotent.
+// The Publisher and each Subscriber own their connection. A router closes
+// them when it stops; [Backend.Close] does it without one. Close is idempotent.
 //
 // # gochannel
 //
-// One in-process, persistent GoChannel is both Publisher and Subscriber.
-// A late subscriber still receives what was published before it. Every
-// message stays in memory for the life of the process. There are no
-// groups: every subscriber receives every message, and Group is optional.
-// Use it for tests, examples and demos.
+// One in-process, persistent GoChannel is both Publisher and Subscriber,
+// for tests and demos. A late subscriber gets what was published before;
+// every message stays in memory. Every subscriber receives every message.
 package backends

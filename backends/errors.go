@@ -2,29 +2,23 @@ package backends
 
 import "github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 
-// Errors of [New], [Config.Validate], [FromEnv] and the Publishers. They are
-// wrapped with what went wrong; check them with [errors.Is].
+// Errors of [New], [Config.Validate], [FromEnv] and the Publishers, wrapped;
+// check them with [errors.Is].
 var (
-	// ErrInvalidConfig is a Config that no retry mends. That is a bad or
-	// unknown URL, a broker the program does not link, a missing group, or
-	// a field out of range. It is also a broker that refuses the
-	// connection: wrong credentials, a missing database or virtual host.
+	// ErrInvalidConfig is what no retry mends: a bad URL, a broker not
+	// linked, a missing group, a field out of range, or a refused connection.
 	ErrInvalidConfig = brokerkit.ErrInvalidConfig
-	// ErrUnreachable is a broker that did not answer within
-	// Config.DialTimeout, or answered that it cannot serve yet. The same
-	// Config may succeed once the broker is up.
+	// ErrUnreachable is a broker that did not answer within DialTimeout, or
+	// cannot serve yet. A retry may succeed.
 	ErrUnreachable = brokerkit.ErrUnreachable
-	// ErrUnroutable is an AMQP publish that no queue received: no group
-	// has subscribed to the topic yet, and none is in publish_groups.
+	// ErrUnroutable is an AMQP publish that no queue received.
 	ErrUnroutable = brokerkit.ErrUnroutable
-	// ErrDuplicatePublish is a NATS publish that JetStream dropped. The
-	// message's metadata set a Nats-Msg-Id that the stream already holds.
+	// ErrDuplicatePublish is a NATS publish JetStream dropped: the metadata
+	// set a Nats-Msg-Id the stream holds.
 	ErrDuplicatePublish = brokerkit.ErrDuplicatePublish
 )
 
-// MetadataUndecodable is the metadata key set on a message that could not
-// be decoded in full. Its value says what was left out. The message still
-// reaches the handler, which, with the idempotency middleware or a
-// PoisonQueue, decides its fate. Only Redis Streams sets it, for an entry
-// whose metadata is not the msgpack map Watermill writes.
+// MetadataUndecodable is the metadata key set on a message not decoded in
+// full; its value says what was left out. The message still reaches the
+// handler. Only Redis Streams sets it, for metadata that is not msgpack.
 const MetadataUndecodable = brokerkit.MetadataUndecodable

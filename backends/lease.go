@@ -6,16 +6,10 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// CheckLease checks the owner protocol's lease (once's LeaseTTL) against the
-// broker's redelivery timer. The lease must
-// be below ack_wait on NATS and below max_idle_time on Redis Streams. Kafka,
-// AMQP and gochannel have no such timer and always pass.
-//
-// A longer lease loses nothing, but redeliveries spin. On NATS, a dead
-// consumer's message comes back while its lease still holds the key. On
-// Redis Streams, another consumer claims a message a live one still
-// handles. The error matches [ErrInvalidConfig] and names both values.
-// Call it at start-up:
+// CheckLease checks the owner protocol's lease (once's LeaseTTL) is below
+// the broker's redelivery timer: ack_wait on NATS, max_idle_time on Redis
+// Streams. Other brokers always pass. A longer lease loses nothing, but
+// redeliveries spin. The error matches [ErrInvalidConfig]. Call it at start-up:
 //
 //	if err := cfg.CheckLease(once); err != nil {
 //		return err // or log it as a warning

@@ -39,8 +39,7 @@ func parseEndpoint(raw string) (brokerkit.Endpoint, error) {
 		return brokerkit.Endpoint{}, notLinkedError{broker}
 	}
 	raw = strings.TrimSpace(raw)
-	// For every broker alike, before its Driver: go-redis and amqp091 take
-	// 0 and any port up to 99999. No port means the broker's default.
+	// go-redis and amqp091 take port 0 and up to 99999: check it for all.
 	for _, h := range hosts(raw) {
 		if _, port := splitPort(h); port != "" {
 			if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
@@ -56,8 +55,7 @@ func parseEndpoint(raw string) (brokerkit.Endpoint, error) {
 	return ep, nil
 }
 
-// invalidURL is an ErrInvalidConfig that names raw by its scheme and host
-// only.
+// invalidURL is an ErrInvalidConfig naming raw by its scheme and host only.
 func invalidURL(raw, why string) error {
 	return fmt.Errorf("%w: broker URL %s: %s", ErrInvalidConfig, where(raw), why)
 }
@@ -72,7 +70,6 @@ var brokerByScheme = map[string]brokerkit.Broker{
 	"gochannel": brokerkit.GoChannel,
 }
 
-// importPath is the package that registers each broker.
 var importPath = map[brokerkit.Broker]string{
 	brokerkit.Kafka:        "github.com/idempotency/watermill-idempotency/backends/kafkabackend",
 	brokerkit.RedisStreams: "github.com/idempotency/watermill-idempotency/backends/redisbackend",
@@ -80,8 +77,7 @@ var importPath = map[brokerkit.Broker]string{
 	brokerkit.NATS:         "github.com/idempotency/watermill-idempotency/backends/natsbackend",
 }
 
-// notLinkedError is an ErrInvalidConfig for a broker whose package the
-// program does not import; it names the import to add.
+// notLinkedError is an ErrInvalidConfig naming the import to add.
 type notLinkedError struct{ broker brokerkit.Broker }
 
 func (e notLinkedError) Error() string {
@@ -97,9 +93,7 @@ var (
 	portChars   = regexp.MustCompile(`^[0-9]{1,5}$`)
 )
 
-// safeScheme quotes a scheme that reads as one, and otherwise says there is
-// none: text before "://" that is no scheme may be anything, a password
-// included.
+// safeScheme quotes a scheme that reads as one, not a password, say.
 func safeScheme(s string) string {
 	if schemeChars.MatchString(s) {
 		return strconv.Quote(s)
@@ -107,12 +101,8 @@ func safeScheme(s string) string {
 	return "(not a scheme)"
 }
 
-// where describes a broker URL for an error message: its scheme and the
-// host:port pairs of its host part, nothing else. The user information,
-// which ends at the last '@' since a password may hold '/', '#' or '?', is
-// never shown, nor is the path or the query. A host or port that does not
-// read as one (a password in a URL that lacks its '@' would be read as a
-// host or a port) is shown as "…".
+// where shows a URL's scheme and host:port pairs only; a host or port that
+// does not read as one (a password, maybe) is "…".
 func where(raw string) string {
 	scheme, _, ok := strings.Cut(strings.TrimSpace(raw), "://")
 	if !ok || !schemeChars.MatchString(scheme) {
@@ -136,9 +126,7 @@ func where(raw string) string {
 	return strconv.Quote(strings.ToLower(scheme) + "://" + strings.Join(shown, ","))
 }
 
-// hosts returns the host[:port] items of raw's host part, trimmed: after
-// the user information, which ends at the last '@', up to a path, query or
-// fragment, split at ','.
+// hosts returns the host[:port] items after the last '@', before any '/?#'.
 func hosts(raw string) []string {
 	_, rest, _ := strings.Cut(strings.TrimSpace(raw), "://")
 	if i := strings.LastIndex(rest, "@"); i >= 0 {
@@ -154,8 +142,7 @@ func hosts(raw string) []string {
 	return list
 }
 
-// splitPort splits h at its last ':' outside an IPv6 address's brackets;
-// port is empty when there is none.
+// splitPort splits h at its last ':' outside IPv6 brackets.
 func splitPort(h string) (host, port string) {
 	if i := strings.LastIndex(h, ":"); i >= 0 && i > strings.LastIndex(h, "]") {
 		return h[:i], h[i+1:]

@@ -25,14 +25,12 @@ func init() {
 	brokerkit.Register(brokerkit.Driver{Broker: brokerkit.AMQP, ParseURL: parseURL, Open: open})
 }
 
-// options are the backend's URL parameters of an amqp:// URL.
 type options struct {
 	prefetch      int
 	publishGroups []string
 }
 
-// parseURL reads amqp:// and amqps:// URLs as amqp091 does, after taking
-// out the backend's parameters.
+// parseURL reads amqp:// and amqps:// as amqp091 does, less the backend's parameters.
 func parseURL(raw string) (brokerkit.Endpoint, error) {
 	rest, p, err := brokerkit.TakeParams(raw, "prefetch", "publish_groups")
 	if err != nil {
@@ -57,9 +55,8 @@ func parseURL(raw string) (brokerkit.Endpoint, error) {
 // amqp091Options are the URI options amqp091 reads; it ignores any other.
 var amqp091Options = []string{"auth_mechanism", "cacertfile", "certfile", "channel_max", "heartbeat", "keyfile", "server_name_indication"}
 
-// checkQuery refuses what amqp091 would ignore in rest's query: a parameter
-// it does not know (another broker's, a misspelt one), one that does not
-// unescape, and connection_timeout, which the backend's dial replaces.
+// checkQuery refuses what amqp091 would ignore in rest's query: an unknown
+// or malformed parameter, and connection_timeout, which DialTimeout replaces.
 func checkQuery(rest string) error {
 	_, query, _ := strings.Cut(strings.SplitN(rest, "#", 2)[0], "?")
 	values, err := url.ParseQuery(query)
@@ -78,29 +75,8 @@ func checkQuery(rest string) error {
 	return nil
 }
 
-// open builds an AMQP (RabbitMQ) publisher and subscriber on Watermill's
-// durable pub/sub topology: one durable fanout exchange per topic, and one
-// durable queue per topic and group, named by package amqpname. Subscribers
-// of one group compete for the messages of its queue; every group's queue
-// receives every message. Messages are published persistent.
-//
-// Choices over watermill-amqp's durable pub/sub config:
-//   - the publisher is the backend's own (amqpPublisher), on a
-//     watermill-amqp connection: every publish is mandatory and confirmed,
-//     and a message RabbitMQ returns as unroutable (no queue bound to the
-//     exchange) is a brokerkit.ErrUnroutable, where watermill-amqp's publisher
-//     returned nil for a message the exchange discarded;
-//   - at every publish the publisher declares and binds the queues of
-//     publish_groups (none by default), and declares them again and
-//     retries once when a publish comes back unroutable;
-//   - prefetch as configured (1 by default);
-//   - a nack is held for NackResendSleep before RabbitMQ requeues the
-//     message, since RabbitMQ would otherwise hand it straight back;
-//   - the dial and handshake are bounded by DialTimeout (30 s in amqp091);
-//     a 403 before it passed is a refusal (brokerkit.ErrInvalidConfig).
-//
-// Each side owns its connection; a dropped connection is redialled with
-// Watermill's exponential backoff.
+// open builds a RabbitMQ publisher and subscriber on Watermill's durable
+// pub/sub topology (see the package doc), dialled within DialTimeout.
 func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.LoggerAdapter) (brokerkit.Clients, error) {
 	o := ep.Options.(options)
 	amqpConfig := func(group string) amqp.Config {
@@ -122,7 +98,6 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 		return c
 	}
 
-	// tapped reads the handshake of c's connection (handshakeTap).
 	tapped := func(c amqp.Config) (amqp.Config, *handshakeTap) {
 		tap := &handshakeTap{dial: c.Connection.AmqpConfig.Dial}
 		if tap.dial == nil { // Tune cleared it
@@ -131,12 +106,7 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 		c.Connection.AmqpConfig.Dial = tap.Dial
 		return c, tap
 	}
-	// dialError tells RabbitMQ's refusal from no answer. amqp091 turns any
-	// failure of the handshake after connection.start into a 403
-	// (ACCESS_REFUSED), the DialTimeout deadline's too; one that comes
-	// before the deadline is RabbitMQ closing the connection on the
-	// credentials (about 3 s after them) or the virtual host, but for a
-	// virtual host or user at its connection limit.
+	// dialError: amqp091's 403 before the deadline is RabbitMQ's refusal.
 	dialError := func(start time.Time, tap *handshakeTap, err error) error {
 		if _, plain := errors.AsType[tls.RecordHeaderError](err); plain {
 			return ep.Refused(err) // amqps:// to a port that does not speak TLS
@@ -180,13 +150,8 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 	return brokerkit.Clients{Publisher: pub, Subscriber: sub, NewSubscriber: newSubscriber}, nil
 }
 
-// amqpPublisher publishes each message mandatory and with a publisher
-// confirm, and reads RabbitMQ's returns: a fanout exchange with no queue
-// bound confirms a message and discards it, which without mandatory looks
-// like a success. Before the first publish to a topic it declares the
-// topic's exchange and the queues of the configured groups, so that
-// messages published before those groups first subscribe wait in their
-// queues.
+// amqpPublisher publishes mandatory and confirmed, and reads returns: a
+// fanout exchange without a queue confirms and discards a message.
 type amqpPublisher struct {
 	conn     *amqp.ConnectionWrapper
 	config   amqp.Config
@@ -197,13 +162,8 @@ type amqpPublisher struct {
 
 var _ message.Publisher = (*amqpPublisher)(nil)
 
-// Publish publishes msgs to topic's exchange one after another, each
-// confirmed before the next, and returns at the first that RabbitMQ did not
-// take: an error, or a brokerkit.ErrUnroutable for one that no queue was bound to
-// receive. When PublishGroups lists groups, their queues are declared and
-// bound at every Publish (so a listed group's deleted queue is back before
-// the message goes out), and an unroutable message is retried once after
-// declaring them again.
+// Publish publishes msgs in order, each confirmed, and stops at the first
+// RabbitMQ did not take (ErrUnroutable too, after one retry with publish_groups).
 func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) (err error) {
 	if p.conn.Closed() {
 		return errors.New("backends: amqp: publisher closed")
@@ -221,11 +181,7 @@ func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) (err err
 		}
 	}()
 	if len(p.groups) > 0 {
-		// Every Publish, not once per process: mandatory catches a message
-		// that no queue receives, not one that misses a listed group's
-		// deleted queue while another group's queue receives it. The
-		// declarations cost about 8% of a confirmed publish here (0.8 ms
-		// against 9.6 ms, RabbitMQ on the same host).
+		// Every Publish, for a listed group's deleted queue: about 8% of a publish.
 		if err := p.declare(ch, topic); err != nil {
 			return err
 		}
@@ -235,8 +191,7 @@ func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) (err err
 	if err := ch.Confirm(false); err != nil {
 		return fmt.Errorf("backends: amqp: confirm mode: %w", err)
 	}
-	// One return at most per message, drained after each: the buffer never
-	// fills, so the connection's reader never blocks on it.
+	// At most one return per message, drained after each: the reader never blocks.
 	returns := ch.NotifyReturn(make(chan amqp091.Return, 1))
 	for _, msg := range msgs {
 		err := p.publish(ch, returns, topic, msg)
@@ -250,8 +205,7 @@ func (p *amqpPublisher) Publish(topic string, msgs ...*message.Message) (err err
 		}
 		if err != nil {
 			if !errors.Is(err, brokerkit.ErrUnroutable) {
-				// The exchange may be gone (RabbitMQ closes the channel
-				// with 404): declare it again on the next publish.
+				// The exchange may be gone (404): declare it on the next publish.
 				p.declared.Forget(topic)
 			}
 			return err
@@ -279,9 +233,7 @@ func (p *amqpPublisher) publish(ch *amqp091.Channel, returns <-chan amqp091.Retu
 	if !acked {
 		return fmt.Errorf("backends: amqp: RabbitMQ did not confirm message %s", msg.UUID)
 	}
-	// RabbitMQ sends basic.return before the confirm, and amqp091 hands
-	// both on from one goroutine in that order: a return of this message
-	// is in the buffer by now.
+	// amqp091 hands on basic.return before the confirm: a return is buffered by now.
 	select {
 	case r := <-returns:
 		return fmt.Errorf("%w: RabbitMQ returned message %s published to exchange %q (%d %s): no queue is bound to it; "+
@@ -292,8 +244,7 @@ func (p *amqpPublisher) publish(ch *amqp091.Channel, returns <-chan amqp091.Retu
 	}
 }
 
-// ensure declares the topic's exchange and the groups' queues once per
-// process (again after forget).
+// ensure declares the topic's exchange and the groups' queues once per process.
 func (p *amqpPublisher) ensure(ch *amqp091.Channel, topic string) error {
 	_, err := p.declared.Ensure(topic, func(topic string) (struct{}, error) { return struct{}{}, p.declare(ch, topic) })
 	return err

@@ -9,27 +9,18 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
-// amqpMarshaler marshals as watermill-amqp's DefaultMarshaler and
-// unmarshals as it does, but never fails. DefaultMarshaler rejects a
-// message with a header that is not a string (a number or a table from
-// another producer, or the x-death table RabbitMQ adds to a dead-lettered
-// message), and watermill-amqp then nacks it with requeue at once, before
-// any handler or nack delay sees it: RabbitMQ hands it straight back, in a
-// loop without end. Here such a header becomes its value formatted with
-// fmt's %v. It also refuses the zero Delivery that watermill-amqp reads
-// from a closed deliveries channel when its consumer was cancelled.
+// amqpMarshaler is watermill-amqp's DefaultMarshaler, but a header that is
+// not a string (x-death, say) becomes its %v text: DefaultMarshaler's
+// refusal was requeued at once, in an endless loop. It refuses the zero
+// Delivery of a cancelled consumer.
 type amqpMarshaler struct{ amqp.DefaultMarshaler }
 
 var _ amqp.Marshaler = amqpMarshaler{}
 
 func (m amqpMarshaler) Unmarshal(d amqp091.Delivery) (*message.Message, error) {
 	if d.Acknowledger == nil {
-		// Not a delivery: watermill-amqp reads its deliveries channel
-		// without checking that it is open, and amqp091 closes it when
-		// RabbitMQ cancels the consumer (its queue was deleted). The zero
-		// Delivery would reach the handler as an empty message; the error
-		// makes watermill-amqp subscribe again instead, declaring the
-		// queue anew.
+		// Read from a channel closed when the queue was deleted: the error
+		// makes watermill-amqp subscribe again, declaring the queue.
 		return nil, errors.New("backends: amqp: the consumer was cancelled (its queue deleted?); subscribing again")
 	}
 	uuidKey := m.MessageUUIDHeaderKey

@@ -9,15 +9,11 @@ import (
 	amqp091 "github.com/rabbitmq/amqp091-go"
 )
 
-// handshakeTapLimit is how much of what a connection reads handshakeTap
-// keeps: the handshake, whose frames are a few hundred bytes.
+// handshakeTapLimit covers the handshake's frames, a few hundred bytes.
 const handshakeTapLimit = 4096
 
-// handshakeTap keeps the first bytes a connection reads, so that the
-// connection.close RabbitMQ sends to refuse a virtual host can be read:
-// amqp091 replaces its reply with a 403 of its own, the same for a virtual
-// host that does not exist and for one at its connection limit, which a
-// retry may mend. Over TLS it sees nothing it can read.
+// handshakeTap keeps a connection's first bytes: amqp091 turns the
+// connection.close of a connection limit into a 403. TLS hides them.
 type handshakeTap struct {
 	dial func(network, addr string) (net.Conn, error)
 
@@ -48,9 +44,8 @@ func (c *tappedConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// atConnectionLimit reports whether RabbitMQ closed the connection during
-// the handshake because its virtual host or user has as many connections
-// as its limit allows (530 NOT_ALLOWED, "connection limit (n) is reached").
+// atConnectionLimit reports RabbitMQ's 530 NOT_ALLOWED "connection limit
+// (n) is reached" during the handshake.
 func (h *handshakeTap) atConnectionLimit() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -19,31 +19,20 @@ func init() {
 	brokerkit.Register(brokerkit.Driver{Broker: brokerkit.Kafka, ParseURL: parseURL, Open: open})
 }
 
-// options are the URL parameters of a kafka:// URL.
 type options struct {
 	partitions  int32
 	replication int16 // zero: min(defaultMaxReplicas, brokers)
 	version     sarama.KafkaVersion
 }
 
-// Defaults of the URL parameters. Why 12 partitions: see the package
-// documentation.
 const (
-	defaultPartitions = 12
-	defaultVersion    = "2.1.0"
+	defaultPartitions  = 12
+	defaultVersion     = "2.1.0"
+	defaultMaxReplicas = 3 // replication cap when replication_factor is absent
 )
 
-// defaultMaxReplicas caps the replication factor of a created topic when
-// replication_factor is absent.
-const defaultMaxReplicas = 3
-
-// The consumer group's timeouts. A JoinGroup or SyncGroup request waits up
-// to the rebalance timeout for the other members, so the read timeout must
-// be longer: a member whose read gives up first rejoins, on kfake that
-// starts the wait again, and the group never settles. The rebalance timeout
-// is half the session timeout: kfake (not Kafka) drops, unanswered, a member
-// that has waited in a rebalance longer than its session timeout, and starts
-// the wait again at each member that joins meanwhile.
+// The group's timeouts: the read timeout outlasts a JoinGroup's wait (the
+// rebalance timeout), which stays under the session timeout kfake enforces.
 const (
 	sessionTimeout    = 10 * time.Second // sarama's default: a dead member is noticed after it
 	heartbeatInterval = 3 * time.Second  // sarama's default, under a third of the session
@@ -51,8 +40,7 @@ const (
 	readTimeout       = 30 * time.Second // sarama's default
 )
 
-// parseURL reads kafka://host:9092[,host2:9092][?parameters]; credentials
-// belong in Config.Tune (SASL), never in the URL.
+// parseURL reads kafka://host:9092[,host2:9092][?parameters], without credentials.
 func parseURL(raw string) (brokerkit.Endpoint, error) {
 	rest, p, err := brokerkit.TakeParams(raw, "partitions", "replication_factor", "version")
 	if err != nil {
@@ -76,26 +64,7 @@ func parseURL(raw string) (brokerkit.Endpoint, error) {
 	return brokerkit.Endpoint{URL: urls, Addrs: addrs, Options: o}, p.Err()
 }
 
-// open builds a Kafka publisher and consumer-group subscriber.
-//
-// Choices over watermill-kafka's defaults:
-//   - protocol version from the version parameter (2.1.0), where watermill pins 1.0.0,
-//     which Kafka 4 no longer accepts;
-//   - the subscriber joins Group and a new group starts at the oldest
-//     offset, so nothing published before its first start is skipped
-//     (sarama's default is the newest);
-//   - producer acks from all in-sync replicas (sarama's default is the
-//     leader alone, which loses acked messages on leader failover);
-//   - topics are created, with partitions (12 by default, where the
-//     broker's own default is 1) and replication_factor, before the
-//     first publish or subscribe to them, so nothing depends on the broker's
-//     auto.create.topics.enable, and one failing message holds back its
-//     partition rather than the whole topic;
-//   - NackResendSleep as configured (redelivered in-process: a nacked
-//     message holds back its partition until it is acked);
-//   - a rebalance timeout of 5 s, where sarama's 60 s outlasts its own read
-//     timeout (30 s); a Config.Tune that leaves the read timeout no longer than
-//     the rebalance timeout is refused.
+// open builds a Kafka publisher and group subscriber, as the package doc says.
 func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.LoggerAdapter) (brokerkit.Clients, error) {
 	o := ep.Options.(options)
 	base := func(c *sarama.Config) {
@@ -138,17 +107,14 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 		OverwriteSaramaConfig: pubConf,
 	}, logger)
 	if _, bad := errors.AsType[sarama.ConfigurationError](err); bad {
-		// Tune left pubConf unusable: sarama checks the producer's
-		// settings only here, not in Validate.
+		// sarama checks the producer's settings here, not in Validate.
 		return brokerkit.Clients{}, fmt.Errorf("%w: Kafka: %v", brokerkit.ErrInvalidConfig, err)
 	}
 	if err != nil {
 		return brokerkit.Clients{}, ep.Unreachable(cfg.DialTimeout, err)
 	}
 	newSubscriber := func(group string) (message.Subscriber, error) {
-		// A copy of the config per subscriber: nothing is shared but the
-		// values.
-		conf := *subConf
+		conf := *subConf // a copy per subscriber
 		sub, err := kafka.NewSubscriber(kafka.SubscriberConfig{
 			Brokers:               ep.Addrs,
 			Unmarshaler:           kafka.DefaultMarshaler{},
@@ -175,13 +141,11 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 
 var invalidClientIDChars = regexp.MustCompile(`[^A-Za-z0-9._-]`)
 
-// kafkaClientID turns a consumer name into a client.id that every protocol
-// version accepts.
+// kafkaClientID makes a consumer name a client.id every version accepts.
 func kafkaClientID(consumer string) string {
 	return invalidClientIDChars.ReplaceAllString(consumer, "_")
 }
 
-// kafkaTopics creates topics once per process.
 type kafkaTopics struct {
 	brokers     []string
 	conf        *sarama.Config
@@ -190,7 +154,6 @@ type kafkaTopics struct {
 	created     *brokerkit.TopicSet[struct{}]
 }
 
-// ensure creates topic unless this process already did, or it exists.
 func (k *kafkaTopics) ensure(topic string) error {
 	_, err := k.created.Ensure(topic, k.create)
 	return err
@@ -218,7 +181,6 @@ func (k *kafkaTopics) create(topic string) (struct{}, error) {
 	return struct{}{}, nil
 }
 
-// kafkaSubscriber creates a topic before its first subscribe.
 type kafkaSubscriber struct {
 	sub    *kafka.Subscriber
 	topics *kafkaTopics

@@ -17,22 +17,8 @@ import (
 	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
 
-// natsSubscriber consumes a topic through the group's durable consumer,
-// which it creates (with the topic's stream) before subscribing, so that
-// nats.go binds to it instead of creating, and on close deleting, it; and
-// again when it finds the durable gone (its stream deleted) while it runs.
-//
-// It replaces watermill-nats's Subscriber, which closes its output channel
-// while a message callback may still be sending on it (a data race, and a
-// "send on closed channel" panic when the timing is unlucky). Messages are
-// handled as there: one at a time per subscription, acked with AckSync after
-// the handler acks, NakWithDelay(NackResendSleep) after it nacks, with
-// progress acks (InProgress) when the handler receives it and every
-// AckWait/3 while the handler runs, so the server redelivers only what a
-// dead consumer held, or what waited in the client longer than AckWait.
-// Headers are read by natsUnmarshal, which never fails. A message held when the
-// subscriber closes is nacked without delay, so another member of the group
-// gets it at once.
+// natsSubscriber replaces watermill-nats's, whose close races its
+// callbacks. It binds to the group's durable, which it creates first.
 type natsSubscriber struct {
 	conn          *nats.Conn
 	js            nats.JetStreamContext
@@ -47,11 +33,9 @@ type natsSubscriber struct {
 	consumers        map[string]bool
 	subs             sync.WaitGroup
 
-	// epochs counts, per topic, the group's durables seen created again:
-	// a message delivered in an earlier epoch came from a deleted stream,
-	// whose sequence numbers the new one uses again, so its ack, nack or
-	// progress ack would settle another message. settling guards epochs,
-	// and is held while one is sent.
+	// epochs counts each topic's durables created again: settling a message
+	// of a deleted stream would settle another with its sequence number.
+	// settling guards epochs, held while one is sent.
 	settling sync.RWMutex
 	epochs   map[string]uint64
 }
@@ -61,16 +45,11 @@ var (
 	_ message.SubscribeInitializer = (*natsSubscriber)(nil)
 )
 
-// durableCheckInterval is how often a subscription checks that its durable
-// still exists. JetStream tells a push consumer's subscribers nothing when
-// the consumer or its stream is deleted, and nats.go allows no idle
-// heartbeats on a queue subscription, so the subscription asks.
+// durableCheckInterval: JetStream tells a queue subscription nothing of a deletion.
 const durableCheckInterval = 5 * time.Second
 
-// Subscribe joins the group's durable consumer of topic. The returned
-// channel closes when ctx ends or the subscriber closes. While it runs, it
-// checks every durableCheckInterval that the durable exists, and creates it
-// (and the stream) again and subscribes anew when it does not.
+// Subscribe joins the group's durable consumer of topic until ctx ends or
+// the subscriber closes, and subscribes anew if the durable disappears.
 func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	stream, durable, err := s.initialize(topic)
 	if err != nil {
@@ -84,8 +63,7 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 
 	out := make(chan *message.Message)
 	stop := make(chan struct{})
-	// inflight is held (read-locked) by the message callbacks while they may
-	// send on out; teardown takes it write-locked before closing out.
+	// inflight is read-held by callbacks that may send on out.
 	var inflight sync.RWMutex
 	subscribe := func(stream string) (*nats.Subscription, watermill.LogFields, error) {
 		logFields := watermill.LogFields{"topic": topic, "nats_stream": stream, "nats_durable": durable}
@@ -110,8 +88,7 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 		return nil, err
 	}
 	_, created := s.durableGone(ctx, stream, durable)
-	// The durable was created by us, not by a subscription, so Unsubscribe
-	// leaves it on the server.
+	// We created the durable, so Unsubscribe leaves it on the server.
 	unsubscribe := func(sub *nats.Subscription, logFields watermill.LogFields) {
 		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 			s.logger.Error("Cannot unsubscribe", err, logFields)
@@ -149,14 +126,8 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 					}
 					continue
 				}
-				// Gone, or created again by another process: what the old
-				// subscription holds or buffers came from the deleted
-				// stream, whose sequence numbers the new one uses again.
+				// Unsubscribe first: two subscriptions would share the new durable.
 				s.logger.Info("The group's durable is gone or new (its stream deleted?); subscribing anew", logFields)
-				// Before the durable is back: two subscriptions on its deliver
-				// subject would share its messages, and those buffered for the
-				// old one would be dropped with it, to come back only after
-				// AckWait.
 				unsubscribe(sub, logFields)
 				sub = nil
 			}
@@ -183,9 +154,7 @@ func (s *natsSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *m
 	return out, nil
 }
 
-// durableGone reports whether durable or its stream is missing on the
-// server, and else when the durable was created (zero if unknown). Any
-// other answer, or none, counts as present: the next check asks again.
+// durableGone reports durable or its stream missing, else its creation time.
 func (s *natsSubscriber) durableGone(ctx context.Context, stream, durable string) (bool, time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, durableCheckInterval)
 	defer cancel()
@@ -196,17 +165,14 @@ func (s *natsSubscriber) durableGone(ctx context.Context, stream, durable string
 	return false, info.Created
 }
 
-// newEpoch starts a new epoch of topic's durable: what was delivered
-// before is settled no more.
+// newEpoch stops the settling of what topic's durable delivered before.
 func (s *natsSubscriber) newEpoch(topic string) {
 	s.settling.Lock()
 	defer s.settling.Unlock()
 	s.epochs[topic]++
 }
 
-// settler returns how a message of topic delivered now is settled: send
-// runs unless the durable was created again since, and reports whether it
-// ran.
+// settler runs send, and reports true, unless topic's durable is new since.
 func (s *natsSubscriber) settler(topic string) func(send func()) bool {
 	s.settling.RLock()
 	epoch := s.epochs[topic]
@@ -222,9 +188,7 @@ func (s *natsSubscriber) settler(topic string) func(send func()) bool {
 	}
 }
 
-// recreate forgets what this process knew of topic's stream and durable and
-// sets both up again, as Subscribe does: the stream that captures topic
-// now, or a new one, and the group's durable on it. It returns the stream.
+// recreate forgets topic's stream and durable and sets both up again.
 func (s *natsSubscriber) recreate(topic string) (string, error) {
 	s.newEpoch(topic)
 	s.streams.Forget(topic)
@@ -235,10 +199,7 @@ func (s *natsSubscriber) recreate(topic string) (string, error) {
 	return stream, err
 }
 
-// handle hands one message to out and settles it on the server as the
-// handler settles it.
-// settle sends what settles m unless its durable was created again since
-// it was delivered.
+// handle hands m to out and settles it, by settle, as the handler does.
 func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *message.Message, stop <-chan struct{}, settle func(func()) bool, logFields watermill.LogFields) {
 	msg, joined := natsUnmarshal(m)
 	if len(joined) > 0 {
@@ -262,13 +223,10 @@ func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *me
 		_ = m.Nak()
 		return
 	case <-timeout.C:
-		// Nobody took it within AckWait; the server redelivers it already.
+		// The server redelivers it already.
 		return
 	}
-	// The handler has it now, but its AckWait has run since the server sent
-	// it, while it waited in the client behind a slow predecessor: restart
-	// the clock, or a message that waited longer than two thirds of AckWait
-	// would be redelivered before the first progress ack below.
+	// Restart AckWait: it may have waited in the client behind another.
 	stale := func() {
 		s.logger.Info("The group's durable was created again since this message came: not settled, "+
 			"its stream sequence names another message now", logFields)
@@ -285,10 +243,7 @@ func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *me
 	send("Cannot extend AckWait of a message handed to its handler", func() error { return m.InProgress() })
 	ack := func() { send("Cannot ack message", func() error { return m.AckSync() }) }
 	nack := func() { send("Cannot nack message", func() error { return m.NakWithDelay(s.nakDelay) }) }
-	// The handler has it: tell the server it is still being worked on, every
-	// third of AckWait, so that a slow handler is neither redelivered nor
-	// interrupted (its context stays live until it answers). A consumer that
-	// dies stops these progress acks, and the server redelivers after AckWait.
+	// A progress ack every AckWait/3 keeps a slow handler's message.
 	progress := time.NewTicker(max(s.ackWait/3, time.Millisecond))
 	defer progress.Stop()
 	for {
@@ -311,9 +266,7 @@ func (s *natsSubscriber) handle(ctx context.Context, m *nats.Msg, out chan<- *me
 	}
 }
 
-// SubscribeInitialize creates the topic's stream and the group's durable
-// consumer, if missing, and brings the durable's AckWait and MaxAckPending
-// in line with the config.
+// SubscribeInitialize creates the topic's stream and the group's durable.
 func (s *natsSubscriber) SubscribeInitialize(topic string) error {
 	_, _, err := s.initialize(topic)
 	return err
@@ -357,8 +310,8 @@ func (s *natsSubscriber) initialize(topic string) (stream, durable string, err e
 	return stream, durable, nil
 }
 
-// Close ends every subscription, nacking held messages, waits until their
-// channels are closed, and drains the connection. It is idempotent.
+// Close ends the subscriptions, nacking held messages, and drains the
+// connection. It is idempotent.
 func (s *natsSubscriber) Close() error {
 	if !s.MarkClosed() {
 		return nil
@@ -370,14 +323,8 @@ func (s *natsSubscriber) Close() error {
 	return nil
 }
 
-// natsUnmarshal reads a JetStream message as watermill-nats's NATSMarshaler
-// does (the UUID from its header, every other header as metadata, the
-// headers JetStream uses for deduplication and expectations left out), but
-// never fails: a header with several values, which JetStream carries and
-// NATSMarshaler rejects, becomes one metadata value with the values joined
-// by ", " in order (as HTTP joins a repeated field), where NATSMarshaler's
-// error would leave the message nowhere to go but terminated. joined names
-// such headers.
+// natsUnmarshal is watermill-nats's NATSMarshaler that never fails: a
+// header of several values is joined by ", " and named in joined.
 func natsUnmarshal(m *nats.Msg) (msg *message.Message, joined []string) {
 	md := make(message.Metadata, len(m.Header))
 	for k, v := range m.Header {
@@ -392,7 +339,7 @@ func natsUnmarshal(m *nats.Msg) (msg *message.Message, joined []string) {
 		md.Set(k, strings.Join(v, ", "))
 	}
 	slices.Sort(joined)
-	// A repeated UUID header keeps its first value, as nats.Header.Get reads.
+	// A repeated UUID header keeps its first value.
 	msg = message.NewMessage(m.Header.Get(wmnats.WatermillUUIDHdr), m.Data)
 	msg.Metadata = md
 	return msg, joined

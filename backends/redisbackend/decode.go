@@ -9,15 +9,10 @@ import (
 	"github.com/idempotency/watermill-idempotency/backends/internal/brokerkit"
 )
 
-// redisUnmarshaller reads a stream entry as watermill-redisstream's
-// DefaultMarshallerUnmarshaller does, but never fails. The library stops
-// reading the stream, for good and with one log line, at the first entry it
-// cannot unmarshal (an entry another program added without a UUID field,
-// metadata that is not msgpack): every message after it waited
-// unconsumed. Here an entry without a UUID is handed on with an empty UUID
-// (the idempotency middleware then keys it by its requestId, or returns
-// ErrMissingKey, a permanent error for PoisonQueue), and undecodable
-// metadata is replaced by brokerkit.MetadataUndecodable.
+// redisUnmarshaller is watermill-redisstream's DefaultMarshallerUnmarshaller,
+// but never fails, where the library stopped reading the stream for good:
+// an entry without a UUID is handed on with an empty one, and undecodable
+// metadata becomes brokerkit.MetadataUndecodable.
 type redisUnmarshaller struct{}
 
 var _ redisstream.Unmarshaller = redisUnmarshaller{}

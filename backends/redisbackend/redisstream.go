@@ -20,22 +20,19 @@ func init() {
 	brokerkit.Register(brokerkit.Driver{Broker: brokerkit.RedisStreams, ParseURL: parseURL, Open: open})
 }
 
-// options are the backend's URL parameters of a redis:// URL.
 type options struct {
 	maxIdleTime   time.Duration
 	claimInterval time.Duration
 	maxLen        int64
 }
 
-// Defaults of the URL parameters. max_idle_time stays above the
-// idempotency lease (40 s): see the package documentation.
+// max_idle_time stays above the idempotency lease (40 s).
 const (
 	defaultMaxIdleTime   = 60 * time.Second
 	defaultClaimInterval = 5 * time.Second
 )
 
-// parseURL reads redis:// and rediss:// URLs as go-redis does, after
-// taking out the backend's parameters.
+// parseURL reads redis:// and rediss:// as go-redis does, less the backend's parameters.
 func parseURL(raw string) (brokerkit.Endpoint, error) {
 	rest, p, err := brokerkit.TakeParams(raw, "max_idle_time", "claim_interval", "maxlen")
 	if err != nil {
@@ -56,36 +53,15 @@ func parseURL(raw string) (brokerkit.Endpoint, error) {
 		Redelivery: o.maxIdleTime, RedeliveryParam: "max_idle_time"}, p.Err()
 }
 
-// open builds a Redis Streams publisher and consumer-group
-// subscriber, each with its own client: watermill-redisstream closes the
-// client it is given when the publisher or subscriber closes, and a router
-// closes both.
-//
-// Choices over watermill-redisstream's defaults:
-//   - Consumer is stable (the host name), where the library picks a random
-//     name per process, leaving a dead consumer behind at every restart;
-//   - NackResendSleep as configured, where the library resends a nacked
-//     message at once, in a loop;
-//   - a nack refreshes the entry's idle time in Redis (redisNackRefresh),
-//     every third of MaxIdleTime while the nack waits out NackResendSleep
-//     and once more before the resend, so a message that keeps failing
-//     stays with the consumer that holds it instead of being claimed after
-//     MaxIdleTime by another consumer, which would loop on it too;
-//   - max_idle_time and claim_interval as configured;
-//   - the first read blocks for the block time rather than forever, so Close
-//     never waits on a read that cannot be cancelled;
-//   - a new group starts at the beginning of the stream ("0"), so nothing
-//     published before its first start is skipped;
-//   - a read refused with NOGROUP (the stream was deleted, and the group
-//     with it, or the group alone) creates the group again, at "0" too
-//     (redisGroups), where the library retried the read for ever.
+// open builds a Redis Streams publisher and group subscriber, each with its
+// own client (the library closes it), as the package doc says. The first
+// read blocks for the block time only, so Close never waits.
 func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.LoggerAdapter) (brokerkit.Clients, error) {
 	o := ep.Options.(options)
 	newClient := func() (*redis.Client, error) {
 		opts, err := redis.ParseURL(ep.URL)
 		if err != nil {
-			// parseURL parsed it already; the parser's text may quote the
-			// password.
+			// parseURL parsed it already; the text may quote the password.
 			return nil, fmt.Errorf("%w: go-redis cannot parse it", brokerkit.ErrInvalidConfig)
 		}
 		if opts.ClientName == "" {
@@ -141,11 +117,8 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 			return nil, fmt.Errorf("backends: redis streams subscriber: %w", err)
 		}
 		groups.Subscriber = sub
-		// The wrapper, not the library, waits NackResendSleep before the
-		// resend, and refreshes the nacked entry's idle time meanwhile
-		// (every third of MaxIdleTime) and at its end: a NackResendSleep
-		// longer than MaxIdleTime left the entry idle long enough for
-		// another consumer to claim it.
+		// The wrapper waits NackResendSleep, refreshing the entry's idle
+		// time every third of MaxIdleTime and at its end.
 		wrapped := brokerkit.NewNackDelaySubscriber(groups, cfg.NackResendSleep)
 		wrapped.BeforeNack = (&redisNackRefresh{client: subClient, group: group, consumer: cfg.Consumer, logger: logger}).refresh
 		wrapped.RefreshEvery = max(o.maxIdleTime/3, 10*time.Millisecond)
@@ -160,30 +133,15 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 
 var invalidClientNameChars = regexp.MustCompile(`[^!-~]`)
 
-// redisClientName turns a consumer name into a client name: Redis refuses
-// one with a space or a byte outside printable ASCII, and with it every
-// connection. The consumer name in the group stays as it is.
+// redisClientName makes a consumer name a client name Redis accepts (no
+// space, printable ASCII); the consumer name in the group stays as it is.
 func redisClientName(consumer string) string {
 	return invalidClientNameChars.ReplaceAllString(consumer, "_")
 }
 
-// redisNackRefresh keeps a nacked message with the consumer that holds it.
-//
-// watermill-redisstream resends a nacked message in process: Redis never
-// hears of it, so the entry's idle time grows with every failed attempt, and
-// after MaxIdleTime another consumer of the group claims it (XCLAIM) and
-// loops on it as well, while the messages each consumer has read ahead wait
-// behind the loop. One failing message stalled the whole group, forever
-// with the idempotency middleware's MaxAttempts unset.
-//
-// refresh claims the nacked entry for its own consumer again with JUSTID
-// (XCLAIM resets the idle time; JUSTID leaves the delivery count alone), so
-// it is never idle for long while the consumer lives. It claims only
-// entries this consumer holds, and each only if it is still idle at least
-// as long as XPENDING said (a claim by another consumer meanwhile resets
-// its idle time, and the entry is left to that one). The message behind it
-// that this consumer has read ahead is not refreshed: after MaxIdleTime
-// another consumer claims and handles it.
+// redisNackRefresh keeps a nacked message with its consumer, or another
+// would claim it after MaxIdleTime and loop on it too. refresh XCLAIMs it
+// JUSTID, only if this consumer holds it as idle as XPENDING said.
 type redisNackRefresh struct {
 	client   redis.UniversalClient
 	group    string
@@ -191,8 +149,7 @@ type redisNackRefresh struct {
 	logger   watermill.LoggerAdapter
 }
 
-// redisRefreshScan bounds the pending entries of one consumer searched for
-// the nacked message.
+// redisRefreshScan bounds the pending entries searched for the nacked message.
 const redisRefreshScan = 100
 
 func (r *redisNackRefresh) refresh(stream string, msg *message.Message) {
@@ -232,21 +189,11 @@ func (r *redisNackRefresh) refresh(stream string, msg *message.Message) {
 	}
 }
 
-// redisGroupStart is where a group starts that the subscriber creates: the
-// beginning of the stream, so that nothing written before is skipped.
+// redisGroupStart is where a created group starts: nothing is skipped.
 const redisGroupStart = "0"
 
-// redisGroups creates the consumer group again on the streams its
-// subscriber reads, when a read is refused with NOGROUP.
-//
-// A stream deleted (DEL, or lost in a restart without persistence) takes
-// its groups with it, and the next XADD creates it without them. The
-// library then retries XREADGROUP for ever, and the messages wait. Its read
-// error hook (ShouldStopOnReadErrors) names no stream, so on NOGROUP every
-// stream this subscriber reads gets XGROUP CREATE ... MKSTREAM at
-// redisGroupStart; where the group exists, Redis answers BUSYGROUP and
-// nothing changes. Starting at "0" delivers everything written to the new
-// stream, also before the group was back.
+// redisGroups creates the group again on NOGROUP on every stream read: the
+// error hook names none, and BUSYGROUP changes nothing where it exists.
 type redisGroups struct {
 	message.Subscriber // the library's, set once it is built
 
@@ -258,8 +205,7 @@ type redisGroups struct {
 	streams map[string]int // subscriptions running per stream
 }
 
-// Subscribe subscribes to topic and counts the stream as read until ctx
-// ends.
+// Subscribe subscribes to topic and counts its stream as read until ctx ends.
 func (g *redisGroups) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	g.track(topic, 1)
 	msgs, err := g.Subscriber.Subscribe(ctx, topic)
@@ -279,8 +225,7 @@ func (g *redisGroups) track(stream string, n int) {
 	}
 }
 
-// onReadError creates the group again on NOGROUP. It never stops the read:
-// the library retries it after 500 ms.
+// onReadError creates the group again on NOGROUP; the library retries the read.
 func (g *redisGroups) onReadError(err error) bool {
 	if !redis.HasErrorPrefix(err, "NOGROUP") {
 		return false
@@ -311,16 +256,12 @@ func (g *redisGroups) onReadError(err error) bool {
 	return false
 }
 
-// refused reports whether err is Redis refusing the URL for good: its
-// credentials (NOAUTH, WRONGPASS, NOPERM) or its database number. Any other
-// answer may change (LOADING, BUSY, the client limit, a proxy's ERR while
-// its server is down).
+// refused reports Redis refusing the URL's credentials or database for good.
 func refused(err error) bool {
 	if redis.IsAuthError(err) || redis.IsPermissionError(err) {
 		return true
 	}
-	// HasErrorPrefix reads past a leading "ERR ". Then the client_name URL
-	// option. The last two are Redis 5's (no HELLO, so go-redis sends AUTH).
+	// HasErrorPrefix reads past "ERR ". Then client_name; the last two are Redis 5's.
 	for _, prefix := range []string{"DB index is out of range", "SELECT is not allowed in cluster mode",
 		"Client names cannot contain", "invalid password", "Client sent AUTH, but no password is set"} {
 		if redis.HasErrorPrefix(err, prefix) {

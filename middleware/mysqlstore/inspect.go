@@ -13,34 +13,25 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
-// This file is what an operator's tool (cmd/idemctl) needs: reading many
-// records with keyset pagination, and deleting a key only in the states
-// the operator named. None of it is on the path of a message.
+// Records and DeleteIf serve an operator's tool (cmd/idemctl), not messages.
 
 // logicalState is the state a row reads as: a lapsed lease is failed.
 const logicalState = `(CASE WHEN r.state = 'in_progress' AND r.lease_until <= UTC_TIMESTAMP(6) THEN 'failed' ELSE r.state END)`
 
-// rowBytes is the size of the row r's values: its variable columns'
-// lengths and its fixed ones' sizes (BINARY(32), two BIGINTs, four
-// DATETIME(6) of 8 bytes).
-// A corrupt row's NULLs count as empty.
+// rowBytes is the size of r's values; a corrupt row's NULLs count as empty.
 const rowBytes = "(32 + COALESCE(LENGTH(r.`key`), 0) + COALESCE(LENGTH(r.state), 0) + COALESCE(LENGTH(r.token), 0)" +
 	" + COALESCE(LENGTH(r.fingerprint), 0) + COALESCE(LENGTH(r.result), 0) + 2*8 + 4*8)"
 
-// prefixSQL selects the rows whose key starts with the bytes of the
-// parameters (the prefix, twice).
+// prefixSQL: the key starts with the parameter's bytes (given twice).
 const prefixSQL = "LEFT(r.`key`, LENGTH(?)) = ?"
 
-// inspectStatements are the operator's statements for the store's table.
 type inspectStatements struct{ page, lock, del string }
 
 func (s *Store) inspectSQL() inspectStatements {
 	r := strings.NewReplacer("{t}", quoteTable(s.table), "{columns}", columns, "{valid_r}", valid("r."),
 		"{state}", logicalState, "{prefix}", prefixSQL, "{bytes}", rowBytes)
 	return inspectStatements{
-		// Keyset pagination on the primary key: every page is an index range
-		// scan that starts where the last one ended, whatever the table's
-		// size. Expired rows are left out unless they are corrupt.
+		// Keyset pagination on the primary key; expired rows are left out unless corrupt.
 		page: r.Replace("SELECT r.key_hash, r.`key`, {bytes}, {columns} FROM {t} AS r" + `
 	WHERE r.key_hash > ? AND {prefix}
 	AND (NOT {valid_r} OR r.expires_at > UTC_TIMESTAMP(6))
@@ -50,26 +41,16 @@ func (s *Store) inspectSQL() inspectStatements {
 	}
 }
 
-// Records yields the live records whose key starts with prefix (all when it
-// is empty), in key_hash order. Entry.Bytes is the sum of the row's column
-// lengths, without InnoDB's overhead. It reads pages of 500 rows by
-// key_hash, holding no lock or transaction across pages: a record changed
-// during the walk is seen as its page finds it. The prefix is filtered on
-// the server, which still reads the whole index. Corrupt rows are yielded
-// with Entry.Err; a failed query is the iterator's error and ends the walk.
+// Records yields the live records whose key starts with prefix, by pages
+// of 500 without a lock across pages; Entry.Bytes sums the column lengths.
+// A corrupt row has Entry.Err; a failed query ends the walk.
 func (s *Store) Records(ctx context.Context, prefix string) iter.Seq2[idempotency.Entry, error] {
 	return s.d.Records(ctx, prefix, sqlstore.PageSize)
 }
 
-// DeleteIf deletes key's row only when its record is in one of states
-// (StateInProgress meaning a live lease; a lapsed lease is StateFailed),
-// and reports the state it found: StateAbsent for a key it does not hold.
-// It is a short READ COMMITTED transaction (a SELECT … FOR UPDATE, the
-// DELETE when the state is one of states, COMMIT), so the state it reports
-// is the one it deleted. An owner whose record was deleted gets
-// ErrLeaseLost from its next renewal, Complete or Fail, and its work's
-// context is cancelled. A corrupt row is ErrCorruptRecord and is not
-// deleted (use Delete for it).
+// DeleteIf deletes key's row only when its record is in one of states (a
+// lapsed lease is StateFailed), in one READ COMMITTED transaction, and
+// reports the state found. A corrupt row is ErrCorruptRecord and stays.
 func (s *Store) DeleteIf(ctx context.Context, key string, states ...idempotency.State) (found idempotency.State, deleted bool, err error) {
 	names, err := sqlstore.StateNames(key, states)
 	if err != nil {

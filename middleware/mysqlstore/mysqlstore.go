@@ -16,45 +16,29 @@ import (
 )
 
 var (
-	// errNilDB is New's error for a nil *sql.DB.
 	errNilDB = errors.New("mysqlstore: nil *sql.DB")
-	// errTooLong is Claim's error for a token longer than maxTokenBytes or
-	// a fingerprint longer than maxFingerprintBytes: their columns are
-	// bounded, and a server outside strict SQL mode would silently cut them.
+	// errTooLong refuses what a server outside strict mode would cut silently.
 	errTooLong = errors.New("mysqlstore: value longer than its column")
 )
 
-// The bounds of the bounded columns.
 const (
-	// maxTokenBytes is the longest owner token (VARBINARY(255));
-	// idempotency.NewToken makes 32-byte tokens.
-	maxTokenBytes = 255
-	// maxFingerprintBytes is the longest fingerprint (BLOB).
-	maxFingerprintBytes = 65535
+	maxTokenBytes       = 255   // VARBINARY(255)
+	maxFingerprintBytes = 65535 // BLOB
 )
 
 // Config configures a Store. The zero Config is valid.
 type Config struct {
-	// Table holds the records: lower-case ASCII letters, digits and
-	// underscores, not starting with a digit, at most 51 bytes (its CHECK
-	// constraint adds "_record_valid" within 64), optionally qualified by a
-	// database of the same form ("idempotency.keys"). Names are quoted in
-	// every statement. The default is idempotency_keys, in the
-	// connection's current database.
+	// Table holds the records: at most 51 bytes of [a-z0-9_], no leading digit,
+	// maybe qualified ("idempotency.keys"). The default is idempotency_keys.
 	Table string
 }
 
-// constraintSuffix makes the name of the table's CHECK constraint from the
-// table's: MySQL names constraints per database, not per table, so two
-// tables of the store in one database need two names.
+// constraintSuffix: MySQL names constraints per database, so per table here.
 const constraintSuffix = "_record_valid"
 
-// maxIdentifier is the length of a MySQL and MariaDB identifier, in
-// characters (here bytes: only ASCII is accepted).
-const maxIdentifier = 64
+const maxIdentifier = 64 // bytes of an identifier (ASCII only)
 
-// Schema returns the DDL that creates cfg's table, with its index and CHECK
-// constraint, for your own migrations: the SQL that [Store.Migrate] runs.
+// Schema returns the DDL that [Store.Migrate] runs, for your own migrations.
 func Schema(cfg Config) (string, error) {
 	table, parts, err := sqlstore.ParseTable("mysqlstore", cfg.Table, maxIdentifier, constraintSuffix)
 	if err != nil {
@@ -63,10 +47,8 @@ func Schema(cfg Config) (string, error) {
 	return buildStatements(quoteTable(table), quote(parts[len(parts)-1]+constraintSuffix)).schema, nil
 }
 
-// quote returns a validated identifier in backquotes.
 func quote(name string) string { return "`" + name + "`" }
 
-// quoteTable returns a validated, optionally qualified, table name quoted.
 func quoteTable(table string) string {
 	parts := strings.Split(table, ".")
 	for i, p := range parts {
@@ -75,10 +57,8 @@ func quoteTable(table string) string {
 	return strings.Join(parts, ".")
 }
 
-// Store is an [idempotency.Store] on a MySQL or MariaDB (InnoDB) table. It is
-// safe for concurrent use and does not own the *sql.DB: closing it is the
-// caller's business. It prepares each of its statements once, on first
-// use; Close releases them.
+// Store is an [idempotency.Store] on a MySQL or MariaDB (InnoDB) table, safe
+// for concurrent use. It does not own the *sql.DB.
 type Store struct {
 	db    *sql.DB
 	table string // as configured, for messages
@@ -91,11 +71,8 @@ type Store struct {
 
 var _ idempotency.Store = (*Store)(nil)
 
-// New returns a store on db, keeping its records in cfg.Table. db must use
-// github.com/go-sql-driver/mysql (driver name "mysql"); no DSN option is
-// required, and none changes what the store reads. New does not contact the
-// server and creates nothing: create the table once with Migrate, or with
-// the DDL that [Schema] returns.
+// New returns a store on db (github.com/go-sql-driver/mysql). It does not
+// contact the server.
 func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errNilDB
@@ -136,8 +113,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Close releases the store's prepared statements. It does not close the
-// *sql.DB. The store prepares them again if it is used after Close.
+// Close releases the prepared statements, not the *sql.DB. A later call prepares them again.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -149,12 +125,8 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// Migrate creates the store's table, with its index and CHECK constraint,
-// unless it exists. It is one CREATE TABLE IF NOT EXISTS, which MySQL and
-// MariaDB run under a metadata lock on the table's name, so it is safe to
-// run at every start, from any number of processes at once. It never alters
-// an existing table. Like every DDL statement it commits implicitly: run it
-// outside a transaction.
+// Migrate creates the table unless it exists, safe from many processes at
+// once; it never alters one. It commits implicitly: run it outside a transaction.
 func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, s.sql.schema); err != nil {
 		return fmt.Errorf("mysqlstore: migrate %s: %w", s.table, withContext(ctx, err))
@@ -162,29 +134,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// maxClaimReads bounds how often Claim writes again when its read found the
-// row changed by someone else in between (see Claim).
-const maxClaimReads = 4
+const maxClaimReads = 4 // writes of one Claim whose row moved on meanwhile
 
-// Claim implements idempotency.Store with two statements: an INSERT … ON
-// DUPLICATE KEY UPDATE that decides and writes, atomically under the row's
-// lock, and a SELECT of the row it left.
-//
-// MySQL cannot return the row from the write, so the read decides what the
-// write did: the claim acquired iff the row is IN_PROGRESS under the
-// request's token (tokens are unique to their claim, so only this claim or
-// a resend of it can have written it; no other claim can have taken it
-// since, or the token would be another's), unless the stored fingerprint
-// differs (a refusal that keeps a row a resend may have left under this
-// token). That holds even when the lease lapsed between the two statements
-// (a lease shorter than a round trip, or a stalled connection): the claim
-// is then reported acquired with its lapsed deadline, and the owner's first
-// renewal or completion finds the lease lost, rather than the claim being
-// run again and counting an attempt per try. Between the two statements the row can only move on: the holder
-// may complete or fail it, or its lease may lapse or the record expire.
-// When the read finds a record that this claim would have acquired (absent,
-// expired, FAILED, a lapsed lease), the claim is run again, so that no
-// caller is refused by a record that no longer refuses it.
+// Claim implements idempotency.Store with an INSERT … ON DUPLICATE KEY
+// UPDATE, then a SELECT: acquired iff the row is IN_PROGRESS under the
+// token with no other fingerprint. A row moved on to a claimable one is claimed again.
 func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
 	if err := idempotency.CheckClaim(key, req); err != nil {
 		return idempotency.ClaimResult{}, wrap("claim", key, err)
@@ -238,28 +192,16 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	}
 }
 
-// prepareCompletion prepares the completion's statement on the pool once,
-// before a run needs it: the in-transaction completion runs it on the
-// transaction's connection and can prepare it there (once per connection)
-// only from a statement of the pool's, which it must not take a connection
-// to make. A failure is left for the next claim.
+// prepareCompletion prepares the completion on the pool, for CompleteInTx.
 func (s *Store) prepareCompletion(ctx context.Context) {
 	if s.preparedStmt(s.sql.complete) == nil {
 		_, _ = s.stmt(ctx, s.sql.complete)
 	}
 }
 
-// Renew implements idempotency.Store with one UPDATE. It answers
-// idempotency.ErrCompletedByOwner when the key is COMPLETED by token: that
-// is how a run learns that the transaction of its in-transaction
-// completion (CompleteInTx) committed. The completion holds the row's
-// exclusive lock until its transaction ends, so a renewal sent after it
-// waits in its UPDATE, which then tests its WHERE on the row as the
-// transaction left it: still the token's lease after a rollback (the
-// renewal succeeds), COMPLETED after a commit (the UPDATE changes nothing).
-// The read that then classifies the refusal is a locking read (LOCK IN
-// SHARE MODE), which reads the row's latest committed version whatever the
-// session's isolation level, as the UPDATE did.
+// Renew implements idempotency.Store with one UPDATE. Its
+// idempotency.ErrCompletedByOwner tells a run its CompleteInTx committed:
+// the UPDATE waits on the row lock, and the refusal's read locks too.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
 	if err := idempotency.CheckOwner(key, token, lease); err != nil {
 		return wrap("renew", key, err)
@@ -281,8 +223,7 @@ func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) 
 	return s.owned(ctx, dbRunner{s}, "fail", key, token, s.sql.fail, durationMicros(ttl))
 }
 
-// Release implements idempotency.Store with a DELETE (a first attempt's
-// claim), and when that deleted nothing an UPDATE (a later attempt's).
+// Release implements idempotency.Store with a DELETE, else an UPDATE.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := idempotency.CheckRelease(key, token); err != nil {
 		return wrap("release", key, err)
@@ -300,10 +241,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return s.owned(ctx, dbRunner{s}, "release", key, token, s.sql.releaseUpdate)
 }
 
-// owned runs an owner statement (sql.go), whose last parameters are the
-// key's hash and token, and reads its answer: nil when it changed the row,
-// else what [sqlstore.Refused] makes of the row as a second statement reads
-// it.
+// owned runs an owner statement (hash and token last): nil, or [sqlstore.Refused].
 func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string, args ...any) error {
 	if err := ctx.Err(); err != nil {
 		return wrap(op, key, err)
@@ -313,17 +251,13 @@ func (s *Store) owned(ctx context.Context, q runner, op, key, token, stmt string
 	if err != nil {
 		return s.queryError(ctx, op, key, err)
 	}
-	// Without the DSN option clientFoundRows, MySQL counts the rows the
-	// statement changed, with it the rows it matched; every row the WHERE
-	// matches is changed, but for a renewal in the microsecond of the last.
+	// Only a renewal within the microsecond of the last changes nothing.
 	if n, err := res.RowsAffected(); err == nil && n > 0 {
 		return nil
 	}
 	fallback := q.fallback()
 	if op == "renew" {
-		// The witness of an in-transaction completion's commit (see Renew):
-		// read the row as the UPDATE did, locked, never from a snapshot.
-		fallback = s.sql.fallbackLocked
+		fallback = s.sql.fallbackLocked // as the UPDATE read it: see Renew
 	}
 	var r sqlstore.Row
 	err = q.queryRow(ctx, fallback, hash).Scan(dest(&r)...)
@@ -343,11 +277,9 @@ func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error)
 	return s.d.Get(ctx, key)
 }
 
-// Delete implements idempotency.Store with one DELETE, which removes any row,
-// a corrupt one included.
+// Delete implements idempotency.Store with one DELETE; it removes a corrupt row too.
 func (s *Store) Delete(ctx context.Context, key string) error { return s.d.Delete(ctx, key) }
 
-// checkLengths refuses a token or fingerprint longer than its column.
 func checkLengths(token string, fingerprint []byte) error {
 	if len(token) > maxTokenBytes {
 		return fmt.Errorf("%w: the token has %d bytes, at most %d fit", errTooLong, len(token), maxTokenBytes)
@@ -358,10 +290,8 @@ func checkLengths(token string, fingerprint []byte) error {
 	return nil
 }
 
-// durationMicros is d in microseconds for the statements' INTERVALs.
 func durationMicros(d time.Duration) int64 { return sqlstore.DurationMicros(d) }
 
-// MySQL and MariaDB error numbers the store translates or retries.
 const (
 	errNoSuchTable         = 1146 // ER_NO_SUCH_TABLE
 	errDeadlock            = 1213 // ER_LOCK_DEADLOCK
@@ -371,9 +301,7 @@ const (
 	deadlockRetryBaseDelay = time.Millisecond
 )
 
-// queryError translates an error of the driver: a CHECK constraint that
-// refuses to write a row back is a corrupt record; a missing table says how
-// to create it; an error caused by the context's end matches its error.
+// queryError makes a CHECK violation a corrupt record, and names a missing table.
 func (s *Store) queryError(ctx context.Context, op, key string, err error) error {
 	var myErr *mysql.MySQLError
 	if errors.As(err, &myErr) {
@@ -387,15 +315,12 @@ func (s *Store) queryError(ctx context.Context, op, key string, err error) error
 	return wrap(op, key, withContext(ctx, err))
 }
 
-// isNoSuchTable reports whether err is the server's error for a missing
-// table.
 func isNoSuchTable(err error) bool {
 	var myErr *mysql.MySQLError
 	return errors.As(err, &myErr) && myErr.Number == errNoSuchTable
 }
 
-// isDeadlock reports whether err is InnoDB's deadlock error, after which
-// the server has rolled the statement's transaction back.
+// isDeadlock reports InnoDB's deadlock error, which rolled the transaction back.
 func isDeadlock(err error) bool {
 	var myErr *mysql.MySQLError
 	return errors.As(err, &myErr) && myErr.Number == errDeadlock

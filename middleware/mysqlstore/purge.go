@@ -13,25 +13,16 @@ import (
 //
 //	go func() { _ = store.PurgeEvery(ctx, 5*time.Minute, 1000, logger) }()
 //
-// Expired records already read as absent; purging reclaims their space.
-// Each round deletes batch rows per statement, oldest expiry first, again
-// while a batch comes back full. Each statement is a short READ COMMITTED
-// transaction that locks expired rows, skipping those locked by others,
-// and deletes them one by one: it waits for no one, so no claim queues
-// behind it. A
-// row a claim revived is kept; any number of processes may purge at once. A failed round is logged at Error (a nil logger logs
-// nothing) and retried at the next. It returns an error at once for a
-// batch below 1 or an interval below 1 ns. A batch of a few thousand
-// keeps each transaction well under a second.
+// Each round deletes batch rows per short transaction, oldest first, while
+// batches come back full, skipping locked rows: no claim waits for it. A
+// failed round is logged at Error (a nil logger logs nothing) and retried
+// at the next. A batch below 1 or an interval below 1 ns is an error.
 func (s *Store) PurgeEvery(ctx context.Context, interval time.Duration, batch int, logger watermill.LoggerAdapter) error {
 	return s.d.PurgeEvery(ctx, interval, batch, logger)
 }
 
-// deleteExpired is one purge of up to batch expired rows (see purgeSQL): it
-// returns how many it deleted. It deletes the rows one by one, by primary
-// key: a DELETE of many keys may be run as a scan of the table (the
-// optimizer's choice when they are most of it), which waits for every row
-// that others hold locked.
+// deleteExpired purges up to batch expired rows (see purgeSQL) one by one
+// by primary key: a DELETE of many keys may scan the table, waiting on locks.
 func (s *Store) deleteExpired(ctx context.Context, batch int) (int64, error) {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {

@@ -5,19 +5,14 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
-// dest returns the scan destinations of r's columns (sql.go's columns,
-// whose times are microseconds since the Unix epoch), in order.
-// [sqlstore.Row.Check] accepts exactly the rows validSQL holds true for; a
-// test keeps the two in step.
+// dest returns columns' scan destinations; Row.Check matches validSQL (tested).
 func dest(r *sqlstore.Row) []any {
 	return []any{&r.State, &r.Token, &r.Attempts, &r.Fingerprint, &r.Result,
 		sqlstore.Micros{T: &r.Created}, sqlstore.Micros{T: &r.Updated}, sqlstore.Micros{T: &r.LeaseUntil},
 		&r.ClaimTTL, sqlstore.Micros{T: &r.ExpiresAt}, sqlstore.Micros{At: &r.Now}}
 }
 
-// claimedRecord is the record of a claim that acquired the (checked) row:
-// IN_PROGRESS with its token, also when its lease lapsed since the claim
-// wrote it.
+// claimedRecord is an acquired claim's record, even when its lease lapsed since.
 func claimedRecord(r *sqlstore.Row) idempotency.Record {
 	rec := r.Record(true)
 	rec.State = idempotency.StateInProgress

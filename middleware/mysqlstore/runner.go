@@ -6,8 +6,7 @@ import (
 	"time"
 )
 
-// runner runs the store's statements: on the pool, each in its own
-// (autocommit) transaction, or inside a caller's transaction.
+// runner runs statements on the pool (autocommit) or in a caller's transaction.
 type runner interface {
 	exec(ctx context.Context, query string, args ...any) (sql.Result, error)
 	queryRow(ctx context.Context, query string, args ...any) *sql.Row
@@ -15,11 +14,7 @@ type runner interface {
 	fallback() string
 }
 
-// stmt returns the store's prepared statement of query, preparing it on
-// first use. database/sql prepares it again on each connection that runs
-// it, once: a statement then costs one round trip, where a query with
-// arguments costs two (prepare, execute) unless the DSN sets
-// interpolateParams.
+// stmt returns query's statement, prepared on first use: one round trip, not two.
 func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	if st := s.preparedStmt(query); st != nil {
 		return st, nil
@@ -38,17 +33,13 @@ func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	return st, nil
 }
 
-// preparedStmt returns the prepared statement of query, or nil when it was
-// not prepared yet.
 func (s *Store) preparedStmt(query string) *sql.Stmt {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.prepared[query]
 }
 
-// dbRunner runs each statement on its own, in autocommit. A statement that
-// InnoDB chose as a deadlock's victim was rolled back whole, so it is run
-// again.
+// dbRunner runs each statement in autocommit; a deadlock's victim is run again.
 type dbRunner struct{ s *Store }
 
 func (d dbRunner) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
@@ -70,8 +61,7 @@ func (d dbRunner) exec(ctx context.Context, query string, args ...any) (sql.Resu
 func (d dbRunner) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
 	st, err := d.s.stmt(ctx, query)
 	if err != nil {
-		// A *sql.Row cannot be made with an error; the same query unprepared
-		// reports the same error through Scan.
+		// The unprepared query reports the same error through Scan.
 		return d.s.db.QueryRowContext(ctx, query, args...)
 	}
 	return st.QueryRowContext(ctx, args...)
@@ -79,17 +69,8 @@ func (d dbRunner) queryRow(ctx context.Context, query string, args ...any) *sql.
 
 func (d dbRunner) fallback() string { return d.s.sql.fallback }
 
-// txRunner runs the statements in the caller's transaction, on its
-// connection only: through the store's prepared statement when there is one
-// (database/sql reuses it when it was prepared on that connection, and
-// prepares it there otherwise), else as a plain query. It never takes a
-// second connection from the pool, which a pool whose every connection
-// holds a handler's transaction could not give. Nothing is retried: a
-// deadlock rolled the whole transaction back.
-//
-// A transaction of another *sql.DB (a second pool on the same server)
-// cannot use the store's statements: database/sql refuses them before
-// sending anything, and the statement then runs as a plain query.
+// txRunner runs on the transaction's connection only (a full pool has no
+// other), by the prepared statement if accepted. Nothing is retried.
 type txRunner struct {
 	s  *Store
 	tx *sql.Tx
@@ -116,14 +97,11 @@ func (t txRunner) queryRow(ctx context.Context, query string, args ...any) *sql.
 	return t.tx.QueryRowContext(ctx, query, args...)
 }
 
-// refused reports whether err is the error that database/sql gave st in
-// place of a statement (one of another pool, say), so nothing was sent:
-// such a Stmt answers every call, Close too, with that one error.
+// refused reports that database/sql refused st (another pool's): nothing was sent.
 func refused(st *sql.Stmt, err error) bool { return err != nil && st.Close() == err }
 
 func (t txRunner) fallback() string { return t.s.sql.fallbackLocked }
 
-// sleepCtx sleeps for d, or until ctx ends; it reports whether it slept.
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -12,12 +12,9 @@ import (
 // ErrInvalidURL is returned by ParseURL for a URL it cannot read.
 var ErrInvalidURL = errors.New("mysqlstore: invalid mysql:// URL")
 
-// ParseURL reads a URL of the form mysql://user:password@host:port/database?param=value
-// (the form operators' tools and environment variables use; mariadb:// is
-// the same) into the driver's configuration, for mysql.NewConnector and
-// sql.OpenDB. The port defaults to 3306; query parameters are the driver's
-// DSN parameters (tls, timeout, readTimeout, …), and any other name is set
-// as a session system variable, as in a DSN.
+// ParseURL reads mysql:// or mariadb://user:password@host:port/database?param=value
+// into the driver's configuration. The port defaults to 3306; parameters
+// are as in a DSN.
 func ParseURL(rawURL string) (*mysql.Config, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -29,10 +26,7 @@ func ParseURL(rawURL string) (*mysql.Config, error) {
 	if u.Host == "" {
 		return nil, fmt.Errorf("%w: %q names no host", ErrInvalidURL, rawURL)
 	}
-	// The query is the driver's DSN parameters, parsed by the driver so that
-	// each means what its documentation says; user, password, host and
-	// database are set as they are, so that no character of a password
-	// needs DSN escaping.
+	// The driver parses the query; the rest is set as is: no DSN escaping.
 	cfg, err := mysql.ParseDSN("/?" + u.RawQuery)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidURL, err)

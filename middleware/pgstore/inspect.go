@@ -12,9 +12,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
-// This file is what an operator's tool (cmd/idemctl) needs: reading many
-// records with keyset pagination, and deleting a key only in the states
-// the operator named. None of it is on the path of a message.
+// Records and DeleteIf serve an operator's tool (cmd/idemctl), not messages.
 
 // logicalState is the state a row reads as: a lapsed lease is failed.
 const logicalState = `(CASE WHEN r.state = 'in_progress' AND r.lease_until <= statement_timestamp() THEN 'failed' ELSE r.state END)`
@@ -26,9 +24,7 @@ func (s *Store) inspectSQL() inspectStatements {
 	t := pgx.Identifier(strings.Split(s.table, ".")).Sanitize() // validated by New
 	r := strings.NewReplacer("{t}", t, "{columns}", columns, "{valid_r}", valid("r"), "{state}", logicalState)
 	return inspectStatements{
-		// Keyset pagination on the primary key: every page is an index range
-		// scan that starts where the last one ended, whatever the table's
-		// size. Expired rows are left out unless they are corrupt.
+		// Keyset pagination on the primary key; expired rows are left out unless corrupt.
 		page: r.Replace(`SELECT r.key_hash, r.key, pg_column_size(r.*), {columns} FROM {t} AS r
 	WHERE r.key_hash > $1 AND substring(r.key from 1 for octet_length($2::bytea)) = $2::bytea
 	AND (NOT {valid_r} OR r.expires_at > statement_timestamp())
@@ -39,25 +35,19 @@ func (s *Store) inspectSQL() inspectStatements {
 	}
 }
 
-// Records yields the live records whose key starts with prefix (all when it
-// is empty), in key_hash order. Entry.Bytes is the row's pg_column_size.
-// It reads pages of 500 rows by key_hash, holding no lock or transaction
-// across pages: a record changed during the walk is seen as its page finds
-// it. The prefix is filtered on the server, which still reads the whole
-// index. Corrupt rows are yielded with Entry.Err; a failed query is the
-// iterator's error and ends the walk.
+// Records yields the live records whose key starts with prefix, in
+// key_hash order, by pages of 500 rows without a lock across pages.
+// Entry.Bytes is pg_column_size. A corrupt row has Entry.Err; a failed
+// query is the iterator's error and ends the walk.
 func (s *Store) Records(ctx context.Context, prefix string) iter.Seq2[idempotency.Entry, error] {
 	return s.d.Records(ctx, prefix, sqlstore.PageSize)
 }
 
-// DeleteIf deletes key's row, in one statement, only when its record is in
-// one of states (StateInProgress meaning a live lease; a lapsed lease is
-// StateFailed), and reports the state it found: StateAbsent for a key it
-// does not hold. An owner whose record was deleted gets ErrLeaseLost from
-// its next renewal, Complete or Fail, and its work's context is cancelled.
-// A corrupt row is ErrCorruptRecord and is kept (Delete removes it). When
-// nothing was deleted, a second statement reads the state, which may be
-// newer than what the DELETE saw.
+// DeleteIf deletes key's row in one statement only when its record is in
+// one of states (a lapsed lease is StateFailed), and reports the state
+// found: StateAbsent for none. The owner then gets ErrLeaseLost. A corrupt
+// row is ErrCorruptRecord and stays: Delete removes it. When nothing was
+// deleted, a second read reports the state, maybe newer.
 func (s *Store) DeleteIf(ctx context.Context, key string, states ...idempotency.State) (found idempotency.State, deleted bool, err error) {
 	names, err := sqlstore.StateNames(key, states)
 	if err != nil {

@@ -15,36 +15,29 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
-// errNilPool is New's error for a nil pool.
 var errNilPool = errors.New("pgstore: nil pgx pool")
 
-// indexSuffix makes the name of the table's expiry index from the table's.
 const indexSuffix = "_expires_at"
 
-// maxIdentifier is PostgreSQL's identifier length (NAMEDATALEN-1 bytes);
-// longer names are truncated by the server, which could make two tables'
-// index names collide, so they are refused instead.
+// maxIdentifier is NAMEDATALEN-1: the server would truncate longer names,
+// and two index names could collide.
 const maxIdentifier = 63
 
 // Config configures a Store. The zero Config is valid.
 type Config struct {
 	// Table holds the records: lower-case ASCII letters, digits and
-	// underscores, not starting with a digit, at most 52 bytes (its index
-	// adds "_expires_at" within PostgreSQL's 63), optionally qualified by a
-	// schema of the same form ("idempotency.keys"). Names are quoted in
-	// every statement. The default is idempotency_keys, resolved through
-	// the connection's search_path.
+	// underscores, not starting with a digit, at most 52 bytes, optionally
+	// qualified by a schema ("idempotency.keys"). The default is
+	// idempotency_keys, through the connection's search_path.
 	Table string
 }
 
-// Schema returns the DDL that creates cfg's table and its index, for your
-// own migrations: the SQL that [Store.Migrate] runs.
+// Schema returns the DDL that [Store.Migrate] runs, for your own migrations.
 func Schema(cfg Config) (string, error) {
 	_, parts, err := sqlstore.ParseTable("pgstore", cfg.Table, maxIdentifier, indexSuffix)
 	return statementsFor(parts).schema, err
 }
 
-// statementsFor builds the store's SQL for the (validated) table's parts.
 func statementsFor(parts []string) statements {
 	if parts == nil {
 		return statements{}
@@ -52,9 +45,8 @@ func statementsFor(parts []string) statements {
 	return buildStatements(pgx.Identifier(parts).Sanitize(), pgx.Identifier{parts[len(parts)-1] + indexSuffix}.Sanitize())
 }
 
-// Store is an [idempotency.Store] on a PostgreSQL table. It is safe for
-// concurrent use and does not own the pool: closing it is the caller's
-// business.
+// Store is an [idempotency.Store] on a PostgreSQL table, safe for
+// concurrent use. It does not own the pool.
 type Store struct {
 	pool  *pgxpool.Pool
 	table string // as configured, for messages
@@ -64,9 +56,8 @@ type Store struct {
 
 var _ idempotency.Store = (*Store)(nil)
 
-// New returns a store on pool, keeping its records in cfg.Table. New does not
-// contact the server and creates nothing: create the table once with
-// [Store.Migrate], or with the DDL that [Schema] returns.
+// New returns a store on pool. It does not contact the server: create the
+// table with [Store.Migrate] or [Schema].
 func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, errNilPool
@@ -102,23 +93,20 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Migrate creates the store's table and index unless they exist. It is safe
-// to run at every start, from any number of processes at once: a transaction
-// holds an advisory lock on the table's name while it runs the DDL. It never
-// alters an existing table. It fails when another relation of the schema
-// has the name of the table's index (a table named <table>_expires_at).
+// Migrate creates the table and index unless they exist, under an advisory
+// lock on the table's name, so it is safe from any number of processes at
+// once. It never alters a table. It fails when another relation has the
+// index's name (a table named <table>_expires_at).
 func (s *Store) Migrate(ctx context.Context) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// CREATE TABLE IF NOT EXISTS is not safe against itself: two at once
-		// may both find no table and one then fails on a catalog key.
+		// Two CREATE TABLE IF NOT EXISTS at once may fail on a catalog key.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "pgstore.migrate:"+s.table); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, s.sql.schema); err != nil {
 			return err
 		}
-		// CREATE INDEX IF NOT EXISTS skips silently when any relation of
-		// the schema has the index's name (a table named so, say).
+		// CREATE INDEX IF NOT EXISTS skips when any relation has the index's name.
 		parts := strings.Split(s.table, ".")
 		index := parts[len(parts)-1] + indexSuffix
 		var indexed bool
@@ -160,13 +148,11 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 		return idempotency.ClaimResult{}, wrap("claim", key, err)
 	}
 	if r.Expired() {
-		// The statement overwrites an expired well-formed row, so this is a
-		// row it failed to understand: reported, never trusted.
+		// The statement overwrites an expired valid row: this one it misread.
 		return idempotency.ClaimResult{}, wrap("claim", key, fmt.Errorf("%w: the claim returned an expired record", idempotency.ErrCorruptRecord))
 	}
-	// The statement acquired the key iff the row is now a live lease of the
-	// request's token, unless the fingerprints differ: that refusal keeps the
-	// row as it was, which a resent claim may have left under this token.
+	// Acquired iff the row is the token's live lease, unless the
+	// fingerprints differ: that refusal keeps a resend's row as it was.
 	refusedFP := len(fp) > 0 && len(r.Fingerprint) > 0 && string(fp) != string(r.Fingerprint)
 	if r.Holds(req.Token) && !refusedFP {
 		return idempotency.ClaimResult{Acquired: true, Record: r.Record(true)}, nil
@@ -174,16 +160,9 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	return idempotency.ClaimResult{Record: r.Record(false)}, nil
 }
 
-// Renew implements idempotency.Store with one UPDATE. It answers
-// idempotency.ErrCompletedByOwner when the key is COMPLETED by token: a
-// renewal that waited for the row lock of the owner's own transactional
-// completion (CompleteInTx) tells so that its transaction committed. Such
-// a renewal sees the commit only in the UPDATE, which re-reads the row
-// after the wait, not in its fallback row, read from the statement's
-// snapshot: when the UPDATE refused a row that the snapshot shows as the
-// token's live lease, the row changed while the statement waited, and the
-// statement runs once more to read what it became (the one case of two
-// statements for a renewal).
+// Renew implements idempotency.Store with one UPDATE. Its
+// idempotency.ErrCompletedByOwner tells a run its CompleteInTx committed.
+// When the UPDATE refused a row its snapshot shows as the token's, it runs again.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
 	if err := idempotency.CheckOwner(key, token, lease); err != nil {
 		return wrap("renew", key, err)
@@ -192,8 +171,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duratio
 	if errors.Is(err, sqlstore.ErrRenewRaced) {
 		err = s.owned(ctx, s.pool, "renew", key, token, s.sql.renew, micros(lease))
 		if errors.Is(err, sqlstore.ErrRenewRaced) {
-			// Changed under it twice: whatever it became, the token does not
-			// hold it now.
+			// Changed under it twice: the token does not hold it now.
 			err = wrap("renew", key, idempotency.ErrLeaseLost)
 		}
 	}
@@ -213,8 +191,7 @@ func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) 
 	return s.owned(ctx, s.pool, "fail", key, token, s.sql.fail, micros(ttl))
 }
 
-// Release implements idempotency.Store with one statement (a DELETE or an
-// UPDATE, whichever applies).
+// Release implements idempotency.Store with one DELETE or UPDATE.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if err := idempotency.CheckRelease(key, token); err != nil {
 		return wrap("release", key, err)
@@ -222,9 +199,7 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	return s.owned(ctx, s.pool, "release", key, token, s.sql.release)
 }
 
-// owned runs an owner statement (sql.go) and reads its answer: nil when it
-// was applied, else what [sqlstore.Refused] makes of the row it returns
-// (sqlstore.ErrRenewRaced, unwrapped, for a renewal that Renew runs again).
+// owned runs an owner statement: nil when applied, else [sqlstore.Refused].
 func (s *Store) owned(ctx context.Context, q Querier, op, key, token, stmt string, args ...any) error {
 	if err := ctx.Err(); err != nil {
 		return wrap(op, key, sqlstore.WithContext(ctx, err))
@@ -251,16 +226,14 @@ func (s *Store) Get(ctx context.Context, key string) (idempotency.Record, error)
 	return s.d.Get(ctx, key)
 }
 
-// Delete implements idempotency.Store with one DELETE, which removes any row,
-// a corrupt one included.
+// Delete implements idempotency.Store with one DELETE; it removes a corrupt row too.
 func (s *Store) Delete(ctx context.Context, key string) error { return s.d.Delete(ctx, key) }
 
-// micros is d in microseconds for the statements' intervals.
 func micros(d time.Duration) int64 { return sqlstore.DurationMicros(d) }
 
-// queryError translates an error of pgx: a CHECK constraint that refuses to
-// write a row back (one that violates a constraint added NOT VALID) is a
-// corrupt record; an error caused by the context's end matches its error.
+// queryError translates a pgx error: a CHECK violation (of a constraint
+// added NOT VALID) is a corrupt record, a missing table says how to create
+// it, a context's end matches it.
 func (s *Store) queryError(ctx context.Context, op, key string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

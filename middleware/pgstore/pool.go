@@ -8,25 +8,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// sessionTimeoutParam is the PostgreSQL setting that ApplyPoolSettings sets.
 const sessionTimeoutParam = "idle_in_transaction_session_timeout"
 
-// ApplyPoolSettings sets on cfg, the pool's config, what the transactional
-// completion ([Store.CompleteInTx]) asks of the pool's sessions, given
-// lease, the idempotency lease (zero means OnceConfig's default, 40 s):
-// idle_in_transaction_session_timeout at half the lease, sent at every
-// connect as a runtime parameter, so that a consumer stalled between its
-// completion and its COMMIT has its session ended, its transaction rolled
-// back and the key's row lock released well before another consumer may
-// claim the key. A value already in cfg (from the connection string's
-// options, say) is kept. It returns an error for a negative lease.
+// ApplyPoolSettings sets idle_in_transaction_session_timeout to half of
+// lease on cfg's sessions (a zero lease means the default, 40 s), unless cfg
+// sets it. A consumer stalled before its COMMIT then has its transaction
+// rolled back and the row lock released before another may claim the key.
+// A negative lease is an error.
 //
 //	cfg, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
 //	err = pgstore.ApplyPoolSettings(cfg, idemCfg.LeaseTTL)
 //	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 //
-// Set TCP keepalives (the connection string's keepalives options) too, so
-// that a cut connection is noticed.
+// Set TCP keepalives too, so that a cut connection is noticed.
 func ApplyPoolSettings(cfg *pgxpool.Config, lease time.Duration) error {
 	if cfg == nil {
 		return fmt.Errorf("pgstore: ApplyPoolSettings: nil *pgxpool.Config")

@@ -13,12 +13,10 @@ import (
 //	go func() { _ = store.PurgeEvery(ctx, 5*time.Minute, 1000, logger) }()
 //
 // Expired records already read as absent; purging reclaims their space.
-// Each round deletes batch rows per statement, again while a batch comes
-// back full. Rows a claim is reviving, or another purge deleting, are
-// skipped, so any number of processes may purge at once. A failed round is
-// logged at Error (a nil logger logs nothing) and retried at the next. It
-// returns an error at once for a batch below 1 or an interval below 1 ns.
-// A batch of a few thousand keeps each statement well under a second.
+// Each round deletes batch rows per statement while batches come back
+// full, skipping locked rows, so any number of processes may purge at once.
+// A failed round is logged at Error (a nil logger logs nothing) and retried
+// at the next. A batch below 1 or an interval below 1 ns is an error at once.
 func (s *Store) PurgeEvery(ctx context.Context, interval time.Duration, batch int, logger watermill.LoggerAdapter) error {
 	return s.d.PurgeEvery(ctx, interval, batch, logger)
 }

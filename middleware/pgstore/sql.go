@@ -6,57 +6,41 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
-// The statements of a store, built once by New for its table. Each
-// transition is one of them: one statement, one round trip, atomic on the
-// server. Keys, tokens and values travel only as parameters, never spliced
-// into the text; the only spliced names are the table's and its index's,
-// which Config validation limits to plain identifiers and which are quoted
-// besides.
-//
-// Parameters carry durations as bigint microseconds, turned into intervals by
-// multiplying interval '1 microsecond': an interval of pure time (no days or
-// months), so adding it to a timestamptz moves it by exactly that many
-// microseconds whatever the session's time zone.
-//
-// Every time is statement_timestamp(), the server's clock: one reading per
-// statement (it is STABLE), taken when the statement arrives, also inside a
-// longer transaction (where now() would be the transaction's start).
+// The statements of a store, built once by New: one per transition, one
+// round trip. Values travel only as parameters; the only spliced names, the
+// table's and its index's, are validated and quoted. Durations are bigint
+// microseconds times interval '1 microsecond', exact in any time zone. Every
+// time is statement_timestamp(), the server's clock, once per statement.
 type statements struct {
 	claim, get, renew, complete, fail, release, del, purge string
 	schema                                                 string
 }
 
-// columns is the record as every statement returns it, in the order of
-// row.dest, for the table alias r; the last column is the statement's clock.
+// columns is the record in the order of dest, for alias r; the last is the
+// statement's clock.
 const columns = `r.state, r.token, r.attempts, r.fingerprint, r.result, r.created_at, r.updated_at, r.lease_until, r.claim_ttl_us, r.expires_at, statement_timestamp()`
 
-// fallbackColumns is columns for the alias c of an owner statement's
-// fallback row, which only classifies a refusal: the fingerprint is left
-// out, and the result is reduced to an empty value when present, so that a
-// resent Complete does not carry a large result back.
+// fallbackColumns, for alias c, leave out the fingerprint and empty the
+// result, so a resent Complete does not carry it back.
 const fallbackColumns = `c.state, c.token, c.attempts, NULL::bytea, CASE WHEN c.result IS NULL THEN NULL ELSE ''::bytea END, c.created_at, c.updated_at, c.lease_until, c.claim_ttl_us, c.expires_at, statement_timestamp()`
 
-// validSQL and checkSQL are the record's invariant (see sqlstore.ValidSQL),
-// for the alias {r}. and for the CHECK constraint.
+// validSQL and checkSQL are the record's invariant (sqlstore.ValidSQL), for
+// alias {r}. and for the CHECK constraint, named per table.
 var validSQL = sqlstore.ValidSQL("''::bytea")
 
 var checkSQL = sqlstore.CheckSQL("''::bytea")
 
-// constraintName names the CHECK constraint of validSQL. Constraint names
-// are per table, so every table can use the same one.
 const constraintName = "idempotency_record_valid"
 
 func valid(alias string) string {
 	return strings.ReplaceAll(validSQL, "{r}", alias+".")
 }
 
-// heldSQL is the condition of an owner's transition: the alias r is a valid
-// IN_PROGRESS record whose live lease $2 holds. A lapsed lease is held by
-// nobody, even when nobody claimed the key since (a strict fence).
+// heldSQL is an owner's condition: alias r is a valid IN_PROGRESS record
+// whose live lease $2 holds; a lapsed lease is nobody's.
 const heldSQL = `r.key_hash = $1 AND r.state = 'in_progress' AND r.token = $2
 	AND r.lease_until > statement_timestamp() AND r.expires_at > statement_timestamp() AND `
 
-// intervalOf is the interval of the bigint microseconds parameter p.
 func intervalOf(p string) string {
 	return "(" + p + "::bigint * interval '1 microsecond')"
 }
@@ -89,9 +73,8 @@ func buildStatements(table, index string) statements {
 	}
 }
 
-// schemaSQL is the table. key_hash, the SHA-256 of the key, is the primary
-// key: keys are arbitrary bytes of any length, and a B-tree entry cannot
-// exceed about 2.7 kB. key keeps the key itself, for operators.
+// schemaSQL is the table. The primary key is key_hash, the key's SHA-256:
+// a B-tree entry holds at most about 2.7 kB.
 const schemaSQL = `CREATE TABLE IF NOT EXISTS {t} (
 	key_hash     bytea       PRIMARY KEY,
 	key          bytea       NOT NULL,
@@ -113,30 +96,19 @@ CREATE INDEX IF NOT EXISTS {index} ON {t} (expires_at);
 // claimSQL is Claim: $1 key_hash, $2 key, $3 token, $4 lease µs, $5 TTL µs,
 // $6 fingerprint (NULL for none).
 //
-// done: a duplicate of a COMPLETED key, the commonest refusal, is answered
-// from the statement's snapshot, with no lock and no write. COMPLETED is
-// terminal until the row expires or is deleted, so the snapshot's version is
-// the key's state at a moment within the call.
+// done answers a COMPLETED duplicate from the snapshot, with no lock or
+// write: COMPLETED is terminal until expiry or deletion. Otherwise claimed
+// inserts, or updates under the row lock with d.action:
 //
-// claimed: otherwise an absent key is inserted, and a present one is always
-// updated; the update decides, on the latest version of the row and under
-// its row lock, what the claim does (d.action):
-//
-//	keep   a corrupt row, a fingerprint that differs, COMPLETED, a live
-//	       lease of another token: every column is written back unchanged
-//	fresh  an expired row: overwritten by a new record, attempt 1
-//	again  a live lease of $3 (a resent claim): the lease counts from now,
-//	       no new attempt, no new transition
+//	keep   corrupt, another fingerprint, COMPLETED, another's live lease
+//	fresh  expired: a new record, attempt 1
+//	again  a live lease of $3 (a resend): the lease counts from now
 //	next   FAILED, or a lapsed lease: attempt n+1 under $3
 //
-// The update is unconditional on purpose: an ON CONFLICT DO UPDATE whose
-// WHERE is false returns no row, and the statement's snapshot cannot supply
-// it (under READ COMMITTED, a row inserted by a claim that committed after
-// the snapshot was taken is invisible to it, yet is the row that refused the
-// claim). Writing the row back unchanged makes RETURNING give the latest
-// version in every case: one statement, race-free. It costs a row version
-// per refusal that is not a COMPLETED duplicate, which such a refusal would
-// pay in WAL anyway (ON CONFLICT locks the row, and the lock is logged).
+// The update is unconditional: with a false WHERE, ON CONFLICT returns no
+// row, and the snapshot may not see a row committed after it. Writing back
+// unchanged makes RETURNING give the latest row, race-free, for one row
+// version per refusal.
 const claimSQL = `WITH done AS (
 	SELECT {columns} FROM {t} AS r
 	WHERE r.key_hash = $1 AND r.state = 'completed' AND r.expires_at > statement_timestamp() AND {valid_r}),
@@ -175,20 +147,14 @@ SELECT * FROM done UNION ALL SELECT * FROM claimed`
 const getSQL = `SELECT {columns} FROM {t} AS r WHERE r.key_hash = $1`
 
 // The owner statements update the row only if their token holds its live
-// lease ({held}), and report whether they did. When they did not, they also
-// return the row as the statement's snapshot has it, to tell a resent
-// Complete or Fail (nil), a corrupt row (ErrCorruptRecord) and a lost lease
-// apart. The update decides on the latest version of the row (READ
-// COMMITTED re-checks its WHERE after waiting for a concurrent writer); the
-// snapshot's version may be older, which only matters for rows that the
-// token can no longer hold, and for which an older version answers no
-// differently: a COMPLETED or FAILED record of this token's stays so until
-// it expires or is deleted, and a corrupt row is never rewritten.
+// lease ({held}), and report whether they did. If not, they return the row
+// from the statement's snapshot, to tell a resend, a corrupt row and a lost
+// lease apart. The update judges the latest row; an older snapshot answers
+// no differently for a row the token no longer holds, which stays so.
 const ownerTail = `c.key_hash IS NOT NULL, {fallback}
 FROM (VALUES (0)) AS one (x) LEFT JOIN {t} AS c ON c.key_hash = $1 AND NOT EXISTS (SELECT FROM applied)`
 
-// renewSQL is Renew: $1 key_hash, $2 token, $3 lease µs. The record keeps
-// its claim's TTL after the new deadline.
+// renewSQL is Renew: $1 key_hash, $2 token, $3 lease µs.
 const renewSQL = `WITH applied AS (
 	UPDATE {t} AS r SET lease_until = statement_timestamp() + {micros3},
 		expires_at = statement_timestamp() + {micros3} + r.claim_ttl_us * interval '1 microsecond'
@@ -196,10 +162,8 @@ const renewSQL = `WITH applied AS (
 	RETURNING 1)
 SELECT EXISTS (SELECT FROM applied), ` + ownerTail
 
-// finishSQL is the statement of Complete and Fail: the owner's row takes
-// set (its new state, and what comes with it), gives up its lease and
-// expires ttl from now. The token stays in the row: it recognises a resent
-// Complete or Fail.
+// finishSQL is Complete's and Fail's statement: the row takes set, gives up
+// its lease and expires ttl from now. The token stays, to recognise a resend.
 func finishSQL(set, ttl string) string {
 	return `WITH applied AS (
 	UPDATE {t} AS r SET ` + set + `,
@@ -210,17 +174,15 @@ func finishSQL(set, ttl string) string {
 SELECT EXISTS (SELECT FROM applied), ` + ownerTail
 }
 
-// completeSQL is Complete: $1 key_hash, $2 token, $3 result (never NULL),
-// $4 TTL µs.
+// completeSQL is Complete: $1 key_hash, $2 token, $3 result (never NULL), $4 TTL µs.
 var completeSQL = finishSQL(`state = 'completed', result = $3`, "{micros4}")
 
 // failSQL is Fail: $1 key_hash, $2 token, $3 TTL µs.
 var failSQL = finishSQL(`state = 'failed'`, "{micros3}")
 
-// releaseSQL is Release: $1 key_hash, $2 token. A first attempt's row is
-// deleted; a later attempt's goes back to FAILED with one attempt fewer and
-// no token, kept for the claim's TTL from now. The two conditions exclude
-// each other, so at most one of the two sub-statements touches the row.
+// releaseSQL is Release: $1 key_hash, $2 token. Attempt 1 is deleted; a
+// later one goes back to FAILED, one attempt fewer, kept the claim's TTL.
+// At most one sub-statement matches.
 const releaseSQL = `WITH gone AS (
 	DELETE FROM {t} AS r WHERE {held} AND r.attempts = 1
 	RETURNING 1),
@@ -236,10 +198,8 @@ SELECT EXISTS (SELECT FROM applied), ` + ownerTail
 // deleteSQL is Delete: $1 key_hash. It removes any row, corrupt ones too.
 const deleteSQL = `DELETE FROM {t} WHERE key_hash = $1`
 
-// purgeSQL is Purge: $1 batch size. SKIP LOCKED leaves rows that a claim is
-// taking over (or another purge is deleting) to them; the row lock then
-// keeps a row a claim revived after the subquery saw it from being deleted,
-// since READ COMMITTED re-checks the locked row's expiry.
+// purgeSQL is Purge: $1 batch size. SKIP LOCKED leaves rows a claim or
+// another purge holds; READ COMMITTED re-checks a locked row's expiry.
 const purgeSQL = `DELETE FROM {t} WHERE key_hash IN (
 	SELECT key_hash FROM {t} WHERE expires_at <= statement_timestamp()
 	LIMIT $1 FOR UPDATE SKIP LOCKED)

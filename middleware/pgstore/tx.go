@@ -14,9 +14,8 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
-// Querier runs one statement and returns its first row: the transaction
-// of [Store.CompleteInTx]. pgx.Tx satisfies it. A database/sql transaction
-// on pgx's stdlib driver fits through a one-method adapter:
+// Querier runs one statement and returns its first row: pgx.Tx, or a
+// database/sql transaction on pgx's stdlib driver through an adapter:
 //
 //	type sqlTx struct{ *sql.Tx }
 //
@@ -28,10 +27,8 @@ type Querier interface {
 }
 
 // ErrAlreadyCompleted is CompleteInTx's error when an earlier transaction
-// of the same run committed its COMPLETED record: its COMMIT succeeded
-// though the caller saw an error, and the work was tried again. Roll back:
-// the effect is already in. It is the same value as
-// mysqlstore.ErrAlreadyCompleted.
+// of the run committed COMPLETED though the caller saw an error. Roll back:
+// the effect is in. It is mysqlstore.ErrAlreadyCompleted.
 var ErrAlreadyCompleted = sqlstore.ErrAlreadyCompleted
 
 // CompleteInTx writes COMPLETED for the Watermill handler whose context is
@@ -50,10 +47,8 @@ var ErrAlreadyCompleted = sqlstore.ErrAlreadyCompleted
 // The effect and COMPLETED commit together or not at all. On an error, roll
 // back: it matches [idempotency.ErrLeaseLost] when another consumer took
 // the key over, [ErrAlreadyCompleted] for a second transaction of the run,
-// and names the mistake for a context of no run or a run claimed in another
-// store (this store must be the middleware's Config.Store). The middleware
-// writes no second COMPLETED: a failed commit must be the handler's error.
-// docs/GUARANTEES.md tells what happens after a failed commit.
+// and names the mistake for a context of no run or of another store. A
+// failed commit must be the handler's error. See docs/GUARANTEES.md.
 func (s *Store) CompleteInTx(ctx context.Context, tx Querier, out ...*message.Message) error {
 	return s.completeRun(ctx, tx, func(run *idempotency.Run) []byte { return run.Result(out...) })
 }
@@ -65,30 +60,20 @@ func (s *Store) CompleteValueInTx(ctx context.Context, tx Querier, value []byte)
 }
 
 func (s *Store) completeRun(ctx context.Context, tx Querier, result func(*idempotency.Run) []byte) error {
-	err := sqlstore.CompleteInTx(ctx, s, result, func(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
+	return sqlstore.CompleteInTx(ctx, "pgstore", s, result, func(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
 		return s.completeTx(ctx, tx, key, token, result, ttl)
 	})
-	if errors.Is(err, sqlstore.ErrNoRun) || errors.Is(err, sqlstore.ErrForeignRun) {
-		return fmt.Errorf("pgstore: %w", err)
-	}
-	return err
 }
 
-// completeTx is Complete run by q, the transaction of the effect. The
-// fence is stricter than Complete's: ErrLeaseLost unless token holds a
-// lease that has not lapsed, and ErrAlreadyCompleted when token's own
-// COMPLETED was committed before. Once applied, the row stays locked until
-// the transaction ends, so no claim can take the key over in between; a
-// claim of the key waits for the commit and then finds it COMPLETED. Under
-// REPEATABLE READ or SERIALIZABLE, the fence reads the row of the
-// transaction's snapshot: a change of the row since the snapshot is a
-// serialization failure (SQLSTATE 40001), returned as it is, and a
-// transaction that outlived the lease its snapshot shows gets ErrLeaseLost.
+// completeTx is Complete in q, with a stricter fence: ErrLeaseLost unless
+// token holds a live lease, ErrAlreadyCompleted after its own committed
+// COMPLETED. The row stays locked until the transaction ends. Under
+// REPEATABLE READ or SERIALIZABLE the fence reads the snapshot: a row
+// changed since is SQLSTATE 40001, and a lease lapsed in it ErrLeaseLost.
 func (s *Store) completeTx(ctx context.Context, q Querier, key, token string, result []byte, ttl time.Duration) error {
 	err := s.complete(ctx, q, sqlstore.OpCompleteTx, key, token, result, ttl)
 	if errors.Is(err, idempotency.ErrLeaseLost) {
-		// The fence found no row of ours: q may be on another database
-		// (or search_path), with a table of the same name of its own.
+		// No row of ours: q may reach another table of that name.
 		if qt, st, ok := s.tables(ctx, q); ok && qt != st {
 			return wrap(sqlstore.OpCompleteTx, key, fmt.Errorf("%w: the transaction's %s is %s, the store's %s", errOtherTable, s.table, qt, st))
 		}
@@ -96,12 +81,9 @@ func (s *Store) completeTx(ctx context.Context, q Querier, key, token string, re
 	return err
 }
 
-// errOtherTable is completeTx's error for a transaction that does not
-// reach the store's table.
 var errOtherTable = errors.New("pgstore: the transaction does not reach the store's table (another database, or search_path): begin it on a pool of the store's database")
 
-// tables names the table that s.table is, as q and as the store's pool
-// see it: its database and OID.
+// tables names s.table's database and OID as q and as the pool see it.
 func (s *Store) tables(ctx context.Context, q Querier) (qTable, storeTable string, ok bool) {
 	const which = "SELECT current_database() || ' ' || coalesce(to_regclass($1)::oid::text, 'none')"
 	name := pgx.Identifier(strings.Split(s.table, ".")).Sanitize()
@@ -111,7 +93,7 @@ func (s *Store) tables(ctx context.Context, q Querier) (qTable, storeTable strin
 	return qTable, storeTable, true
 }
 
-// complete is Complete (op "complete": a resend by the owner succeeds) and
+// complete is Complete (op "complete": an owner's resend succeeds) and
 // completeTx (OpCompleteTx: it does not).
 func (s *Store) complete(ctx context.Context, q Querier, op, key, token string, result []byte, ttl time.Duration) error {
 	if err := idempotency.CheckOwner(key, token, ttl); err != nil {

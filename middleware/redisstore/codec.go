@@ -9,14 +9,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// The record codec is codec.lua, whose header lays out the three layouts
-// byte by byte; every script starts with it. This file is its Go half: the
-// N record of the plain claim's SET, the owner field of a COMPLETED
-// record, and the decoding of a COMPLETED record that SET returned.
-
-// encodeNew is the N record of a fresh claim (see codec.lua): the P
-// string's layout, attempt 1, created and updated 0, the lease's length
-// where P holds its deadline, the retention, the owner and the fingerprint.
+// encodeNew is an N record: P's layout, times 0, the lease's length as deadline.
 func encodeNew(req idempotency.ClaimRequest, lease, retain int64) []byte {
 	b := make([]byte, 0, pfHeader+len(req.Token)+len(req.Fingerprint))
 	b = append(b, pfTag, 'N')
@@ -30,13 +23,11 @@ func encodeNew(req idempotency.ClaimRequest, lease, retain int64) []byte {
 	return append(b, req.Fingerprint...)
 }
 
-// appendUint48 appends v's low 6 bytes, big-endian.
 func appendUint48(b []byte, v uint64) []byte {
 	return append(b, byte(v>>40), byte(v>>32), byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
 }
 
-// ownerField is the owner field of a COMPLETED string for token: the first
-// 8 bytes of its SHA-1 (see codec.lua).
+// ownerField is a COMPLETED string's owner field: token's SHA-1, 8 bytes.
 func ownerField(token string) string {
 	sum := sha1.Sum([]byte(token))
 	return string(sum[:8])
@@ -50,9 +41,7 @@ const (
 	pfHeader        = 38
 )
 
-// decodeCompleted reads a COMPLETED string that the plain claim's SET
-// returned, with the checks of codec.lua's load_string: a value that fails
-// one is idempotency.ErrCorruptRecord with the same reason.
+// decodeCompleted reads a COMPLETED string as codec.lua's load_string does.
 func decodeCompleted(v string) (idempotency.Record, error) {
 	corrupt := func(reason string) (idempotency.Record, error) {
 		return idempotency.Record{}, fmt.Errorf("%w: string: %s", idempotency.ErrCorruptRecord, reason)
@@ -97,7 +86,6 @@ func decodeCompleted(v string) (idempotency.Record, error) {
 	return rec, nil
 }
 
-// uint48 reads a 6-byte big-endian integer.
 func uint48(b []byte) uint64 {
 	return uint64(b[0])<<40 | uint64(b[1])<<32 | uint64(binary.BigEndian.Uint32(b[2:6]))
 }

@@ -14,18 +14,11 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// Records and DeleteIf are what an operator's tool (cmd/idemctl) needs.
-// Neither is on the path of a message.
+const scanCount = 1000 // SCAN's COUNT hint
 
-// scanCount is the COUNT hint of Records' SCAN calls.
-const scanCount = 1000
-
-// Records yields every key that starts with prefix (every key when it is
-// empty), by SCAN, with its record, TTL and MEMORY USAGE. On a Cluster it
-// walks every master, on a ring every shard. Like SCAN it may yield a key
-// twice and miss one made or deleted meanwhile. Each key costs one Get and
-// one pipeline of PTTL and MEMORY USAGE. The iterator's error ends the walk; a corrupt record is its
-// Entry's Err, wrapping [idempotency.ErrCorruptRecord], and the walk goes on.
+// Records yields every key starting with prefix, by SCAN on every master
+// or ring shard, with its record, TTL and MEMORY USAGE; it may yield a key
+// twice. A corrupt record is its Entry's Err; the iterator's error ends the walk.
 func (s *Store) Records(ctx context.Context, prefix string) iter.Seq2[idempotency.Entry, error] {
 	return func(yield func(idempotency.Entry, error) bool) {
 		for key, err := range s.scan(ctx, prefix) {
@@ -49,8 +42,6 @@ func (s *Store) Records(ctx context.Context, prefix string) iter.Seq2[idempotenc
 	}
 }
 
-// ttlAndBytes reads key's PTTL and MEMORY USAGE in one pipeline: zero
-// for a key without expiry, or gone.
 func (s *Store) ttlAndBytes(ctx context.Context, key string) (time.Duration, int64, error) {
 	pipe := s.client.Pipeline()
 	ttl := pipe.PTTL(ctx, key)
@@ -61,11 +52,9 @@ func (s *Store) ttlAndBytes(ctx context.Context, key string) (time.Duration, int
 	return max(ttl.Val(), 0), mem.Val(), nil
 }
 
-// DeleteIf deletes key, in one script, only when its record is in one of
-// states, and reports the state it found (StateAbsent for no key). A live
-// lease is StateInProgress; a lapsed one is StateFailed. An owner whose
-// record was deleted gets [idempotency.ErrLeaseLost] next. A corrupt value
-// is [idempotency.ErrCorruptRecord] and stays: Delete removes it.
+// DeleteIf deletes key in one script only when its record is in one of
+// states (a lapsed lease is StateFailed), and reports the state found. A
+// corrupt value is [idempotency.ErrCorruptRecord] and stays.
 func (s *Store) DeleteIf(ctx context.Context, key string, states ...idempotency.State) (found idempotency.State, deleted bool, err error) {
 	if key == "" {
 		return 0, false, wrap("delete if", key, idempotency.ErrEmptyKey)
@@ -100,8 +89,6 @@ func (s *Store) DeleteIf(ctx context.Context, key string, states ...idempotency.
 	return found, n == 1, nil
 }
 
-// scan yields the keys under prefix, from every master of a Cluster or
-// shard of a ring.
 func (s *Store) scan(ctx context.Context, prefix string) iter.Seq2[string, error] {
 	match := globEscape(prefix) + "*"
 	return func(yield func(string, error) bool) {
@@ -149,8 +136,7 @@ func (s *Store) scan(ctx context.Context, prefix string) iter.Seq2[string, error
 	}
 }
 
-// globEscape quotes the characters that SCAN's MATCH pattern gives a
-// meaning. It works on bytes: a key need not be UTF-8.
+// globEscape quotes SCAN MATCH's special characters, byte by byte.
 func globEscape(s string) string {
 	var b strings.Builder
 	for i := range len(s) {

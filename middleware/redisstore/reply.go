@@ -14,15 +14,10 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// corruptPrefix starts the error reply of a script that found a value which
-// is not a record (codec.lua). Redis passes it through EVALSHA as the
-// error's code, and go-redis neither retries such a reply nor drops the
-// connection over it.
+// corruptPrefix starts a script's error reply for a value that is no record.
 const corruptPrefix = "IDEMPOTENCY_CORRUPT "
 
-// scriptError translates an error of a script call: a corrupt record becomes
-// idempotency.ErrCorruptRecord with the script's reason; anything else (a
-// network error, a cancelled context) is wrapped as callError wraps it.
+// scriptError makes a corrupt reply idempotency.ErrCorruptRecord.
 func scriptError(ctx context.Context, op, key string, err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
@@ -33,19 +28,9 @@ func scriptError(ctx context.Context, op, key string, err error) error {
 	return callError(ctx, op, key, err)
 }
 
-// errFull is the error of a call that a full Redis refused: its used
-// memory is above maxmemory, and under noeviction (see the package
-// documentation) it writes nothing until memory is freed or added.
 var errFull = errors.New("the Redis is full (used memory above maxmemory), nothing was written")
 
-// callError wraps an error of a client call made under ctx. go-redis bounds
-// a call's socket I/O by ctx's deadline (ContextTimeoutEnabled, which New
-// requires) but reports that deadline as the socket's "i/o timeout", which
-// errors.Is does not match with context.DeadlineExceeded; the context's
-// error is added to it, so that the caller sees a call its own deadline cut
-// short as such. A timeout of the client's ReadTimeout or WriteTimeout,
-// before ctx's deadline, stays a plain network error. A full Redis's
-// refusal (OOM) says so (errFull).
+// callError adds context.DeadlineExceeded to an "i/o timeout" at ctx's deadline.
 func callError(ctx context.Context, op, key string, err error) error {
 	if isFull(err) {
 		return wrap(op, key, fmt.Errorf("%w: %w", errFull, err))
@@ -53,21 +38,18 @@ func callError(ctx context.Context, op, key string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || !errors.Is(err, os.ErrDeadlineExceeded) {
 		return wrap(op, key, err)
 	}
-	// The socket's deadline was ctx's; ctx's own timer may fire a moment
-	// after the socket's, so the deadline is compared as well as Err read.
+	// ctx's timer may fire a moment after the socket's: compare the deadline.
 	if deadline, ok := ctx.Deadline(); ok && (ctx.Err() != nil || !time.Now().Before(deadline)) {
 		return wrap(op, key, fmt.Errorf("%w: %w", context.DeadlineExceeded, err))
 	}
 	return wrap(op, key, err)
 }
 
-// malformed reports a script reply that does not have the documented
-// layout: a bug or a version mismatch, never a state of the record.
+// malformed reports a reply off its layout: a bug, never a record's state.
 func malformed(what string) error {
 	return fmt.Errorf("malformed script reply: %s", what)
 }
 
-// parseClaim reads claim.lua's reply: {acquired} followed by a record.
 func parseClaim(v []any) (idempotency.ClaimResult, error) {
 	if len(v) == 0 {
 		return idempotency.ClaimResult{}, malformed("empty claim reply")
@@ -86,37 +68,30 @@ func parseClaim(v []any) (idempotency.ClaimResult, error) {
 	return idempotency.ClaimResult{Acquired: acquired == 1, Record: rec}, nil
 }
 
-// parseRecord reads a record as codec.lua's reply() lays it out:
-// {state, attempts, created, updated, lease, fingerprint, result, token}.
-// Every field must have its type and range; nothing defaults to zero.
+// parseRecord reads codec.lua's reply() strictly: nothing defaults.
 func parseRecord(v []any) (idempotency.Record, error) {
 	var rec idempotency.Record
 	if len(v) != 8 {
 		return rec, malformed(fmt.Sprintf("record of %d fields, want 8", len(v)))
 	}
-	state, err := replyString(v, 0)
+	state, err := replyField[string](v, 0, "a string")
 	if err != nil {
 		return rec, err
 	}
-	ints := make([]int64, 4) // attempts, created, updated, lease
+	var ints [4]int64 // attempts, created, updated, lease
 	for i := range ints {
-		if ints[i], err = replyInt(v, 1+i); err != nil {
+		if ints[i], err = replyField[int64](v, 1+i, "an integer"); err != nil {
+			return rec, err
+		}
+	}
+	var strs [3]string // fingerprint, result, token
+	for i := range strs {
+		if strs[i], err = replyField[string](v, 5+i, "a string"); err != nil {
 			return rec, err
 		}
 	}
 	attempts, created, updated, lease := ints[0], ints[1], ints[2], ints[3]
-	fp, err := replyString(v, 5)
-	if err != nil {
-		return rec, err
-	}
-	result, err := replyString(v, 6)
-	if err != nil {
-		return rec, err
-	}
-	token, err := replyString(v, 7)
-	if err != nil {
-		return rec, err
-	}
+	fp, result, token := strs[0], strs[1], strs[2]
 	switch {
 	case attempts < 1:
 		return rec, malformed(fmt.Sprintf("attempts %d", attempts))
@@ -158,25 +133,15 @@ func parseRecord(v []any) (idempotency.Record, error) {
 	return rec, nil
 }
 
-func replyInt(v []any, i int) (int64, error) {
-	n, ok := v[i].(int64)
+func replyField[T any](v []any, i int, what string) (T, error) {
+	x, ok := v[i].(T)
 	if !ok {
-		return 0, malformed(fmt.Sprintf("field %d: %#v is not an integer", i, v[i]))
+		return x, malformed(fmt.Sprintf("field %d: %#v is not %s", i, v[i], what))
 	}
-	return n, nil
+	return x, nil
 }
 
-func replyString(v []any, i int) (string, error) {
-	s, ok := v[i].(string)
-	if !ok {
-		return "", malformed(fmt.Sprintf("field %d: %#v is not a string", i, v[i]))
-	}
-	return s, nil
-}
-
-// acquiredFresh is the result of a plain claim that installed attempt 1 of
-// a new record on an absent key, sent at this host's time at (ms
-// precision): the SET cannot read the server's clock.
+// acquiredFresh is a plain claim's attempt 1, timed by this host's clock.
 func acquiredFresh(at time.Time, leaseMillis int64, req idempotency.ClaimRequest) idempotency.ClaimResult {
 	at = at.Truncate(time.Millisecond)
 	rec := idempotency.Record{State: idempotency.StateInProgress, Token: req.Token, Attempts: 1,

@@ -6,13 +6,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Each operation is one Lua script, run by EVALSHA: one round trip, atomic
-// on the server, touching only KEYS[1] (Cluster-safe). Every script of a
-// record starts with codec.lua; each script's header documents its KEYS,
-// ARGV and reply. The one command that is not a script is the plain claim
-// (Store.Claim). Two operations have a common case beside the full
-// script: Claim (the plain claim) and Complete (completefast.lua, at the
-// head of its script); the package documentation has the figures.
+// Each script starts with codec.lua and documents its KEYS, ARGV and reply.
 
 //go:embed codec.lua
 var codec string

@@ -9,19 +9,14 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
-// ErrInvalidURL is returned by NewFromURL for a URL that redis.ParseURL
-// refuses.
+// ErrInvalidURL is returned by NewFromURL for a URL redis.ParseURL refuses.
 var ErrInvalidURL = errors.New("redisstore: invalid Redis URL")
 
 // NewFromURL returns a store on a new *redis.Client for rawURL, as
-// [redis.ParseURL] reads it (redis://, rediss://, unix://, with go-redis's
-// query parameters). The client has ContextTimeoutEnabled set and
-// maintenance notifications off (see Auto-pipelining in the package doc).
-// Close the client when the store is no longer used. opts are New's.
-//
-// An invalid URL, one whose values redis.NewClient would panic on included
-// (a negative pool_size, say), is an [ErrInvalidURL] that does not repeat
-// the URL, so no password reaches a log. NewFromURL does not contact Redis.
+// [redis.ParseURL] reads it, with ContextTimeoutEnabled set and maintenance
+// notifications off; the caller closes it. opts are New's. An invalid URL
+// (values redis.NewClient would panic on too) is an [ErrInvalidURL] that
+// does not repeat the URL. It does not contact Redis.
 func NewFromURL(rawURL string, opts *Options) (*Store, *redis.Client, error) {
 	ro, err := redis.ParseURL(rawURL)
 	if err != nil {
@@ -47,9 +42,7 @@ func NewFromURL(rawURL string, opts *Options) (*Store, *redis.Client, error) {
 	return s, client, nil
 }
 
-// newClient is redis.NewClient(ro), which panics on some values that
-// redis.ParseURL takes (a negative pool_size, a count beyond 32 bits): such
-// a panic is an ErrInvalidURL.
+// newClient is redis.NewClient(ro), its panic on a value ParseURL took an ErrInvalidURL.
 func newClient(ro *redis.Options) (c *redis.Client, err error) {
 	defer func() {
 		if r := recover(); r != nil {

@@ -122,17 +122,18 @@ func Refused(op string, found bool, r *Row, token string) error {
 // the key: a run claimed in s leaves its record for at least its TTL. A
 // wrapper that does not unwrap still gets ErrLeaseLost for a lost lease,
 // since the key's record is then in the table. On success the run keeps
-// renewing until a renewal tells the transaction's outcome.
-func CompleteInTx(ctx context.Context, s idempotency.Store, result func(*idempotency.Run) []byte,
+// renewing until a renewal tells the transaction's outcome. ErrNoRun and
+// ErrForeignRun are prefixed with pkg.
+func CompleteInTx(ctx context.Context, pkg string, s idempotency.Store, result func(*idempotency.Run) []byte,
 	complete func(ctx context.Context, key, token string, result []byte, ttl time.Duration) error) error {
 	run, ok := idempotency.RunFromContext(ctx)
 	if !ok {
-		return ErrNoRun
+		return fmt.Errorf("%s: %w", pkg, ErrNoRun)
 	}
 	err := complete(ctx, run.Key(), run.Token(), result(run), run.CompletedTTL())
 	if errors.Is(err, idempotency.ErrLeaseLost) && !run.ClaimedIn(func(st idempotency.Store) bool { return st == s }) {
 		if rec, gerr := s.Get(ctx, run.Key()); gerr == nil && rec.State == idempotency.StateAbsent {
-			return fmt.Errorf("%w (the run's store is a %T)", ErrForeignRun, run.Store())
+			return fmt.Errorf("%s: %w (the run's store is a %T)", pkg, ErrForeignRun, run.Store())
 		}
 	}
 	if err != nil {
