@@ -1,11 +1,24 @@
 package idempotency
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
+)
+
+// Errors of a [Store] for arguments no store accepts; storetest checks them.
+var (
+	// ErrEmptyKey is returned for an empty key.
+	ErrEmptyKey = storekit.ErrEmptyKey
+	// ErrInvalidTTL is returned for a lease or TTL that is not positive.
+	ErrInvalidTTL = storekit.ErrInvalidTTL
+	// ErrEmptyToken is returned for an empty owner token.
+	ErrEmptyToken = storekit.ErrEmptyToken
+)
 
 // Errors returned by stores that reach their users through Once and the
 // adapters. Check them with errors.Is: stores wrap them with the operation
-// and key. (The errors for arguments no store accepts, such as ErrEmptyKey,
-// are with the helpers for store implementers.)
+// and key.
 var (
 	// ErrLeaseLost is returned by Renew, Complete and Fail when the caller's
 	// owner token is no longer the key's owner: the lease expired and the key

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
 // Lease is one claim held by its owner, from Once.Claim: an adapter runs
@@ -32,7 +35,8 @@ import (
 type Lease struct {
 	o      *Once
 	ctx    leaseContext
-	run    Run
+	idem   *Middleware // the Watermill middleware running the handler, or nil
+	do     bool        // the run is Once.Do's
 	token  string
 	dv     delivery // dv.key is the key, dv.ctx the claim's context
 	record leaseRecord
@@ -43,7 +47,7 @@ type Lease struct {
 	stopped bool      // Complete or Fail was called, or the lease ended
 	lost    bool      // the store said the token no longer holds the key
 	// tx is what the lease knows of a COMPLETED that the work wrote in its
-	// own transaction (Run.CompletedInTransaction); txGen counts those
+	// own transaction (completedInTransaction); txGen counts those
 	// writes, so that a renewal tells whether it was sent after the last.
 	tx       txCompletion
 	txGen    uint64
@@ -84,7 +88,6 @@ type leaseRecord struct {
 func (o *Once) newLease(parent context.Context, key, token string, claimed time.Time, dv delivery) *Lease {
 	dv.key, dv.ctx = key, parent
 	l := &Lease{o: o, token: token, dv: dv, renewed: claimed}
-	l.run.lease = l
 	l.ctx.lease = l
 	l.mu.Lock()
 	// The lease counts from before the claim's round trip, and so do its
@@ -100,9 +103,9 @@ func (o *Once) newLease(parent context.Context, key, token string, claimed time.
 func (l *Lease) Context() context.Context { return &l.ctx }
 
 // leaseContext is the lease's context: context.WithCancelCause of the
-// claim's context, carrying the lease's Run for RunFromContext. The
+// claim's context, carrying the lease's run for stores. The
 // cancellable context is made when the work first asks for it (Done, Err,
-// or a Value other than the Run), already cancelled if the lease ended
+// or a Value other than the run), already cancelled if the lease ended
 // before: work that never looks at its context costs no context and no
 // cancel function, and any other work sees what a context made at the
 // claim would show it, cause included.
@@ -121,13 +124,57 @@ func (c *leaseContext) Done() <-chan struct{} { return c.get().Done() }
 
 func (c *leaseContext) Err() error { return c.get().Err() }
 
-// Value answers the Run itself, and asks the cancellable context for
+// Value answers the lease's run, and asks the cancellable context for
 // anything else: context.Cause finds its cause that way.
 func (c *leaseContext) Value(key any) any {
-	if key == (runKey{}) {
-		return &c.lease.run
+	if key == (storekit.RunKey{}) {
+		return c.lease.storeRun()
 	}
 	return c.get().Value(key)
+}
+
+// storeRun is the run a store's transactional completion writes for: only
+// the middleware's and Once.Do's, whose stored result the work knows.
+func (l *Lease) storeRun() any {
+	if l.idem == nil && !l.do {
+		return nil
+	}
+	stores := []any{l.o.cfg.Store}
+	for st := l.o.cfg.Store; len(stores) < 64; { // a bound, in case a wrapper unwraps to itself
+		u, ok := st.(interface{ Unwrap() Store })
+		if !ok {
+			break
+		}
+		if st = u.Unwrap(); st == nil {
+			break
+		}
+		stores = append(stores, st)
+	}
+	return storekit.NewRun(l.dv.key, l.token, l.o.cfg.CompletedTTL, stores, l.result, l.completedInTransaction)
+}
+
+// result is what COMPLETED stores for out: as the middleware stores it, or,
+// for Once.Do's work, its encoding with no bound.
+func (l *Lease) result(out []*message.Message) []byte {
+	if l.idem != nil {
+		result, _ := l.idem.encodeResult(out)
+		return result
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return storekit.EncodeOutput(out)
+}
+
+// completedInTransaction: the work wrote COMPLETED in its own transaction.
+// Until a renewal tells that it committed, the lease is kept.
+func (l *Lease) completedInTransaction() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tx != txCommitted {
+		l.tx = txPending
+	}
+	l.txGen++
 }
 
 // get returns the cancellable context, making it on first use.
@@ -190,7 +237,7 @@ func (l *Lease) Record() Record {
 // token: a retry whose first try was applied but whose reply was lost
 // succeeds (the store's transitions are idempotent for their owner). When
 // the work wrote COMPLETED in its own transaction
-// (Run.CompletedInTransaction) and no renewal since has found that
+// (completedInTransaction) and no renewal since has found that
 // transaction rolled back, it writes nothing and returns nil: the work
 // succeeded, so its transaction committed. It
 // returns nil, an error matching ErrLeaseLost when the store says another

@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/inprocess"
 )
 
@@ -189,7 +190,7 @@ func (o *Once) Do(ctx context.Context, key string, work func(ctx context.Context
 		return Result{}, err
 	}
 
-	lease.run.do = true // for RunFromContext
+	lease.do = true
 	finished := false
 	defer func() {
 		if !finished {
@@ -247,7 +248,7 @@ func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, spent 
 	if rec, ok := o.cacheLookup(key, dv.scope); ok {
 		return nil, ClaimResult{Record: rec}, true, nil
 	}
-	req := ClaimRequest{Token: NewToken(), Lease: o.cfg.LeaseTTL, TTL: o.cfg.FailedTTL, Fingerprint: fingerprint}
+	req := ClaimRequest{Token: storekit.NewToken(), Lease: o.cfg.LeaseTTL, TTL: o.cfg.FailedTTL, Fingerprint: fingerprint}
 	claimed := time.Now() // the lease counts from before the claim's round trip
 	cctx, cancel := o.storeCtx(ctx, o.cfg.StoreTimeout)
 	start := o.startTimer()

@@ -98,7 +98,7 @@ type Record struct {
 // ClaimRequest is what Store.Claim is asked to install. Once builds it;
 // stores, and code that calls a store directly, use it.
 type ClaimRequest struct {
-	// Token is the owner token the claim installs (NewToken makes one). A
+	// Token is the owner token the claim installs. A
 	// claim resent with the token that already holds the key acquires it
 	// again without counting another attempt, so a client that resends a
 	// claim whose reply was lost is not refused by its own first try.

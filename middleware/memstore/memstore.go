@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/inprocess"
 )
 
@@ -73,10 +75,10 @@ func (s *Store) Len() int {
 
 // Claim implements [idempotency.Store].
 func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
-	if err := cmp.Or(idempotency.CheckClaim(key, req), ctx.Err()); err != nil {
+	if err := cmp.Or(storekit.CheckClaim(key, req.Token, req.Lease, req.TTL), ctx.Err()); err != nil {
 		return idempotency.ClaimResult{}, fmt.Errorf("memstore: claim %q: %w", key, err)
 	}
-	lease, ttl := idempotency.ClampTTL(req.Lease), idempotency.ClampTTL(req.TTL)
+	lease, ttl := storekit.ClampTTL(req.Lease), storekit.ClampTTL(req.TTL)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -129,10 +131,10 @@ func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) 
 // lease. A Complete or Fail that token already applied (a resend) changes
 // nothing and succeeds.
 func (s *Store) transition(ctx context.Context, op, key, token string, d time.Duration, result []byte) error {
-	if err := cmp.Or(idempotency.CheckOwner(key, token, d), ctx.Err()); err != nil {
+	if err := cmp.Or(storekit.CheckOwner(key, token, d), ctx.Err()); err != nil {
 		return fmt.Errorf("memstore: %s %q: %w", op, key, err)
 	}
-	d = idempotency.ClampTTL(d)
+	d = storekit.ClampTTL(d)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -170,7 +172,7 @@ func (s *Store) transition(ctx context.Context, op, key, token string, d time.Du
 // again with one attempt fewer and no token, kept for the claim's TTL from
 // now. Anything else is left as it is, and nil returned.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	if err := cmp.Or(idempotency.CheckRelease(key, token), ctx.Err()); err != nil {
+	if err := cmp.Or(storekit.CheckRelease(key, token), ctx.Err()); err != nil {
 		return fmt.Errorf("memstore: release %q: %w", key, err)
 	}
 	s.mu.Lock()

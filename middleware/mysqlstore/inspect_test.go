@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstoretest"
 	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
 	"github.com/idempotency/watermill-idempotency/middleware/storetest"
@@ -63,7 +65,7 @@ func TestNullColumnsAreCorrupt(t *testing.T) {
 	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
 	_, err = s.Get(ctx, "k")
 	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
-	_, err = s.Claim(ctx, "k", idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute})
+	_, err = s.Claim(ctx, "k", idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute})
 	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
 	assert.Equal(t, 1, rows(t, db, table), "the corrupt row is kept")
 }

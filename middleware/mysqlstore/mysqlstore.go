@@ -12,6 +12,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
@@ -27,7 +29,7 @@ var (
 // The bounds of the bounded columns.
 const (
 	// maxTokenBytes is the longest owner token (VARBINARY(255));
-	// idempotency.NewToken makes 32-byte tokens.
+	// storekit.NewToken makes 32-byte tokens.
 	maxTokenBytes = 255
 	// maxFingerprintBytes is the longest fingerprint (BLOB).
 	maxFingerprintBytes = 65535
@@ -185,7 +187,7 @@ const maxClaimReads = 4
 // expired, FAILED, a lapsed lease), the claim is run again, so that no
 // caller is refused by a record that no longer refuses it.
 func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
-	if err := idempotency.CheckClaim(key, req); err != nil {
+	if err := storekit.CheckClaim(key, req.Token, req.Lease, req.TTL); err != nil {
 		return idempotency.ClaimResult{}, wrap("claim", key, err)
 	}
 	if err := checkLengths(req.Token, req.Fingerprint); err != nil {
@@ -260,7 +262,7 @@ func (s *Store) prepareCompletion(ctx context.Context) {
 // SHARE MODE), which reads the row's latest committed version whatever the
 // session's isolation level, as the UPDATE did.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
-	if err := idempotency.CheckOwner(key, token, lease); err != nil {
+	if err := storekit.CheckOwner(key, token, lease); err != nil {
 		return wrap("renew", key, err)
 	}
 	l := durationMicros(lease)
@@ -274,7 +276,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, result []byte, 
 
 // Fail implements idempotency.Store with one UPDATE.
 func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
+	if err := storekit.CheckOwner(key, token, ttl); err != nil {
 		return wrap("fail", key, err)
 	}
 	return s.owned(ctx, dbRunner{s}, "fail", key, token, s.sql.fail, durationMicros(ttl))
@@ -283,7 +285,7 @@ func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) 
 // Release implements idempotency.Store with a DELETE (a first attempt's
 // claim), and when that deleted nothing an UPDATE (a later attempt's).
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	if err := idempotency.CheckRelease(key, token); err != nil {
+	if err := storekit.CheckRelease(key, token); err != nil {
 		return wrap("release", key, err)
 	}
 	if err := ctx.Err(); err != nil {

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 	"github.com/idempotency/watermill-idempotency/middleware/storetest"
 )
@@ -35,7 +37,7 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 		require.NoError(t, err, "concurrent Migrate %d", i)
 	}
 
-	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute}
+	req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute}
 	res, err := s.Claim(ctx, "k", req)
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
@@ -81,7 +83,7 @@ func TestSchemaQualifiedTable(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(ctx))
 
-	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute}
+	req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute}
 	res, err := s.Claim(ctx, "k", req)
 	require.NoError(t, err)
 	require.True(t, res.Acquired)

@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
 var (
@@ -123,7 +125,7 @@ func isNil(c redis.UniversalClient) bool {
 // claim.lua. A server older than Redis 7.0 refuses the SET: the claim's
 // error says so.
 func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
-	if err := idempotency.CheckClaim(key, req); err != nil {
+	if err := storekit.CheckClaim(key, req.Token, req.Lease, req.TTL); err != nil {
 		return idempotency.ClaimResult{}, wrap("claim", key, err)
 	}
 	lease, ttl := millis(req.Lease), millis(req.TTL)
@@ -208,7 +210,7 @@ func isFull(err error) bool {
 // Renew implements idempotency.Store with one EVALSHA (pipelined with WAIT
 // under Options.Replicas).
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
-	if err := idempotency.CheckOwner(key, token, lease); err != nil {
+	if err := storekit.CheckOwner(key, token, lease); err != nil {
 		return wrap("renew", key, err)
 	}
 	return s.owned(ctx, "renew", key, renewScript, token, millis(lease), ownerField(token))
@@ -217,7 +219,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duratio
 // Complete implements idempotency.Store with one EVALSHA (pipelined with
 // WAIT under Options.Replicas).
 func (s *Store) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
-	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
+	if err := storekit.CheckOwner(key, token, ttl); err != nil {
 		return wrap("complete", key, err)
 	}
 	return s.owned(ctx, "complete", key, completeScript, token, millis(ttl), result, ownerField(token))
@@ -225,7 +227,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, result []byte, 
 
 // Fail implements idempotency.Store with one EVALSHA.
 func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
+	if err := storekit.CheckOwner(key, token, ttl); err != nil {
 		return wrap("fail", key, err)
 	}
 	return s.owned(ctx, "fail", key, failScript, token, millis(ttl))
@@ -233,7 +235,7 @@ func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) 
 
 // Release implements idempotency.Store with one EVALSHA.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	if err := idempotency.CheckRelease(key, token); err != nil {
+	if err := storekit.CheckRelease(key, token); err != nil {
 		return wrap("release", key, err)
 	}
 	// A claim of token given up while go-redis still had it would be sent
@@ -318,7 +320,7 @@ func wrap(op, key string, err error) error {
 // clamping it to idempotency.MaxTTL: the rounding must not overflow into a
 // negative PEXPIRE (which deletes the key) or a SET PX error.
 func millis(d time.Duration) int64 {
-	d = idempotency.ClampTTL(d)
+	d = storekit.ClampTTL(d)
 	ms := d / time.Millisecond
 	if d%time.Millisecond != 0 {
 		ms++

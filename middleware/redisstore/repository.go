@@ -9,7 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
 // NewExpiringKeyRepository returns Watermill's
@@ -50,7 +50,7 @@ type repository struct {
 // Redis (maxmemory) refuses the SET: a key it holds is then still a
 // duplicate (one more round trip), and a new key an error.
 func (r *repository) IsDuplicate(ctx context.Context, key string) (bool, error) {
-	mark := idempotency.NewToken()
+	mark := storekit.NewToken()
 	old, err := r.client.Do(ctx, "set", r.prefix+key, mark, "nx", "get", "px", millis(r.window)).Text()
 	switch {
 	case errors.Is(err, redis.Nil):

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
 type harness struct {
@@ -49,7 +51,7 @@ func (h *harness) advance(d time.Duration) {
 
 // request returns the suite's claim request, with a fresh token.
 func request(fp []byte) idempotency.ClaimRequest {
-	return idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: lease, TTL: ttl, Fingerprint: fp}
+	return idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: lease, TTL: ttl, Fingerprint: fp}
 }
 
 func (h *harness) claimWith(key string, req idempotency.ClaimRequest) idempotency.ClaimResult {

@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
 // longTTLs are leases and TTLs at and beyond idempotency.MaxTTL, up to the
@@ -23,7 +25,7 @@ var longTTLs = []time.Duration{
 }
 
 // testLongTTLs: a lease or TTL as long as MaxTTL, or longer, holds the key
-// (a longer one for MaxTTL, idempotency.ClampTTL). It must never overflow
+// (a longer one for MaxTTL). It must never overflow
 // into a deadline or an expiry in the past, which would let a second owner
 // claim a live key, run a completed key again or forget a failed attempt.
 func testLongTTLs(h *harness) {
@@ -51,7 +53,7 @@ func testLongTTLs(h *harness) {
 		// A store may hold a lease beyond MaxTTL for longer (ours clamp it
 		// to MaxTTL), never for less, give or take its rounding.
 		held := res.Record.LeaseExpiresAt.Sub(res.Record.UpdatedAt)
-		assert.GreaterOrEqual(t, held, idempotency.ClampTTL(d)-time.Millisecond,
+		assert.GreaterOrEqual(t, held, storekit.ClampTTL(d)-time.Millisecond,
 			"lease %v: the claim holds the key for %v", d, held)
 
 		tok := h.mustAcquire(k.completed)
