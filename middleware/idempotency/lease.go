@@ -76,9 +76,7 @@ const (
 	txCommitted
 )
 
-// leaseRecord is what Lease.Record returns, less what every claimed record
-// has alike (IN_PROGRESS, the owner's token, no result), so that a lease
-// allocates less.
+// leaseRecord is what the cache keeps of the claimed record.
 type leaseRecord struct {
 	attempts                          int
 	fingerprint                       []byte
@@ -221,15 +219,6 @@ func (l *Lease) end() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.endLocked(false)
-}
-
-// Record is the key's record as the claim left it: IN_PROGRESS under the
-// lease's token, with the attempt this run is (Record.Attempts), which an
-// adapter puts in its logs and its OutcomeDetails.
-func (l *Lease) Record() Record {
-	r := l.record
-	return Record{State: StateInProgress, Token: l.token, Attempts: r.attempts, Fingerprint: r.fingerprint,
-		CreatedAt: r.created, UpdatedAt: r.updated, LeaseExpiresAt: r.leaseExpiration}
 }
 
 // Complete ends the renewals and moves the key to COMPLETED with result.

@@ -55,7 +55,7 @@ type Entry struct {
 
 // Record is what a store knows about one key: what Store.Get returns to the
 // tools that inspect keys (cmd/idemctl), and what a claim found
-// (ClaimResult, Lease.Record).
+// (ClaimResult).
 type Record struct {
 	// State is the key's state; StateAbsent for a key the store does not hold.
 	// A lease that lapsed (its owner stopped renewing it and never called
