@@ -14,7 +14,6 @@ import (
 	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstoretest"
 	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
-	"github.com/idempotency/watermill-idempotency/middleware/storetest"
 )
 
 // Records pages through every live record under its prefix, whatever the
@@ -39,7 +38,7 @@ func putCorrupt(t *testing.T, db *sql.DB, table, key string) {
 	t.Helper()
 	_, err := db.ExecContext(context.Background(), "ALTER TABLE "+quoted(table)+" DROP CONSTRAINT IF EXISTS "+quoted(table+"_record_valid"))
 	require.NoError(t, err)
-	require.NoError(t, putForeign(db, table, key, storetest.ForeignBadFields))
+	require.NoError(t, putForeign(db, table, key, "bad-fields"))
 }
 
 // A table made by hand may lack the NOT NULL constraints: a row with no

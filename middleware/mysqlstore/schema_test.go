@@ -171,7 +171,7 @@ func TestConstraintRefusesForeignRows(t *testing.T) {
 	db := testDB(t)
 	_, table := newTable(t, db)
 	for _, kind := range storetest.Foreigns {
-		err := putForeign(db, table, "foreign:"+kind.String(), kind)
+		err := putForeign(db, table, "foreign:"+kind, kind)
 		assert.Contains(t, []uint16{3819, 4025}, mysqlErrno(err), "%v: a CHECK violation: %v", kind, err)
 	}
 }

@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
 
@@ -17,13 +16,10 @@ type Subject struct {
 	// Advance moves the store's clock forward by d. Nil means the store keeps
 	// real time, and the suite sleeps instead.
 	Advance func(d time.Duration)
-	// PutForeign writes a value of the given kind that is not a record of
-	// the store's under key, the way a bug or another program would, so the
-	// suite can check that every method answers ErrCorruptRecord and changes
-	// nothing. Nil for a store that keeps no encoding anyone else could
-	// write (memstore): the corrupt-record case then logs that it does not
-	// apply, and checks nothing.
-	PutForeign func(key string, kind Foreign) error
+	// PutForeign writes under key a value of kind (one of Foreigns) that is
+	// not a record, as a bug or another program would. Nil for a store with
+	// no encoding anyone else could write (memstore): the case is skipped.
+	PutForeign func(key, kind string) error
 	// FreshClaimTimes is how far the times that a claim of an absent key
 	// reports may be from the ones the store keeps for it, which Get reads.
 	// Zero means they are the same (to the millisecond): the store read its
@@ -34,45 +30,12 @@ type Subject struct {
 	FreshClaimTimes time.Duration
 }
 
-// Foreign is a kind of value that is not a record, for Subject.PutForeign.
-type Foreign int
-
-// The foreign values of the corrupt-record case.
-const (
-	// ForeignShortString is a short string, such as "1".
-	ForeignShortString Foreign = iota
-	// ForeignLongString is a string longer than any record header.
-	ForeignLongString
-	// ForeignJSON is a JSON document.
-	ForeignJSON
-	// ForeignWrongType is a value of a type the store never uses for a
-	// record (a Redis list, say).
-	ForeignWrongType
-	// ForeignBadFields is a value of the record's own type whose fields do
-	// not parse (a Redis hash with a non-numeric attempt count, say).
-	ForeignBadFields
-)
-
-// Foreigns lists every Foreign kind.
-var Foreigns = []Foreign{ForeignShortString, ForeignLongString, ForeignJSON, ForeignWrongType, ForeignBadFields}
-
-// String names the kind, for messages.
-func (f Foreign) String() string {
-	switch f {
-	case ForeignShortString:
-		return "short-string"
-	case ForeignLongString:
-		return "long-string"
-	case ForeignJSON:
-		return "json"
-	case ForeignWrongType:
-		return "wrong-type"
-	case ForeignBadFields:
-		return "bad-fields"
-	default:
-		return "foreign-" + strconv.Itoa(int(f))
-	}
-}
+// Foreigns lists the kinds of value, not records, that Subject.PutForeign
+// writes: a short string such as "1", a string longer than any record
+// header, a JSON document, a value of a type the store never uses for a
+// record (a Redis list), and a value of the record's type whose fields do
+// not parse.
+var Foreigns = []string{"short-string", "long-string", "json", "wrong-type", "bad-fields"}
 
 // lease is the lease of the suite's claims; long enough that scheduling noise
 // on a loaded machine never expires one early, short enough to sleep through.
