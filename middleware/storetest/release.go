@@ -90,8 +90,7 @@ func testRelease(h *harness) {
 	require.True(t, res.Acquired)
 	assert.Equal(t, 2, res.Record.Attempts, "the lapsed attempt still counts")
 
-	// A released later attempt is kept for its claim's TTL from the
-	// release, not for what was left of the Fail's.
+	// A released later attempt is kept for its claim's TTL from the release.
 	k = h.key("expires")
 	tok = h.mustAcquire(k)
 	require.NoError(t, h.Store.Fail(h.ctx, k, tok, time.Minute))

@@ -109,10 +109,7 @@ func testComplete(h *harness) {
 	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, other, []byte("again"), time.Minute), idempotency.ErrLeaseLost)
 	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, other, time.Minute), idempotency.ErrLeaseLost)
 	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, time.Minute), idempotency.ErrLeaseLost, "a completed key is not failed, even by its owner")
-	// The owner's renewal tells its own completion from a lost lease: a
-	// transactional completion (pgstore's CompleteInTx) learns that way
-	// that its transaction committed, and its lease ends without cancelling
-	// the work.
+	// The owner's renewal tells its own completion from a lost lease.
 	err := h.Store.Renew(h.ctx, k, tok, time.Minute)
 	assert.ErrorIs(t, err, idempotency.ErrCompletedByOwner, "the completing owner's renewal")
 	assert.NotErrorIs(t, err, idempotency.ErrLeaseLost, "the completing owner's renewal")
