@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -150,19 +151,30 @@ func New(cfg Config, logger watermill.LoggerAdapter) (*Backend, error) {
 // dialAny returns nil as soon as one of addrs accepts a TCP connection, and
 // otherwise an ErrUnreachable naming every address, after at most timeout.
 // Client libraries retry and back off on their own, some for minutes; this
-// check lets New fail fast and say where it looked.
+// check lets New fail fast and say where it looked. It dials every address
+// at once: one that hangs would spend the whole timeout before the next.
 func dialAny(ep brokerkit.Endpoint, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var d net.Dialer
-	var errs []string
-	for _, addr := range ep.Addrs {
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err == nil {
+	errs := make([]string, len(ep.Addrs))
+	var answered atomic.Bool
+	var wg sync.WaitGroup
+	for i, addr := range ep.Addrs {
+		wg.Go(func() {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				errs[i] = err.Error()
+				return
+			}
 			_ = c.Close()
-			return nil
-		}
-		errs = append(errs, err.Error())
+			answered.Store(true)
+			cancel() // the others need not go on
+		})
+	}
+	wg.Wait()
+	if answered.Load() {
+		return nil
 	}
 	return ep.Unreachable(timeout, errors.New(strings.Join(errs, "; ")))
 }

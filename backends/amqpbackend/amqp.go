@@ -4,8 +4,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -39,8 +43,39 @@ func parseURL(raw string) (brokerkit.Endpoint, error) {
 		// The parser's text may quote the password: never pass it on.
 		return brokerkit.Endpoint{}, errors.New("amqp091 cannot parse it: check the host, the port and the options")
 	}
+	if err := checkQuery(rest); err != nil {
+		return brokerkit.Endpoint{}, err
+	}
 	o := options{prefetch: int(p.Int("prefetch", 1, 32)), publishGroups: p.List("publish_groups")}
+	if o.prefetch > math.MaxUint16 {
+		// amqp091 sends the low 16 bits: 65536 would be 0, no limit.
+		p.Fail("prefetch=%d is above 65535, the most AMQP takes", o.prefetch)
+	}
 	return brokerkit.Endpoint{URL: rest, Addrs: []string{net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))}, Options: o}, p.Err()
+}
+
+// amqp091Options are the URI options amqp091 reads; it ignores any other.
+var amqp091Options = []string{"auth_mechanism", "cacertfile", "certfile", "channel_max", "heartbeat", "keyfile", "server_name_indication"}
+
+// checkQuery refuses what amqp091 would ignore in rest's query: a parameter
+// it does not know (another broker's, a misspelt one), one that does not
+// unescape, and connection_timeout, which the backend's dial replaces.
+func checkQuery(rest string) error {
+	_, query, _ := strings.Cut(strings.SplitN(rest, "#", 2)[0], "?")
+	values, err := url.ParseQuery(query)
+	if err != nil {
+		return errors.New("a parameter does not unescape")
+	}
+	for name := range values {
+		switch {
+		case name == "connection_timeout":
+			return errors.New("connection_timeout: set Config.DialTimeout (BROKER_DIAL_TIMEOUT) instead")
+		case !slices.Contains(amqp091Options, name):
+			return fmt.Errorf("unknown parameter %s (amqp takes prefetch, publish_groups and amqp091's %s)",
+				name, strings.Join(amqp091Options, ", "))
+		}
+	}
+	return nil
 }
 
 // open builds an AMQP (RabbitMQ) publisher and subscriber on Watermill's
@@ -90,6 +125,9 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 	// tapped reads the handshake of c's connection (handshakeTap).
 	tapped := func(c amqp.Config) (amqp.Config, *handshakeTap) {
 		tap := &handshakeTap{dial: c.Connection.AmqpConfig.Dial}
+		if tap.dial == nil { // Tune cleared it
+			tap.dial = amqp091.DefaultDial(cfg.DialTimeout)
+		}
 		c.Connection.AmqpConfig.Dial = tap.Dial
 		return c, tap
 	}

@@ -13,8 +13,10 @@
 //
 // prefetch (1) is how many unacked messages each subscription holds.
 // publish_groups (none) lists the groups whose queues the publisher
-// declares and binds at every publish. amqp091 URI options pass through;
-// backends.Config.Tune receives each *amqp091.Config.
+// declares and binds at every publish. amqp091 URI options pass through
+// but connection_timeout: backends.Config.DialTimeout bounds the dial. Any
+// other parameter is refused. backends.Config.Tune receives each
+// *amqp091.Config.
 //
 // # What it sets
 //

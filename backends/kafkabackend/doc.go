@@ -12,7 +12,7 @@
 //
 // partitions (12) and replication_factor (min(3, brokers)) shape the
 // topics the backend creates. version (2.1.0) is the lowest Kafka version
-// the cluster runs. Credentials never go in the URL: set SASL and TLS in
+// the cluster runs, 0.10.2.0 at least. Credentials never go in the URL: set SASL and TLS in
 // backends.Config.Tune, which receives each *sarama.Config.
 //
 // # What it sets

@@ -70,6 +70,8 @@ func parseURL(raw string) (brokerkit.Endpoint, error) {
 	v := p.String("version", defaultVersion)
 	if o.version, err = sarama.ParseKafkaVersion(v); err != nil {
 		p.Fail("version=%q is not a Kafka version such as 3.6.0", v)
+	} else if !o.version.IsAtLeast(sarama.V0_10_2_0) {
+		p.Fail("version=%q is below 0.10.2.0, the first with the consumer groups the backend joins", v)
 	}
 	return brokerkit.Endpoint{URL: urls, Addrs: addrs, Options: o}, p.Err()
 }
@@ -135,6 +137,11 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 		Marshaler:             kafka.DefaultMarshaler{},
 		OverwriteSaramaConfig: pubConf,
 	}, logger)
+	if _, bad := errors.AsType[sarama.ConfigurationError](err); bad {
+		// Tune left pubConf unusable: sarama checks the producer's
+		// settings only here, not in Validate.
+		return brokerkit.Clients{}, fmt.Errorf("%w: Kafka: %v", brokerkit.ErrInvalidConfig, err)
+	}
 	if err != nil {
 		return brokerkit.Clients{}, ep.Unreachable(cfg.DialTimeout, err)
 	}

@@ -25,6 +25,7 @@
 // every subscriber have a client of their own; the library closes it.
 //
 // The consumer name is backends.Config.Consumer, the host name by default.
+// The client name is the same, with '_' for what Redis refuses in one.
 // The library picks a random name per process, which leaves a dead
 // consumer behind at every restart.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"sync"
 	"time"
 
@@ -88,7 +89,7 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 			return nil, fmt.Errorf("%w: go-redis cannot parse it", brokerkit.ErrInvalidConfig)
 		}
 		if opts.ClientName == "" {
-			opts.ClientName = cfg.Consumer
+			opts.ClientName = redisClientName(cfg.Consumer)
 		}
 		cfg.TuneClient(opts)
 		c := redis.NewClient(opts)
@@ -155,6 +156,15 @@ func open(cfg brokerkit.Settings, ep brokerkit.Endpoint, logger watermill.Logger
 		return brokerkit.Clients{}, errors.Join(err, pub.Close())
 	}
 	return brokerkit.Clients{Publisher: pub, Subscriber: sub, NewSubscriber: newSubscriber}, nil
+}
+
+var invalidClientNameChars = regexp.MustCompile(`[^!-~]`)
+
+// redisClientName turns a consumer name into a client name: Redis refuses
+// one with a space or a byte outside printable ASCII, and with it every
+// connection. The consumer name in the group stays as it is.
+func redisClientName(consumer string) string {
+	return invalidClientNameChars.ReplaceAllString(consumer, "_")
 }
 
 // redisNackRefresh keeps a nacked message with the consumer that holds it.
@@ -309,10 +319,10 @@ func refused(err error) bool {
 	if redis.IsAuthError(err) || redis.IsPermissionError(err) {
 		return true
 	}
-	// HasErrorPrefix reads past a leading "ERR ". The last two are Redis 5's
-	// (no HELLO, so go-redis sends AUTH).
+	// HasErrorPrefix reads past a leading "ERR ". Then the client_name URL
+	// option. The last two are Redis 5's (no HELLO, so go-redis sends AUTH).
 	for _, prefix := range []string{"DB index is out of range", "SELECT is not allowed in cluster mode",
-		"invalid password", "Client sent AUTH, but no password is set"} {
+		"Client names cannot contain", "invalid password", "Client sent AUTH, but no password is set"} {
 		if redis.HasErrorPrefix(err, prefix) {
 			return true
 		}

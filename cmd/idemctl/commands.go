@@ -572,9 +572,9 @@ var purgeCommand = command{
 	help: "Deletes the keys under --prefix and/or in --state (and matching the other filters).\n" +
 		"Without --apply it is a dry run that only lists what it would delete. With --apply\n" +
 		"it asks for confirmation unless --yes, then deletes each key; with --state, only if\n" +
-		"the key is still in that state (checked atomically), so a key that moved on is\n" +
-		"skipped. Deleting a COMPLETED key lets its next copy run the effect again; deleting\n" +
-		"an IN_PROGRESS one cancels its owner (see release).",
+		"the key is still in that state (checked atomically; corrupt: just before), so a key\n" +
+		"that moved on is skipped. Deleting a COMPLETED key lets its next copy run the effect\n" +
+		"again; deleting an IN_PROGRESS one cancels its owner (see release).",
 	args: 0,
 	flags: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 		var f filter
@@ -640,7 +640,15 @@ var purgeCommand = command{
 func (c *cli) purgeKey(ctx context.Context, key, state string) (bool, error) {
 	var st idempotency.State
 	switch state {
-	case "", stateCorrupt:
+	case "":
+		return true, c.be.store.Delete(ctx, key)
+	case stateCorrupt:
+		// No store deletes only a corrupt row: check just before the
+		// delete that it is still one (a claim never rewrites it, only a
+		// delete or the purge of its expiry removes it).
+		if _, _, err := c.be.store.DeleteIf(ctx, key); !errors.Is(err, idempotency.ErrCorruptRecord) {
+			return false, err
+		}
 		return true, c.be.store.Delete(ctx, key)
 	case "in_progress":
 		st = idempotency.StateInProgress

@@ -3,10 +3,9 @@ package grpcidem
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"fmt"
 	"sync"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -17,52 +16,26 @@ import (
 )
 
 // Client gives each logical unary call one idempotency key, which
-// grpc-go's retries resend. Its zero value is ready to use:
-//
-//	client := &grpcidem.Client{}
-//	conn, err := grpc.NewClient(target, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor), ...)
-//
-// A call keeps a key it carries: from [WithKey], its outgoing metadata or
-// its request's RequestField. Any other call gets a fresh UUID. A Client
-// is safe for concurrent use; its fields must not change after its first
-// call.
+// grpc-go's retries resend. Its zero value is ready to use. A call keeps
+// a key it carries: from [WithKey], its outgoing metadata or its request's
+// request_id. A Client is safe for concurrent use; its fields must not
+// change after its first call.
 type Client struct {
 	// Metadata carries the key; it must be one of the server's
 	// [Config].Metadata. The default is "idempotency-key".
 	Metadata string
 
-	// RequestField is the request field that carries a key of its own,
-	// as on the server. The default is "request_id".
-	RequestField string
-
-	// Methods are the full names of the methods that get a fresh key.
-	// The default is every unary method.
-	Methods []string
-
 	init     sync.Once
 	err      error
 	metadata string // Metadata, or its default
-	field    string // RequestField, or its default
-	methods  map[string]bool
 }
 
-// setup applies the defaults and checks the fields, once: every problem,
-// joined, each matching [ErrInvalidConfig].
 func (c *Client) setup() error {
 	c.init.Do(func() {
 		c.metadata = cmp.Or(c.Metadata, defaultMetadata)
-		c.field = cmp.Or(c.RequestField, defaultRequestField)
 		l := configerr.New(ErrInvalidConfig)
 		checkMetadataName(l, c.metadata)
-		checkFieldName(l, c.field)
-		checkMethods(l, c.Methods)
 		c.err = l.Err()
-		if len(c.Methods) > 0 {
-			c.methods = map[string]bool{}
-			for _, m := range c.Methods {
-				c.methods[m] = true
-			}
-		}
 	})
 	return c.err
 }
@@ -70,7 +43,7 @@ func (c *Client) setup() error {
 // UnaryClientInterceptor is the [grpc.UnaryClientInterceptor]. A [WithKey]
 // key that differs from the call's own metadata is refused with
 // INVALID_ARGUMENT before it is sent, as the server would refuse it. A
-// Client with bad fields fails every call with all of their problems.
+// Client with bad fields fails every call.
 func (c *Client) UnaryClientInterceptor(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if err := c.setup(); err != nil {
 		return err
@@ -93,26 +66,23 @@ func (c *Client) UnaryClientInterceptor(ctx context.Context, method string, req,
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	if c.methods != nil && !c.methods[method] {
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
 	if len(sent) > 0 {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	if m, ok := req.(proto.Message); ok {
-		if v, ok := fieldKey(m, c.field); ok && v != "" {
+		if v, ok := fieldKey(m, defaultRequestField); ok && v != "" {
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}
 	}
-	ctx = metadata.AppendToOutgoingContext(ctx, c.metadata, newUUID())
+	ctx = metadata.AppendToOutgoingContext(ctx, c.metadata, watermill.NewUUID())
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
 // WithKey returns ctx carrying key, for an application that retries a
 // call itself: every attempt with it sends key. A [Client] sends it under
-// its own Metadata. Without a Client it goes under "idempotency-key",
-// unless the outgoing metadata already holds a value there. The last
-// WithKey of a context wins.
+// its own Metadata; without one it goes under "idempotency-key", unless
+// the outgoing metadata already holds a value there. The last WithKey of
+// a context wins.
 func WithKey(ctx context.Context, key string) context.Context {
 	md, _ := metadata.FromOutgoingContext(ctx) // a copy
 	prev, hadPrev := ctx.Value(keyContext{}).(string)
@@ -126,14 +96,4 @@ func WithKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, keyContext{}, key)
 }
 
-// keyContext is the context key of WithKey's key.
 type keyContext struct{}
-
-// newUUID returns a random version 4 UUID.
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand never fails
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}

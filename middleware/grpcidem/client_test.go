@@ -140,15 +140,15 @@ func TestClientRetryReusesKey(t *testing.T) {
 }
 
 // TestClientKeys: each logical call gets a fresh key; a key set by the
-// caller (WithKey, or the request's request_id) is kept; methods outside
-// ClientConfig.Methods get none.
+// caller (WithKey, or the request's request_id) is kept; a method the
+// server does not protect gets a key too, and passes.
 func TestClientKeys(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
 		store, prefix := kind.New(t)
 		l := newLedger()
 		var seen attempts
 		addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, nil).UnaryServerInterceptor)
-		client := &grpcidem.Client{Methods: []string{methodCharge}}
+		client := &grpcidem.Client{}
 		c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 		req := &testpb.ChargeRequest{Amount: 5}
 
@@ -176,11 +176,10 @@ func TestClientKeys(t *testing.T) {
 		require.NoError(t, f.err)
 		assert.Equal(t, "field-key", f.reply.Key)
 
-		// Refund is not in the client's Methods: it gets no key, and the
-		// server refuses it.
+		// Refund gets a fresh key as well.
 		refund := invoke(t, c.Refund, "t", "", req)
-		requireReason(t, refund.err, codes.InvalidArgument, keyMissing)
-		assert.EqualValues(t, 4, l.runs.Load())
+		require.NoError(t, refund.err)
+		assert.EqualValues(t, 5, l.runs.Load())
 	})
 }
 
@@ -253,7 +252,7 @@ func TestWithKeyUnderCustomMetadata(t *testing.T) {
 				l := newLedger()
 				seen := &namesSeen{names: []string{custom, "idempotency-key"}}
 				addr := serve(t, l, seen.record, newInterceptor(t, store, prefix, func(c *config) { c.Metadata = tc.server }).UnaryServerInterceptor)
-				client := &grpcidem.Client{Metadata: custom, Methods: []string{methodCharge}}
+				client := &grpcidem.Client{Metadata: custom}
 				c := dial(t, addr, grpc.WithChainUnaryInterceptor(client.UnaryClientInterceptor))
 
 				// The application retries one logical call itself.
@@ -276,8 +275,7 @@ func TestWithKeyUnderCustomMetadata(t *testing.T) {
 					assert.Empty(t, call["idempotency-key"], "attempt %d: nothing under the name the client was not configured with", i+1)
 				}
 
-				// A key set with WithKey is sent for a method outside the
-				// client's Methods as well: the application asked for it.
+				// A key set with WithKey is sent for every method.
 				refundCtx := grpcidem.WithKey(metadata.AppendToOutgoingContext(t.Context(), "tenant", "t"), "refund-key")
 				_, err = c.Refund(refundCtx, req)
 				require.NoError(t, err)

@@ -7,8 +7,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
-// idemctl reads this interceptor's keys and stored answers with the code
-// that writes them.
+// idemctl reads the keys and stored answers with the code that writes them.
 func init() {
 	adapterinspect.Register(adapterinspect.Adapter{Name: "grpc", DefaultPrefix: defaultKeyPrefix,
 		ClientKey: func(sent string) (string, error) { return sent, adapter.CheckKey(sent) },
@@ -32,5 +31,4 @@ func describeAnswer(result []byte) (adapterinspect.Answer, error) {
 	}
 }
 
-// storeKey is the stored key of (scope, key) under prefix.
 func storeKey(prefix, scope, key string) string { return adapter.StoreKey(prefix, scope, key, true) }

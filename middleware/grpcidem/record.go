@@ -15,19 +15,10 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
-// A stored answer is a small binary record, the Result of a COMPLETED key:
-//
-//	version  1 byte, recordVersion
-//	kind     1 byte:
-//	  kindMessage   the response: uvarint length + message full name,
-//	                uvarint length + wire bytes
-//	  kindStatus    a final status: uvarint length + google.rpc.Status
-//	                (code, message, details) in wire format
-//	  kindOmitted   an answer over MaxOutputSize: uvarint code (0 for a
-//	                response), uvarint size of what was not stored
-//
-// Decoding is strict: any truncation, overlong length, unknown kind or
-// trailing byte is an error, never a partial answer.
+// A stored answer, the Result of a COMPLETED key, is a version byte, a kind
+// byte, then: the response's full name and wire bytes (kindMessage); the
+// google.rpc.Status's wire bytes (kindStatus); or, over MaxOutputSize, the
+// code and the size not stored (kindOmitted). Numbers are uvarints.
 
 const (
 	recordVersion = 1
@@ -39,21 +30,15 @@ const (
 
 var errBadRecord = errors.New("grpcidem: malformed stored answer")
 
-// storedAnswer is what a repeat is answered with: a response message, a
-// final status, or neither when the answer was too large to store.
+// storedAnswer is what a repeat is answered with.
 type storedAnswer struct {
-	Kind byte
-	// TypeName and Wire are the response's, for kindMessage.
-	TypeName string
-	Wire     []byte
-	// Status is the final status, for kindStatus, and statusWire its wire
-	// bytes.
-	Status     *spb.Status
+	Kind       byte
+	TypeName   string // kindMessage
+	Wire       []byte
+	Status     *spb.Status // kindStatus
 	statusWire []byte
-	// Code and Size describe an answer that was not stored, for
-	// kindOmitted.
-	Code codes.Code
-	Size int
+	Code       codes.Code // kindOmitted
+	Size       int
 }
 
 // encodeResponse stores resp, or only its size when it exceeds max.
@@ -101,8 +86,7 @@ func (a storedAnswer) encode() []byte {
 	return b
 }
 
-// decodeAnswer reads a stored answer. The status of a kindStatus record is
-// decoded as well; a response's message is rebuilt by message.
+// decodeAnswer reads a stored answer; message rebuilds a response.
 func decodeAnswer(b []byte) (storedAnswer, error) {
 	d := adapter.NewReader(b, errBadRecord)
 	var a storedAnswer
@@ -142,10 +126,8 @@ func decodeAnswer(b []byte) (storedAnswer, error) {
 	return a, nil
 }
 
-// message rebuilds a stored response from the protobuf type registry. want
-// is the method's output type when the registry knows the method, else "":
-// a stored response of another type (the method changed its output type
-// since it was stored) is an error, never a wrong message on the wire.
+// message rebuilds a stored response from the protobuf type registry. A
+// response of another type than want, the method's, is an error.
 func (a storedAnswer) message(want protoreflect.FullName) (proto.Message, error) {
 	name := protoreflect.FullName(a.TypeName)
 	if want != "" && want != name {

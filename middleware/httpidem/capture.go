@@ -11,23 +11,17 @@ import (
 	"strings"
 )
 
-// errHijackUnsupported is returned to a handler that tries to hijack the
-// connection: a hijacked response cannot be recorded or replayed.
+// errHijackUnsupported: a hijacked response cannot be recorded or replayed.
 var errHijackUnsupported = errors.New("httpidem: hijacking is not supported under the idempotency middleware")
 
-// recorder passes the handler's response through to the client while keeping
-// its status, its headers and up to max bytes of its body. Once a write to
-// the client fails (the connection broke), the rest of the response is kept
-// and not sent, and the handler's writes succeed: what is stored is what the
-// handler wrote, not what the broken connection took. A write refused for
-// what the handler wrote (a body where its status allows none, or beyond
-// its Content-Length) fails for the handler, as without the middleware.
+// recorder passes the handler's response on while keeping its status, its
+// headers and up to max bytes of its body. After a write to the client
+// fails, the rest is kept, not sent, and the handler's writes succeed. A
+// write refused for what the handler wrote (a body its status forbids, or
+// past its Content-Length) fails for the handler, as without the middleware.
 type recorder struct {
-	w http.ResponseWriter
-	// outer holds the headers set before the handler ran (by outer
-	// middleware, for this request only); they are not the handler's and
-	// are neither stored nor replayed.
-	outer http.Header
+	http.ResponseWriter
+	outer http.Header // set by outer middleware: neither stored nor replayed
 	max   int
 
 	status int // 0 until the header is written
@@ -40,45 +34,40 @@ type recorder struct {
 }
 
 func newRecorder(w http.ResponseWriter, max int) *recorder {
-	return &recorder{w: w, outer: w.Header().Clone(), max: max, length: -1}
+	return &recorder{ResponseWriter: w, outer: w.Header().Clone(), max: max, length: -1}
 }
-
-// Header implements http.ResponseWriter.
-func (r *recorder) Header() http.Header { return r.w.Header() }
 
 // WriteHeader implements http.ResponseWriter.
 func (r *recorder) WriteHeader(code int) {
 	// Informational answers (103 Early Hints) precede the real one.
 	if r.status == 0 && code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
-		r.w.WriteHeader(code)
+		r.ResponseWriter.WriteHeader(code)
 		return
 	}
 	if r.status == 0 {
 		r.status = code
-		r.header = handlerHeader(r.w.Header(), r.outer)
-		if n, err := strconv.ParseInt(r.w.Header().Get("Content-Length"), 10, 64); err == nil && n >= 0 {
+		r.header = handlerHeader(r.ResponseWriter.Header(), r.outer)
+		if n, err := strconv.ParseInt(r.ResponseWriter.Header().Get("Content-Length"), 10, 64); err == nil && n >= 0 {
 			r.length = n
 		}
 	}
-	r.w.WriteHeader(code)
+	r.ResponseWriter.WriteHeader(code)
 }
 
 // Write implements http.ResponseWriter.
 func (r *recorder) Write(p []byte) (int, error) {
 	if r.status == 0 {
-		// Sniff the type as net/http would, but into the header, so that
-		// the stored header and the replay carry the same Content-Type.
-		if _, set := r.w.Header()["Content-Type"]; !set && len(p) > 0 {
-			r.w.Header().Set("Content-Type", http.DetectContentType(p))
+		// Sniff the type into the header, so that the replay carries it too.
+		if _, set := r.ResponseWriter.Header()["Content-Type"]; !set && len(p) > 0 {
+			r.ResponseWriter.Header().Set("Content-Type", http.DetectContentType(p))
 		}
 		r.WriteHeader(http.StatusOK)
 	}
 	if !r.broken {
-		n, err := r.w.Write(p)
+		n, err := r.ResponseWriter.Write(p)
 		overLength := r.length >= 0 && r.size+int64(len(p)) > r.length // HTTP/2 has its own error for it
 		if err != nil && (overLength || errors.Is(err, http.ErrBodyNotAllowed) || errors.Is(err, http.ErrContentLength)) {
-			// Refused for what the handler wrote, not for the connection:
-			// the handler's error, and not part of the response.
+			// Refused for what the handler wrote: the handler's error.
 			r.keep(p[:n])
 			return n, err
 		}
@@ -107,7 +96,7 @@ func (r *recorder) Flush() {
 		r.WriteHeader(http.StatusOK)
 	}
 	if !r.broken {
-		_ = http.NewResponseController(r.w).Flush()
+		_ = http.NewResponseController(r.ResponseWriter).Flush()
 	}
 }
 
@@ -117,13 +106,13 @@ func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 // Unwrap lets http.ResponseController reach deadlines and full duplex.
-func (r *recorder) Unwrap() http.ResponseWriter { return r.w }
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // response returns what a repeat will be answered with.
 func (r *recorder) response() storedResponse {
 	status, header := r.status, r.header
 	if status == 0 { // the handler wrote nothing: net/http answers 200
-		status, header = http.StatusOK, handlerHeader(r.w.Header(), r.outer)
+		status, header = http.StatusOK, handlerHeader(r.ResponseWriter.Header(), r.outer)
 	}
 	s := storedResponse{Status: status, Header: header, BodySize: r.size, BodyOmitted: r.over}
 	if !r.over {
@@ -132,17 +121,13 @@ func (r *recorder) response() storedResponse {
 	return s
 }
 
-// handlerHeader returns the headers of h that the handler set: those not
-// in outer with the same values, less the hop-by-hop ones and trailers,
-// which describe one connection or one response's framing. A name set to
-// nil (no values: "send no such header, do not sniff") is kept as such.
+// handlerHeader returns the headers of h that the handler set, less the
+// hop-by-hop ones and trailers. A name set to nil is kept as such.
 func handlerHeader(h, outer http.Header) http.Header {
 	out := make(http.Header, len(h))
 	for name, values := range h {
-		if ov, ok := outer[name]; ok && slices.Equal(ov, values) {
-			continue
-		}
-		if hopByHop[name] || strings.HasPrefix(name, http.TrailerPrefix) {
+		ov, isOuter := outer[name]
+		if isOuter && slices.Equal(ov, values) || hopByHop[name] || strings.HasPrefix(name, http.TrailerPrefix) {
 			continue
 		}
 		out[name] = slices.Clone(values)
@@ -150,12 +135,5 @@ func handlerHeader(h, outer http.Header) http.Header {
 	return out
 }
 
-var hopByHop = map[string]bool{
-	"Connection":        true,
-	"Keep-Alive":        true,
-	"Proxy-Connection":  true,
-	"Transfer-Encoding": true,
-	"Upgrade":           true,
-	"Te":                true,
-	"Trailer":           true,
-}
+var hopByHop = map[string]bool{"Connection": true, "Keep-Alive": true, "Proxy-Connection": true,
+	"Transfer-Encoding": true, "Upgrade": true, "Te": true, "Trailer": true}

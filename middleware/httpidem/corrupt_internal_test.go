@@ -74,7 +74,7 @@ func TestCorruptRedisRecord(t *testing.T) {
 			assert.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"))
 			var p problem
 			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &p))
-			assert.Equal(t, defaultProblemTypeBase+string(idempotency.OutcomeCorruptRecord), p.Type)
+			assert.Equal(t, problemTypeBase+string(idempotency.OutcomeCorruptRecord), p.Type)
 			assert.Contains(t, p.Detail, "idempotency record of this key cannot be read")
 			assert.Empty(t, rec.Header().Get(ReplayedHeader))
 			assert.Equal(t, dump, client.Dump(ctx, skey).Val(), "the foreign value is left as it was")

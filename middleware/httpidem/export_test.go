@@ -1,5 +1,10 @@
 package httpidem
 
+import "github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
+
+// The key errors that package adapter defines, as the internal tests name them.
+var errKeyEmpty, errKeyNotPrint = adapter.ErrKeyEmpty, adapter.ErrKeyNotPrintable
+
 // StoreKey is the stored key of (scope, key) under prefix, for the
 // external tests that look records up in the store.
 var StoreKey = storeKey

@@ -256,7 +256,7 @@ var (
 	recordCorrupt         = &problemKind{"corrupt_record", "idempotency record of this key cannot be read"}
 )
 
-// problemTypeBase is the default Config.ProblemTypeBase.
+// problemTypeBase starts the type of every problem.
 const problemTypeBase = "https://github.com/idempotency/watermill-idempotency/blob/main/docs/GUARANTEES.md#"
 
 // requireProblem checks an RFC 9457 answer of the middleware.

@@ -5,8 +5,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
-// idemctl reads this middleware's keys and stored responses with the code
-// that writes them.
+// idemctl reads the keys and stored responses with the code that writes them.
 func init() {
 	adapterinspect.Register(adapterinspect.Adapter{Name: "http", DefaultPrefix: defaultKeyPrefix,
 		ClientKey: func(sent string) (string, error) { return parseKey(sent) },
@@ -23,5 +22,4 @@ func describeResponse(result []byte) (adapterinspect.Answer, error) {
 		BodyBytes: &s.BodySize, BodyStored: &stored}, nil
 }
 
-// storeKey is the stored key of (scope, key) under prefix.
 func storeKey(prefix, scope, key string) string { return adapter.StoreKey(prefix, scope, key, true) }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
@@ -19,14 +18,10 @@ type problem struct {
 	OriginalStatus int    `json:"original_status,omitempty"`
 }
 
-// writeProblem answers with the problem of outcome, from the adapters'
-// one table (adapter.Refusals); 409 and 503 carry Retry-After.
-func (m *Middleware) writeProblem(w http.ResponseWriter, outcome idempotency.Outcome, detail string, extra func(*problem)) {
+// writeProblem answers with the problem of outcome, from adapter.Refusals.
+func (m *Middleware) writeProblem(w http.ResponseWriter, outcome idempotency.Outcome, detail string, originalStatus int) {
 	r := adapter.Refusals[string(outcome)]
-	p := problem{Type: m.cfg.ProblemTypeBase + string(outcome), Title: r.Title, Status: r.HTTP, Detail: detail}
-	if extra != nil {
-		extra(&p)
-	}
+	p := problem{Type: problemTypeBase + string(outcome), Title: r.Title, Status: r.HTTP, Detail: detail, OriginalStatus: originalStatus}
 	body, _ := json.Marshal(p) // a struct of strings and ints always marshals
 	body = append(body, '\n')
 	h := w.Header()
@@ -34,17 +29,8 @@ func (m *Middleware) writeProblem(w http.ResponseWriter, outcome idempotency.Out
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Cache-Control", "no-store")
 	if r.Retry {
-		h.Set("Retry-After", retryAfterSeconds(m.cfg.RetryAfter))
+		h.Set("Retry-After", adapter.RetryAfterSeconds(m.cfg.RetryAfter))
 	}
 	w.WriteHeader(r.HTTP)
 	_, _ = w.Write(body)
-}
-
-// retryAfterSeconds rounds d up to whole seconds, at least 1.
-func retryAfterSeconds(d time.Duration) string {
-	s := int64((d + time.Second - 1) / time.Second)
-	if s < 1 {
-		s = 1
-	}
-	return strconv.FormatInt(s, 10)
 }

@@ -9,19 +9,10 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 )
 
-// A stored response is a small binary record, the Result of a COMPLETED key:
-//
-//	version  1 byte, recordVersion
-//	flags    1 byte, flagBodyOmitted when the body exceeded MaxOutputSize
-//	status   uvarint
-//	headers  uvarint count, then per header name: uvarint length + name,
-//	         uvarint value count, per value: uvarint length + value
-//	body     uvarint length, then the body unless omitted (then the length
-//	         is the size of the response that was not stored)
-//
-// Header names are sorted, so one response always encodes to the same bytes.
-// Decoding is strict: any truncation, overlong length or trailing byte is an
-// error, never a partial response.
+// A stored response, the Result of a COMPLETED key, is: a version byte, a
+// flags byte, the status, the header count, per header its name and its
+// values, then the body, or only its size when flagBodyOmitted. Numbers are
+// uvarints; names are sorted, so one response has one encoding.
 
 const (
 	recordVersion   = 1
@@ -32,12 +23,10 @@ var errBadRecord = errors.New("httpidem: malformed stored response")
 
 // storedResponse is what a repeat is answered with.
 type storedResponse struct {
-	Status int
-	Header http.Header
-	Body   []byte
-	// BodyOmitted is set when the body exceeded MaxOutputSize and was not
-	// stored; BodySize is then its size.
-	BodyOmitted bool
+	Status      int
+	Header      http.Header
+	Body        []byte
+	BodyOmitted bool // over MaxOutputSize: BodySize is its size
 	BodySize    int64
 }
 

@@ -14,11 +14,10 @@ import (
 	"time"
 )
 
-// decide returns what to do after attempt n of c, which got resp or err;
-// reached reports that the attempt asked the base transport for a
-// connection (it passed the request's own checks). The wait is the pause
-// before the next attempt, when the verdict is verdictRetry.
-func (cfg *transportConfig) decide(ctx context.Context, c *call, n int, resp *http.Response, err error, reached bool) (verdict, time.Duration) {
+// decide returns what to do after attempt n, which got resp or err, and
+// the pause before a retry. reached says that the attempt asked the base
+// for a connection.
+func (cfg *transportConfig) decide(ctx context.Context, unsafe bool, n int, resp *http.Response, err error, reached bool) (verdict, time.Duration) {
 	var wait time.Duration
 	tooLong := false
 	if err != nil {
@@ -27,9 +26,7 @@ func (cfg *transportConfig) decide(ctx context.Context, c *call, n int, resp *ht
 		}
 		wait = cfg.pause(n)
 	} else {
-		// A replay is the answer stored for the key: every retry would get
-		// it again, so it is final whatever its status (a handler's own 409
-		// or 429 is stored; 5xx never are).
+		// A replay is final: every retry would get it again.
 		if !retryableStatus(resp) || replayed(resp) {
 			return verdictDone, 0
 		}
@@ -44,7 +41,7 @@ func (cfg *transportConfig) decide(ctx context.Context, c *call, n int, resp *ht
 		}
 	}
 	switch {
-	case !c.mayRetry, c.hasBody && c.rewind == nil:
+	case unsafe:
 		return verdictUnsafe, 0
 	case n >= cfg.maxAttempts:
 		return verdictExhausted, 0
@@ -57,10 +54,8 @@ func (cfg *transportConfig) decide(ctx context.Context, c *call, n int, resp *ht
 	return verdictRetry, wait
 }
 
-// retryableStatus reports whether a response with resp's status asks for
-// a retry: 409 with a Retry-After (the first request with the key still
-// runs), 429, and every 5xx but 501 and 505, which say that the server
-// will never serve the request.
+// retryableStatus reports whether resp asks for a retry: 409 with a
+// Retry-After, 429, and every 5xx but 501 and 505.
 func retryableStatus(resp *http.Response) bool {
 	switch s := resp.StatusCode; {
 	case s == http.StatusConflict:
@@ -74,8 +69,7 @@ func retryableStatus(resp *http.Response) bool {
 	}
 }
 
-// idempotentMethod reports whether RFC 9110 (section 9.2.2) defines method
-// as idempotent: a request with it may be repeated without a key.
+// idempotentMethod reports whether RFC 9110 defines method as idempotent.
 func idempotentMethod(method string) bool {
 	switch method {
 	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
@@ -84,11 +78,8 @@ func idempotentMethod(method string) bool {
 	return false
 }
 
-// pause returns the pause before retry n (n ≥ 1) when no Retry-After
-// says otherwise: exponential, Backoff·2^(n−1) capped at MaxWait,
-// with "equal jitter": a random point in its upper half, so that clients
-// that failed together do not retry together, and no pause is shorter than
-// half its step.
+// pause returns the pause before retry n (n ≥ 1) without a Retry-After:
+// Backoff·2^(n−1) capped at MaxWait, at a random point in its upper half.
 func (cfg *transportConfig) pause(n int) time.Duration {
 	step := cfg.maxWait
 	if n-1 < 62 {
@@ -100,27 +91,24 @@ func (cfg *transportConfig) pause(n int) time.Duration {
 	return step - half + rand.N(half+1)
 }
 
-// maxDeltaSeconds bounds a Retry-After in seconds that is still read as a
-// number of seconds: beyond it (some 292 years) a Duration overflows, and
-// the pause is too long anyway.
+// maxDeltaSeconds is the longest Retry-After a Duration holds.
 const maxDeltaSeconds = int64(time.Duration(1<<63-1) / time.Second)
 
-// retryAfter reads the Retry-After header of h (RFC 9110, section 10.2.3):
-// delay-seconds (digits only) or an HTTP-date, of which the pause is the
-// time from now, never below zero. ok is false when there is no header or
-// its first value is neither; tooLong is true for a number of seconds too
-// large for a Duration.
+// retryAfter reads the Retry-After of h: seconds or an HTTP-date, never
+// below zero. ok is false without one, or when it is neither; tooLong is
+// true for seconds beyond a Duration.
 func retryAfter(h http.Header, now time.Time) (d time.Duration, ok, tooLong bool) {
 	v := h.Get("Retry-After")
 	if v == "" {
 		return 0, false, false
 	}
-	if allDigits(v) {
-		secs, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || secs > maxDeltaSeconds {
-			return 0, false, true
-		}
+	// ParseUint takes digits only: no sign, no underscore in base 10.
+	secs, err := strconv.ParseUint(v, 10, 64)
+	if err == nil && secs <= uint64(maxDeltaSeconds) {
 		return time.Duration(secs) * time.Second, true, false
+	}
+	if err == nil || errors.Is(err, strconv.ErrRange) {
+		return 0, false, true
 	}
 	at, err := http.ParseTime(v)
 	if err != nil {
@@ -129,30 +117,12 @@ func retryAfter(h http.Header, now time.Time) (d time.Duration, ok, tooLong bool
 	return max(at.Sub(now), 0), true, false
 }
 
-func allDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return s != ""
-}
-
 // retryableError reports whether an attempt that failed with err may
-// succeed if sent again: its context has not ended, it failed on the
-// network (after asking the base transport for a connection, or with a
-// network error of any base transport), and not because a certificate was
-// refused or the server does not speak TLS, which a retry does not cure. The request may have reached the
-// server (its response was lost): a retry is then safe only with the key,
-// which is for decide to say.
-//
-// Why the connection request counts, not only the error's type: an answer
-// cut in its headers surfaces from net/http as "HTTP/1.x transport
-// connection broken: malformed MIME header", neither a net.Error nor EOF
-// (TestTransportLostResponse fails without it), and HTTP/2's lost
-// connections are plain errors too; while the errors of a request refused
-// before any connection (an unsupported scheme, an invalid header value)
-// are plain errors that no retry cures.
+// succeed if sent again: its context lives, it failed on the network, and
+// not on a refused certificate or a server without TLS. Asking for a
+// connection counts: an answer cut in its headers, or a lost HTTP/2
+// connection, is a plain error (TestTransportLostResponse), while a request
+// refused before any connection fails with one no retry cures.
 func retryableError(ctx context.Context, err error, reached bool) bool {
 	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false

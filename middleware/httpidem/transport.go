@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptrace"
 	"slices"
@@ -20,18 +19,11 @@ import (
 )
 
 // Transport is an [http.RoundTripper] that sends each POST and PATCH with
-// one idempotency key and retries it safely. Every attempt of a call sends
-// the same key, so a server running the [Middleware] runs the effect once.
-// The zero Transport is ready to use:
-//
-//	client := &http.Client{Transport: &httpidem.Transport{}, Timeout: 30 * time.Second}
-//
-// A Transport is safe for concurrent use. Its fields must not change
-// after its first call. "The client side" in the package documentation
-// lists what is retried.
+// one idempotency key, and retries it with the same key. The zero Transport
+// is ready to use. It is safe for concurrent use; its fields must not
+// change after its first call.
 type Transport struct {
 	// Base sends each attempt. The default is [http.DefaultTransport].
-	// Wrap it to observe every attempt (otelhttp.NewTransport does).
 	Base http.RoundTripper
 
 	// Header carries the key; it must be the server's [Config].Header.
@@ -45,12 +37,12 @@ type Transport struct {
 	// The default is 5.
 	MaxAttempts int
 
-	// Backoff is the first pause without a Retry-After. It doubles for
+	// Backoff is the first pause without a Retry-After; it doubles for
 	// each retry, with jitter. The default is 200 ms.
 	Backoff time.Duration
 
-	// MaxWait caps every pause. A longer Retry-After returns the response
-	// at once. The default is 30 s.
+	// MaxWait caps every pause; a longer Retry-After ends the call.
+	// The default is 30 s.
 	MaxWait time.Duration
 
 	init    sync.Once
@@ -59,7 +51,7 @@ type Transport struct {
 	observe func(attempt) // for tests: sees every attempt
 }
 
-// transportConfig is a Transport's fields with their defaults applied.
+// transportConfig is a Transport's fields, defaults applied.
 type transportConfig struct {
 	base        http.RoundTripper
 	header      string
@@ -71,8 +63,7 @@ type transportConfig struct {
 
 var _ http.RoundTripper = (*Transport)(nil)
 
-// setup applies the defaults and checks the fields, once: every problem,
-// joined, each matching [ErrInvalidConfig].
+// setup applies the defaults and checks the fields, once.
 func (t *Transport) setup() (*transportConfig, error) {
 	t.init.Do(func() {
 		l := configerr.New(ErrInvalidConfig)
@@ -107,20 +98,11 @@ func (t *Transport) setup() (*transportConfig, error) {
 type verdict string
 
 const (
-	// verdictDone: the answer is final: a 2xx, 3xx or final 4xx, a replay,
-	// or an error no retry cures.
-	verdictDone verdict = "done"
-	// verdictRetry: another attempt follows after attempt.Wait.
-	verdictRetry verdict = "retry"
-	// verdictUnsafe: a retry may cure it, but the request may not be sent
-	// again (no key and a method that is not idempotent, or a body that
-	// cannot be rewound).
-	verdictUnsafe verdict = "unsafe"
-	// verdictExhausted: this was attempt MaxAttempts.
-	verdictExhausted verdict = "exhausted"
-	// verdictTooLong: the pause would end after the request's context, or
-	// Retry-After asks for more than MaxWait.
-	verdictTooLong verdict = "too_long"
+	verdictDone      verdict = "done"      // a final answer, or an error no retry cures
+	verdictRetry     verdict = "retry"     // another attempt follows after attempt.Wait
+	verdictUnsafe    verdict = "unsafe"    // no key and not idempotent, or a body not rewound
+	verdictExhausted verdict = "exhausted" // this was attempt MaxAttempts
+	verdictTooLong   verdict = "too_long"  // the pause passes the deadline or MaxWait
 )
 
 // attempt is one attempt of a call, as the tests observe it.
@@ -136,9 +118,8 @@ type attempt struct {
 }
 
 // CallError is the error of a call that ended without a response. Key is
-// the key its attempts carried, so the caller can retry it with [WithKey].
-// Under [http.Client].Timeout, net/http may return its own error instead:
-// choose the key first to be sure of it.
+// the key its attempts carried, for a retry with [WithKey]. Under
+// [http.Client].Timeout, net/http may return its own error instead.
 type CallError struct {
 	Key string // empty when the call carried no key
 	Err error  // the last attempt's error, or the context's cause
@@ -153,8 +134,7 @@ func (e *CallError) Error() string {
 
 func (e *CallError) Unwrap() error { return e.Err }
 
-// Timeout reports whether Err is a timeout, for [url.Error].Timeout,
-// which does not unwrap.
+// Timeout reports whether Err is a timeout, for [url.Error].Timeout.
 func (e *CallError) Timeout() bool {
 	var t interface{ Timeout() bool }
 	return errors.As(e.Err, &t) && t.Timeout()
@@ -163,9 +143,8 @@ func (e *CallError) Timeout() bool {
 type ctxKey struct{}
 
 // WithKey returns ctx carrying key, for a caller that retries a call
-// itself. A request made with it carries key when its method is one of
-// [Transport].Methods and it has no key header. An empty key leaves ctx
-// as it is.
+// itself. A [Transport] sends it on a request of its Methods without a key
+// header. An empty key leaves ctx as it is.
 func WithKey(ctx context.Context, key string) context.Context {
 	if key == "" {
 		return ctx
@@ -173,10 +152,9 @@ func WithKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, ctxKey{}, key)
 }
 
-// RoundTrip sends req, and again while an attempt fails in a way a retry
-// may cure and that may safely be retried. It returns the last attempt's
-// response, whose Request carries the key. A call that ends without a
-// response returns a [*CallError].
+// RoundTrip sends req, and again while a retry may cure its failure and is
+// safe. The last response's Request carries the key. A call that ends
+// without a response returns a [*CallError].
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	cfg, err := t.setup()
 	if err != nil {
@@ -184,11 +162,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ctx := req.Context()
 	out, key := cfg.withKey(req)
-	c := call{
-		mayRetry: key != "" || idempotentMethod(req.Method),
-		rewind:   req.GetBody,
-		hasBody:  req.Body != nil && req.Body != http.NoBody,
-	}
+	hasBody := req.Body != nil && req.Body != http.NoBody
+	// unsafe: a retry may not be sent (no key and not idempotent, or a body
+	// that cannot be rewound).
+	unsafe := key == "" && !idempotentMethod(req.Method) || hasBody && req.GetBody == nil
 	for n := 1; ; n++ {
 		var reached atomic.Bool
 		trace := &httptrace.ClientTrace{GetConn: func(string) { reached.Store(true) }}
@@ -204,10 +181,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			_ = resp.Body.Close()
 			resp = nil
 		}
-		v, wait := cfg.decide(ctx, &c, n, resp, err, reached.Load())
+		v, wait := cfg.decide(ctx, unsafe, n, resp, err, reached.Load())
 		var next *http.Request
-		if v == verdictRetry && c.hasBody {
-			body, gerr := c.rewind()
+		if v == verdictRetry && hasBody {
+			body, gerr := req.GetBody()
 			if gerr != nil {
 				v = verdictUnsafe
 			} else {
@@ -218,8 +195,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			next = out
 		}
 		if t.observe != nil {
-			t.observe(attempt{Request: sent, Key: key, Number: n, Status: status(resp), Replayed: replayed(resp),
-				Err: err, Verdict: v, Wait: wait})
+			a := attempt{Request: sent, Key: key, Number: n, Replayed: replayed(resp), Err: err, Verdict: v, Wait: wait}
+			if resp != nil {
+				a.Status = resp.StatusCode
+			}
+			t.observe(a)
 		}
 		if v != verdictRetry {
 			if err != nil {
@@ -227,9 +207,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return resp, nil
 		}
-		// The retried response is closed unread: draining it would wait on
-		// a server that may stall its body, and the connection is cheap to
-		// replace.
+		// Closed unread: draining may wait on a server that stalls its body.
 		if resp != nil {
 			_ = resp.Body.Close()
 		}
@@ -243,8 +221,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// CloseIdleConnections closes the idle connections of Base, when it can,
-// so that [http.Client].CloseIdleConnections reaches them.
+// CloseIdleConnections closes the idle connections of Base, when it can.
 func (t *Transport) CloseIdleConnections() {
 	cfg, _ := t.setup()
 	if c, ok := cfg.base.(interface{ CloseIdleConnections() }); ok {
@@ -252,16 +229,8 @@ func (t *Transport) CloseIdleConnections() {
 	}
 }
 
-// call is what RoundTrip knows of one call across its attempts.
-type call struct {
-	mayRetry bool // it carries a key, or its method is idempotent
-	hasBody  bool
-	rewind   func() (io.ReadCloser, error)
-}
-
-// withKey returns the request to send and the key it carries: req itself
-// when it has a key of its own or gets none, else a copy with the key of
-// its context or a fresh one.
+// withKey returns the request to send and its key: req when it has a key
+// or gets none, else a copy with the context's key or a fresh one.
 func (cfg *transportConfig) withKey(req *http.Request) (*http.Request, string) {
 	if key := headerValue(req.Header, cfg.header); key != "" {
 		return req, key
@@ -281,14 +250,11 @@ func (cfg *transportConfig) withKey(req *http.Request) (*http.Request, string) {
 	return out, key
 }
 
-// errNoResponse stands for the error of a base RoundTripper that returned
-// neither a response nor an error.
+// errNoResponse: the base returned neither a response nor an error.
 var errNoResponse = errors.New("httpidem: the base RoundTripper returned no response and no error")
 
-// headerValue returns the first value of the header name in h, also when
-// h holds it under a spelling that is not canonical (set directly in the
-// map): HTTP header names are case-insensitive, and a second key header
-// would make the request invalid.
+// headerValue returns the first value of the header name in h, also under
+// a spelling that is not canonical: a second key header would be invalid.
 func headerValue(h http.Header, name string) string {
 	if v := h.Get(name); v != "" {
 		return v
@@ -301,7 +267,7 @@ func headerValue(h http.Header, name string) string {
 	return ""
 }
 
-// sleep waits d, or until ctx ends, and then returns its cause.
+// sleep waits d, or until ctx ends and returns its cause.
 func sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return context.Cause(ctx)
@@ -314,13 +280,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
-}
-
-func status(resp *http.Response) int {
-	if resp == nil {
-		return 0
-	}
-	return resp.StatusCode
 }
 
 func replayed(resp *http.Response) bool {

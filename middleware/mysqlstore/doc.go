@@ -60,7 +60,7 @@
 //     changes nothing, a second statement reads the row, to tell a resend,
 //     a corrupt row and a lost lease apart.
 //   - Release: a DELETE, else an UPDATE, else the read.
-//   - Get, Delete, a purge: one statement.
+//   - Get, Delete: one statement. A purge: a short transaction.
 //
 // So a fresh message costs 3 round trips, a duplicate 2. Completed in the
 // handler's transaction, a fresh message costs 2 outside it and 1 inside.
@@ -85,7 +85,7 @@
 // Expired rows read as absent at once, but stay until a purge deletes
 // them, oldest expiry first. Run [Store.PurgeEvery] in one goroutine per
 // process. Several processes may purge at once; a purge never deletes a
-// row a claim is reviving. Without it the table grows by every key ever
+// row a claim is reviving, and waits for no lock. Without it the table grows by every key ever
 // seen.
 //
 // # Transactional completion

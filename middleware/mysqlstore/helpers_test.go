@@ -3,6 +3,7 @@ package mysqlstore_test
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -40,8 +41,9 @@ func dropTable(t testing.TB, db *sql.DB, table string) {
 	}
 }
 
-// quoted returns table as an SQL identifier (tests' names need no escaping).
-func quoted(table string) string { return "`" + table + "`" }
+// quoted returns table, optionally qualified by a database, as an SQL
+// identifier (tests' names need no escaping).
+func quoted(table string) string { return "`" + strings.ReplaceAll(table, ".", "`.`") + "`" }
 
 // tableOf returns the table of a store made by newTable.
 func tableOf(t testing.TB, s *mysqlstore.Store) string {

@@ -68,3 +68,16 @@ func TestNullColumnsAreCorrupt(t *testing.T) {
 	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
 	assert.Equal(t, 1, rows(t, db, table), "the corrupt row is kept")
 }
+
+// Records selects by the prefix's bytes exactly: no LIKE wildcard or escape.
+func TestRecordsOddPrefixes(t *testing.T) {
+	t.Parallel()
+	sqlstoretest.RecordsOddPrefixes(t, sqlTable(t))
+}
+
+// Records over three pages, its loop changing the table, yields each
+// unchanged record once.
+func TestRecordsAcrossPagesWhileChanging(t *testing.T) {
+	t.Parallel()
+	sqlstoretest.RecordsAcrossPagesWhileChanging(t, sqlTable(t))
+}

@@ -109,7 +109,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	st := buildStatements(quoteTable(table), quote(parts[len(parts)-1]+constraintSuffix))
 	s := &Store{db: db, table: table, sql: st, prepared: map[string]*sql.Stmt{}}
 	s.d = sqlstore.Dialect{Pkg: "mysqlstore", Table: table,
-		GetSQL: st.get, DeleteSQL: st.del, PurgeSQL: st.purge, PageSQL: s.inspectSQL().page,
+		GetSQL: st.get, DeleteSQL: st.del, PageSQL: s.inspectSQL().page,
 		PageArgs: func(after []byte, prefix string, batch int) []any {
 			return []any{after, []byte(prefix), []byte(prefix), batch}
 		},
@@ -132,7 +132,8 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 			}
 			return rows, func() { _ = rows.Close() }, nil
 		},
-		QueryError: s.queryError,
+		QueryError:    s.queryError,
+		DeleteExpired: s.deleteExpired,
 	}
 	return s, nil
 }

@@ -239,9 +239,16 @@ const fallbackSQL = `SELECT {fallback} FROM {t} AS r WHERE r.key_hash = ?`
 // deleteSQL is Delete: 1 key_hash. It removes any row, corrupt ones too.
 const deleteSQL = `DELETE FROM {t} WHERE key_hash = ?`
 
-// purgeSQL is Purge: 1 batch size. InnoDB locks each row it deletes and
-// tests the WHERE again on the row's latest version, so a row that a claim
-// revived (its expires_at moved) after the scan found it is not deleted; a
-// claim that waits for the purge's lock then finds no row and inserts a new
-// one, attempt 1, as it would for any expired row.
-const purgeSQL = `DELETE FROM {t} WHERE expires_at <= UTC_TIMESTAMP(6) ORDER BY expires_at LIMIT ?`
+// purgeSQL is a purge's first statement, in a READ COMMITTED transaction
+// (1 batch size): it locks up to a batch of expired rows, skipping the
+// rows others hold locked (a claim reviving one, another purge, an open
+// in-transaction completion); deleteSQL then deletes each.
+// The locking read tests the expiry on the row's latest version, so a row
+// that a claim revived is not taken; a claim that waits for the purge's
+// lock then finds no row and inserts a new one, attempt 1, as it would for
+// any expired row. A plain DELETE … ORDER BY expires_at LIMIT would wait
+// for a row an open transaction holds (the first live one its scan
+// reaches), holding the expired rows and, under REPEATABLE READ, the gaps
+// it had locked: every claim of those keys, and of new keys whose expiry
+// falls in the gaps, would queue behind that transaction.
+const purgeSQL = `SELECT key_hash FROM {t} WHERE expires_at <= UTC_TIMESTAMP(6) ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED`

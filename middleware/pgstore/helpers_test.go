@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -39,5 +40,6 @@ func dropTable(t testing.TB, pool *pgxpool.Pool, table string) {
 	}
 }
 
-// quoted returns table as an SQL identifier.
-func quoted(table string) string { return pgx.Identifier{table}.Sanitize() }
+// quoted returns table, optionally qualified by a schema, as an SQL
+// identifier.
+func quoted(table string) string { return pgx.Identifier(strings.Split(table, ".")).Sanitize() }

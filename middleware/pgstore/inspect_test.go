@@ -35,3 +35,16 @@ func putCorrupt(t *testing.T, pool *pgxpool.Pool, table, key string) {
 	require.NoError(t, err)
 	require.NoError(t, putForeign(pool, table, key, "bad-fields"))
 }
+
+// Records selects by the prefix's bytes exactly: no LIKE wildcard or escape.
+func TestRecordsOddPrefixes(t *testing.T) {
+	t.Parallel()
+	sqlstoretest.RecordsOddPrefixes(t, sqlTable(t))
+}
+
+// Records over three pages, its loop changing the table, yields each
+// unchanged record once.
+func TestRecordsAcrossPagesWhileChanging(t *testing.T) {
+	t.Parallel()
+	sqlstoretest.RecordsAcrossPagesWhileChanging(t, sqlTable(t))
+}

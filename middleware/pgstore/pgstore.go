@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -79,7 +80,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	st := statementsFor(parts)
 	s := &Store{pool: pool, table: table, sql: st}
 	s.d = sqlstore.Dialect{Pkg: "pgstore", Table: table,
-		GetSQL: st.get, DeleteSQL: st.del, PurgeSQL: st.purge, PageSQL: s.inspectSQL().page,
+		GetSQL: st.get, DeleteSQL: st.del, PageSQL: s.inspectSQL().page,
 		PageArgs: func(after []byte, prefix string, batch int) []any { return []any{after, []byte(prefix), batch} },
 		Dest:     dest,
 		QueryRow: func(ctx context.Context, q string, args ...any) interface{ Scan(...any) error } {
@@ -99,13 +100,15 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		},
 		QueryError: s.queryError,
 	}
+	s.d.DeleteExpired = func(ctx context.Context, batch int) (int64, error) { return s.d.Exec(ctx, st.purge, batch) }
 	return s, nil
 }
 
 // Migrate creates the store's table and index unless they exist. It is safe
 // to run at every start, from any number of processes at once: a transaction
 // holds an advisory lock on the table's name while it runs the DDL. It never
-// alters an existing table.
+// alters an existing table. It fails when another relation of the schema
+// has the name of the table's index (a table named <table>_expires_at).
 func (s *Store) Migrate(ctx context.Context) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// CREATE TABLE IF NOT EXISTS is not safe against itself: two at once
@@ -113,8 +116,22 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "pgstore.migrate:"+s.table); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, s.sql.schema)
-		return err
+		if _, err := tx.Exec(ctx, s.sql.schema); err != nil {
+			return err
+		}
+		// CREATE INDEX IF NOT EXISTS skips silently when any relation of
+		// the schema has the index's name (a table named so, say).
+		parts := strings.Split(s.table, ".")
+		index := parts[len(parts)-1] + indexSuffix
+		var indexed bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+			WHERE i.indrelid = to_regclass($1) AND c.relname = $2)`, pgx.Identifier(parts).Sanitize(), index).Scan(&indexed); err != nil {
+			return err
+		}
+		if !indexed {
+			return fmt.Errorf("%q, the name of the table's expiry index, is another relation's: rename that one", index)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("pgstore: migrate %s: %w", s.table, err)

@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
-
 	"github.com/idempotency/watermill-idempotency/internal/storekit"
+	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstoretest"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 	"github.com/idempotency/watermill-idempotency/middleware/storetest"
 )
@@ -175,7 +175,8 @@ var corruptVariants = []struct {
 // TestCorruptVariants writes each variant into a table without any
 // constraint but its primary key, as a table made by someone else may be,
 // and checks that the SQL condition the statements use and the Go decoding
-// agree on every row, and that no method rewrites a corrupt one.
+// agree on every row, and that no method rewrites a corrupt one: Records
+// yields it with its Err, and DeleteIf keeps it.
 func TestCorruptVariants(t *testing.T) {
 	pool := testPool(t)
 	ctx := context.Background()
@@ -223,7 +224,16 @@ func TestCorruptVariants(t *testing.T) {
 			corrupt("complete "+tok, s.Complete(ctx, key, tok, []byte("x"), time.Minute))
 			corrupt("fail "+tok, s.Fail(ctx, key, tok, time.Minute))
 			corrupt("release "+tok, s.Release(ctx, key, tok))
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			corrupt("complete in tx "+tok, s.CompleteTx(ctx, tx, key, tok, []byte("x"), time.Minute))
+			require.NoError(t, tx.Rollback(ctx))
 		}
+		_, deleted, err := s.DeleteIf(ctx, key, idempotency.StateInProgress, idempotency.StateFailed, idempotency.StateCompleted)
+		corrupt("delete if", err)
+		assert.False(t, deleted, v.name)
+		_, _, _, err = sqlstoretest.Inspect(ctx, s, key)
+		corrupt("records", err)
 		assert.Equal(t, before, snapshot(key), "%s: nothing rewrote the row", v.name)
 	}
 }
@@ -239,4 +249,30 @@ func TestLongKeyInErrors(t *testing.T) {
 	assert.Less(t, len(err.Error()), 200, "the message stays short")
 	assert.Contains(t, err.Error(), `"long:kkkk`, "it quotes the key's start")
 	assert.Contains(t, err.Error(), "(1048581 bytes)", "and says how long the key is")
+}
+
+// Migrate creates the expiry index or says why it cannot: a relation of
+// the index's name that is not the table's index (a table named
+// <table>_expires_at) makes it fail rather than leave the table without
+// it.
+func TestMigrateWhenTheIndexNameIsTaken(t *testing.T) {
+	pool := testPool(t)
+	ctx := context.Background()
+	table := uniqueName("pgstore_test_")
+	other, err := pgstore.New(pool, pgstore.Config{Table: table + "_expires_at"})
+	require.NoError(t, err)
+	t.Cleanup(func() { dropTable(t, pool, table+"_expires_at") })
+	require.NoError(t, other.Migrate(ctx))
+
+	s, err := pgstore.New(pool, pgstore.Config{Table: table})
+	require.NoError(t, err)
+	t.Cleanup(func() { dropTable(t, pool, table) })
+	err = s.Migrate(ctx)
+	var indexed bool
+	require.NoError(t, pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_indexes WHERE tablename = $1 AND indexdef LIKE '%(expires_at)')`,
+		table).Scan(&indexed))
+	if !indexed {
+		require.Error(t, err, "Migrate left the table without its expiry index")
+		assert.Contains(t, err.Error(), table+"_expires_at")
+	}
 }

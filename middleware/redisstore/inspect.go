@@ -22,9 +22,9 @@ const scanCount = 1000
 
 // Records yields every key that starts with prefix (every key when it is
 // empty), by SCAN, with its record, TTL and MEMORY USAGE. On a Cluster it
-// walks every master. Like SCAN it may yield a key twice and miss one made
-// or deleted meanwhile. Each key costs one Get and one pipeline of PTTL and
-// MEMORY USAGE. The iterator's error ends the walk; a corrupt record is its
+// walks every master, on a ring every shard. Like SCAN it may yield a key
+// twice and miss one made or deleted meanwhile. Each key costs one Get and
+// one pipeline of PTTL and MEMORY USAGE. The iterator's error ends the walk; a corrupt record is its
 // Entry's Err, wrapping [idempotency.ErrCorruptRecord], and the walk goes on.
 func (s *Store) Records(ctx context.Context, prefix string) iter.Seq2[idempotency.Entry, error] {
 	return func(yield func(idempotency.Entry, error) bool) {
@@ -100,15 +100,23 @@ func (s *Store) DeleteIf(ctx context.Context, key string, states ...idempotency.
 	return found, n == 1, nil
 }
 
-// scan yields the keys under prefix, from every master of a Cluster.
+// scan yields the keys under prefix, from every master of a Cluster or
+// shard of a ring.
 func (s *Store) scan(ctx context.Context, prefix string) iter.Seq2[string, error] {
 	match := globEscape(prefix) + "*"
 	return func(yield func(string, error) bool) {
 		nodes := []redis.UniversalClient{s.client}
-		if cc, ok := s.client.(*redis.ClusterClient); ok {
+		var each func(context.Context, func(context.Context, *redis.Client) error) error
+		switch c := s.client.(type) {
+		case *redis.ClusterClient:
+			each = c.ForEachMaster
+		case *redis.Ring:
+			each = c.ForEachShard
+		}
+		if each != nil {
 			var mu sync.Mutex
 			nodes = nodes[:0]
-			err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+			err := each(ctx, func(_ context.Context, c *redis.Client) error {
 				mu.Lock()
 				defer mu.Unlock()
 				nodes = append(nodes, c)
@@ -142,15 +150,15 @@ func (s *Store) scan(ctx context.Context, prefix string) iter.Seq2[string, error
 }
 
 // globEscape quotes the characters that SCAN's MATCH pattern gives a
-// meaning.
+// meaning. It works on bytes: a key need not be UTF-8.
 func globEscape(s string) string {
 	var b strings.Builder
-	for _, r := range s {
-		switch r {
+	for i := range len(s) {
+		switch s[i] {
 		case '*', '?', '[', ']', '\\':
 			b.WriteByte('\\')
 		}
-		b.WriteRune(r)
+		b.WriteByte(s[i])
 	}
 	return b.String()
 }

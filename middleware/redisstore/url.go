@@ -19,8 +19,9 @@ var ErrInvalidURL = errors.New("redisstore: invalid Redis URL")
 // maintenance notifications off (see Auto-pipelining in the package doc).
 // Close the client when the store is no longer used. opts are New's.
 //
-// An invalid URL is an [ErrInvalidURL] that does not repeat the URL, so no
-// password reaches a log. NewFromURL does not contact Redis.
+// An invalid URL, one whose values redis.NewClient would panic on included
+// (a negative pool_size, say), is an [ErrInvalidURL] that does not repeat
+// the URL, so no password reaches a log. NewFromURL does not contact Redis.
 func NewFromURL(rawURL string, opts *Options) (*Store, *redis.Client, error) {
 	ro, err := redis.ParseURL(rawURL)
 	if err != nil {
@@ -34,11 +35,26 @@ func NewFromURL(rawURL string, opts *Options) (*Store, *redis.Client, error) {
 	if ro.MaintNotificationsConfig == nil {
 		ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	}
-	client := redis.NewClient(ro)
+	client, err := newClient(ro)
+	if err != nil {
+		return nil, nil, err
+	}
 	s, err := New(client, opts)
 	if err != nil {
 		_ = client.Close()
 		return nil, nil, err
 	}
 	return s, client, nil
+}
+
+// newClient is redis.NewClient(ro), which panics on some values that
+// redis.ParseURL takes (a negative pool_size, a count beyond 32 bits): such
+// a panic is an ErrInvalidURL.
+func newClient(ro *redis.Options) (c *redis.Client, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c, err = nil, fmt.Errorf("%w: %v", ErrInvalidURL, r)
+		}
+	}()
+	return redis.NewClient(ro), nil
 }

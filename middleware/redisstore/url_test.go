@@ -15,7 +15,7 @@ import (
 
 // TestNewFromURL: a store built from a URL honours deadlines (the client
 // has ContextTimeoutEnabled) and works against a real Redis; a bad URL is
-// ErrInvalidURL and never shows its password.
+// ErrInvalidURL, never a panic, and never shows its password.
 func TestNewFromURL(t *testing.T) {
 	store, client, err := redisstore.NewFromURL("redis://"+testserver.RedisAddr(t)+"/0", nil)
 	require.NoError(t, err)
@@ -39,6 +39,9 @@ func TestNewFromURL(t *testing.T) {
 		"redis://user:s3cret@localhost:6379/notadb",
 		"http://user:s3cret@localhost:6379/0",
 		"redis://user:s3cret@local\x7fhost:6379/0",
+		// Values that redis.ParseURL takes and redis.NewClient panics on.
+		"redis://user:s3cret@localhost:6379/0?pool_size=-1",
+		"redis://user:s3cret@localhost:6379/0?max_idle_conns=9999999999999",
 	} {
 		_, client, err := redisstore.NewFromURL(bad, nil)
 		require.ErrorIs(t, err, redisstore.ErrInvalidURL, bad)

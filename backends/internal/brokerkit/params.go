@@ -34,6 +34,9 @@ func TakeParams(raw string, names ...string) (string, *Params, error) {
 	var kept []string
 	for kv := range strings.SplitSeq(query, "&") {
 		k, v, _ := strings.Cut(kv, "=")
+		if name, err := url.QueryUnescape(k); err == nil {
+			k = name // max%5Fidle%5Ftime is max_idle_time, as the libraries read it
+		}
 		switch {
 		case kv == "":
 		case !slices.Contains(names, k):

@@ -11,11 +11,8 @@ type Refusal struct {
 	Retry bool   // the same key may succeed later: Retry-After, RetryInfo
 }
 
-// Refusals is the one table of the adapters' own answers, keyed by the
-// name of the outcome they report (idempotency.Outcome). An HTTP problem's
-// type is a base and the name; a gRPC ErrorInfo's reason is [Reason]. The
-// last three are no outcome: they come before a key is claimed, and are
-// not counted.
+// Refusals is the one table of the adapters' own answers, keyed by outcome
+// name. The last three are no outcome: they come before a claim, uncounted.
 var Refusals = map[string]Refusal{
 	"missing_key":       {400, 3, "Idempotency key is missing or invalid", false},              // INVALID_ARGUMENT
 	"key_reused":        {422, 9, "Idempotency key reused for a different request", false},     // FAILED_PRECONDITION
@@ -36,6 +33,5 @@ const (
 	NotProtoMessage = "not_proto_message"
 )
 
-// Reason is the gRPC ErrorInfo reason of the refusal name: its upper case,
-// as "IN_PROGRESS" for in_progress.
+// Reason is the gRPC ErrorInfo reason of the refusal name: its upper case.
 func Reason(name string) string { return strings.ToUpper(name) }

@@ -8,15 +8,13 @@ import (
 	"strings"
 )
 
-// MaxKeyLength is the longest key stored as given, in bytes. A longer key
-// is stored as "sha256:" and its hex SHA-256, and so is a key that starts
-// with "sha256:", so that it never takes a long key's place. Every adapter
-// stores keys this way: none refuses a key for its length.
+// MaxKeyLength is the longest key stored as given, in bytes. A longer key,
+// or one that starts with "sha256:", is stored as "sha256:" and its hex
+// SHA-256. No adapter refuses a key for its length.
 const MaxKeyLength = 200
 
 // ScopeHashLen is how many bytes of the scope's SHA-256 name it in a stored
-// key: 128 bits, so that two scopes meet only by a collision no one can
-// find (2^64 scopes for an even chance), while keys stay short.
+// key: 128 bits, 2^64 scopes for an even chance of a collision.
 const ScopeHashLen = 16
 
 const hashedKeyPrefix = "sha256:"
@@ -28,8 +26,7 @@ var (
 )
 
 // CheckKey accepts a client's key of printable ASCII (0x20 to 0x7E), not
-// empty, the rule of the HTTP and gRPC adapters (their headers and metadata
-// hold nothing else). A long key is hashed by StoreKey.
+// empty: the rule of the HTTP and gRPC adapters.
 func CheckKey(k string) error {
 	if k == "" {
 		return ErrKeyEmpty
@@ -42,13 +39,10 @@ func CheckKey(k string) error {
 	return nil
 }
 
-// StoreKey returns the stored key of (scope, key), the one layout of every
-// adapter: the prefix, a colon, the scope, a colon and the key. With
-// hashScope the scope is the hex of the first ScopeHashLen bytes of its
-// SHA-256, so that no secret (an API key used as the scope) appears in a
-// key name; else its colons and percent signs are escaped (%3A, %25). A key
-// is hashed as MaxKeyLength says. Either way no two (scope, key) pairs
-// share a stored key under one prefix, whatever bytes they hold.
+// StoreKey returns the stored key of (scope, key): the prefix, a colon, the
+// scope, a colon and the key, hashed as MaxKeyLength says. With hashScope
+// the scope is the hex of ScopeHashLen bytes of its SHA-256, so no secret
+// appears in a key name; else its colons and percent signs are escaped.
 func StoreKey(prefix, scope, key string, hashScope bool) string {
 	if len(key) > MaxKeyLength || strings.HasPrefix(key, hashedKeyPrefix) {
 		sum := sha256.Sum256([]byte(key))
@@ -80,15 +74,13 @@ func StoreKey(prefix, scope, key string, hashScope bool) string {
 
 var scopeEscaper = strings.NewReplacer("%", "%25", ":", "%3A")
 
-// ForwardKey returns the key a handler forwards when it hands its work on:
-// the stored key skey without its prefix, so the scope's hash, a colon and
-// the key.
+// ForwardKey returns the stored key skey without its prefix: the key a
+// handler forwards with its work.
 func ForwardKey(prefix, skey string) string { return strings.TrimPrefix(skey, prefix+":") }
 
-// Fingerprint returns the SHA-256 of version followed by each field,
-// length-prefixed (uvarint) so that no two lists of fields share an input.
-// An adapter changes its version whenever its fields change, so that
-// records of an older version never match by accident.
+// Fingerprint returns the SHA-256 of version and each field, length-prefixed
+// so that no two lists of fields share an input. An adapter changes its
+// version whenever its fields change.
 func Fingerprint(version byte, fields ...[]byte) []byte {
 	h := sha256.New()
 	h.Write([]byte{version})

@@ -5,32 +5,27 @@ import (
 	"fmt"
 )
 
-// AppendField appends s to b, preceded by its length as a uvarint: the
-// form of every variable-length field of a stored answer.
+// AppendField appends s to b, preceded by its length as a uvarint.
 func AppendField[T ~string | ~[]byte](b []byte, s T) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
 }
 
-// Reader reads a stored answer's binary record field by field. Decoding is
-// strict: after the first problem every read returns zero, and Finish
-// reports that problem, so that a damaged record is an error, never a
-// partial answer.
+// Reader reads a stored answer's record field by field. After the first
+// problem every read returns zero, and Finish reports it.
 type Reader struct {
 	b         []byte
 	err       error
 	malformed error
 }
 
-// NewReader returns a Reader of b whose errors wrap malformed, the
-// adapter's sentinel for a record it cannot read.
+// NewReader returns a Reader of b whose errors wrap malformed.
 func NewReader(b []byte, malformed error) *Reader { return &Reader{b: b, malformed: malformed} }
 
 // Err returns the first problem met so far, or nil.
 func (r *Reader) Err() error { return r.err }
 
-// Fail records a problem, formatted after the sentinel, unless one is
-// recorded already.
+// Fail records a problem, unless one is recorded already.
 func (r *Reader) Fail(format string, args ...any) {
 	if r.err == nil {
 		r.err = fmt.Errorf("%w: "+format, append([]any{r.malformed}, args...)...)
@@ -62,8 +57,7 @@ func (r *Reader) Uvarint(max uint64) uint64 {
 	return v
 }
 
-// Bytes reads a field written by AppendField. The result shares the
-// record's memory.
+// Bytes reads a field written by AppendField, sharing the record's memory.
 func (r *Reader) Bytes() []byte {
 	n := r.Uvarint(1 << 62)
 	if r.err == nil && n > uint64(len(r.b)) {

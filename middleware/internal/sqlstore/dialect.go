@@ -17,9 +17,10 @@ type Dialect struct {
 	Pkg   string // "pgstore", for errors
 	Table string // as configured, for errors
 	// GetSQL reads a key's record: the key's hash as its one parameter.
-	// DeleteSQL deletes any row of the key's hash. PurgeSQL deletes up to
-	// its one parameter of expired rows.
-	GetSQL, DeleteSQL, PurgeSQL string
+	// DeleteSQL deletes any row of the key's hash.
+	GetSQL, DeleteSQL string
+	// DeleteExpired deletes up to batch expired rows and returns how many.
+	DeleteExpired func(ctx context.Context, batch int) (int64, error)
 	// PageSQL reads a page of Records: PageArgs gives its parameters.
 	PageSQL  string
 	PageArgs func(after []byte, prefix string, batch int) []any
@@ -72,11 +73,7 @@ func (d *Dialect) Delete(ctx context.Context, key string) error {
 
 // Purge is one purge of up to batch expired rows.
 func (d *Dialect) Purge(ctx context.Context, batch int) (int64, error) {
-	return Purge(ctx, d.Pkg, d.Table, batch, d.purge)
-}
-
-func (d *Dialect) purge(ctx context.Context, batch int) (int64, error) {
-	return d.Exec(ctx, d.PurgeSQL, batch)
+	return Purge(ctx, d.Pkg, d.Table, batch, d.DeleteExpired)
 }
 
 // Records is the stores' Records with batch rows a page.
@@ -89,5 +86,5 @@ func (d *Dialect) Records(ctx context.Context, prefix string, batch int) iter.Se
 
 // PurgeEvery is the stores' PurgeEvery (see the function PurgeEvery).
 func (d *Dialect) PurgeEvery(ctx context.Context, interval time.Duration, batch int, logger watermill.LoggerAdapter) error {
-	return PurgeEvery(ctx, d.Pkg, d.Table, interval, batch, d.purge, logger)
+	return PurgeEvery(ctx, d.Pkg, d.Table, interval, batch, d.DeleteExpired, logger)
 }

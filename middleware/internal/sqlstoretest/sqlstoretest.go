@@ -69,6 +69,9 @@ type Table struct {
 	// ErrInvalidBatch is the store's error for a Purge batch that is not
 	// positive.
 	ErrInvalidBatch error
+	// CompleteInTx writes COMPLETED for key's lease of token in a new
+	// transaction, left open: end commits or rolls it back.
+	CompleteInTx func(t *testing.T, key, token string) (end func(commit bool))
 }
 
 // Claim claims key on s with a fresh token, which it returns; the claim
