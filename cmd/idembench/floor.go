@@ -13,6 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
 )
 
@@ -177,7 +179,7 @@ func captureStore(ctx context.Context, addr string) (storeCommands, error) {
 	rec := &capture{}
 	c.AddHook(rec)
 	s := newStore(c)
-	token := idempotency.NewToken()
+	token := storekit.NewToken()
 	req := func(tok string) idempotency.ClaimRequest {
 		return idempotency.ClaimRequest{Token: tok, Lease: floorLease, TTL: floorTTL}
 	}
@@ -192,7 +194,7 @@ func captureStore(ctx context.Context, addr string) (storeCommands, error) {
 			return out, err
 		}
 		complete := rec.take()
-		res, err = s.Claim(ctx, key, req(idempotency.NewToken()))
+		res, err = s.Claim(ctx, key, req(storekit.NewToken()))
 		if err != nil || res.Acquired || res.Record.State != idempotency.StateCompleted {
 			return out, fmt.Errorf("claim of COMPLETED key %s: acquired %v, state %v, %v", key, res.Acquired, res.Record.State, err)
 		}
@@ -367,7 +369,7 @@ func runFloor(ctx context.Context, o options) (Floor, error) {
 	}
 	var mu sync.Mutex
 	forEach(floorConns, keys, func(k string) {
-		tok := idempotency.NewToken()
+		tok := storekit.NewToken()
 		res, err := store.Claim(ctx, k, idempotency.ClaimRequest{Token: tok, Lease: floorLease, TTL: floorTTL})
 		if err == nil && res.Acquired {
 			err = store.Complete(ctx, k, tok, nil, floorTTL)

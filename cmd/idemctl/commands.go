@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idempotency/watermill-idempotency/internal/adapterinspect"
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	// Linked in for adapterinspect: their keys and stored answers.
 	_ "github.com/idempotency/watermill-idempotency/middleware/grpcidem"
@@ -106,7 +107,7 @@ func decodeOutput(key string, result []byte, first string) *outputView {
 			return &outputView{Format: ans.Format, Answer: &ans}
 		}
 	}
-	msgs, stored, err := idempotency.DecodeOutput(result)
+	msgs, stored, err := storekit.DecodeOutput(result)
 	switch {
 	case err != nil:
 		for _, a := range adapters {

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
@@ -208,7 +209,7 @@ func newMsg(id, payload string) *message.Message {
 // it.
 func (e env) claimStuck(t *testing.T, key string) {
 	t.Helper()
-	res, err := e.store.Claim(context.Background(), key, idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute})
+	res, err := e.store.Claim(context.Background(), key, idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
 }
@@ -217,7 +218,7 @@ func (e env) claimStuck(t *testing.T, key string) {
 func (e env) failTimes(t *testing.T, key string, n int) {
 	t.Helper()
 	for range n {
-		tok := idempotency.NewToken()
+		tok := storekit.NewToken()
 		res, err := e.store.Claim(context.Background(), key, idempotency.ClaimRequest{Token: tok, Lease: time.Minute, TTL: time.Minute})
 		require.NoError(t, err)
 		require.True(t, res.Acquired)
@@ -387,7 +388,7 @@ func TestReleaseThenTheNextMessageRuns(t *testing.T) {
 func TestReleasedOwnerIsFenced(t *testing.T) {
 	eachStore(t, func(t *testing.T, e env) {
 		key := e.key("fenced")
-		tok := idempotency.NewToken()
+		tok := storekit.NewToken()
 		_, err := e.store.Claim(context.Background(), key, idempotency.ClaimRequest{Token: tok, Lease: time.Minute, TTL: time.Minute})
 		require.NoError(t, err)
 		e.jsonRun(t, "", exitOK, "release", key, "--yes")

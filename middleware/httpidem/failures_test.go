@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/httpidem"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
@@ -241,7 +242,7 @@ func TestCorruptStoredResponse(t *testing.T) {
 	eachStore(t, func(t *testing.T, kind storeKind) {
 		store, prefix := kind.New(t)
 		ctx := context.Background()
-		skey, token := httpidem.StoreKey(prefix, "", "k1"), idempotency.NewToken()
+		skey, token := httpidem.StoreKey(prefix, "", "k1"), storekit.NewToken()
 		_, err := store.Claim(ctx, skey, idempotency.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute})
 		require.NoError(t, err)
 		require.NoError(t, store.Complete(ctx, skey, token, []byte("not a response"), time.Minute))

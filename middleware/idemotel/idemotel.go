@@ -39,16 +39,13 @@ var storeBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025,
 
 // Config configures an Observer. The zero Config is valid.
 type Config struct {
-	// MeterProvider makes the meter of the metrics. Nil means the global one
-	// (otel.GetMeterProvider()), which records nothing until one is set.
+	// MeterProvider makes the meter. The default is otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
-	// Namespace starts every metric name, followed by an underscore, as
-	// idemprom.New's namespace does. Empty means none.
+	// Namespace and "_" start every metric name, as in idemprom. The default is none.
 	Namespace string
 }
 
-// Observer is an [idempotency.Observer] for OpenTelemetry. It is safe for concurrent use; pass one to any number of
-// middlewares.
+// Observer is an [idempotency.Observer] for OpenTelemetry, safe for concurrent use.
 type Observer struct {
 	outcomes     metric.Int64Counter
 	latency      metric.Float64Histogram
@@ -59,8 +56,7 @@ type Observer struct {
 
 var _ idempotency.Observer = (*Observer)(nil)
 
-// New returns an Observer that records on cfg.MeterProvider. It fails only
-// when the provider refuses to create an instrument.
+// New returns an Observer that records on cfg.MeterProvider.
 func New(cfg Config) (*Observer, error) {
 	mp := cfg.MeterProvider
 	if mp == nil {
@@ -94,8 +90,7 @@ func New(cfg Config) (*Observer, error) {
 		hit: attribute.String("result", "hit"), miss: attribute.String("result", "miss")}, nil
 }
 
-// Outcome implements idempotency.Observer: it counts the outcome and puts
-// the documented attributes on ctx's span.
+// Outcome counts the outcome and sets the attributes on ctx's span.
 func (o *Observer) Outcome(ctx context.Context, d idempotency.OutcomeDetails) {
 	o.count(ctx, d.Handler, d.Outcome)
 	span := trace.SpanFromContext(ctx)
@@ -128,8 +123,7 @@ func (o *Observer) StoreLatency(op string, d time.Duration, err error) {
 	o.latency.Record(context.Background(), d.Seconds(), metric.WithAttributes(attribute.String("op", string(op)), attribute.String("result", result)))
 }
 
-// CacheLookup implements idempotency.Observer: it counts the lookup
-// by handler and result (hit or miss).
+// CacheLookup implements idempotency.Observer.
 func (o *Observer) CacheLookup(handler string, hit bool) {
 	result := o.miss
 	if hit {

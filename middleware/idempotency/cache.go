@@ -7,41 +7,29 @@ import (
 	"unsafe"
 )
 
-// cacheTTL is how long, at most, a process answers a completed key from
-// memory. It is also how long, at most, an operator's Delete of a completed
-// key goes unseen by a process that cached it: a minute keeps that window
-// shorter than any redelivery an operator would wait for, while a burst of
-// duplicates (a consumer group rebalancing, a client retrying) is answered
-// without the store.
+// cacheTTL bounds how long a completed key is answered from memory, and so
+// how long an operator's Delete goes unseen by a process that cached it.
 const cacheTTL = time.Minute
 
-// cacheClockMargin is taken off the lifetime of a record read from a claim:
-// its UpdatedAt is on the store's clock, its expiry compared with this
-// host's, and the two clocks are assumed to agree within it.
+// cacheClockMargin is taken off a claimed record's lifetime: its UpdatedAt
+// is on the store's clock, assumed to agree with this host's within it.
 const cacheClockMargin = time.Second
 
-// cacheMaxShards bounds the shards of the cache; cacheMinShardBytes is the
-// least share of CacheMaxBytes a shard gets, so that a small cache has fewer
-// shards rather than shards too small for an entry.
+// cacheMaxShards bounds the shards; cacheMinShardBytes is a shard's least
+// share of CacheMaxBytes, so a small cache has fewer shards.
 const (
 	cacheMaxShards     = 32
 	cacheMinShardBytes = 64 << 10
 )
 
-// cacheEntryOverhead is what an entry costs beyond its key, result and
-// fingerprint bytes: the entry itself and its slot in the shard's map.
+// cacheEntryOverhead is an entry's cost beyond its key, result and fingerprint.
 const cacheEntryOverhead = int(unsafe.Sizeof(cacheEntry{})) + 48
 
-// completedCache holds COMPLETED records by stored key: an LRU bounded in
-// bytes, sharded by the key's hash so that concurrent claims of different
-// keys seldom wait on one mutex. A shard's map is keyed by that hash, not by
-// the key: the key is hashed once per lookup, and an eviction deletes by the
-// hash kept in the entry, without reading the evicted key, which has long
-// left the processor's caches. Two keys with one 64-bit hash share a slot:
-// a lookup compares the key, and a put replaces the other key's entry. A
-// COMPLETED record changes only when it expires or is deleted, so an entry
-// that lives no longer than the record answers exactly as the store would;
-// see the package documentation for the one exception (an operator's Delete).
+// completedCache holds COMPLETED records: an LRU bounded in bytes, sharded
+// by the key's 64-bit hash, which also keys a shard's map (an eviction needs
+// no key read; a lookup compares the key). A COMPLETED record changes only
+// when it expires or is deleted, so an entry that lives no longer than the
+// record answers as the store would.
 type completedCache struct {
 	seed     maphash.Seed
 	shards   []cacheShard
@@ -91,8 +79,7 @@ func (c *completedCache) shard(key string) (*cacheShard, uint64) {
 	return &c.shards[h&c.mask], h
 }
 
-// get returns the live record of key, read-only: callers that hand it out
-// copy its slices (see cloneRecord).
+// get returns key's live record, read-only (see cloneRecord).
 func (c *completedCache) get(key string, now time.Time) (Record, bool) {
 	s, h := c.shard(key)
 	s.mu.Lock()
@@ -115,10 +102,8 @@ func (c *completedCache) get(key string, now time.Time) (Record, bool) {
 	return e.rec, true
 }
 
-// put caches rec, a COMPLETED record, under key until expires at the
-// latest (never later than the cache's TTL from now). It copies rec's
-// slices: the caller's may change. An entry larger than a shard's share is
-// not cached.
+// put caches a copy of rec, COMPLETED, until expires or the cache's TTL.
+// An entry larger than a shard's share is not cached.
 func (c *completedCache) put(key string, rec Record, now, expires time.Time) {
 	expires = minTime(expires, now.Add(c.ttl))
 	if !now.Before(expires) {
@@ -138,9 +123,7 @@ func (c *completedCache) put(key string, rec Record, now, expires time.Time) {
 	if !fits {
 		return
 	}
-	// The last entry evicted holds the new one: a full cache evicts one
-	// entry per put, and reusing it, whose memory the eviction just read,
-	// saves an allocation. Nothing outside the shard points to an entry.
+	// Reuse the last entry evicted: nothing outside the shard points to it.
 	var e *cacheEntry
 	for s.bytes+size > c.shardMax {
 		e = s.lru.prev
@@ -188,10 +171,8 @@ func (s *cacheShard) pushFront(e *cacheEntry) {
 	s.lru.next = e
 }
 
-// frozenRecord copies what a cache entry keeps of rec, its result and
-// fingerprint in one allocation, each with its capacity cut to its length
-// so that an append to one never writes into the other. The owner token
-// (empty for a record read from a claim) is not kept.
+// frozenRecord copies rec's result and fingerprint into one allocation, each
+// capped at its length so an append to one never writes into the other.
 func frozenRecord(rec Record) Record {
 	rec.Token = ""
 	rec.LeaseExpiresAt = time.Time{}
@@ -214,8 +195,7 @@ func frozenRecord(rec Record) Record {
 	return rec
 }
 
-// cloneRecord returns rec with slices of its own, for a caller that may
-// change them: Once.Claim and Once.Do hand out copies of a cached record.
+// cloneRecord returns rec with slices of its own, for Once.Claim and Once.Do.
 func cloneRecord(rec Record) Record {
 	rec.Result = cloneBytes(rec.Result)
 	rec.Fingerprint = cloneBytes(rec.Fingerprint)
@@ -238,8 +218,7 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// cacheLookup answers a claim of key from the cache, when it is on and
-// holds the key COMPLETED; label is what the Observer is told.
+// cacheLookup answers a claim of key from the cache; label is the Observer's.
 func (o *Once) cacheLookup(key, label string) (Record, bool) {
 	if o.cache == nil {
 		return Record{}, false
@@ -254,10 +233,8 @@ func (o *Once) cacheLookup(key, label string) (Record, bool) {
 	return rec, hit
 }
 
-// cacheClaimed caches a COMPLETED record that refused a claim, until its
-// UpdatedAt (when it was completed, on the store's clock) plus
-// CompletedTTL, less the clock margin. A store that leaves UpdatedAt zero
-// tells nothing about the record's age: it is not cached.
+// cacheClaimed caches a COMPLETED record that refused a claim until its
+// UpdatedAt plus CompletedTTL, less the clock margin; not without UpdatedAt.
 func (o *Once) cacheClaimed(key string, rec Record) {
 	if o.cache == nil || rec.State != StateCompleted || rec.UpdatedAt.IsZero() {
 		return
@@ -265,10 +242,8 @@ func (o *Once) cacheClaimed(key string, rec Record) {
 	o.cache.put(key, rec, time.Now(), rec.UpdatedAt.Add(o.cfg.CompletedTTL-cacheClockMargin))
 }
 
-// cacheCompleted caches the record this process completed: the store
-// counts its CompletedTTL from when the Complete reached it, which is no
-// earlier than sent, so the entry ends before the record does, on this
-// host's clock alone.
+// cacheCompleted caches the record this process completed, until sent plus
+// CompletedTTL: the store counted from no earlier, so the entry ends first.
 func (l *Lease) cacheCompleted(result []byte, sent time.Time) {
 	o := l.o
 	if o.cache == nil {

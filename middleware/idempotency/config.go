@@ -9,10 +9,8 @@ import (
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
 )
 
-// MaxTTL is the longest lease or TTL a config accepts: 100 years, as good
-// as "forever", yet short enough for every store's arithmetic. A TTL has no
-// "no expiry" value. A store given a longer TTL directly holds the key for
-// MaxTTL ([ClampTTL]).
+// MaxTTL is the longest lease or TTL a config accepts: 100 years. A TTL has
+// no "no expiry" value. A store given a longer TTL holds the key for MaxTTL.
 const MaxTTL = configerr.MaxTTL
 
 // The defaults of Config, applied in one place (setDefaults).

@@ -108,7 +108,7 @@
 //     cache off.
 //   - Side effects outside the store are exactly once only if they are
 //     idempotent or transactional. With package pgstore or mysqlstore the
-//     effect and COMPLETED commit in one transaction ([RunFromContext]).
+//     effect and COMPLETED commit in one transaction.
 //
 // docs/GUARANTEES.md has every case: poison requeues, the cache, failures
 // after the handler, and how each guarantee is tested.
@@ -129,11 +129,10 @@
 // # Writing a store
 //
 // A [Store] implements the state machine, one atomic operation per
-// transition. It checks its arguments with [CheckClaim], [CheckOwner] and
-// [CheckRelease], and bounds every TTL with [ClampTTL]. It returns
-// [ErrLeaseLost] and [ErrCorruptRecord] wrapped with the key. Renew answers
-// [ErrCompletedByOwner] for a key its own token completed. It honours its
-// context's deadline. It passes storetest.Run. [Run] is what a store needs
-// to write COMPLETED inside the work's own transaction. docs/OPERATIONS.md
-// has the rest.
+// transition. It refuses bad arguments with [ErrEmptyKey], [ErrEmptyToken]
+// and [ErrInvalidTTL], and holds a TTL longer than [MaxTTL] for MaxTTL. It
+// returns [ErrLeaseLost] and [ErrCorruptRecord] wrapped with the key. Renew
+// answers [ErrCompletedByOwner] for a key its own token completed. It
+// honours its context's deadline. It passes storetest.Run.
+// docs/OPERATIONS.md has the rest.
 package idempotency

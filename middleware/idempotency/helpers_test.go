@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
@@ -115,7 +116,7 @@ func newIdem(t *testing.T, cfg testConfig) (*idempotency.Middleware, *outcomes) 
 
 // claimFor is a claim by a new owner, as another consumer would make it.
 func claimFor(lease time.Duration, fingerprint []byte) idempotency.ClaimRequest {
-	return idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: lease, TTL: time.Hour, Fingerprint: fingerprint}
+	return idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: lease, TTL: time.Hour, Fingerprint: fingerprint}
 }
 
 // newMsg returns a message with a fresh UUID and the given requestId.

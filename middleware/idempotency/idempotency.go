@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
 // Middleware is the Watermill middleware: add it with
@@ -144,7 +145,7 @@ func (d *Middleware) refused(ctx context.Context, dv delivery, rec Record, finge
 	}
 	switch rec.State {
 	case StateCompleted:
-		out, stored, err := decodeOutput(rec.Result)
+		out, stored, err := storekit.DecodeOutput(rec.Result)
 		if err != nil {
 			// The effect happened: ack, but say loudly that its output is lost.
 			d.once.logError("Stored output of a completed key is unreadable; acking without it", err, dv)
@@ -184,7 +185,7 @@ func (d *Middleware) nackDelay(ctx context.Context) {
 // run executes the handler under the lease and records the result.
 func (d *Middleware) run(msg *message.Message, h message.HandlerFunc, lease *Lease, dv delivery) (out []*message.Message, err error) {
 	parent := msg.Context()
-	lease.run.idem = d // for Run.Result
+	lease.idem = d
 	msg.SetContext(lease.Context())
 	finished := false
 	defer func() {
@@ -221,14 +222,14 @@ func (d *Middleware) run(msg *message.Message, h message.HandlerFunc, lease *Lea
 // 0).
 func (d *Middleware) encodeResult(out []*message.Message) (result []byte, tooLarge int) {
 	if d.cfg.DisableOutputReplay {
-		return []byte{outputOmitted}, 0
+		return []byte{storekit.OutputOmitted}, 0
 	}
 	if len(out) == 0 {
 		return nil, 0
 	}
-	b := encodeOutput(out)
+	b := storekit.EncodeOutput(out)
 	if len(b) > d.once.cfg.MaxOutputSize {
-		return []byte{outputOmitted}, len(b)
+		return []byte{storekit.OutputOmitted}, len(b)
 	}
 	return b, 0
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/idempotency/watermill-idempotency/internal/configerr"
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adapter"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/inprocess"
 )
@@ -215,7 +216,7 @@ func (o *Once) Do(ctx context.Context, key string, work func(ctx context.Context
 		return Result{}, err
 	}
 
-	lease.run.do = true // for RunFromContext
+	lease.do = true
 	finished := false
 	defer func() {
 		if !finished {
@@ -273,7 +274,7 @@ func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, spent 
 	if rec, ok := o.cacheLookup(key, dv.scope); ok {
 		return nil, ClaimResult{Record: rec}, true, nil
 	}
-	req := ClaimRequest{Token: NewToken(), Lease: o.cfg.LeaseTTL, TTL: o.cfg.FailedTTL, Fingerprint: fingerprint}
+	req := ClaimRequest{Token: storekit.NewToken(), Lease: o.cfg.LeaseTTL, TTL: o.cfg.FailedTTL, Fingerprint: fingerprint}
 	claimed := time.Now() // the lease counts from before the claim's round trip
 	cctx, cancel := o.storeCtx(ctx, o.cfg.StoreTimeout)
 	start := o.startTimer()
@@ -325,13 +326,9 @@ func (o *Once) claim(ctx context.Context, key string, fingerprint []byte, spent 
 	return l, res, false, nil
 }
 
-// release undoes a claim whose outcome is unknown; see Store.Release. It
-// runs before the failed claim is answered, so that a redelivery finds the
-// key free, and is bounded by StoreTimeout, so a failed claim is answered
-// within twice StoreTimeout. A store that refuses connections answers at
-// once; one that does not answer at all cannot release the key either: if
-// the claim was applied, the key then waits for its lease to lapse, and the
-// lapse counts as an attempt.
+// release undoes a claim whose outcome is unknown, before the failed claim
+// is answered, so a redelivery finds the key free. It is bounded by
+// StoreTimeout; a store that does not answer leaves the lease to lapse.
 func (o *Once) release(key, token string, dv delivery) {
 	ctx, cancel := context.WithTimeout(context.Background(), o.cfg.StoreTimeout)
 	defer cancel()
@@ -343,8 +340,7 @@ func (o *Once) release(key, token string, dv delivery) {
 	}
 }
 
-// startTimer returns the start of a store call to observe, or the zero
-// time when nobody observes (saving a clock read per call).
+// startTimer returns the start of a store call, or zero when nobody observes.
 func (o *Once) startTimer() time.Time {
 	if o.observer != nil {
 		return time.Now()
@@ -368,16 +364,13 @@ func (o *Once) storeCtx(parent context.Context, d time.Duration) (context.Contex
 	return context.WithTimeout(parent, d)
 }
 
-// done logs and counts one outcome: what goes as planned at Debug, a
-// failed run and a caller that gave up at Info, and what an operator must
-// look at at Error (for a message, a missing or reused key is a producer's
-// bug).
+// done logs and counts one outcome: as planned at Debug, a failed run or a
+// caller gone at Info, what an operator must look at at Error.
 func (o *Once) done(outcome Outcome, dv delivery, err error) {
 	o.report(outcome, dv, err, false)
 }
 
-// report is done; byClient logs a missing or reused key at Debug, as the
-// mistake of a client that the adapter answers.
+// report is done; byClient logs a missing or reused key at Debug.
 func (o *Once) report(outcome Outcome, dv delivery, err error, byClient bool) {
 	if o.observer != nil {
 		ctx := dv.ctx
@@ -408,14 +401,11 @@ func (o *Once) report(outcome Outcome, dv delivery, err error, byClient bool) {
 	}
 }
 
-// delivery is what the logs say about one run. Its fields are built only
-// when something is logged: the hot path of a quiet middleware allocates no
-// map.
+// delivery is what the logs say about one run; fields are built only to log.
 type delivery struct {
 	uuid, scope, key string
 	attempts         int
-	// ctx is the message's or caller's context, for the Observer; in
-	// a Lease, the claim's context, which the lease's context derives from.
+	// ctx is the message's or caller's context; in a Lease, the claim's.
 	ctx context.Context
 }
 

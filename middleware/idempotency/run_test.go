@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
@@ -22,7 +24,7 @@ func TestRunCompletedInTransaction(t *testing.T) {
 	store := memstore.New(nil)
 	idem, obs := newIdem(t, testConfig{Store: store})
 	h := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		run, ok := idempotency.RunFromContext(msg.Context())
+		run, ok := storekit.RunFromContext(msg.Context())
 		require.True(t, ok, "the handler's context carries its run")
 		out := []*message.Message{message.NewMessage("receipt-1", []byte("booked"))}
 		// What the store's transaction would write, fenced by the token.
@@ -44,12 +46,12 @@ func TestRunCompletedInTransaction(t *testing.T) {
 }
 
 func TestRunFromContextOutsideARun(t *testing.T) {
-	_, ok := idempotency.RunFromContext(context.Background())
+	_, ok := storekit.RunFromContext(context.Background())
 	assert.False(t, ok)
 	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil), CompletedTTL: time.Hour})
 	require.NoError(t, err)
 	_, err = once.Do(context.Background(), "k", func(ctx context.Context) ([]byte, error) {
-		run, ok := idempotency.RunFromContext(ctx)
+		run, ok := storekit.RunFromContext(ctx)
 		require.True(t, ok)
 		assert.Equal(t, "k", run.Key())
 		assert.Equal(t, time.Hour, run.CompletedTTL())
@@ -68,7 +70,7 @@ func TestRunFromContextOnlyForWatermillAndDo(t *testing.T) {
 	lease, _, err := once.Claim(context.Background(), "claimed", nil)
 	require.NoError(t, err)
 	require.NotNil(t, lease)
-	_, ok := idempotency.RunFromContext(lease.Context())
+	_, ok := storekit.RunFromContext(lease.Context())
 	assert.False(t, ok, "a lease claimed through Once.Claim")
 	lease.Fail()
 }
@@ -96,14 +98,14 @@ func TestRunCompletedInTransactionRolledBack(t *testing.T) {
 	idem, obs := newIdem(t, testConfig{Store: store, LeaseTTL: lease})
 	var refused bool
 	out, err := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		run, ok := idempotency.RunFromContext(msg.Context())
+		run, ok := storekit.RunFromContext(msg.Context())
 		require.True(t, ok)
 		run.CompletedInTransaction() // its transaction then rolled back
 		before := obs.op("renew")
 		if !waitUntil(func() bool { return obs.op("renew") >= before+3 }, 20*lease) {
 			return nil, errors.New("the renewals stopped at the transactional completion")
 		}
-		res, err := store.Claim(context.Background(), run.Key(), idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: lease, TTL: time.Minute})
+		res, err := store.Claim(context.Background(), run.Key(), idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: lease, TTL: time.Minute})
 		require.NoError(t, err)
 		refused = !res.Acquired
 		return []*message.Message{message.NewMessage("receipt-2", []byte("booked"))}, msg.Context().Err()
@@ -127,7 +129,7 @@ func TestRunCompletedInTransactionCommitted(t *testing.T) {
 	idem, obs := newIdem(t, testConfig{Store: store, LeaseTTL: lease})
 	var renewals int
 	_, err := idem.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-		run, ok := idempotency.RunFromContext(msg.Context())
+		run, ok := storekit.RunFromContext(msg.Context())
 		require.True(t, ok)
 		require.NoError(t, store.Complete(context.Background(), run.Key(), run.Token(), run.Result(), run.CompletedTTL()))
 		run.CompletedInTransaction()

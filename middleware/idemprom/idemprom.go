@@ -10,9 +10,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 )
 
-// Metrics is an [idempotency.Observer] that is also a
-// [prometheus.Collector]. Register it once, then pass it as
-// [idempotency.OnceConfig].Observer.
+// Metrics is an [idempotency.Observer] and a [prometheus.Collector].
 type Metrics struct {
 	outcomes     *prometheus.CounterVec
 	latency      *prometheus.HistogramVec
@@ -21,12 +19,9 @@ type Metrics struct {
 	handlers sync.Map
 }
 
-// alerted are the outcomes that the alert rules page on at their first
-// occurrence (increase(...) > 0). Prometheus's increase() cannot see a
-// series' first sample as an increase, so a series born at 1 never fires:
-// the first complete_failed of a handler since the process started, often
-// the only one, would pass unnoticed. Each is created at 0 with its
-// handler's first outcome.
+// alerted are the outcomes alerted on at their first occurrence: each is
+// created at 0 with its handler's first outcome, since increase() cannot
+// see a series' first sample.
 var alerted = []idempotency.Outcome{
 	idempotency.OutcomeCompleteFailed,
 	idempotency.OutcomeLeaseLost,
@@ -41,8 +36,7 @@ var (
 // subsystem follows the namespace in every metric name.
 const subsystem = "idempotency"
 
-// New returns unregistered metrics whose names start with namespace (may be
-// empty).
+// New returns unregistered metrics named after namespace, which may be empty.
 func New(namespace string) *Metrics {
 	return &Metrics{
 		outcomes: newCounterVec(namespace, "outcomes_total",

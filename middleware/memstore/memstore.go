@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/inprocess"
 )
 
 // Store is an in-memory [idempotency.Store], safe for concurrent use.
 type Store struct {
-	// inProcess marks the store as one whose calls never wait on I/O, so
-	// the owner protocol calls it without a per-call timeout.
+	// inProcess: calls never wait on I/O, so they need no timeout.
 	//lint:ignore U1000 read through its promoted method, by package inprocess
 	inProcess
 
@@ -23,8 +24,7 @@ type Store struct {
 
 	mu sync.Mutex
 	m  map[string]*record
-	// added counts the records added since the last sweep, and swept those
-	// it left: the next sweep comes after max(swept, minSweep) more.
+	// The next sweep comes after max(swept, minSweep) more adds.
 	added, swept int
 }
 
@@ -41,21 +41,17 @@ type record struct {
 	state            idempotency.State
 	attempts         int
 	created, updated time.Time
-	// deadline is the lease's end, while IN_PROGRESS. ttl is the claim's
-	// TTL, which keeps the record after the deadline.
+	// deadline ends the lease; ttl keeps the record after it.
 	deadline time.Time
 	ttl      time.Duration
 	expireAt time.Time
-	// token is the lease's owner, or the one whose Complete or Fail made
-	// the record COMPLETED or FAILED; "" after a Release.
+	// token is the owner, or the one whose Complete or Fail made the state.
 	token       string
 	fingerprint []byte
 	result      []byte
 }
 
-// New returns an empty store whose clock is now. A nil now means
-// [time.Now]. Tests pass a fake clock, to move through leases and TTLs
-// without sleeping.
+// New returns an empty store whose clock is now. A nil now means [time.Now].
 func New(now func() time.Time) *Store {
 	if now == nil {
 		now = time.Now
@@ -73,10 +69,10 @@ func (s *Store) Len() int {
 
 // Claim implements [idempotency.Store].
 func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
-	if err := cmp.Or(idempotency.CheckClaim(key, req), ctx.Err()); err != nil {
+	if err := cmp.Or(storekit.CheckClaim(key, req.Token, req.Lease, req.TTL), ctx.Err()); err != nil {
 		return idempotency.ClaimResult{}, fmt.Errorf("memstore: claim %q: %w", key, err)
 	}
-	lease, ttl := idempotency.ClampTTL(req.Lease), idempotency.ClampTTL(req.TTL)
+	lease, ttl := storekit.ClampTTL(req.Lease), storekit.ClampTTL(req.TTL)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -88,14 +84,12 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	case len(req.Fingerprint) > 0 && len(r.fingerprint) > 0 && !bytes.Equal(req.Fingerprint, r.fingerprint):
 		return idempotency.ClaimResult{Record: r.get(now, false)}, nil
 	case r.held(req.Token, now):
-		// The same owner's claim again (a resend whose first reply was lost):
-		// acquired, no new attempt; only the lease counts from now.
+		// The owner's resent claim: no new attempt; the lease counts from now.
 		r.deadline, r.ttl = now.Add(lease), ttl
 		r.expireAt = r.deadline.Add(ttl)
 		return idempotency.ClaimResult{Acquired: true, Record: r.get(now, true)}, nil
 	case r.state == idempotency.StateFailed || r.lapsed(now):
-		// A new attempt: a lapsed lease counts as a failed attempt, so a
-		// consumer that dies mid-handler still counts.
+		// A new attempt: a lapsed lease counted as a failed one.
 		r.attempts++
 		if len(req.Fingerprint) > 0 {
 			r.fingerprint = bytes.Clone(req.Fingerprint)
@@ -109,8 +103,7 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 	return idempotency.ClaimResult{Acquired: true, Record: r.get(now, true)}, nil
 }
 
-// Renew implements [idempotency.Store]. It moves the lease deadline to
-// lease from now, and the record's expiry with it.
+// Renew implements [idempotency.Store].
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
 	return s.transition(ctx, "renew", key, token, lease, nil)
 }
@@ -125,14 +118,13 @@ func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) 
 	return s.transition(ctx, "fail", key, token, ttl, nil)
 }
 
-// transition applies op to the record of key if token holds its live
-// lease. A Complete or Fail that token already applied (a resend) changes
-// nothing and succeeds.
+// transition applies op if token holds key's live lease; a resend of
+// token's own Complete or Fail succeeds and changes nothing.
 func (s *Store) transition(ctx context.Context, op, key, token string, d time.Duration, result []byte) error {
-	if err := cmp.Or(idempotency.CheckOwner(key, token, d), ctx.Err()); err != nil {
+	if err := cmp.Or(storekit.CheckOwner(key, token, d), ctx.Err()); err != nil {
 		return fmt.Errorf("memstore: %s %q: %w", op, key, err)
 	}
-	d = idempotency.ClampTTL(d)
+	d = storekit.ClampTTL(d)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
@@ -141,8 +133,6 @@ func (s *Store) transition(ctx context.Context, op, key, token string, d time.Du
 	case r == nil:
 		return fmt.Errorf("memstore: %s %q: %w", op, key, idempotency.ErrLeaseLost)
 	case !r.held(token, now):
-		// The token of a COMPLETED or FAILED record is the one whose
-		// Complete or Fail made it so: the same call again is a resend.
 		mine := r.token == token
 		switch {
 		case mine && (op == "complete" && r.state == idempotency.StateCompleted ||
@@ -165,12 +155,9 @@ func (s *Store) transition(ctx context.Context, op, key, token string, d time.Du
 	return nil
 }
 
-// Release implements [idempotency.Store]. A live lease of token is undone:
-// a first attempt's record is removed, and a later attempt's is FAILED
-// again with one attempt fewer and no token, kept for the claim's TTL from
-// now. Anything else is left as it is, and nil returned.
+// Release implements [idempotency.Store].
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	if err := cmp.Or(idempotency.CheckRelease(key, token), ctx.Err()); err != nil {
+	if err := cmp.Or(storekit.CheckRelease(key, token), ctx.Err()); err != nil {
 		return fmt.Errorf("memstore: release %q: %w", key, err)
 	}
 	s.mu.Lock()
@@ -220,8 +207,8 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// live returns key's record, or nil if it is missing or expired; an expired
-// record is removed. The caller holds s.mu.
+// live returns key's record, or nil, removing an expired one. The caller
+// holds s.mu.
 func (s *Store) live(key string, now time.Time) *record {
 	r := s.m[key]
 	if r != nil && !now.Before(r.expireAt) {
@@ -231,11 +218,8 @@ func (s *Store) live(key string, now time.Time) *record {
 	return r
 }
 
-// add adds r under key, first sweeping out the expired records if enough
-// were added since the last sweep. As many are added between two sweeps as
-// the last one left, so an add costs a constant on average, and the map
-// holds at most twice the records live at the last sweep plus minSweep.
-// The caller holds s.mu.
+// add adds r under key, sweeping first once as many were added as the last
+// sweep left. The caller holds s.mu.
 func (s *Store) add(key string, r *record, now time.Time) {
 	if s.added++; s.added > max(s.swept, minSweep) {
 		s.sweep(now)
@@ -263,8 +247,8 @@ func (r *record) lapsed(now time.Time) bool {
 	return r.state == idempotency.StateInProgress && !now.Before(r.deadline)
 }
 
-// get returns a copy of r as a Record at now: a lapsed lease reads as
-// FAILED, and the token is reported, if withToken, while the lease is live.
+// get returns r as a Record at now: a lapsed lease reads as FAILED; the
+// token is reported, if withToken, while the lease is live.
 func (r *record) get(now time.Time, withToken bool) idempotency.Record {
 	rec := idempotency.Record{
 		State:     r.state,

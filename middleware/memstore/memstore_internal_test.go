@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
 // Under a stream of unique keys that nothing reads, claims sweep out the
@@ -21,7 +23,7 @@ func TestClaimsSweepExpiredRecords(t *testing.T) {
 	const live = 100 // each key lives for 100 steps
 	for i := range 10_000 {
 		k := "k" + strconv.Itoa(i)
-		req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Second, TTL: time.Minute}
+		req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Second, TTL: time.Minute}
 		_, err := s.Claim(ctx, k, req)
 		require.NoError(t, err)
 		require.NoError(t, s.Complete(ctx, k, req.Token, []byte("r"), live*time.Millisecond))

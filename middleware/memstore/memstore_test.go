@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 	"github.com/idempotency/watermill-idempotency/middleware/storetest"
 )
@@ -39,7 +41,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 // claim is a claim request with a fresh token, lease and a minute's TTL.
 func claim(lease time.Duration) idempotency.ClaimRequest {
-	return idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: lease, TTL: time.Minute}
+	return idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: lease, TTL: time.Minute}
 }
 
 func TestConformance(t *testing.T) {
@@ -211,13 +213,13 @@ func TestReclaimedAtExpiry(t *testing.T) {
 			if i%7 == 1 {
 				lease = 10 * time.Millisecond
 			}
-			req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: 100 * time.Millisecond, TTL: 300 * time.Millisecond}
+			req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: 100 * time.Millisecond, TTL: 300 * time.Millisecond}
 			_, err := s.Claim(ctx, k, req)
 			require.NoError(t, err)
 			require.NoError(t, s.Renew(ctx, k, req.Token, lease))
 			expiry[k] = clock().Add(lease + req.TTL)
 		default:
-			req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Second, TTL: time.Hour}
+			req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Second, TTL: time.Hour}
 			_, err := s.Claim(ctx, k, req)
 			require.NoError(t, err)
 			ttl := time.Duration(1+i%20) * 100 * time.Millisecond // 20 TTLs
@@ -248,7 +250,7 @@ func TestLongTTLsAfterALongUptime(t *testing.T) {
 	clock.Advance(150 * 365 * 24 * time.Hour)
 	for _, d := range []time.Duration{idempotency.MaxTTL, time.Duration(1<<63 - 1)} {
 		key := "k" + d.String()
-		req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: d, TTL: d}
+		req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: d, TTL: d}
 		res, err := s.Claim(ctx, key, req)
 		require.NoError(t, err)
 		require.True(t, res.Acquired)

@@ -10,9 +10,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstoretest"
 	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
-	"github.com/idempotency/watermill-idempotency/middleware/storetest"
 )
 
 // Records pages through every live record under its prefix, whatever the
@@ -37,7 +38,7 @@ func putCorrupt(t *testing.T, db *sql.DB, table, key string) {
 	t.Helper()
 	_, err := db.ExecContext(context.Background(), "ALTER TABLE "+quoted(table)+" DROP CONSTRAINT IF EXISTS "+quoted(table+"_record_valid"))
 	require.NoError(t, err)
-	require.NoError(t, putForeign(db, table, key, storetest.ForeignBadFields))
+	require.NoError(t, putForeign(db, table, key, "bad-fields"))
 }
 
 // A table made by hand may lack the NOT NULL constraints: a row with no
@@ -63,7 +64,7 @@ func TestNullColumnsAreCorrupt(t *testing.T) {
 	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
 	_, err = s.Get(ctx, "k")
 	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
-	_, err = s.Claim(ctx, "k", idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute})
+	_, err = s.Claim(ctx, "k", idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute})
 	assert.ErrorIs(t, err, idempotency.ErrCorruptRecord)
 	assert.Equal(t, 1, rows(t, db, table), "the corrupt row is kept")
 }

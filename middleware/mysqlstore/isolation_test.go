@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
@@ -107,7 +108,7 @@ func TestCompletionLocks(t *testing.T) {
 	ctx := context.Background()
 	waiter := dbWith(t, map[string]string{"innodb_lock_wait_timeout": "1"})
 	claimOn := func(s *mysqlstore.Store, key string) error {
-		_, err := s.Claim(ctx, key, idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute})
+		_, err := s.Claim(ctx, key, idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute})
 		return err
 	}
 	for _, il := range isolationLevels[1:3] { // read-committed, repeatable-read
@@ -170,7 +171,7 @@ func TestIdleTransactionTimeoutEndsAStalledCompletion(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, stalled.CompleteTx(ctx, tx, "k", tok, []byte("r"), time.Minute))
 	start := time.Now()
-	res, err := s.Claim(ctx, "k", idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute})
+	res, err := s.Claim(ctx, "k", idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute})
 	require.NoError(t, err, "the claim waited for the stalled session's end, not for its lock wait timeout")
 	waited := time.Since(start)
 	assert.False(t, res.Acquired)

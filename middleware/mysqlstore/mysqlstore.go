@@ -12,6 +12,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
@@ -140,7 +142,7 @@ const maxClaimReads = 4 // writes of one Claim whose row moved on meanwhile
 // UPDATE, then a SELECT: acquired iff the row is IN_PROGRESS under the
 // token with no other fingerprint. A row moved on to a claimable one is claimed again.
 func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
-	if err := idempotency.CheckClaim(key, req); err != nil {
+	if err := storekit.CheckClaim(key, req.Token, req.Lease, req.TTL); err != nil {
 		return idempotency.ClaimResult{}, wrap("claim", key, err)
 	}
 	if err := checkLengths(req.Token, req.Fingerprint); err != nil {
@@ -203,7 +205,7 @@ func (s *Store) prepareCompletion(ctx context.Context) {
 // idempotency.ErrCompletedByOwner tells a run its CompleteInTx committed:
 // the UPDATE waits on the row lock, and the refusal's read locks too.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
-	if err := idempotency.CheckOwner(key, token, lease); err != nil {
+	if err := storekit.CheckOwner(key, token, lease); err != nil {
 		return wrap("renew", key, err)
 	}
 	l := durationMicros(lease)
@@ -217,7 +219,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, result []byte, 
 
 // Fail implements idempotency.Store with one UPDATE.
 func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
+	if err := storekit.CheckOwner(key, token, ttl); err != nil {
 		return wrap("fail", key, err)
 	}
 	return s.owned(ctx, dbRunner{s}, "fail", key, token, s.sql.fail, durationMicros(ttl))
@@ -225,7 +227,7 @@ func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) 
 
 // Release implements idempotency.Store with a DELETE, else an UPDATE.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	if err := idempotency.CheckRelease(key, token); err != nil {
+	if err := storekit.CheckRelease(key, token); err != nil {
 		return wrap("release", key, err)
 	}
 	if err := ctx.Err(); err != nil {

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
 	"github.com/idempotency/watermill-idempotency/middleware/storetest"
 )
@@ -106,7 +108,7 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 		require.NoError(t, err, "concurrent Migrate %d", i)
 	}
 
-	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute}
+	req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute}
 	res, err := s.Claim(ctx, "k", req)
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
@@ -152,7 +154,7 @@ func TestDatabaseQualifiedTable(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 	require.NoError(t, s.Migrate(ctx))
 
-	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute}
+	req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute}
 	res, err := s.Claim(ctx, "k", req)
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
@@ -169,7 +171,7 @@ func TestConstraintRefusesForeignRows(t *testing.T) {
 	db := testDB(t)
 	_, table := newTable(t, db)
 	for _, kind := range storetest.Foreigns {
-		err := putForeign(db, table, "foreign:"+kind.String(), kind)
+		err := putForeign(db, table, "foreign:"+kind, kind)
 		assert.Contains(t, []uint16{3819, 4025}, mysqlErrno(err), "%v: a CHECK violation: %v", kind, err)
 	}
 }
@@ -181,7 +183,7 @@ func TestClaimWhoseLeaseLapsedBeforeItsRead(t *testing.T) {
 	db := testDB(t)
 	ctx := context.Background()
 	s, _ := newTable(t, db)
-	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Microsecond, TTL: time.Minute}
+	req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Microsecond, TTL: time.Minute}
 	res, err := s.Claim(ctx, "k", req)
 	require.NoError(t, err)
 	assert.True(t, res.Acquired, "the claim wrote its token")

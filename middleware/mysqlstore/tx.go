@@ -11,6 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
@@ -38,15 +40,15 @@ var errNilTx = errors.New("mysqlstore: nil *sql.Tx")
 // consumer took the key over, [ErrAlreadyCompleted] for a second
 // transaction of the run, and names a context of no run or of another store.
 func (s *Store) CompleteInTx(ctx context.Context, tx *sql.Tx, out ...*message.Message) error {
-	return s.completeRun(ctx, tx, func(run *idempotency.Run) []byte { return run.Result(out...) })
+	return s.completeRun(ctx, tx, func(run *storekit.Run) []byte { return run.Result(out...) })
 }
 
 // CompleteValueInTx is [Store.CompleteInTx] for [idempotency.Once.Do]'s value.
 func (s *Store) CompleteValueInTx(ctx context.Context, tx *sql.Tx, value []byte) error {
-	return s.completeRun(ctx, tx, func(*idempotency.Run) []byte { return value })
+	return s.completeRun(ctx, tx, func(*storekit.Run) []byte { return value })
 }
 
-func (s *Store) completeRun(ctx context.Context, tx *sql.Tx, result func(*idempotency.Run) []byte) error {
+func (s *Store) completeRun(ctx context.Context, tx *sql.Tx, result func(*storekit.Run) []byte) error {
 	return sqlstore.CompleteInTx(ctx, "mysqlstore", s, result, func(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
 		return s.completeTx(ctx, tx, key, token, result, ttl)
 	})
@@ -81,7 +83,7 @@ func (s *Store) databases(ctx context.Context, tx *sql.Tx) (txDB, storeDB string
 
 // complete is Complete and completeTx (OpCompleteTx: a resend fails).
 func (s *Store) complete(ctx context.Context, q runner, op, key, token string, result []byte, ttl time.Duration) error {
-	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
+	if err := storekit.CheckOwner(key, token, ttl); err != nil {
 		return wrap(op, key, err)
 	}
 	if result == nil {

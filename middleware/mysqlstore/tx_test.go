@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/mysqlstore"
 )
 
@@ -50,7 +52,7 @@ func TestCompleteTxCommitsWithTheEffect(t *testing.T) {
 	// A duplicate arriving now waits for the transaction, then replays.
 	dup := make(chan idempotency.ClaimResult, 1)
 	go func() {
-		res, err := s.Claim(ctx, "k", idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute})
+		res, err := s.Claim(ctx, "k", idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute})
 		assert.NoError(t, err)
 		dup <- res
 	}()
@@ -215,7 +217,7 @@ func TestSecondTransactionSeesTheFirstCommit(t *testing.T) {
 
 			assert.ErrorIs(t, s.CompleteTx(ctx, second, "k", tok, []byte("r"), time.Minute), mysqlstore.ErrAlreadyCompleted,
 				"a second transaction of the owner that committed")
-			assert.ErrorIs(t, s.CompleteTx(ctx, second, "k", idempotency.NewToken(), nil, time.Minute), idempotency.ErrLeaseLost)
+			assert.ErrorIs(t, s.CompleteTx(ctx, second, "k", storekit.NewToken(), nil, time.Minute), idempotency.ErrLeaseLost)
 			require.NoError(t, second.Rollback())
 			assert.Equal(t, 1, rows(t, db, fx))
 		})

@@ -9,7 +9,6 @@ import (
 
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstoretest"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
-	"github.com/idempotency/watermill-idempotency/middleware/storetest"
 )
 
 // Records pages through every live record under its prefix, whatever the
@@ -34,7 +33,7 @@ func putCorrupt(t *testing.T, pool *pgxpool.Pool, table, key string) {
 	t.Helper()
 	_, err := pool.Exec(context.Background(), "ALTER TABLE "+quoted(table)+" DROP CONSTRAINT IF EXISTS idempotency_record_valid")
 	require.NoError(t, err)
-	require.NoError(t, putForeign(pool, table, key, storetest.ForeignBadFields))
+	require.NoError(t, putForeign(pool, table, key, "bad-fields"))
 }
 
 // Records selects by the prefix's bytes exactly: no LIKE wildcard or escape.

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
@@ -128,7 +130,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 // Claim implements idempotency.Store with one statement: an INSERT … ON
 // CONFLICT DO UPDATE, unless the key is a COMPLETED duplicate.
 func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
-	if err := idempotency.CheckClaim(key, req); err != nil {
+	if err := storekit.CheckClaim(key, req.Token, req.Lease, req.TTL); err != nil {
 		return idempotency.ClaimResult{}, wrap("claim", key, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -164,7 +166,7 @@ func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequ
 // idempotency.ErrCompletedByOwner tells a run its CompleteInTx committed.
 // When the UPDATE refused a row its snapshot shows as the token's, it runs again.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
-	if err := idempotency.CheckOwner(key, token, lease); err != nil {
+	if err := storekit.CheckOwner(key, token, lease); err != nil {
 		return wrap("renew", key, err)
 	}
 	err := s.owned(ctx, s.pool, "renew", key, token, s.sql.renew, micros(lease))
@@ -185,7 +187,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, result []byte, 
 
 // Fail implements idempotency.Store with one UPDATE.
 func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
+	if err := storekit.CheckOwner(key, token, ttl); err != nil {
 		return wrap("fail", key, err)
 	}
 	return s.owned(ctx, s.pool, "fail", key, token, s.sql.fail, micros(ttl))
@@ -193,7 +195,7 @@ func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) 
 
 // Release implements idempotency.Store with one DELETE or UPDATE.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	if err := idempotency.CheckRelease(key, token); err != nil {
+	if err := storekit.CheckRelease(key, token); err != nil {
 		return wrap("release", key, err)
 	}
 	return s.owned(ctx, s.pool, "release", key, token, s.sql.release)

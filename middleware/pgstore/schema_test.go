@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstoretest"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
@@ -36,7 +37,7 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 		require.NoError(t, err, "concurrent Migrate %d", i)
 	}
 
-	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute}
+	req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute}
 	res, err := s.Claim(ctx, "k", req)
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
@@ -82,7 +83,7 @@ func TestSchemaQualifiedTable(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Migrate(ctx))
 
-	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute}
+	req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute}
 	res, err := s.Claim(ctx, "k", req)
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
@@ -99,7 +100,7 @@ func TestConstraintRefusesForeignRows(t *testing.T) {
 	pool := testPool(t)
 	_, table := newTable(t, pool)
 	for _, kind := range storetest.Foreigns {
-		err := putForeign(pool, table, "foreign:"+kind.String(), kind)
+		err := putForeign(pool, table, "foreign:"+kind, kind)
 		var pgErr *pgconn.PgError
 		if assert.ErrorAs(t, err, &pgErr, "%v", kind) {
 			assert.Equal(t, "23514", pgErr.Code, "%v: check_violation", kind)
@@ -116,7 +117,7 @@ func TestCorruptRowUnderNotValidConstraint(t *testing.T) {
 	s, table := newTable(t, pool)
 	_, err := pool.Exec(ctx, "ALTER TABLE "+quoted(table)+" DROP CONSTRAINT idempotency_record_valid")
 	require.NoError(t, err)
-	require.NoError(t, putForeign(pool, table, "k", storetest.ForeignBadFields))
+	require.NoError(t, putForeign(pool, table, "k", "bad-fields"))
 	_, err = pool.Exec(ctx, "ALTER TABLE "+quoted(table)+" ADD CONSTRAINT idempotency_record_valid CHECK (attempts >= 1) NOT VALID")
 	require.NoError(t, err)
 

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
 // The session of the handler's transaction is ended by the server
@@ -45,7 +47,7 @@ func TestSessionKilledBeforeTheCommit(t *testing.T) {
 		}
 		if kill {
 			kill = false
-			run, _ := idempotency.RunFromContext(mctx)
+			run, _ := storekit.RunFromContext(mctx)
 			key = run.Key()
 			var pid int
 			require.NoError(t, tx.QueryRow(mctx, "SELECT pg_backend_pid()").Scan(&pid))
@@ -56,7 +58,7 @@ func TestSessionKilledBeforeTheCommit(t *testing.T) {
 			rec, err := store.Get(ctx, key)
 			require.NoError(t, err)
 			assert.Equal(t, idempotency.StateInProgress, rec.State, "the run kept renewing the rolled-back key")
-			res, err := store.Claim(ctx, key, idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Second, TTL: time.Second})
+			res, err := store.Claim(ctx, key, idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Second, TTL: time.Second})
 			require.NoError(t, err)
 			assert.False(t, res.Acquired, "no copy runs beside the run")
 		}

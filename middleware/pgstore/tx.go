@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/sqlstore"
 )
 
@@ -50,16 +52,16 @@ var ErrAlreadyCompleted = sqlstore.ErrAlreadyCompleted
 // and names the mistake for a context of no run or of another store. A
 // failed commit must be the handler's error. See docs/GUARANTEES.md.
 func (s *Store) CompleteInTx(ctx context.Context, tx Querier, out ...*message.Message) error {
-	return s.completeRun(ctx, tx, func(run *idempotency.Run) []byte { return run.Result(out...) })
+	return s.completeRun(ctx, tx, func(run *storekit.Run) []byte { return run.Result(out...) })
 }
 
 // CompleteValueInTx is [Store.CompleteInTx] for the work of
 // [idempotency.Once.Do]: value is the result replayed to later callers.
 func (s *Store) CompleteValueInTx(ctx context.Context, tx Querier, value []byte) error {
-	return s.completeRun(ctx, tx, func(*idempotency.Run) []byte { return value })
+	return s.completeRun(ctx, tx, func(*storekit.Run) []byte { return value })
 }
 
-func (s *Store) completeRun(ctx context.Context, tx Querier, result func(*idempotency.Run) []byte) error {
+func (s *Store) completeRun(ctx context.Context, tx Querier, result func(*storekit.Run) []byte) error {
 	return sqlstore.CompleteInTx(ctx, "pgstore", s, result, func(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
 		return s.completeTx(ctx, tx, key, token, result, ttl)
 	})
@@ -96,7 +98,7 @@ func (s *Store) tables(ctx context.Context, q Querier) (qTable, storeTable strin
 // complete is Complete (op "complete": an owner's resend succeeds) and
 // completeTx (OpCompleteTx: it does not).
 func (s *Store) complete(ctx context.Context, q Querier, op, key, token string, result []byte, ttl time.Duration) error {
-	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
+	if err := storekit.CheckOwner(key, token, ttl); err != nil {
 		return wrap(op, key, err)
 	}
 	if result == nil {

@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/pgstore"
 )
 
@@ -54,7 +56,7 @@ func TestCompleteTxCommitsWithTheEffect(t *testing.T) {
 	// A duplicate arriving now waits for the transaction, then replays.
 	dup := make(chan idempotency.ClaimResult, 1)
 	go func() {
-		res, err := s.Claim(ctx, "k", idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute})
+		res, err := s.Claim(ctx, "k", idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute})
 		assert.NoError(t, err)
 		dup <- res
 	}()
@@ -176,7 +178,7 @@ func TestCompleteTxWithDatabaseSQL(t *testing.T) {
 	defer func() { _ = tx.Rollback() }()
 	assert.ErrorIs(t, s.CompleteTx(ctx, sqlTx{tx}, "k", tok, []byte("r"), time.Minute), pgstore.ErrAlreadyCompleted,
 		"a second transaction of the owner that committed")
-	assert.ErrorIs(t, s.CompleteTx(ctx, sqlTx{tx}, "k", idempotency.NewToken(), nil, time.Minute), idempotency.ErrLeaseLost)
+	assert.ErrorIs(t, s.CompleteTx(ctx, sqlTx{tx}, "k", storekit.NewToken(), nil, time.Minute), idempotency.ErrLeaseLost)
 	assert.Equal(t, 1, countEffects(t, pool, fx))
 }
 

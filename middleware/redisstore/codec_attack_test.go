@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
@@ -357,7 +358,7 @@ func TestCommonPathsAtTheEdgesOfSizes(t *testing.T) {
 		for path, s := range r.claimers() {
 			t.Run(name+"/"+path, func(t *testing.T) {
 				key := "sizes:" + path + ":" + name
-				req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Hour, Fingerprint: size.fp}
+				req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Hour, Fingerprint: size.fp}
 				n := writes(t, r.client)
 				res, err := s.Claim(ctx, key, req)
 				require.NoError(t, err)
@@ -629,7 +630,7 @@ func TestOneMillisecondLease(t *testing.T) {
 	for path, s := range r.claimers() {
 		t.Run(path, func(t *testing.T) {
 			key := "1ms:" + path
-			req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Nanosecond, TTL: time.Minute}
+			req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Nanosecond, TTL: time.Minute}
 			res, err := s.Claim(ctx, key, req)
 			require.NoError(t, err)
 			require.True(t, res.Acquired)
@@ -678,7 +679,7 @@ func TestTTLClampsThroughTheFastPaths(t *testing.T) {
 		for path, s := range r.claimers() {
 			t.Run(d.String()+"/"+path, func(t *testing.T) {
 				key := "clamp:" + path + ":" + d.String()
-				req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: d, TTL: d}
+				req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: d, TTL: d}
 				res, err := s.Claim(ctx, key, req)
 				require.NoError(t, err)
 				require.True(t, res.Acquired)

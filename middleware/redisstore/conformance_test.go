@@ -70,23 +70,23 @@ const freshClaimTimes = 250 * time.Millisecond
 
 // putForeign writes the values that a bug or another program could leave
 // under a key; storetest's keys are deleted when each case ends.
-func putForeign(c redis.UniversalClient) func(key string, kind storetest.Foreign) error {
-	return func(key string, kind storetest.Foreign) error {
+func putForeign(c redis.UniversalClient) func(key string, kind string) error {
+	return func(key string, kind string) error {
 		ctx := context.Background()
 		switch kind {
-		case storetest.ForeignShortString:
+		case "short-string":
 			return c.Set(ctx, key, "1", 0).Err()
-		case storetest.ForeignLongString:
+		case "long-string":
 			return c.Set(ctx, key, strings.Repeat("not a record, ", 8)[:100], 0).Err()
-		case storetest.ForeignJSON:
+		case "json":
 			return c.Set(ctx, key, `{"state":"completed","attempts":1}`, 0).Err()
-		case storetest.ForeignWrongType:
+		case "wrong-type":
 			return c.RPush(ctx, key, "a", "b").Err()
-		case storetest.ForeignBadFields:
+		case "bad-fields":
 			// The IN_PROGRESS string's tag and state, then 36 zero bytes: no
 			// attempt, no times.
 			return c.Set(ctx, key, append([]byte{0xC0, 'P'}, make([]byte, 36)...), 0).Err()
 		}
-		return fmt.Errorf("putForeign: unknown kind %d", kind)
+		return fmt.Errorf("putForeign: unknown kind %q", kind)
 	}
 }

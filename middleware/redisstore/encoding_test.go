@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
@@ -271,7 +272,7 @@ func TestLapsedLease(t *testing.T) {
 	ctx := context.Background()
 	key := prefix + "lapsed"
 	const lease = 200 * time.Millisecond
-	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: lease, TTL: time.Minute, Fingerprint: []byte("fp")}
+	req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: lease, TTL: time.Minute, Fingerprint: []byte("fp")}
 	first, err := s.Claim(ctx, key, req)
 	require.NoError(t, err)
 	require.True(t, first.Acquired)
@@ -338,7 +339,7 @@ func TestReleasedEncoding(t *testing.T) {
 	first, err := s.Get(ctx, key)
 	require.NoError(t, err)
 	require.NoError(t, s.Fail(ctx, key, req.Token, time.Hour))
-	req = idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: 30 * time.Second}
+	req = idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: 30 * time.Second}
 	_, err = s.Claim(ctx, key, req)
 	require.NoError(t, err)
 	require.NoError(t, s.Release(ctx, key, req.Token))
@@ -379,7 +380,7 @@ func TestInProgressEncoding(t *testing.T) {
 	ms := func(at time.Time) uint64 { return uint64(at.UnixMilli()) }
 
 	key := prefix + "fresh"
-	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Hour, Fingerprint: []byte("fp")}
+	req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Hour, Fingerprint: []byte("fp")}
 	res, err := s.Claim(ctx, key, req)
 	require.NoError(t, err)
 	require.True(t, res.Acquired)

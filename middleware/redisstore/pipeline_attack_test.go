@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
@@ -50,9 +51,9 @@ func TestAutoPipeliningClientClosedMidFlight(t *testing.T) {
 			t.Fatal("a call in flight when the client was closed never returned")
 		}
 	}
-	_, err = s.Claim(context.Background(), prefix+"after", idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute})
+	_, err = s.Claim(context.Background(), prefix+"after", idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute})
 	require.Error(t, err, "a claim on a closed client")
-	require.Error(t, s.Release(context.Background(), prefix+"after", idempotency.NewToken()), "a release on a closed client")
+	require.Error(t, s.Release(context.Background(), prefix+"after", storekit.NewToken()), "a release on a closed client")
 }
 
 // TestAutoPipeliningScriptFlushStorm: SCRIPT FLUSH every 20 ms while 64
@@ -275,7 +276,7 @@ func TestReplicaStopsMidRun(t *testing.T) {
 				key := fmt.Sprintf("rs%d:%d", w, i)
 				err := fresh(ctx, s, key)
 				if err == nil && i%3 == 0 {
-					tok := idempotency.NewToken()
+					tok := storekit.NewToken()
 					var res idempotency.ClaimResult
 					res, err = s.Claim(ctx, key+":f", idempotency.ClaimRequest{Token: tok, Lease: time.Minute, TTL: time.Minute})
 					if err == nil && res.Acquired {

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
@@ -35,7 +36,7 @@ func TestAutoPipeliningReleaseAfterGivenUpClaim(t *testing.T) {
 	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
 
-	key, token := prefix+"given-up", idempotency.NewToken()
+	key, token := prefix+"given-up", storekit.NewToken()
 	ctx, cancel := context.WithCancel(context.Background())
 	claimed := make(chan error, 1)
 	proxy.SetLatency(300 * time.Millisecond)
@@ -87,7 +88,7 @@ func TestAutoPipeliningCompleteGivenUpAppliedLater(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	s, err := redisstore.New(client, nil)
 	require.NoError(t, err)
-	key, token := prefix+"k", idempotency.NewToken()
+	key, token := prefix+"k", storekit.NewToken()
 	res, err := ds.Claim(context.Background(), key, idempotency.ClaimRequest{Token: token, Lease: time.Minute, TTL: time.Minute})
 	require.NoError(t, err)
 	require.True(t, res.Acquired)

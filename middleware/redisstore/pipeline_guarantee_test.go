@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
@@ -30,7 +31,7 @@ import (
 func claimWithin(s *redisstore.Store, key string, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	res, err := s.Claim(ctx, key, idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute})
+	res, err := s.Claim(ctx, key, idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute})
 	if err == nil && !res.Acquired {
 		err = errors.New("claim of a fresh key refused")
 	}
@@ -178,7 +179,7 @@ func TestFailAndReleaseDoNotWaitForReplicas(t *testing.T) {
 	const n = 16
 	tokens := make([]string, 2*n)
 	for i := range tokens {
-		tokens[i] = idempotency.NewToken()
+		tokens[i] = storekit.NewToken()
 		_, err := s.Claim(ctx, "k"+strconv.Itoa(i), idempotency.ClaimRequest{Token: tokens[i], Lease: time.Minute, TTL: time.Minute})
 		require.NoError(t, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/internal/rediskeys"
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
@@ -60,7 +61,7 @@ func keyPrefix(t *testing.T, client *redis.Client) string {
 
 // fresh claims and completes one key, as a fresh message does.
 func fresh(ctx context.Context, s idempotency.Store, key string) error {
-	tok := idempotency.NewToken()
+	tok := storekit.NewToken()
 	res, err := s.Claim(ctx, key, idempotency.ClaimRequest{Token: tok, Lease: time.Minute, TTL: time.Minute})
 	if err != nil {
 		return err
@@ -113,7 +114,7 @@ func batchesConcurrentCalls(t *testing.T, client redis.UniversalClient, hook *ro
 
 	hook.reset()
 	run(func(key string) error {
-		res, err := s.Claim(ctx, key, idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute})
+		res, err := s.Claim(ctx, key, idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute})
 		if err == nil && (res.Acquired || res.Record.State != idempotency.StateCompleted) {
 			err = fmt.Errorf("duplicate %q: %+v", key, res)
 		}
@@ -170,13 +171,13 @@ func TestAutoPipeliningCallGivenUpReturns(t *testing.T) {
 	for i := range stuck {
 		go func() {
 			sent.Add(1)
-			stuckErrs <- claim(context.Background(), prefix+"stuck"+strconv.Itoa(i), idempotency.NewToken())
+			stuckErrs <- claim(context.Background(), prefix+"stuck"+strconv.Itoa(i), storekit.NewToken())
 		}()
 	}
 	require.Eventually(t, func() bool { return sent.Load() == stuck }, 5*time.Second, time.Millisecond)
 	time.Sleep(50 * time.Millisecond) // let them reach the stalled sockets
 
-	given, token := prefix+"given-up", idempotency.NewToken()
+	given, token := prefix+"given-up", storekit.NewToken()
 	gctx, cancel := context.WithCancel(context.Background())
 	gave := make(chan error, 1)
 	go func() { gave <- claim(gctx, given, token) }()
@@ -214,7 +215,7 @@ func TestAutoPipeliningDeadlines(t *testing.T) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 			defer cancel()
-			_, err := s.Claim(ctx, prefix+strconv.Itoa(i), idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute})
+			_, err := s.Claim(ctx, prefix+strconv.Itoa(i), idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute})
 			if err == nil {
 				err = errors.New("a claim succeeded through a stalled connection")
 			} else if !errors.Is(err, context.DeadlineExceeded) {

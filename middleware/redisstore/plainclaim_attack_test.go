@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
@@ -211,7 +212,7 @@ func TestPlainClaimExpiryMoved(t *testing.T) {
 	for name, m := range moves {
 		t.Run(name, func(t *testing.T) {
 			key := "moved:" + name
-			req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: 2 * time.Hour}
+			req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: 2 * time.Hour}
 			res, err := r.store.Claim(ctx, key, req)
 			require.NoError(t, err)
 			require.True(t, res.Acquired)
@@ -539,7 +540,7 @@ func TestPlainClaimMemory(t *testing.T) {
 	req := claimReq(time.Minute, []byte("0123456789abcdef0123456789abcdef"))
 	_, err := r.store.Claim(ctx, "memory:plain:", req)
 	require.NoError(t, err)
-	_, err = r.script.Claim(ctx, "memory:script", idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: req.Lease, TTL: req.TTL, Fingerprint: req.Fingerprint})
+	_, err = r.script.Claim(ctx, "memory:script", idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: req.Lease, TTL: req.TTL, Fingerprint: req.Fingerprint})
 	require.NoError(t, err)
 	n, err := r.client.StrLen(ctx, "memory:plain:").Result()
 	require.NoError(t, err)

@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
 var (
@@ -91,7 +93,7 @@ func isNil(c redis.UniversalClient) bool {
 
 // Claim implements [idempotency.Store] with SET NX PX GET, else claim.lua.
 func (s *Store) Claim(ctx context.Context, key string, req idempotency.ClaimRequest) (idempotency.ClaimResult, error) {
-	if err := idempotency.CheckClaim(key, req); err != nil {
+	if err := storekit.CheckClaim(key, req.Token, req.Lease, req.TTL); err != nil {
 		return idempotency.ClaimResult{}, wrap("claim", key, err)
 	}
 	lease, ttl := millis(req.Lease), millis(req.TTL)
@@ -163,7 +165,7 @@ func isFull(err error) bool {
 
 // Renew implements idempotency.Store with one EVALSHA.
 func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duration) error {
-	if err := idempotency.CheckOwner(key, token, lease); err != nil {
+	if err := storekit.CheckOwner(key, token, lease); err != nil {
 		return wrap("renew", key, err)
 	}
 	return s.owned(ctx, "renew", key, renewScript, token, millis(lease), ownerField(token))
@@ -171,7 +173,7 @@ func (s *Store) Renew(ctx context.Context, key, token string, lease time.Duratio
 
 // Complete implements idempotency.Store with one EVALSHA.
 func (s *Store) Complete(ctx context.Context, key, token string, result []byte, ttl time.Duration) error {
-	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
+	if err := storekit.CheckOwner(key, token, ttl); err != nil {
 		return wrap("complete", key, err)
 	}
 	return s.owned(ctx, "complete", key, completeScript, token, millis(ttl), result, ownerField(token))
@@ -179,7 +181,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, result []byte, 
 
 // Fail implements idempotency.Store with one EVALSHA.
 func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) error {
-	if err := idempotency.CheckOwner(key, token, ttl); err != nil {
+	if err := storekit.CheckOwner(key, token, ttl); err != nil {
 		return wrap("fail", key, err)
 	}
 	return s.owned(ctx, "fail", key, failScript, token, millis(ttl))
@@ -187,7 +189,7 @@ func (s *Store) Fail(ctx context.Context, key, token string, ttl time.Duration) 
 
 // Release implements idempotency.Store with one EVALSHA.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	if err := idempotency.CheckRelease(key, token); err != nil {
+	if err := storekit.CheckRelease(key, token); err != nil {
 		return wrap("release", key, err)
 	}
 	// A given-up claim of token still with go-redis is answered first.
@@ -263,7 +265,7 @@ func wrap(op, key string, err error) error {
 
 // millis clamps d to idempotency.MaxTTL, then rounds it up to milliseconds.
 func millis(d time.Duration) int64 {
-	d = idempotency.ClampTTL(d)
+	d = storekit.ClampTTL(d)
 	ms := d / time.Millisecond
 	if d%time.Millisecond != 0 {
 		ms++

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
@@ -342,5 +343,5 @@ func claimStep(s *redisstore.Store, key string, fp []byte, token *string) func()
 // claimReq is a claim with a fresh token, the given lease and fingerprint,
 // and a TTL of one minute.
 func claimReq(lease time.Duration, fp []byte) idempotency.ClaimRequest {
-	return idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: lease, TTL: time.Minute, Fingerprint: fp}
+	return idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: lease, TTL: time.Minute, Fingerprint: fp}
 }

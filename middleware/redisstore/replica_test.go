@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
@@ -163,7 +164,7 @@ func TestReplicaShortfall(t *testing.T) {
 	mu.Unlock()
 
 	// A lease lost is not a shortfall: the script changed nothing.
-	err = s.Complete(ctx, "k", idempotency.NewToken(), nil, time.Hour)
+	err = s.Complete(ctx, "k", storekit.NewToken(), nil, time.Hour)
 	require.ErrorIs(t, err, idempotency.ErrLeaseLost)
 }
 
@@ -238,9 +239,9 @@ func TestReplicaShortfallOnlyForWrites(t *testing.T) {
 		}
 		return nil
 	}
-	assert.Zero(t, waits("renew of a lost lease", func() error { return lost(s.Renew(ctx, "held", idempotency.NewToken(), time.Minute)) }))
+	assert.Zero(t, waits("renew of a lost lease", func() error { return lost(s.Renew(ctx, "held", storekit.NewToken(), time.Minute)) }))
 	assert.Zero(t, waits("complete of a lost lease", func() error {
-		return lost(s.Complete(ctx, "held", idempotency.NewToken(), nil, time.Hour))
+		return lost(s.Complete(ctx, "held", storekit.NewToken(), nil, time.Hour))
 	}))
 	assert.Equal(t, redisstore.ReplicaStats{Acknowledged: acked}, s.ReplicaStats(), "nothing written, no shortfall")
 	mu.Lock()

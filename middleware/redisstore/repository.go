@@ -9,7 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
 // NewExpiringKeyRepository returns a [middleware.ExpiringKeyRepository]
@@ -40,7 +40,7 @@ type repository struct {
 // IsDuplicate reports whether key was seen within the window, and marks it
 // otherwise with a value of its own: a resent SET is not its own duplicate.
 func (r *repository) IsDuplicate(ctx context.Context, key string) (bool, error) {
-	mark := idempotency.NewToken()
+	mark := storekit.NewToken()
 	old, err := r.client.Do(ctx, "set", r.prefix+key, mark, "nx", "get", "px", millis(r.window)).Text()
 	switch {
 	case errors.Is(err, redis.Nil):

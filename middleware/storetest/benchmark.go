@@ -9,14 +9,13 @@ import (
 	"time"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
-// Benchmark measures a store alone, without the middleware: a fresh message
-// is a Claim then a Complete of a new key, a duplicate is a Claim of a
-// completed key; each sequentially and from 64 goroutines. Every claim makes
-// its token with idempotency.NewToken, as the middleware does. Keys start with
-// prefix, which the caller removes afterwards if the store outlives the
-// benchmark:
+// Benchmark measures a store alone: a fresh message is a Claim and a
+// Complete of a new key, a duplicate a Claim of a completed key; each
+// sequential and from 64 goroutines. Keys start with prefix:
 //
 //	func BenchmarkStore(b *testing.B) { storetest.Benchmark(b, newMyStore(b), "bench:") }
 func Benchmark(b *testing.B, s idempotency.Store, prefix string) {
@@ -73,8 +72,7 @@ func Benchmark(b *testing.B, s idempotency.Store, prefix string) {
 	}
 }
 
-// claimRequest is the benchmark's claim: OnceConfig's default lease (40 s)
-// and FailedTTL (24 h), a fresh token.
+// claimRequest is the benchmark's claim, with OnceConfig's defaults.
 func claimRequest() idempotency.ClaimRequest {
-	return idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: 40 * time.Second, TTL: 24 * time.Hour}
+	return idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: 40 * time.Second, TTL: 24 * time.Hour}
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
 type harness struct {
@@ -49,7 +51,7 @@ func (h *harness) advance(d time.Duration) {
 
 // request returns the suite's claim request, with a fresh token.
 func request(fp []byte) idempotency.ClaimRequest {
-	return idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: lease, TTL: ttl, Fingerprint: fp}
+	return idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: lease, TTL: ttl, Fingerprint: fp}
 }
 
 func (h *harness) claimWith(key string, req idempotency.ClaimRequest) idempotency.ClaimResult {
@@ -85,9 +87,7 @@ func (h *harness) get(key string) idempotency.Record {
 	return rec
 }
 
-// storeNow returns the current time of the store's clock (for Redis, the
-// server's), which the suite cannot read directly: the UpdatedAt of a
-// fresh key's claim, as Get reads it from the store.
+// storeNow returns the store's time: a fresh key's UpdatedAt, from Get.
 func (h *harness) storeNow() time.Time {
 	h.t.Helper()
 	k := h.key("now:" + randomHex(4))
@@ -95,8 +95,7 @@ func (h *harness) storeNow() time.Time {
 	return h.get(k).UpdatedAt
 }
 
-// freshTime asserts that a time the store keeps (kept) is one that a claim
-// of an absent key reported (claimed), within Subject.FreshClaimTimes.
+// freshTime asserts kept is within Subject.FreshClaimTimes of claimed.
 func (h *harness) freshTime(claimed, kept time.Time, what string) {
 	h.t.Helper()
 	assert.WithinDuration(h.t, claimed, kept, max(h.FreshClaimTimes, time.Millisecond), what)

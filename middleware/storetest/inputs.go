@@ -20,7 +20,7 @@ func testCorrupt(h *harness) {
 		return
 	}
 	for _, kind := range Foreigns {
-		k := h.key("foreign:" + kind.String())
+		k := h.key("foreign:" + kind)
 		require.NoError(t, h.PutForeign(k, kind), kind)
 		corrupt := func(op string, err error) {
 			t.Helper()

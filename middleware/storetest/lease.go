@@ -24,8 +24,7 @@ func (h *harness) assertLapsed(rec idempotency.Record, attempts int, what string
 func testStaleOwner(h *harness) {
 	t, k, k2 := h.t, h.key("k"), h.key("k2")
 	stale := h.mustAcquire(k)
-	// k2's record must outlive its lapsed lease for as long as the checks
-	// below take on a loaded machine: the suite's TTL (one lease) did not.
+	// k2's record must outlive the checks below on a loaded machine.
 	req2 := request(nil)
 	req2.TTL = time.Minute
 	require.True(t, h.claimWith(k2, req2).Acquired)
@@ -46,8 +45,7 @@ func testStaleOwner(h *harness) {
 	require.NoError(t, h.Store.Complete(h.ctx, k, fresh.Token, []byte("fresh"), time.Minute))
 	assert.Equal(t, []byte("fresh"), h.get(k).Result)
 
-	// A stale owner whose key nobody claimed again is fenced as well: its
-	// lease lapsed, whoever comes next.
+	// A lapsed owner is fenced even if nobody claimed the key again.
 	assert.ErrorIs(t, h.Store.Complete(h.ctx, k2, lapsed, nil, time.Minute), idempotency.ErrLeaseLost)
 	assert.ErrorIs(t, h.Store.Renew(h.ctx, k2, lapsed, lease), idempotency.ErrLeaseLost)
 	assert.ErrorIs(t, h.Store.Fail(h.ctx, k2, lapsed, time.Minute), idempotency.ErrLeaseLost)
@@ -56,10 +54,8 @@ func testStaleOwner(h *harness) {
 
 func testRenew(h *harness) {
 	t, k := h.t, h.key("k")
-	// A lease of its own, renewed every quarter of it: a loaded CI machine
-	// (the race detector, every package's tests at once) has stalled a
-	// renewal past a 300 ms lease, and a renewal that comes too late is
-	// what this test must never mistake for one that does not extend.
+	// A lease of its own, renewed every quarter: a loaded machine has
+	// stalled a renewal past a 300 ms lease.
 	const renewLease = time.Second
 	req := request(nil)
 	req.Lease = renewLease
@@ -69,8 +65,6 @@ func testRenew(h *harness) {
 		h.advance(renewLease / 4)
 		require.NoError(t, h.Store.Renew(h.ctx, k, tok, renewLease))
 	}
-	// More than twice the lease has passed since the claim; renewals kept
-	// it alive.
 	assert.False(t, h.claim(k, nil).Acquired, "a renewed lease is not claimable")
 	require.NoError(t, h.Store.Renew(h.ctx, k, tok, 4*renewLease), "renew may lengthen the lease")
 	h.advance(renewLease + past - lease)

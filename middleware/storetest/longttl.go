@@ -9,11 +9,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
-// longTTLs are leases and TTLs at and beyond idempotency.MaxTTL, up to the
-// "forever" of time.Duration(math.MaxInt64), whose rounding to a store's
-// unit overflows unless the store clamps it first.
+// longTTLs are leases and TTLs around idempotency.MaxTTL and up to "forever".
 var longTTLs = []time.Duration{
 	idempotency.MaxTTL - time.Nanosecond,
 	idempotency.MaxTTL,
@@ -22,10 +22,8 @@ var longTTLs = []time.Duration{
 	math.MaxInt64,
 }
 
-// testLongTTLs: a lease or TTL as long as MaxTTL, or longer, holds the key
-// (a longer one for MaxTTL, idempotency.ClampTTL). It must never overflow
-// into a deadline or an expiry in the past, which would let a second owner
-// claim a live key, run a completed key again or forget a failed attempt.
+// testLongTTLs: a lease or TTL of MaxTTL or longer holds the key, never
+// overflowing into the past.
 func testLongTTLs(h *harness) {
 	t := h.t
 	type keys struct{ lease, claimTTL, completed, failed, leaseTok string }
@@ -34,8 +32,6 @@ func testLongTTLs(h *harness) {
 		k := keys{lease: h.key(fmt.Sprintf("lease%d", i)), claimTTL: h.key(fmt.Sprintf("claimttl%d", i)),
 			completed: h.key(fmt.Sprintf("completed%d", i)), failed: h.key(fmt.Sprintf("failed%d", i))}
 
-		// The claim's TTL first: a store that overflows it deletes or
-		// expires the key while its owner still holds it.
 		req := request(nil)
 		req.TTL = d
 		require.True(t, h.claimWith(k.claimTTL, req).Acquired)
@@ -48,10 +44,9 @@ func testLongTTLs(h *harness) {
 		res = h.claimWith(k.lease, req)
 		require.True(t, res.Acquired, "lease %v: a fresh key is acquired", d)
 		k.leaseTok = req.Token
-		// A store may hold a lease beyond MaxTTL for longer (ours clamp it
-		// to MaxTTL), never for less, give or take its rounding.
+		// Never for less than MaxTTL, give or take rounding.
 		held := res.Record.LeaseExpiresAt.Sub(res.Record.UpdatedAt)
-		assert.GreaterOrEqual(t, held, idempotency.ClampTTL(d)-time.Millisecond,
+		assert.GreaterOrEqual(t, held, storekit.ClampTTL(d)-time.Millisecond,
 			"lease %v: the claim holds the key for %v", d, held)
 
 		tok := h.mustAcquire(k.completed)
@@ -91,11 +86,8 @@ func testLongTTLs(h *harness) {
 	}
 }
 
-// testLongTTLRelease: Release of a later attempt puts the record back to
-// FAILED for its claim's TTL from now. With a claim TTL at or beyond
-// MaxTTL that expiry must hold too, so that the attempt count survives: a
-// store that overflowed it would forget the failed attempts, and a poison
-// message would never reach MaxAttempts.
+// testLongTTLRelease: a released later attempt stays FAILED for a claim TTL
+// of MaxTTL or longer, so its attempts still count.
 func testLongTTLRelease(h *harness) {
 	t := h.t
 	keys := make([]string, len(longTTLs))

@@ -16,9 +16,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/internal/observertest"
 )
 
-// The owner protocol on the store: what idempotency.Once.Do promises to any
-// Go code, checked on every store, since a store that breaks the contract
-// breaks these first.
+// The owner protocol (idempotency.Once.Do) on the store.
 var onceCases = []struct {
 	name string
 	fn   func(h *harness)
@@ -196,8 +194,7 @@ func onceLostLeaseCancelsTheWork(h *harness) {
 		select {
 		case <-started:
 		case err := <-done:
-			// On a loaded machine the claim can take most of so short a
-			// lease; Do then releases the key without running the work.
+			// A slow claim takes most of so short a lease; Do gives it back.
 			require.Less(t, attempt, 5, "the work never started: %v", err)
 			continue
 		}

@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
 // testRelease undoes claims whose outcome their caller never learned: the
@@ -14,13 +16,13 @@ import (
 // releasing token is undone.
 func testRelease(h *harness) {
 	t := h.t
-	assert.NoError(t, h.Store.Release(h.ctx, h.key("absent"), idempotency.NewToken()), "releasing an absent key is a no-op")
+	assert.NoError(t, h.Store.Release(h.ctx, h.key("absent"), storekit.NewToken()), "releasing an absent key is a no-op")
 	assert.Equal(t, idempotency.StateAbsent, h.get(h.key("absent")).State)
 
 	// A first attempt released: the key is gone, as the claim found it.
 	k := h.key("first")
 	tok := h.mustAcquire(k)
-	require.NoError(t, h.Store.Release(h.ctx, k, idempotency.NewToken()), "another token's Release is a no-op")
+	require.NoError(t, h.Store.Release(h.ctx, k, storekit.NewToken()), "another token's Release is a no-op")
 	rec := h.get(k)
 	assert.Equal(t, idempotency.StateInProgress, rec.State, "another token's Release changes nothing")
 	assert.Equal(t, tok, rec.Token)
@@ -57,7 +59,7 @@ func testRelease(h *harness) {
 	h.freshTime(first.Record.CreatedAt, rec.CreatedAt, "the record keeps its creation time")
 	assert.Equal(t, []byte("fp"), rec.Fingerprint, "and its fingerprint")
 	require.NoError(t, h.Store.Release(h.ctx, k, tok), "a resent Release succeeds")
-	require.NoError(t, h.Store.Release(h.ctx, k, idempotency.NewToken()), "another token's Release of a FAILED key is a no-op")
+	require.NoError(t, h.Store.Release(h.ctx, k, storekit.NewToken()), "another token's Release of a FAILED key is a no-op")
 	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, nil, time.Minute), idempotency.ErrLeaseLost, "the released owner holds nothing")
 	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, time.Minute), idempotency.ErrLeaseLost, "the released owner cannot fail")
 	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, failer.Token, time.Minute), idempotency.ErrLeaseLost,
@@ -88,8 +90,7 @@ func testRelease(h *harness) {
 	require.True(t, res.Acquired)
 	assert.Equal(t, 2, res.Record.Attempts, "the lapsed attempt still counts")
 
-	// A released later attempt is kept for its claim's TTL from the
-	// release, not for what was left of the Fail's.
+	// A released later attempt is kept for its claim's TTL from the release.
 	k = h.key("expires")
 	tok = h.mustAcquire(k)
 	require.NoError(t, h.Store.Fail(h.ctx, k, tok, time.Minute))

@@ -22,9 +22,7 @@ func testResultRoundTrip(h *harness) {
 		"odd":   []byte("\x00\r\n\"'{}[[]]--\xff\xfe"),
 	} {
 		k := h.key("result:" + name)
-		// A long lease: this test is about results, and writing 1 MiB on a
-		// loaded machine (under the race detector) can take most of a short
-		// one.
+		// A long lease: writing 1 MiB on a loaded machine takes time.
 		req := request(nil)
 		req.Lease = time.Minute
 		require.True(h.t, h.claimWith(k, req).Acquired)
@@ -49,9 +47,7 @@ func testOddKeys(h *harness) {
 		"spaces":   " \t ",
 	} {
 		k := h.key(suffix)
-		// A long lease, as in testResultRoundTrip: this test is about keys,
-		// and sending a key of 1 MiB three times on a loaded machine can
-		// take longer than the suite's short lease.
+		// A long lease, as in testResultRoundTrip.
 		req := request(nil)
 		req.Lease = time.Minute
 		require.True(h.t, h.claimWith(k, req).Acquired, name)
@@ -62,8 +58,7 @@ func testOddKeys(h *harness) {
 		assert.Equal(h.t, idempotency.StateCompleted, rec.State, name)
 		assert.Equal(h.t, []byte(name), rec.Result, name)
 		if name != "nul" && name != "1MiB" {
-			// A key must be stored as itself: a truncating store would make
-			// these two collide.
+			// A truncating store would make these two collide.
 			assert.Equal(h.t, idempotency.StateAbsent, h.get(h.prefix+suffix[:len(suffix)-1]).State, name)
 		}
 	}

@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"context"
-	"strconv"
 	"testing"
 	"time"
 
@@ -11,86 +10,39 @@ import (
 
 // Subject is one store under test.
 type Subject struct {
-	// Store is the store under test, fresh or shared: the suite's keys are
-	// unique to each subtest.
+	// Store is the store under test, fresh or shared.
 	Store idempotency.Store
-	// Advance moves the store's clock forward by d. Nil means the store keeps
-	// real time, and the suite sleeps instead.
+	// Advance moves the store's clock by d. Nil: the suite sleeps.
 	Advance func(d time.Duration)
-	// PutForeign writes a value of the given kind that is not a record of
-	// the store's under key, the way a bug or another program would, so the
-	// suite can check that every method answers ErrCorruptRecord and changes
-	// nothing. Nil for a store that keeps no encoding anyone else could
-	// write (memstore): the corrupt-record case then logs that it does not
-	// apply, and checks nothing.
-	PutForeign func(key string, kind Foreign) error
-	// FreshClaimTimes is how far the times that a claim of an absent key
-	// reports may be from the ones the store keeps for it, which Get reads.
-	// Zero means they are the same (to the millisecond): the store read its
-	// clock to answer. A store whose fresh claim answers without reading
-	// its clock (redisstore's plain SET) reports the client's clock at the
-	// send, which is behind the store's by the time the command took to
-	// arrive, plus any skew between the hosts' clocks.
+	// PutForeign writes under key a value of kind (one of Foreigns) that is
+	// not a record, as a bug or another program would. Nil for a store with
+	// no encoding anyone else could write (memstore): the case is skipped.
+	PutForeign func(key, kind string) error
+	// FreshClaimTimes is how far a fresh claim's reported times may be from
+	// the kept ones. Zero means within a millisecond. A store that answers
+	// without reading its clock (redisstore) reports the client's.
 	FreshClaimTimes time.Duration
 }
 
-// Foreign is a kind of value that is not a record, for Subject.PutForeign.
-type Foreign int
+// Foreigns lists the kinds for Subject.PutForeign: a short string ("1"), a
+// string longer than any header, JSON, a value of a type the store never
+// uses (a Redis list), and a record whose fields do not parse.
+var Foreigns = []string{"short-string", "long-string", "json", "wrong-type", "bad-fields"}
 
-// The foreign values of the corrupt-record case.
-const (
-	// ForeignShortString is a short string, such as "1".
-	ForeignShortString Foreign = iota
-	// ForeignLongString is a string longer than any record header.
-	ForeignLongString
-	// ForeignJSON is a JSON document.
-	ForeignJSON
-	// ForeignWrongType is a value of a type the store never uses for a
-	// record (a Redis list, say).
-	ForeignWrongType
-	// ForeignBadFields is a value of the record's own type whose fields do
-	// not parse (a Redis hash with a non-numeric attempt count, say).
-	ForeignBadFields
-)
-
-// Foreigns lists every Foreign kind.
-var Foreigns = []Foreign{ForeignShortString, ForeignLongString, ForeignJSON, ForeignWrongType, ForeignBadFields}
-
-// String names the kind, for messages.
-func (f Foreign) String() string {
-	switch f {
-	case ForeignShortString:
-		return "short-string"
-	case ForeignLongString:
-		return "long-string"
-	case ForeignJSON:
-		return "json"
-	case ForeignWrongType:
-		return "wrong-type"
-	case ForeignBadFields:
-		return "bad-fields"
-	default:
-		return "foreign-" + strconv.Itoa(int(f))
-	}
-}
-
-// lease is the lease of the suite's claims; long enough that scheduling noise
-// on a loaded machine never expires one early, short enough to sleep through.
+// lease is the lease of the suite's claims.
 const lease = 300 * time.Millisecond
 
 // past is how far the suite moves time to be sure a lease or TTL has expired.
 const past = lease + 100*time.Millisecond
 
-// ttl is the TTL of the suite's records: how long a COMPLETED or FAILED
-// record is kept, and how long a claim's record outlives its lapsed lease.
+// ttl is the TTL of the suite's records and claims.
 const ttl = lease
 
-// keyInMessage is how many leading bytes of a key an error must quote: a
-// store may shorten a long key in its messages, but must name it.
+// keyInMessage is how many leading bytes of a key an error must quote.
 const keyInMessage = 40
 
-// Run runs the conformance suite against the stores that newStore returns,
-// one per subtest. Subtests run in parallel.
+// Run runs the conformance suite on the stores newStore returns, one per
+// subtest, in parallel.
 func Run(t *testing.T, newStore func(t *testing.T) Subject) {
 	run := randomHex(8)
 	for _, tc := range append(cases[:len(cases):len(cases)], onceCases...) {

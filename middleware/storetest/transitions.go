@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
 func testClaimAbsent(h *harness) {
@@ -48,7 +50,7 @@ func testClaimRace(h *harness) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute}
+				req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute}
 				<-start
 				res, err := h.Store.Claim(h.ctx, k, req)
 				if err != nil {
@@ -103,14 +105,11 @@ func testComplete(h *harness) {
 	assert.Equal(t, idempotency.StateCompleted, res.Record.State)
 	assert.Equal(t, []byte("output"), res.Record.Result, "the duplicate's claim returns the result")
 
-	other := idempotency.NewToken()
+	other := storekit.NewToken()
 	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, other, []byte("again"), time.Minute), idempotency.ErrLeaseLost)
 	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, other, time.Minute), idempotency.ErrLeaseLost)
 	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, time.Minute), idempotency.ErrLeaseLost, "a completed key is not failed, even by its owner")
-	// The owner's renewal tells its own completion from a lost lease: a
-	// transactional completion (pgstore's CompleteInTx) learns that way
-	// that its transaction committed, and its lease ends without cancelling
-	// the work.
+	// The owner's renewal tells its own completion from a lost lease.
 	err := h.Store.Renew(h.ctx, k, tok, time.Minute)
 	assert.ErrorIs(t, err, idempotency.ErrCompletedByOwner, "the completing owner's renewal")
 	assert.NotErrorIs(t, err, idempotency.ErrLeaseLost, "the completing owner's renewal")
@@ -171,7 +170,7 @@ func testResent(h *harness) {
 	assert.Equal(t, idempotency.StateCompleted, rec.State)
 	assert.Equal(t, []byte("first"), rec.Result, "a resent Complete changes nothing")
 	assert.Equal(t, 1, rec.Attempts)
-	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, idempotency.NewToken(), []byte("other"), time.Minute), idempotency.ErrLeaseLost,
+	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, storekit.NewToken(), []byte("other"), time.Minute), idempotency.ErrLeaseLost,
 		"only the completing token's resend succeeds")
 	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, req.Token, time.Minute), idempotency.ErrLeaseLost, "the completing token cannot fail it")
 	res := h.claimWith(k, req)
@@ -191,7 +190,7 @@ func testResent(h *harness) {
 	assert.Empty(t, rec.Token, "the failing token is never reported")
 	assert.ErrorIs(t, h.Store.Complete(h.ctx, k, tok, nil, time.Minute), idempotency.ErrLeaseLost, "a failed owner cannot complete")
 	assert.ErrorIs(t, h.Store.Renew(h.ctx, k, tok, lease), idempotency.ErrLeaseLost)
-	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, idempotency.NewToken(), time.Minute), idempotency.ErrLeaseLost, "only the failing token's resend succeeds")
+	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, storekit.NewToken(), time.Minute), idempotency.ErrLeaseLost, "only the failing token's resend succeeds")
 	next := request(nil)
 	require.True(t, h.claimWith(k, next).Acquired)
 	assert.ErrorIs(t, h.Store.Fail(h.ctx, k, tok, time.Minute), idempotency.ErrLeaseLost,

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/internal/testserver"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/redisstore"
@@ -361,7 +362,7 @@ func runIdemctl(t *testing.T, bin string, cmds []docCommand) {
 // IN_PROGRESS for "-stuck", else COMPLETED.
 func seed(t *testing.T, s *redisstore.Store, key string) {
 	ctx := context.Background()
-	tok := idempotency.NewToken()
+	tok := storekit.NewToken()
 	res, err := s.Claim(ctx, key, idempotency.ClaimRequest{Token: tok, Lease: time.Hour, TTL: time.Hour})
 	require.NoError(t, err)
 	require.True(t, res.Acquired, "seeding %s", key)

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/faultstore"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/inprocess"
 	"github.com/idempotency/watermill-idempotency/middleware/memstore"
@@ -23,7 +25,7 @@ var errInjected = errors.New("injected")
 // store was left in, and what the caller was told.
 func completeOnce(t *testing.T, s *faultstore.Store, ctx context.Context, key string) (time.Duration, idempotency.State, error) {
 	t.Helper()
-	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute}
+	req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute}
 	res, err := s.Claim(context.Background(), key, req)
 	require.NoError(t, err)
 	require.True(t, res.Acquired)
@@ -124,7 +126,7 @@ func TestCounting(t *testing.T) {
 		On("renew", faultstore.First(2, faultstore.Fail(errInjected))).
 		On("fail", faultstore.Sequence(faultstore.Pass, faultstore.Fail(errSecond), faultstore.Fail(errInjected)))
 	ctx := context.Background()
-	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute}
+	req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute}
 	_, err := s.Claim(ctx, "k", req)
 	require.NoError(t, err)
 
@@ -160,7 +162,7 @@ func TestClaimAndRelease(t *testing.T) {
 		}).
 		On("release", faultstore.LoseReply(errInjected))
 	ctx := context.Background()
-	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute}
+	req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute}
 
 	res, err := s.Claim(ctx, "refused", req)
 	assert.ErrorIs(t, err, errInjected)

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
 var (
@@ -124,14 +126,14 @@ func Refused(op string, found bool, r *Row, token string) error {
 // since the key's record is then in the table. On success the run keeps
 // renewing until a renewal tells the transaction's outcome. ErrNoRun and
 // ErrForeignRun are prefixed with pkg.
-func CompleteInTx(ctx context.Context, pkg string, s idempotency.Store, result func(*idempotency.Run) []byte,
+func CompleteInTx(ctx context.Context, pkg string, s idempotency.Store, result func(*storekit.Run) []byte,
 	complete func(ctx context.Context, key, token string, result []byte, ttl time.Duration) error) error {
-	run, ok := idempotency.RunFromContext(ctx)
+	run, ok := storekit.RunFromContext(ctx)
 	if !ok {
 		return fmt.Errorf("%s: %w", pkg, ErrNoRun)
 	}
 	err := complete(ctx, run.Key(), run.Token(), result(run), run.CompletedTTL())
-	if errors.Is(err, idempotency.ErrLeaseLost) && !run.ClaimedIn(func(st idempotency.Store) bool { return st == s }) {
+	if errors.Is(err, idempotency.ErrLeaseLost) && !run.ClaimedIn(func(st any) bool { return st == s }) {
 		if rec, gerr := s.Get(ctx, run.Key()); gerr == nil && rec.State == idempotency.StateAbsent {
 			return fmt.Errorf("%s: %w (the run's store is a %T)", pkg, ErrForeignRun, run.Store())
 		}
@@ -166,7 +168,7 @@ func KeyHash(key string) []byte {
 // renewal adds the claim's TTL to its lease: two MaxTTLs from now is still
 // there.
 func DurationMicros(d time.Duration) int64 {
-	d = idempotency.ClampTTL(d)
+	d = storekit.ClampTTL(d)
 	return int64((d + time.Microsecond - 1) / time.Microsecond)
 }
 

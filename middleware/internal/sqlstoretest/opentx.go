@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
 // DeleteIfWaitsForAnOpenCompletion: DeleteIf of a live lease whose
@@ -76,7 +78,7 @@ func PurgeBesideAnOpenCompletion(t *testing.T, tb Table) {
 		go func() {
 			time.Sleep(200 * time.Millisecond) // the purge is running
 			start := time.Now()
-			_, err := s.Claim(ctx, k, idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Second, TTL: time.Second})
+			_, err := s.Claim(ctx, k, idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Second, TTL: time.Second})
 			assert.NoError(t, err, k)
 			claims <- time.Since(start)
 		}()

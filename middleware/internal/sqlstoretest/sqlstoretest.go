@@ -21,6 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
+
+	"github.com/idempotency/watermill-idempotency/internal/storekit"
 )
 
 // Store is what the cases use of a SQL store beside idempotency.Store.
@@ -76,7 +78,7 @@ type Table struct {
 // must acquire.
 func Claim(t *testing.T, s idempotency.Store, key string, lease, ttl time.Duration) string {
 	t.Helper()
-	req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: lease, TTL: ttl}
+	req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: lease, TTL: ttl}
 	res, err := s.Claim(context.Background(), key, req)
 	require.NoError(t, err)
 	require.True(t, res.Acquired, key)
@@ -187,7 +189,7 @@ func PurgeRacesClaims(t *testing.T, tb Table) {
 	for range 16 {
 		claimers.Go(func() {
 			for i := int(next.Add(1) - 1); i < keys; i = int(next.Add(1) - 1) {
-				req := idempotency.ClaimRequest{Token: idempotency.NewToken(), Lease: time.Minute, TTL: time.Minute}
+				req := idempotency.ClaimRequest{Token: storekit.NewToken(), Lease: time.Minute, TTL: time.Minute}
 				res, err := s.Claim(ctx, "k"+strconv.Itoa(i), req)
 				if assert.NoError(t, err) && assert.True(t, res.Acquired, "an expired key is claimable") {
 					assert.Equal(t, 1, res.Record.Attempts, "an expired record no longer counts")

@@ -1,4 +1,4 @@
-package idempotency
+package storekit
 
 import (
 	"testing"
@@ -14,8 +14,8 @@ func TestOutputRoundTrip(t *testing.T) {
 	a.Metadata.Set("", "empty key")
 	b := message.NewMessage("", nil)
 	for _, msgs := range [][]*message.Message{nil, {a}, {a, b}} {
-		enc := encodeOutput(msgs)
-		got, stored, err := decodeOutput(enc)
+		enc := EncodeOutput(msgs)
+		got, stored, err := DecodeOutput(enc)
 		require.NoError(t, err)
 		assert.True(t, stored)
 		require.Len(t, got, len(msgs))
@@ -27,35 +27,35 @@ func TestOutputRoundTrip(t *testing.T) {
 				assert.Equal(t, v, got[i].Metadata[k])
 			}
 		}
-		assert.Equal(t, enc, encodeOutput(got), "the encoding is deterministic")
+		assert.Equal(t, enc, EncodeOutput(got), "the encoding is deterministic")
 	}
 }
 
 func TestOutputDecodeRejectsCorruption(t *testing.T) {
 	a := message.NewMessage("uuid-a", []byte("payload"))
-	enc := encodeOutput([]*message.Message{a})
+	enc := EncodeOutput([]*message.Message{a})
 	for i := 1; i < len(enc); i++ {
-		_, _, err := decodeOutput(enc[:i])
+		_, _, err := DecodeOutput(enc[:i])
 		assert.Error(t, err, "truncated at %d", i)
 	}
-	_, _, err := decodeOutput(append(append([]byte{}, enc...), 0))
+	_, _, err := DecodeOutput(append(append([]byte{}, enc...), 0))
 	assert.Error(t, err, "trailing bytes")
-	_, _, err = decodeOutput([]byte{9})
+	_, _, err = DecodeOutput([]byte{9})
 	assert.Error(t, err, "unknown format")
-	_, _, err = decodeOutput([]byte{outputMessages, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	_, _, err = DecodeOutput([]byte{outputMessages, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	assert.Error(t, err, "absurd count")
-	_, stored, err := decodeOutput([]byte{outputOmitted})
+	_, stored, err := DecodeOutput([]byte{OutputOmitted})
 	require.NoError(t, err)
 	assert.False(t, stored)
 }
 
 func FuzzDecodeOutput(f *testing.F) {
-	f.Add(encodeOutput([]*message.Message{message.NewMessage("u", []byte("p"))}))
+	f.Add(EncodeOutput([]*message.Message{message.NewMessage("u", []byte("p"))}))
 	f.Add([]byte{outputMessages, 3})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		msgs, stored, err := decodeOutput(b)
+		msgs, stored, err := DecodeOutput(b)
 		if err == nil && stored && len(b) > 0 {
-			assert.Equal(t, b, encodeOutput(msgs))
+			assert.Equal(t, b, EncodeOutput(msgs))
 		}
 	})
 }
@@ -65,9 +65,9 @@ func FuzzDecodeOutput(f *testing.F) {
 func TestOutputDecodeCopies(t *testing.T) {
 	a := message.NewMessage("uuid-a", []byte("payload"))
 	a.Metadata.Set("k", "v")
-	enc := encodeOutput([]*message.Message{a})
+	enc := EncodeOutput([]*message.Message{a})
 	want := append([]byte(nil), enc...)
-	got, _, err := decodeOutput(enc)
+	got, _, err := DecodeOutput(enc)
 	require.NoError(t, err)
 	for i := range got[0].Payload {
 		got[0].Payload[i] = 'X'

@@ -1,4 +1,4 @@
-package idempotency
+package storekit
 
 import (
 	"encoding/binary"
@@ -9,20 +9,19 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// The stored result starts with one of these bytes.
+// A stored output starts with one of these bytes: outputMessages before a
+// list of messages; OutputOmitted alone for an output not stored (too large,
+// or replay disabled).
 const (
-	// outputMessages: a list of messages follows.
 	outputMessages byte = 1
-	// outputOmitted: the output was larger than MaxOutputSize, or replay is
-	// disabled; nothing follows.
-	outputOmitted byte = 2
+	OutputOmitted  byte = 2
 )
 
 var errCorruptOutput = errors.New("idempotency: corrupt stored output")
 
-// encodeOutput serialises produced messages: UUID, metadata (sorted, so the
+// EncodeOutput encodes produced messages: UUID, metadata (sorted, so the
 // encoding is deterministic) and payload of each, length-prefixed.
-func encodeOutput(msgs []*message.Message) []byte {
+func EncodeOutput(msgs []*message.Message) []byte {
 	size := 1 + binary.MaxVarintLen64
 	for _, m := range msgs {
 		size += 3*binary.MaxVarintLen64 + len(m.UUID) + len(m.Payload)
@@ -56,16 +55,16 @@ func appendBytes(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// decodeOutput reverses encodeOutput. It returns stored=false for an output
-// that was not stored. An empty result (a record completed by another tool)
-// is no output. The messages own their bytes: b may be a cached record's
-// result, which must not change.
-func decodeOutput(b []byte) (msgs []*message.Message, stored bool, err error) {
+// DecodeOutput reverses EncodeOutput: stored is false for an output not
+// stored, and an empty result is no output. An error means b is not an
+// output the middleware wrote. The messages own their bytes: b may be a
+// cached record's result, which must not change.
+func DecodeOutput(b []byte) (msgs []*message.Message, stored bool, err error) {
 	if len(b) == 0 {
 		return nil, true, nil
 	}
 	switch b[0] {
-	case outputOmitted:
+	case OutputOmitted:
 		return nil, false, nil
 	case outputMessages:
 	default:
