@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
@@ -18,6 +19,7 @@ import (
 	"github.com/idempotency/watermill-idempotency/middleware/grpcidem/internal/testpb"
 	"github.com/idempotency/watermill-idempotency/middleware/idempotency"
 	"github.com/idempotency/watermill-idempotency/middleware/internal/adaptertest"
+	"github.com/idempotency/watermill-idempotency/middleware/memstore"
 )
 
 // TestReplay: the first call runs, a repeat gets the same response, marked
@@ -258,4 +260,21 @@ grpcidem: invalid config: method "/grpcidem.test.v1.Ledger/Chrage" is not a meth
 	cfg.Methods = []string{methodCharge, "/unknown.v1.Service/Call"}
 	_, err = build(cfg)
 	assert.NoError(t, err, "a service the registry does not know is taken as written")
+}
+
+// TestNotProtoMessage: a request that is not a protocol buffers message
+// cannot be fingerprinted: INTERNAL with reason NOT_PROTO_MESSAGE, and the
+// handler never runs.
+func TestNotProtoMessage(t *testing.T) {
+	once, err := idempotency.NewOnce(idempotency.OnceConfig{Store: memstore.New(nil)})
+	require.NoError(t, err)
+	const method = "/ledger.Ledger/Charge"
+	idem, err := grpcidem.New(once, &grpcidem.Config{SingleTenant: true, Methods: []string{method}})
+	require.NoError(t, err)
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("idempotency-key", "k1"))
+	ran := false
+	_, err = idem.UnaryServerInterceptor(ctx, "not a message", &grpc.UnaryServerInfo{FullMethod: method},
+		func(context.Context, any) (any, error) { ran = true; return nil, nil })
+	requireReason(t, err, codes.Internal, notProtoMessage)
+	assert.False(t, ran, "the handler must not run")
 }

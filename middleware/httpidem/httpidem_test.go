@@ -2,11 +2,14 @@ package httpidem_test
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -354,4 +357,17 @@ httpidem: invalid config: method "PO ST" is not a method name`, httpidem.ErrInva
 	assert.Equal(t, http.StatusCreated, got.status, "POST must still pass through")
 	got = serve(m.Handler(api), newRequest(step{method: http.MethodPut}))
 	assert.Equal(t, http.StatusBadRequest, got.status, "PUT must still require a key")
+}
+
+// TestBodyUnreadable: a request body that fails before its end is answered
+// 400 body_unreadable, the handler never runs, and the key stays free.
+func TestBodyUnreadable(t *testing.T) {
+	store, prefix := storeKinds[0].New(t)
+	m := newMiddleware(t, store, prefix, nil)
+	api := newPayments()
+	req := newRequest(step{keys: key("k1"), tenant: "t1"})
+	req.Body = io.NopCloser(io.MultiReader(strings.NewReader(`{"amount":`), iotest.ErrReader(errors.New("connection reset"))))
+	requireProblem(t, serve(m.Handler(api), req), http.StatusBadRequest, bodyUnreadable)
+	got := serve(m.Handler(api), newRequest(step{keys: key("k1"), tenant: "t1", body: `{"amount":1}`}))
+	assert.Equal(t, http.StatusCreated, got.status, "the key is free after an unreadable body")
 }

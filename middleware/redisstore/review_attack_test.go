@@ -3,7 +3,9 @@ package redisstore_test
 import (
 	"bytes"
 	"context"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -206,12 +208,16 @@ func TestClusterSlotMovedMidRun(t *testing.T) {
 		require.NoError(t, err)
 		owner, err := client.MasterForKey(ctx, key)
 		require.NoError(t, err)
-		slots, err := owner.ClusterSlots(ctx).Result()
+		shards, err := owner.ClusterShards(ctx).Result()
 		require.NoError(t, err)
 		self := owner.Options().Addr
 		in := false
-		for _, r := range slots {
-			in = in || (int64(r.Start) <= slot && slot <= int64(r.End) && r.Nodes[0].Addr == self)
+		for _, sh := range shards {
+			for _, r := range sh.Slots {
+				for _, n := range sh.Nodes {
+					in = in || (r.Start <= slot && slot <= r.End && n.Role == "master" && net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)) == self)
+				}
+			}
 		}
 		assert.True(t, in, "the key's master serves its slot %d", slot)
 		n, err := owner.Exists(ctx, key).Result()

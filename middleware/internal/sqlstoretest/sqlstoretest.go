@@ -53,7 +53,7 @@ func Inspect(ctx context.Context, s Store, key string) (rec idempotency.Record, 
 	}
 	rec, err = s.Get(ctx, key)
 	if err == nil && rec.State != idempotency.StateAbsent {
-		err = fmt.Errorf("Records did not yield %q, which Get reads %s", key, rec.State)
+		err = fmt.Errorf("records did not yield %q, which Get reads %s", key, rec.State)
 	}
 	return rec, 0, 0, err
 }
