@@ -241,9 +241,10 @@ func freeze(t *testing.T, addr string, fn func()) {
 
 	slept := make(chan error, 1)
 	go func() { slept <- sleeper.Do(context.Background(), "debug", "sleep", "1").Err() }()
-	// The server is frozen once a PING no longer answers within 20 ms.
+	// The server is frozen once a PING no longer answers within 20 ms; the
+	// sleeper's command may take a while to be sent on a loaded machine.
 	frozen := false
-	for range 20 {
+	for start := time.Now(); !frozen && time.Since(start) < 3*time.Second; {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		err := probe.Ping(ctx).Err()
 		cancel()
@@ -252,6 +253,11 @@ func freeze(t *testing.T, addr string, fn func()) {
 			break
 		}
 		require.NoError(t, err)
+		select {
+		case err := <-slept:
+			require.Failf(t, "DEBUG SLEEP ended before a PING saw the server frozen", "%v", err)
+		default:
+		}
 	}
 	require.True(t, frozen, "DEBUG SLEEP did not freeze the server")
 	fn()

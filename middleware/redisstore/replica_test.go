@@ -369,9 +369,10 @@ func TestReplicaShortfallLoggedByDefault(t *testing.T) {
 	req := claimReq(time.Minute, nil)
 	_, err = s.Claim(ctx, "k", req)
 	require.NoError(t, err)
+	before := s.ReplicaStats().Shortfalls // the claim's WAIT may time out on a loaded machine
 	replica.Stop()
 	require.NoError(t, s.Complete(ctx, "k", req.Token, []byte("r"), time.Hour))
-	assert.Equal(t, uint64(1), s.ReplicaStats().Shortfalls)
+	assert.Equal(t, before+1, s.ReplicaStats().Shortfalls, "the complete's shortfall")
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Contains(t, buf.String(), "level=WARN")
